@@ -1,0 +1,340 @@
+//! The one error type every `LeaseStore` returns.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::id::{RunId, WorkerId};
+use crate::types::RunState;
+
+/// A boxed error from a backend's driver.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// A `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why a `LeaseStore` call did not do what was asked.
+///
+/// Variants are verdicts a caller acts on. Fence verdicts are decided by comparing integers in
+/// the store: there is deliberately no "your lease expired" variant. A write under the current
+/// fence after expiry, before anyone reclaimed the run, is accepted; once someone reclaims it the
+/// fence has moved and the write fails with [`Error::StaleFence`].
+///
+/// ```
+/// # use lease_core::{Error, Fence, Lease, LeaseStore};
+/// # async fn write(store: &dyn LeaseStore, lease: &Lease) {
+/// match store.append(lease, b"step 3 done").await {
+///     Ok(entry) => println!("written as #{}", entry.seq),
+///     Err(Error::StaleFence { presented, current, .. }) => {
+///         println!("fenced out: we hold {presented}, the run is at {current}; stop working")
+///     }
+///     Err(e) if e.is_retryable() => println!("store unreachable, try again: {e}"),
+///     Err(e) => println!("refused: {e}"),
+/// }
+/// # }
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The run does not exist.
+    #[error("run {run} not found")]
+    NotFound {
+        /// The run asked for.
+        run: RunId,
+    },
+    /// `create` of a run that already exists.
+    #[error("run {run} already exists")]
+    AlreadyExists {
+        /// The run asked for.
+        run: RunId,
+    },
+    /// A claim refused because another lease on the run has not expired.
+    #[error("run {run} is held by {owner} for another {remaining:?}")]
+    Held {
+        /// The run asked for.
+        run: RunId,
+        /// The current holder.
+        owner: WorkerId,
+        /// Time left on the holder's lease, by the store's clock.
+        remaining: Duration,
+    },
+    /// A claim refused because the run is suspended.
+    #[error("run {run} is suspended")]
+    Suspended {
+        /// The run asked for.
+        run: RunId,
+    },
+    /// A claim refused because the run is completed.
+    #[error("run {run} is completed")]
+    Completed {
+        /// The run asked for.
+        run: RunId,
+    },
+    /// `resume` of a run that is not suspended.
+    #[error("run {run} is {state}, not suspended")]
+    NotSuspended {
+        /// The run asked for.
+        run: RunId,
+        /// Its state.
+        state: RunState,
+    },
+    /// A fenced write under a fence lower than the run's current one: someone claimed the run
+    /// after this lease was issued.
+    #[error("stale fence on run {run}: presented {presented}, current {current}")]
+    StaleFence {
+        /// The run written to.
+        run: RunId,
+        /// The fence the writer presented.
+        presented: u64,
+        /// The run's fence in the store.
+        current: u64,
+    },
+    /// A fenced write under the current fence, on a lease its holder already ended.
+    #[error("lease on run {run} under fence {fence} has ended: the run was {ended}")]
+    LeaseEnded {
+        /// The run written to.
+        run: RunId,
+        /// The fence presented, which is the run's current fence.
+        fence: u64,
+        /// How the lease ended.
+        ended: Ended,
+    },
+    /// A fenced write under a fence the store never issued. Either the lease was forged, or the
+    /// store lost state it had acknowledged (for example a Redis restart without persistence).
+    #[error(
+        "fence {presented} on run {run} is ahead of the store's {current}: \
+         the store never issued it (did it lose acknowledged writes?)"
+    )]
+    FenceAhead {
+        /// The run written to.
+        run: RunId,
+        /// The fence the writer presented.
+        presented: u64,
+        /// The run's fence in the store.
+        current: u64,
+    },
+    /// The run's fence reached [`Fence::MAX`](crate::Fence::MAX); it can never be claimed again.
+    #[error("run {run} has used every fence up to the maximum; it cannot be claimed again")]
+    FenceExhausted {
+        /// The run asked for.
+        run: RunId,
+    },
+    /// The input was refused before reaching the store; nothing changed.
+    #[error(transparent)]
+    InvalidInput(#[from] InvalidInput),
+    /// The store could not be reached or did not answer in time. Retrying may succeed. A write
+    /// that failed this way may or may not have been applied.
+    #[error("{backend} backend unavailable: {source}")]
+    Unavailable {
+        /// Which backend.
+        backend: &'static str,
+        /// The driver's error.
+        source: BoxError,
+    },
+    /// Any other backend failure (a broken schema, a protocol error). Retrying will not help.
+    #[error("{backend} backend failed: {source}")]
+    Backend {
+        /// Which backend.
+        backend: &'static str,
+        /// The driver's error.
+        source: BoxError,
+    },
+}
+
+impl Error {
+    /// Whether retrying the same call may succeed: only [`Error::Unavailable`].
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Unavailable { .. })
+    }
+
+    /// Whether this is the store's verdict on the lease or run itself (fenced out, ended, gone),
+    /// as opposed to a failure to reach a verdict ([`Error::Unavailable`], [`Error::Backend`]).
+    pub fn is_verdict(&self) -> bool {
+        !matches!(self, Error::Unavailable { .. } | Error::Backend { .. })
+    }
+
+    /// A copy of this error, for reporting one verdict in two places (a scope's cancel reason
+    /// and the caller's result). Driver sources are carried over as their messages.
+    pub(crate) fn duplicate(&self) -> Error {
+        match self {
+            Error::NotFound { run } => Error::NotFound { run: run.clone() },
+            Error::AlreadyExists { run } => Error::AlreadyExists { run: run.clone() },
+            Error::Held {
+                run,
+                owner,
+                remaining,
+            } => Error::Held {
+                run: run.clone(),
+                owner: owner.clone(),
+                remaining: *remaining,
+            },
+            Error::Suspended { run } => Error::Suspended { run: run.clone() },
+            Error::Completed { run } => Error::Completed { run: run.clone() },
+            Error::NotSuspended { run, state } => Error::NotSuspended {
+                run: run.clone(),
+                state: *state,
+            },
+            Error::StaleFence {
+                run,
+                presented,
+                current,
+            } => Error::StaleFence {
+                run: run.clone(),
+                presented: *presented,
+                current: *current,
+            },
+            Error::LeaseEnded { run, fence, ended } => Error::LeaseEnded {
+                run: run.clone(),
+                fence: *fence,
+                ended: *ended,
+            },
+            Error::FenceAhead {
+                run,
+                presented,
+                current,
+            } => Error::FenceAhead {
+                run: run.clone(),
+                presented: *presented,
+                current: *current,
+            },
+            Error::FenceExhausted { run } => Error::FenceExhausted { run: run.clone() },
+            Error::InvalidInput(e) => Error::InvalidInput(e.clone()),
+            Error::Unavailable { backend, source } => Error::unavailable(backend, source.to_string()),
+            Error::Backend { backend, source } => Error::backend(backend, source.to_string()),
+        }
+    }
+
+    /// An [`Error::Unavailable`] from `backend`.
+    pub fn unavailable(backend: &'static str, source: impl Into<BoxError>) -> Error {
+        Error::Unavailable {
+            backend,
+            source: source.into(),
+        }
+    }
+
+    /// An [`Error::Backend`] from `backend`.
+    pub fn backend(backend: &'static str, source: impl Into<BoxError>) -> Error {
+        Error::Backend {
+            backend,
+            source: source.into(),
+        }
+    }
+}
+
+/// How a lease ended at its holder's hand (or an operator's), as reported by
+/// [`Error::LeaseEnded`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Ended {
+    /// Released: the run is runnable and unowned.
+    Released,
+    /// Suspended: the run waits for `resume`.
+    Suspended,
+    /// Completed: terminal.
+    Completed,
+}
+
+impl fmt::Display for Ended {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Ended::Released => "released",
+            Ended::Suspended => "suspended",
+            Ended::Completed => "completed",
+        })
+    }
+}
+
+/// Input refused before it reached a store. Nothing was changed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidInput {
+    /// An empty run or worker id.
+    #[error("{what} is empty; it must be 1 to 255 bytes of UTF-8")]
+    EmptyId {
+        /// `"run id"` or `"worker id"`.
+        what: &'static str,
+    },
+    /// A run or worker id over 255 bytes.
+    #[error("{what} is {len} bytes long; the limit is 255 bytes of UTF-8")]
+    IdTooLong {
+        /// `"run id"` or `"worker id"`.
+        what: &'static str,
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// A run or worker id containing a control character.
+    #[error("{what} contains a control character at byte {at}; ids must be printable")]
+    ControlCharacter {
+        /// `"run id"` or `"worker id"`.
+        what: &'static str,
+        /// Byte offset of the first control character.
+        at: usize,
+    },
+    /// A TTL under 1 ms.
+    #[error("TTL {ttl:?} is too short; the minimum is 1ms")]
+    TtlTooShort {
+        /// The TTL asked for.
+        ttl: Duration,
+    },
+    /// A TTL over [`Ttl::MAX`](crate::Ttl::MAX).
+    #[error("TTL {ttl:?} is longer than the maximum of {max:?}")]
+    TtlTooLong {
+        /// The TTL asked for.
+        ttl: Duration,
+        /// The maximum.
+        max: Duration,
+    },
+    /// A lease with fence 0, which no claim issues.
+    #[error("fence 0 is never issued by a claim; this lease was not produced by a store")]
+    FenceZero,
+    /// A fence above [`Fence::MAX`](crate::Fence::MAX).
+    #[error("fence {fence} is out of range; the maximum is {}", i64::MAX)]
+    FenceOutOfRange {
+        /// The fence given.
+        fence: u64,
+    },
+    /// `claim_next` with `max` of 0.
+    #[error("claim_next needs max of at least 1")]
+    BatchEmpty,
+    /// A batch over [`MAX_BATCH`](crate::MAX_BATCH).
+    #[error("batch of {len} is larger than the maximum of {max}")]
+    BatchTooLarge {
+        /// The size asked for.
+        len: usize,
+        /// The maximum.
+        max: usize,
+    },
+    /// A journal payload over [`MAX_PAYLOAD_BYTES`](crate::MAX_PAYLOAD_BYTES).
+    #[error("journal payload of {len} bytes is larger than the maximum of {max}")]
+    PayloadTooLarge {
+        /// The payload's size.
+        len: usize,
+        /// The maximum.
+        max: usize,
+    },
+    /// A list limit of 0 or over [`MAX_LIST`](crate::MAX_LIST).
+    #[error("list limit {limit} is out of range; it must be 1 to {max}")]
+    ListLimit {
+        /// The limit asked for.
+        limit: usize,
+        /// The maximum.
+        max: usize,
+    },
+    /// A [`RunScope`](crate::RunScope) whose heartbeat does not fit inside its deadline window.
+    #[error(
+        "heartbeat every {heartbeat:?} does not fit a TTL of {ttl:?} with a safety margin of \
+         {margin:?}; the heartbeat must be shorter than TTL minus margin"
+    )]
+    ScopeTiming {
+        /// The lease's TTL.
+        ttl: Duration,
+        /// The heartbeat interval asked for.
+        heartbeat: Duration,
+        /// The safety margin asked for.
+        margin: Duration,
+    },
+    /// A state name other than `runnable`, `suspended` or `completed`.
+    #[error("unknown run state {state:?}; expected runnable, suspended or completed")]
+    UnknownState {
+        /// The name given (first 32 characters).
+        state: String,
+    },
+}

@@ -1,0 +1,53 @@
+//! The lease contract: TTL leases on runs, guarded by fencing tokens.
+//!
+//! A worker claims a run under a [`Lease`] with a TTL and a [`Fence`]; the store increments the
+//! run's fence on every successful claim and rejects any write whose fence is lower than the
+//! stored one ([`Error::StaleFence`]). A paused or partitioned worker that comes back after
+//! someone else reclaimed its run is therefore fenced out by an integer comparison in the store,
+//! not by a clock.
+//!
+//! - [`LeaseStore`]: the object-safe trait every backend implements; its docs are the contract.
+//! - [`RunScope`]: the worker side; heartbeats a lease and cancels the run's work before the
+//!   lease can be lost.
+//! - [`MemoryLeaseStore`]: the embedded reference backend.
+//! - [`FaultyStore`]: injects hangs and failures into any store, for partition tests.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+//! use std::time::Duration;
+//! use lease_core::{Error, LeaseStore, MemoryLeaseStore, RunId, Ttl, WorkerId};
+//!
+//! let store = MemoryLeaseStore::new();
+//! let run = RunId::new("order-42")?;
+//! store.create(&run).await?;
+//! let a = store.claim(&run, &WorkerId::new("a")?, Ttl::from_millis(20)?).await?;
+//! tokio::time::sleep(Duration::from_millis(30)).await; // a's lease expires: a was paused
+//! let b = store.claim(&run, &WorkerId::new("b")?, Ttl::from_secs(30)?).await?;
+//! assert_eq!((a.fence().get(), b.fence().get()), (1, 2));
+//! // a comes back and writes: the store rejects it by fence.
+//! let err = store.append(&a, b"charge card").await.unwrap_err();
+//! assert!(matches!(err, Error::StaleFence { presented: 1, current: 2, .. }));
+//! # Ok(()) }
+//! ```
+
+mod error;
+mod fault;
+mod id;
+mod memory;
+mod scope;
+mod store;
+mod types;
+
+pub use error::{BoxError, Ended, Error, InvalidInput, Result};
+pub use fault::{Fault, FaultyStore, FAULT_BACKEND};
+pub use id::{RunId, WorkerId, MAX_ID_BYTES};
+pub use memory::MemoryLeaseStore;
+pub use scope::{CancelReason, RunScope, ScopeConfig};
+pub use store::{claim_refusal, fenced_verdict, LeaseStore, LeaseStoreExt};
+pub use types::{
+    check_claim_max, check_list, check_payload, check_renew_batch, Fence, JournalEntry, Lease,
+    ListFilter, RunRecord, RunState, StoreTime, Ttl, MAX_BATCH, MAX_LIST, MAX_PAYLOAD_BYTES,
+};
+
+/// Re-exported so callers and backends name the same token type.
+pub use tokio_util::sync::CancellationToken;

@@ -1,0 +1,348 @@
+//! The embedded, in-process reference implementation of `LeaseStore`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::{Mutex, MutexGuard};
+
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::id::{RunId, WorkerId};
+use crate::store::{claim_refusal, fenced_verdict, LeaseStore};
+use crate::types::{
+    check_claim_max, check_list, check_payload, check_renew_batch, Fence, JournalEntry, Lease,
+    ListFilter, RunRecord, RunState, StoreTime, Ttl,
+};
+
+/// A [`LeaseStore`] held in this process's memory: the reference backend, for demos, tests and
+/// single-process engines. Nothing survives the process.
+///
+/// Its store clock is tokio's monotonic clock ([`tokio::time::Instant`]), counted from the
+/// store's creation, so it never jumps and it follows `tokio::time::pause` in tests.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+/// use lease_core::{LeaseStore, MemoryLeaseStore, RunId, Ttl, WorkerId};
+/// let store = MemoryLeaseStore::new();
+/// let run = RunId::new("order-42")?;
+/// store.create(&run).await?;
+/// let lease = store.claim(&run, &WorkerId::new("worker-a")?, Ttl::from_secs(30)?).await?;
+/// assert_eq!(lease.fence().get(), 1);
+/// store.append(&lease, b"charged card").await?;
+/// store.complete(&lease).await?;
+/// # Ok(()) }
+/// ```
+pub struct MemoryLeaseStore {
+    epoch: Instant,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    runs: HashMap<RunId, Slot>,
+    /// Claimable-since order: (instant the run became claimable, creation order) → run.
+    next_order: u64,
+}
+
+struct Slot {
+    state: RunState,
+    owner: Option<WorkerId>,
+    expires_at: Option<Instant>,
+    fence: Fence,
+    heartbeats: u64,
+    /// When the run became (or becomes) claimable: on create, release and resume, the instant
+    /// of the change; while leased, the lease's expiry.
+    claimable_at: Instant,
+    order: u64,
+    journal: Vec<JournalEntry>,
+}
+
+impl MemoryLeaseStore {
+    /// An empty store.
+    pub fn new() -> MemoryLeaseStore {
+        MemoryLeaseStore {
+            epoch: Instant::now(),
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave a slot half-written: every mutation below
+        // is computed first and assigned after all checks pass.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn store_time(&self, at: Instant) -> StoreTime {
+        StoreTime::from_micros(at.saturating_duration_since(self.epoch).as_micros() as u64)
+    }
+
+    fn record(&self, run: &RunId, slot: &Slot, now: Instant) -> RunRecord {
+        RunRecord {
+            run: run.clone(),
+            state: slot.state,
+            owner: slot.owner.clone(),
+            expires_at: slot.expires_at.map(|at| self.store_time(at)),
+            fence: slot.fence,
+            heartbeats: slot.heartbeats,
+            observed_at: self.store_time(now),
+        }
+    }
+
+    fn lease(&self, run: &RunId, slot: &Slot, ttl: Ttl) -> Lease {
+        let owner = slot.owner.clone().expect("a leased slot has an owner");
+        let expires_at = self.store_time(slot.expires_at.expect("a leased slot has an expiry"));
+        Lease::new(run.clone(), owner, slot.fence, ttl, expires_at)
+            .expect("a claimed slot's fence is at least 1")
+    }
+
+    /// Takes the slot for `worker` if the claim rules allow it.
+    fn try_claim(
+        &self,
+        run: &RunId,
+        slot: &mut Slot,
+        worker: &WorkerId,
+        ttl: Ttl,
+        now: Instant,
+    ) -> Result<Lease> {
+        let remaining = slot
+            .expires_at
+            .map(|at| at.saturating_duration_since(now));
+        if let Some(refusal) = claim_refusal(run, slot.state, slot.owner.as_ref(), remaining, slot.fence)
+        {
+            return Err(refusal);
+        }
+        let expires_at = now + ttl.as_duration();
+        slot.fence = Fence::new(slot.fence.get() + 1).expect("claim_refusal checked Fence::MAX");
+        slot.owner = Some(worker.clone());
+        slot.expires_at = Some(expires_at);
+        slot.claimable_at = expires_at;
+        Ok(self.lease(run, slot, ttl))
+    }
+
+    /// Applies `write` to the run if `lease` may write, per the fenced-write rules.
+    fn fenced<T>(
+        &self,
+        lease: &Lease,
+        write: impl FnOnce(&mut Slot, Instant) -> T,
+    ) -> Result<T> {
+        let now = Instant::now();
+        let mut state = self.lock();
+        let slot = state.runs.get_mut(lease.run()).ok_or_else(|| Error::NotFound {
+            run: lease.run().clone(),
+        })?;
+        fenced_verdict(
+            lease.run(),
+            lease.fence(),
+            slot.fence,
+            slot.state,
+            slot.owner.is_some(),
+        )?;
+        Ok(write(slot, now))
+    }
+
+    fn renew_one(&self, lease: &Lease) -> Result<Lease> {
+        self.fenced(lease, |slot, now| {
+            let expires_at = now + lease.ttl().as_duration();
+            slot.expires_at = Some(expires_at);
+            slot.claimable_at = expires_at;
+            slot.heartbeats += 1;
+            self.lease(lease.run(), slot, lease.ttl())
+        })
+    }
+
+    /// Ends the lease: owner and expiry cleared, state set to `to`.
+    fn end(&self, lease: &Lease, to: RunState) -> Result<()> {
+        self.fenced(lease, |slot, now| {
+            slot.state = to;
+            slot.owner = None;
+            slot.expires_at = None;
+            slot.claimable_at = now;
+        })
+    }
+}
+
+impl Default for MemoryLeaseStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for MemoryLeaseStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryLeaseStore")
+            .field("runs", &self.lock().runs.len())
+            .finish()
+    }
+}
+
+impl fmt::Display for MemoryLeaseStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("memory:")
+    }
+}
+
+#[async_trait::async_trait]
+impl LeaseStore for MemoryLeaseStore {
+    async fn create(&self, run: &RunId) -> Result<RunRecord> {
+        let now = Instant::now();
+        let mut state = self.lock();
+        if state.runs.contains_key(run) {
+            return Err(Error::AlreadyExists { run: run.clone() });
+        }
+        state.next_order += 1;
+        let slot = Slot {
+            state: RunState::Runnable,
+            owner: None,
+            expires_at: None,
+            fence: Fence::ZERO,
+            heartbeats: 0,
+            claimable_at: now,
+            order: state.next_order,
+            journal: Vec::new(),
+        };
+        let record = self.record(run, &slot, now);
+        state.runs.insert(run.clone(), slot);
+        Ok(record)
+    }
+
+    async fn claim(&self, run: &RunId, worker: &WorkerId, ttl: Ttl) -> Result<Lease> {
+        let now = Instant::now();
+        let mut state = self.lock();
+        let slot = state
+            .runs
+            .get_mut(run)
+            .ok_or_else(|| Error::NotFound { run: run.clone() })?;
+        self.try_claim(run, slot, worker, ttl, now)
+    }
+
+    async fn claim_next(&self, worker: &WorkerId, ttl: Ttl, max: usize) -> Result<Vec<Lease>> {
+        check_claim_max(max)?;
+        let now = Instant::now();
+        let mut state = self.lock();
+        let mut due: BTreeMap<(Instant, u64), RunId> = BTreeMap::new();
+        for (run, slot) in &state.runs {
+            if slot.state == RunState::Runnable
+                && slot.claimable_at <= now
+                && slot.fence < Fence::MAX
+            {
+                due.insert((slot.claimable_at, slot.order), run.clone());
+                if due.len() > max {
+                    due.pop_last();
+                }
+            }
+        }
+        let mut leases = Vec::with_capacity(due.len());
+        for run in due.into_values() {
+            let slot = state.runs.get_mut(&run).expect("collected above");
+            leases.push(self.try_claim(&run, slot, worker, ttl, now)?);
+        }
+        Ok(leases)
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        self.renew_one(lease)
+    }
+
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+        check_renew_batch(leases.len())?;
+        Ok(leases.iter().map(|lease| self.renew_one(lease)).collect())
+    }
+
+    async fn append(&self, lease: &Lease, payload: &[u8]) -> Result<JournalEntry> {
+        check_payload(payload)?;
+        self.fenced(lease, |slot, now| {
+            let entry = JournalEntry {
+                seq: slot.journal.len() as u64 + 1,
+                fence: lease.fence(),
+                payload: payload.to_vec(),
+                written_at: self.store_time(now),
+            };
+            slot.journal.push(entry.clone());
+            entry
+        })
+    }
+
+    async fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>> {
+        let state = self.lock();
+        let slot = state
+            .runs
+            .get(run)
+            .ok_or_else(|| Error::NotFound { run: run.clone() })?;
+        Ok(slot.journal.clone())
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        self.end(lease, RunState::Runnable)
+    }
+
+    async fn suspend(&self, lease: &Lease) -> Result<()> {
+        self.end(lease, RunState::Suspended)
+    }
+
+    async fn resume(&self, run: &RunId) -> Result<RunRecord> {
+        let now = Instant::now();
+        let mut state = self.lock();
+        let slot = state
+            .runs
+            .get_mut(run)
+            .ok_or_else(|| Error::NotFound { run: run.clone() })?;
+        if slot.state != RunState::Suspended {
+            return Err(Error::NotSuspended {
+                run: run.clone(),
+                state: slot.state,
+            });
+        }
+        slot.state = RunState::Runnable;
+        slot.claimable_at = now;
+        Ok(self.record(run, slot, now))
+    }
+
+    async fn complete(&self, lease: &Lease) -> Result<()> {
+        self.end(lease, RunState::Completed)
+    }
+
+    async fn inspect(&self, run: &RunId) -> Result<RunRecord> {
+        let now = Instant::now();
+        let state = self.lock();
+        let slot = state
+            .runs
+            .get(run)
+            .ok_or_else(|| Error::NotFound { run: run.clone() })?;
+        Ok(self.record(run, slot, now))
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<RunRecord>> {
+        check_list(filter)?;
+        let now = Instant::now();
+        let state = self.lock();
+        let mut records: Vec<RunRecord> = state
+            .runs
+            .iter()
+            .filter(|(run, _)| filter.after.as_ref().is_none_or(|after| *run > after))
+            .map(|(run, slot)| self.record(run, slot, now))
+            .filter(|r| filter.state.is_none_or(|s| r.state == s))
+            .filter(|r| !filter.expired || r.is_expired())
+            .collect();
+        records.sort_by(|a, b| a.run.cmp(&b.run));
+        records.truncate(filter.limit);
+        Ok(records)
+    }
+
+    async fn force_release(&self, run: &RunId) -> Result<RunRecord> {
+        let now = Instant::now();
+        let mut state = self.lock();
+        let slot = state
+            .runs
+            .get_mut(run)
+            .ok_or_else(|| Error::NotFound { run: run.clone() })?;
+        match slot.state {
+            RunState::Suspended => return Err(Error::Suspended { run: run.clone() }),
+            RunState::Completed => return Err(Error::Completed { run: run.clone() }),
+            RunState::Runnable => {}
+        }
+        slot.owner = None;
+        slot.expires_at = None;
+        slot.claimable_at = now;
+        Ok(self.record(run, slot, now))
+    }
+}

@@ -1,0 +1,471 @@
+//! `RunScope`: drives one claimed lease with heartbeats and stops the run's work before anyone
+//! else can claim it.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use tokio::time::{sleep_until, Instant};
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use crate::error::{Error, InvalidInput, Result};
+use crate::id::{RunId, WorkerId};
+use crate::store::LeaseStore;
+use crate::types::{Fence, JournalEntry, Lease, Ttl};
+
+/// Timing of a [`RunScope`]: how often it heartbeats and how much safety margin its local
+/// deadline keeps. Defaults: heartbeat every TTL/3, margin TTL/10.
+#[derive(Clone, Debug, Default)]
+pub struct ScopeConfig {
+    heartbeat: Option<Duration>,
+    margin: Option<Duration>,
+    parent: Option<CancellationToken>,
+}
+
+impl ScopeConfig {
+    /// Heartbeat every `interval` instead of TTL/3.
+    pub fn with_heartbeat(mut self, interval: Duration) -> Self {
+        self.heartbeat = Some(interval);
+        self
+    }
+
+    /// Keep `margin` between the local deadline and the earliest instant the store's expiry can
+    /// fall, instead of TTL/10. It absorbs the difference in clock *rates* between worker and store
+    /// and the time to stop the run's work.
+    pub fn with_margin(mut self, margin: Duration) -> Self {
+        self.margin = Some(margin);
+        self
+    }
+
+    /// Make the scope's token a child of `parent` (typically the worker's shutdown token), so
+    /// cancelling `parent` cancels the scope.
+    pub fn with_parent(mut self, parent: CancellationToken) -> Self {
+        self.parent = Some(parent);
+        self
+    }
+
+    /// Resolves the defaults against `ttl` and checks that the heartbeat fits inside the
+    /// deadline window (`ttl - margin`).
+    fn timing(&self, ttl: Ttl) -> Result<Timing, InvalidInput> {
+        let ttl = ttl.as_duration();
+        let interval = self.heartbeat.unwrap_or(ttl / 3);
+        let margin = self.margin.unwrap_or(ttl / 10);
+        let window = ttl.saturating_sub(margin);
+        if interval.is_zero() || window.is_zero() || interval >= window {
+            return Err(InvalidInput::ScopeTiming {
+                ttl,
+                heartbeat: interval,
+                margin,
+            });
+        }
+        Ok(Timing { interval, window })
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Timing {
+    interval: Duration,
+    /// TTL minus the safety margin: how long after a renewal is *sent* the scope may work.
+    window: Duration,
+}
+
+/// Why a [`RunScope`] was cancelled.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum CancelReason {
+    /// The store rejected a renewal (or an end of the lease) with this verdict, for example
+    /// [`Error::StaleFence`]: the run belongs to someone else now.
+    Rejected(Arc<Error>),
+    /// No renewal succeeded in time: the local deadline (last successful send + TTL − margin)
+    /// passed, whether renewals failed, hung or never returned.
+    DeadlineExceeded {
+        /// The local deadline that passed.
+        deadline: Instant,
+        /// The last renewal failure seen, if any.
+        last_error: Option<String>,
+    },
+    /// [`RunScope::release`] succeeded.
+    Released,
+    /// [`RunScope::suspend`] succeeded.
+    Suspended,
+    /// [`RunScope::complete`] succeeded.
+    Completed,
+    /// The parent token was cancelled (worker shutdown).
+    Shutdown,
+}
+
+impl fmt::Display for CancelReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CancelReason::Rejected(e) => write!(f, "renewal rejected: {e}"),
+            CancelReason::DeadlineExceeded {
+                last_error: Some(e),
+                ..
+            } => write!(f, "local deadline passed without a renewal (last error: {e})"),
+            CancelReason::DeadlineExceeded { .. } => {
+                f.write_str("local deadline passed without a renewal")
+            }
+            CancelReason::Released => f.write_str("released"),
+            CancelReason::Suspended => f.write_str("suspended"),
+            CancelReason::Completed => f.write_str("completed"),
+            CancelReason::Shutdown => f.write_str("shut down"),
+        }
+    }
+}
+
+/// State shared between a scope and its heartbeat task (and, later, a worker-wide heartbeat).
+struct Shared {
+    store: Arc<dyn LeaseStore>,
+    lease: Mutex<Lease>,
+    token: CancellationToken,
+    reason: OnceLock<(Instant, CancelReason)>,
+    deadline: Mutex<Instant>,
+    renewals: AtomicU64,
+    timing: Timing,
+    /// Serializes renewals with the writes that end the lease, so a renewal never races a
+    /// suspend and turns a clean suspension into a "rejected" cancellation.
+    ending: tokio::sync::Mutex<()>,
+}
+
+impl Shared {
+    fn lease(&self) -> Lease {
+        self.lease.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn deadline(&self) -> Instant {
+        *self.deadline.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records a successful renewal that was sent at `sent`.
+    fn renewed(&self, sent: Instant, lease: Lease) {
+        *self.lease.lock().unwrap_or_else(|e| e.into_inner()) = lease;
+        let mut deadline = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
+        // A late answer to an older send must not move the deadline back... or forward past
+        // what its send instant justifies.
+        *deadline = (*deadline).max(sent + self.timing.window);
+        self.renewals.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Cancels the scope; the first reason wins.
+    fn cancel(&self, reason: CancelReason) {
+        let lease = self.lease();
+        if self.reason.set((Instant::now(), reason.clone())).is_ok() {
+            match &reason {
+                CancelReason::Rejected(_) | CancelReason::DeadlineExceeded { .. } => {
+                    tracing::warn!(run = %lease.run(), fence = %lease.fence(), %reason, "run scope cancelled")
+                }
+                _ => tracing::debug!(run = %lease.run(), fence = %lease.fence(), %reason, "run scope ended"),
+            }
+        }
+        self.token.cancel();
+    }
+}
+
+/// Drives one claimed lease: heartbeats it, keeps a local deadline on the monotonic clock, and
+/// cancels a [`CancellationToken`] the run's work observes as soon as the lease may be lost.
+///
+/// - It heartbeats every TTL/3 by default ([`ScopeConfig`]).
+/// - Its **local deadline** is the instant the last successful renewal (or the claim) was
+///   *sent*, plus the TTL, minus a safety margin. The store sets its expiry after it receives
+///   the request, so its expiry is never earlier than that instant.
+/// - A renewal the store rejects cancels the scope at once with [`CancelReason::Rejected`].
+/// - A renewal that fails or hangs is retried, but when the local deadline passes the scope is
+///   cancelled with [`CancelReason::DeadlineExceeded`] **even if the renewal never returns**:
+///   the worker stops before anyone else can claim the run. Fencing covers writes already in
+///   flight.
+/// - [`suspend`](RunScope::suspend), [`complete`](RunScope::complete) and
+///   [`release`](RunScope::release) stop the heartbeat; a scope never heartbeats a suspended run.
+/// - The scope never answers a write itself: [`append`](RunScope::append) and the ends of the
+///   lease go to the store with the fence, and the store's verdict is returned.
+/// - Dropping the scope cancels its token and stops the heartbeat.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+/// use std::sync::Arc;
+/// use lease_core::{LeaseStore, MemoryLeaseStore, RunId, RunScope, ScopeConfig, Ttl, WorkerId};
+///
+/// let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+/// let run = RunId::new("order-42")?;
+/// store.create(&run).await?;
+/// let worker = WorkerId::new("worker-a")?;
+/// let scope = RunScope::claim(store, &run, &worker, Ttl::from_secs(30)?, ScopeConfig::default()).await?;
+/// let token = scope.token();
+/// for step in 0..3 {
+///     if token.is_cancelled() {
+///         return Ok(()); // the lease may be lost: stop, someone else may own the run now
+///     }
+///     scope.append(format!("step {step}").as_bytes()).await?; // fenced by the store
+/// }
+/// scope.complete().await?;
+/// # Ok(()) }
+/// ```
+pub struct RunScope {
+    shared: Arc<Shared>,
+    run: RunId,
+    _guard: DropGuard,
+}
+
+impl RunScope {
+    /// Claims `run` and starts driving the lease. The local deadline counts from the instant
+    /// the claim was sent.
+    ///
+    /// # Errors
+    /// [`InvalidInput::ScopeTiming`] if the configured heartbeat does not fit inside TTL minus
+    /// margin (checked before claiming), and every error of [`LeaseStore::claim`].
+    pub async fn claim(
+        store: Arc<dyn LeaseStore>,
+        run: &RunId,
+        worker: &WorkerId,
+        ttl: Ttl,
+        config: ScopeConfig,
+    ) -> Result<RunScope> {
+        config.timing(ttl)?;
+        let sent = Instant::now();
+        let lease = store.claim(run, worker, ttl).await?;
+        Ok(Self::from_lease(store, lease, sent, config)?)
+    }
+
+    /// Claims up to `max` runs with [`LeaseStore::claim_next`] and drives each in its own scope.
+    ///
+    /// # Errors
+    /// As [`RunScope::claim`] and [`LeaseStore::claim_next`].
+    pub async fn claim_next(
+        store: Arc<dyn LeaseStore>,
+        worker: &WorkerId,
+        ttl: Ttl,
+        max: usize,
+        config: ScopeConfig,
+    ) -> Result<Vec<RunScope>> {
+        config.timing(ttl)?;
+        let sent = Instant::now();
+        let leases = store.claim_next(worker, ttl, max).await?;
+        leases
+            .into_iter()
+            .map(|lease| Ok(Self::from_lease(store.clone(), lease, sent, config.clone())?))
+            .collect()
+    }
+
+    /// Drives a lease obtained elsewhere. `sent` must be the instant its claim (or its latest
+    /// renewal) was sent: the local deadline is `sent + ttl - margin`.
+    ///
+    /// Must be called inside a tokio runtime: it spawns the heartbeat task.
+    ///
+    /// # Errors
+    /// [`InvalidInput::ScopeTiming`].
+    pub fn from_lease(
+        store: Arc<dyn LeaseStore>,
+        lease: Lease,
+        sent: Instant,
+        config: ScopeConfig,
+    ) -> Result<RunScope, InvalidInput> {
+        let timing = config.timing(lease.ttl())?;
+        let token = match &config.parent {
+            Some(parent) => parent.child_token(),
+            None => CancellationToken::new(),
+        };
+        let run = lease.run().clone();
+        let shared = Arc::new(Shared {
+            store,
+            lease: Mutex::new(lease),
+            token: token.clone(),
+            reason: OnceLock::new(),
+            deadline: Mutex::new(sent + timing.window),
+            renewals: AtomicU64::new(0),
+            timing,
+            ending: tokio::sync::Mutex::new(()),
+        });
+        tokio::spawn(heartbeat(shared.clone(), sent));
+        Ok(RunScope {
+            shared,
+            run,
+            _guard: token.drop_guard(),
+        })
+    }
+
+    /// The run this scope drives.
+    pub fn run(&self) -> &RunId {
+        &self.run
+    }
+
+    /// The lease as of the latest successful renewal.
+    pub fn lease(&self) -> Lease {
+        self.shared.lease()
+    }
+
+    /// The fence every write of this scope presents.
+    pub fn fence(&self) -> Fence {
+        self.shared.lease().fence()
+    }
+
+    /// A child of the scope's token, for the run's tasks: cancelled when the scope is.
+    pub fn token(&self) -> CancellationToken {
+        self.shared.token.child_token()
+    }
+
+    /// Completes when the scope is cancelled.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn cancelled(&self) {
+        self.shared.token.cancelled().await
+    }
+
+    /// Whether the scope is cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.shared.token.is_cancelled()
+    }
+
+    /// Why the scope was cancelled, and when (on the monotonic clock); `None` while it runs.
+    pub fn cancel_reason(&self) -> Option<(Instant, CancelReason)> {
+        match self.shared.reason.get() {
+            Some(reason) => Some(reason.clone()),
+            // Cancelled from outside: the parent token.
+            None if self.is_cancelled() => Some((Instant::now(), CancelReason::Shutdown)),
+            None => None,
+        }
+    }
+
+    /// The current local deadline: the scope cancels itself when it passes without a renewal.
+    pub fn deadline(&self) -> Instant {
+        self.shared.deadline()
+    }
+
+    /// How many renewals have succeeded.
+    pub fn renewals(&self) -> u64 {
+        self.shared.renewals.load(Ordering::Relaxed)
+    }
+
+    /// The store this scope writes to.
+    pub fn store(&self) -> &Arc<dyn LeaseStore> {
+        &self.shared.store
+    }
+
+    /// Appends to the run's journal under this scope's fence; the store's verdict is returned,
+    /// whether or not the scope is cancelled.
+    ///
+    /// # Errors
+    /// As [`LeaseStore::append`].
+    pub async fn append(&self, payload: &[u8]) -> Result<JournalEntry> {
+        self.shared.store.append(&self.lease(), payload).await
+    }
+
+    /// Suspends the run and stops the heartbeat. On a verdict error the scope is cancelled with
+    /// it; on an unavailable store the scope keeps heartbeating and the call may be retried.
+    ///
+    /// # Errors
+    /// As [`LeaseStore::suspend`].
+    pub async fn suspend(&self) -> Result<()> {
+        self.end(CancelReason::Suspended).await
+    }
+
+    /// Completes the run and stops the heartbeat. Errors as for [`RunScope::suspend`].
+    ///
+    /// # Errors
+    /// As [`LeaseStore::complete`].
+    pub async fn complete(&self) -> Result<()> {
+        self.end(CancelReason::Completed).await
+    }
+
+    /// Releases the run and stops the heartbeat. Errors as for [`RunScope::suspend`].
+    ///
+    /// # Errors
+    /// As [`LeaseStore::release`].
+    pub async fn release(&self) -> Result<()> {
+        self.end(CancelReason::Released).await
+    }
+
+    async fn end(&self, how: CancelReason) -> Result<()> {
+        let _serial = self.shared.ending.lock().await;
+        let lease = self.lease();
+        let store = &self.shared.store;
+        let result = match how {
+            CancelReason::Suspended => store.suspend(&lease).await,
+            CancelReason::Completed => store.complete(&lease).await,
+            _ => store.release(&lease).await,
+        };
+        match &result {
+            Ok(()) => self.shared.cancel(how),
+            Err(e) if e.is_verdict() => self.shared.cancel(CancelReason::Rejected(Arc::new(e.duplicate()))),
+            Err(_) => {}
+        }
+        result
+    }
+}
+
+impl fmt::Debug for RunScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunScope")
+            .field("lease", &self.lease())
+            .field("cancelled", &self.is_cancelled())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The per-scope heartbeat: renews every interval, retries failures, and cancels the scope on a
+/// verdict or at the local deadline, whichever comes first.
+async fn heartbeat(shared: Arc<Shared>, claim_sent: Instant) {
+    let Timing { interval, .. } = shared.timing;
+    // After a failure, retry sooner than the regular interval, but not in a tight loop.
+    let retry = (interval / 4).max(Duration::from_millis(1));
+    let mut next = claim_sent + interval;
+    let mut last_error: Option<String> = None;
+    loop {
+        let deadline = shared.deadline();
+        let expired = || CancelReason::DeadlineExceeded {
+            deadline,
+            last_error: last_error.clone(),
+        };
+        tokio::select! {
+            biased;
+            _ = shared.token.cancelled() => break,
+            _ = sleep_until(deadline) => { shared.cancel(expired()); break; }
+            _ = sleep_until(next) => {}
+        }
+        let outcome = tokio::select! {
+            biased;
+            _ = shared.token.cancelled() => break,
+            _ = sleep_until(deadline) => { shared.cancel(expired()); break; }
+            outcome = renew_once(&shared, interval) => outcome,
+        };
+        match outcome {
+            Ok(()) => {
+                last_error = None;
+                next = Instant::now().max(next) + interval;
+                next = next.min(shared.deadline());
+            }
+            Err(e) if e.is_verdict() => {
+                shared.cancel(CancelReason::Rejected(Arc::new(e)));
+                break;
+            }
+            Err(e) => {
+                let lease = shared.lease();
+                tracing::warn!(run = %lease.run(), fence = %lease.fence(), error = %e, "heartbeat failed; retrying");
+                last_error = Some(e.to_string());
+                next = Instant::now() + retry;
+            }
+        }
+    }
+}
+
+/// One renewal attempt, serialized with the ends of the lease and bounded by the heartbeat
+/// interval, so a call stuck on a dead connection is abandoned and a fresh one sent.
+async fn renew_once(shared: &Shared, interval: Duration) -> Result<()> {
+    let _serial = shared.ending.lock().await;
+    if shared.token.is_cancelled() {
+        return Ok(());
+    }
+    let lease = shared.lease();
+    let sent = Instant::now();
+    match tokio::time::timeout(interval, shared.store.renew(&lease)).await {
+        Ok(Ok(renewed)) => {
+            shared.renewed(sent, renewed);
+            Ok(())
+        }
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(Error::unavailable(
+            "heartbeat",
+            format!("renewal did not answer within {interval:?}"),
+        )),
+    }
+}

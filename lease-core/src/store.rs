@@ -1,0 +1,225 @@
+//! The `LeaseStore` trait and the verdict rules every backend shares.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::error::{Ended, Error, Result};
+use crate::id::{RunId, WorkerId};
+use crate::types::{Fence, JournalEntry, Lease, ListFilter, RunRecord, RunState, Ttl};
+
+/// Durable TTL leases on runs, guarded by fencing tokens.
+///
+/// # Contract
+///
+/// Every check runs atomically in the store (one conditional statement, one transaction or one
+/// script), on the **store's** clock; the caller's clock is never consulted. Each successful
+/// claim returns a fence greater than every earlier fence for that run, so fences never repeat.
+///
+/// A *fenced write* ([`renew`](LeaseStore::renew), [`renew_many`](LeaseStore::renew_many),
+/// [`append`](LeaseStore::append), [`release`](LeaseStore::release),
+/// [`suspend`](LeaseStore::suspend), [`complete`](LeaseStore::complete), and any write an
+/// adapter offers) is accepted iff the presented fence equals the run's stored fence and the
+/// lease is still held (not released, suspended or completed). Otherwise, in this order:
+///
+/// - [`Error::NotFound`] if the run does not exist;
+/// - [`Error::StaleFence`] if the presented fence is lower than the stored one;
+/// - [`Error::FenceAhead`] if it is higher (the store never issued it);
+/// - [`Error::LeaseEnded`] if it is equal but the lease was released, suspended or completed.
+///
+/// Expiry alone never rejects a write: a holder whose lease expired may still write until
+/// someone reclaims the run, which moves the fence. [`fenced_verdict`] implements these rules
+/// for backends that must explain a conditional write that matched nothing.
+///
+/// # Cancel safety
+///
+/// Dropping a returned future before it completes leaves the operation applied or not applied;
+/// the caller cannot tell which. An applied claim that the caller never saw expires by its TTL,
+/// and its fence is never reused. An applied fenced write is as if the caller had seen it.
+///
+/// Implementing a backend: run the `lease-conformance` suite against it; passing it is the
+/// definition of a correct backend.
+#[async_trait::async_trait] // object-safe: workers hold Arc<dyn LeaseStore>
+pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
+    /// Creates `run` as runnable and unowned, with fence 0 and no heartbeats.
+    ///
+    /// # Errors
+    /// [`Error::AlreadyExists`]; nothing is changed.
+    async fn create(&self, run: &RunId) -> Result<RunRecord>;
+
+    /// Claims `run` for `worker` for `ttl` if it is runnable and unowned or expired. Sets the
+    /// owner, sets the expiry to the store's now plus `ttl`, and increments the fence.
+    ///
+    /// # Errors
+    /// [`Error::Held`] (holder, time left), [`Error::Suspended`], [`Error::Completed`],
+    /// [`Error::NotFound`], [`Error::FenceExhausted`].
+    async fn claim(&self, run: &RunId, worker: &WorkerId, ttl: Ttl) -> Result<Lease>;
+
+    /// Claims up to `max` (1 to [`MAX_BATCH`](crate::MAX_BATCH)) claimable runs (runnable and
+    /// unowned or expired), those claimable longest first. Returns an empty list when none is.
+    /// Concurrent callers never receive the same run under the same fence.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for `max` out of range.
+    async fn claim_next(&self, worker: &WorkerId, ttl: Ttl, max: usize) -> Result<Vec<Lease>>;
+
+    /// The heartbeat: a fenced write that sets the expiry to the store's now plus the lease's
+    /// TTL and increments the run's `heartbeats`. Returns the lease with its new expiry.
+    ///
+    /// # Errors
+    /// The fenced-write verdicts of the [contract](LeaseStore#contract).
+    async fn renew(&self, lease: &Lease) -> Result<Lease>;
+
+    /// [`renew`](LeaseStore::renew) for up to [`MAX_BATCH`](crate::MAX_BATCH) leases in one
+    /// round trip, with one result per lease, in order. One lease's rejection does not affect
+    /// the others.
+    ///
+    /// # Errors
+    /// The outer error when the batch as a whole could not be decided (unavailable, too large).
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>>;
+
+    /// Appends `payload` (at most [`MAX_PAYLOAD_BYTES`](crate::MAX_PAYLOAD_BYTES)) to the run's
+    /// journal under the lease's fence; a fenced write.
+    ///
+    /// # Errors
+    /// The fenced-write verdicts of the [contract](LeaseStore#contract).
+    async fn append(&self, lease: &Lease, payload: &[u8]) -> Result<JournalEntry>;
+
+    /// The run's journal, in order; each entry records the fence it was written under.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`].
+    async fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>>;
+
+    /// Gives the run back: owner and expiry cleared, still runnable, claimable at once by
+    /// anyone (under a higher fence). A fenced write.
+    ///
+    /// # Errors
+    /// The fenced-write verdicts of the [contract](LeaseStore#contract).
+    async fn release(&self, lease: &Lease) -> Result<()>;
+
+    /// Suspends the run (it waits on a human or a webhook): owner and expiry cleared, state
+    /// `suspended`, not claimable until [`resume`](LeaseStore::resume). A fenced write.
+    ///
+    /// # Errors
+    /// The fenced-write verdicts of the [contract](LeaseStore#contract).
+    async fn suspend(&self, lease: &Lease) -> Result<()>;
+
+    /// Makes a suspended run runnable again. The next claim takes a higher fence.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`], [`Error::NotSuspended`].
+    async fn resume(&self, run: &RunId) -> Result<RunRecord>;
+
+    /// Completes the run: terminal, owner and expiry cleared. A fenced write.
+    ///
+    /// # Errors
+    /// The fenced-write verdicts of the [contract](LeaseStore#contract).
+    async fn complete(&self, lease: &Lease) -> Result<()>;
+
+    /// Reads the run's record.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`].
+    async fn inspect(&self, run: &RunId) -> Result<RunRecord>;
+
+    /// Reads the records that match `filter`, ordered by run id.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a limit out of range.
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<RunRecord>>;
+
+    /// Administrative takeover: clears the owner and expiry of a runnable run whoever holds it,
+    /// without a fence. The fence is unchanged, so the old holder's writes fail with
+    /// [`Error::LeaseEnded`] until the next claim, which takes a higher fence and makes them
+    /// fail with [`Error::StaleFence`].
+    ///
+    /// # Errors
+    /// [`Error::NotFound`], [`Error::Suspended`], [`Error::Completed`].
+    async fn force_release(&self, run: &RunId) -> Result<RunRecord>;
+}
+
+/// The verdict on a fenced write, given what the store holds for the run.
+///
+/// `current` is the stored fence, `state` the run's state and `owned` whether it has an owner.
+/// Backends whose conditional write matched nothing call this with the row they then read, so
+/// every backend explains a rejection the same way. Returns `Ok(())` when the write is allowed.
+///
+/// # Errors
+/// [`Error::StaleFence`], [`Error::FenceAhead`] or [`Error::LeaseEnded`], per the
+/// [contract](LeaseStore#contract).
+pub fn fenced_verdict(
+    run: &RunId,
+    presented: Fence,
+    current: Fence,
+    state: RunState,
+    owned: bool,
+) -> Result<()> {
+    let (presented, current) = (presented.get(), current.get());
+    if presented < current {
+        return Err(Error::StaleFence {
+            run: run.clone(),
+            presented,
+            current,
+        });
+    }
+    if presented > current {
+        return Err(Error::FenceAhead {
+            run: run.clone(),
+            presented,
+            current,
+        });
+    }
+    let ended = match state {
+        RunState::Completed => Ended::Completed,
+        RunState::Suspended => Ended::Suspended,
+        RunState::Runnable if !owned => Ended::Released,
+        RunState::Runnable => return Ok(()),
+    };
+    Err(Error::LeaseEnded {
+        run: run.clone(),
+        fence: presented,
+        ended,
+    })
+}
+
+/// Why a claim of an existing run was refused, given what the store holds for it; `None` if the
+/// claim is allowed. `remaining` is the holder's time left by the store's clock (`None` or zero
+/// when unowned or expired).
+pub fn claim_refusal(
+    run: &RunId,
+    state: RunState,
+    owner: Option<&WorkerId>,
+    remaining: Option<Duration>,
+    current: Fence,
+) -> Option<Error> {
+    match state {
+        RunState::Suspended => Some(Error::Suspended { run: run.clone() }),
+        RunState::Completed => Some(Error::Completed { run: run.clone() }),
+        RunState::Runnable => match (owner, remaining) {
+            (Some(owner), Some(remaining)) if !remaining.is_zero() => Some(Error::Held {
+                run: run.clone(),
+                owner: owner.clone(),
+                remaining,
+            }),
+            _ if current >= Fence::MAX => Some(Error::FenceExhausted { run: run.clone() }),
+            _ => None,
+        },
+    }
+}
+
+/// Conveniences over any [`LeaseStore`].
+#[async_trait::async_trait]
+pub trait LeaseStoreExt: LeaseStore {
+    /// Creates `run` unless it exists; returns its record either way.
+    ///
+    /// # Errors
+    /// As [`LeaseStore::create`] and [`LeaseStore::inspect`], except `AlreadyExists`.
+    async fn ensure(&self, run: &RunId) -> Result<RunRecord> {
+        match self.create(run).await {
+            Err(Error::AlreadyExists { .. }) => self.inspect(run).await,
+            other => other,
+        }
+    }
+}
+
+impl<S: LeaseStore + ?Sized> LeaseStoreExt for S {}

@@ -1,0 +1,448 @@
+//! The values that cross the `LeaseStore` boundary: fences, TTLs, leases, records, journal entries.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::error::InvalidInput;
+use crate::id::{RunId, WorkerId};
+
+/// A run's fencing token: 0 before the first claim, +1 on every successful claim, never
+/// decreasing and never repeating.
+///
+/// Fences are compared as integers inside the store; they are never derived from a clock.
+/// The largest fence is [`Fence::MAX`] (`i64::MAX`), so every backend stores it losslessly in a
+/// signed 64-bit column or Redis integer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Fence(u64);
+
+impl Fence {
+    /// The fence of a run that has never been claimed.
+    pub const ZERO: Fence = Fence(0);
+    /// The largest fence any backend issues; a claim past it fails with
+    /// [`Error::FenceExhausted`](crate::Error::FenceExhausted).
+    pub const MAX: Fence = Fence(i64::MAX as u64);
+
+    /// Wraps a fence value read from a store or a lease.
+    ///
+    /// # Errors
+    /// [`InvalidInput::FenceOutOfRange`] above [`Fence::MAX`].
+    pub fn new(value: u64) -> Result<Fence, InvalidInput> {
+        if value > Self::MAX.0 {
+            return Err(InvalidInput::FenceOutOfRange { fence: value });
+        }
+        Ok(Fence(value))
+    }
+
+    /// The fence as an integer.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for Fence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl From<Fence> for u64 {
+    fn from(fence: Fence) -> u64 {
+        fence.0
+    }
+}
+
+/// A lease's time to live, at millisecond precision, from 1 ms to [`Ttl::MAX`] (one day).
+///
+/// ```
+/// use std::time::Duration;
+/// use lease_core::{InvalidInput, Ttl};
+/// assert_eq!(Ttl::from_millis(1500).unwrap().as_duration(), Duration::from_millis(1500));
+/// assert!(matches!(Ttl::new(Duration::ZERO), Err(InvalidInput::TtlTooShort { .. })));
+/// assert!(matches!(Ttl::from_secs(2 * 86_400), Err(InvalidInput::TtlTooLong { .. })));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Ttl(u64);
+
+impl Ttl {
+    /// The longest TTL accepted: one day. A longer lease is almost always a unit mistake.
+    pub const MAX: Duration = Duration::from_secs(86_400);
+
+    /// A TTL of `duration`, truncated to whole milliseconds.
+    ///
+    /// # Errors
+    /// [`InvalidInput::TtlTooShort`] below 1 ms, [`InvalidInput::TtlTooLong`] above [`Ttl::MAX`].
+    pub fn new(duration: Duration) -> Result<Ttl, InvalidInput> {
+        if duration > Self::MAX {
+            return Err(InvalidInput::TtlTooLong {
+                ttl: duration,
+                max: Self::MAX,
+            });
+        }
+        let millis = duration.as_millis() as u64; // at most 86_400_000, checked above
+        if millis == 0 {
+            return Err(InvalidInput::TtlTooShort { ttl: duration });
+        }
+        Ok(Ttl(millis))
+    }
+
+    /// A TTL of `millis` milliseconds. See [`Ttl::new`].
+    ///
+    /// # Errors
+    /// As [`Ttl::new`].
+    pub fn from_millis(millis: u64) -> Result<Ttl, InvalidInput> {
+        Self::new(Duration::from_millis(millis))
+    }
+
+    /// A TTL of `secs` seconds. See [`Ttl::new`].
+    ///
+    /// # Errors
+    /// As [`Ttl::new`].
+    pub fn from_secs(secs: u64) -> Result<Ttl, InvalidInput> {
+        Self::new(Duration::from_secs(secs))
+    }
+
+    /// The TTL in milliseconds.
+    pub const fn as_millis(self) -> u64 {
+        self.0
+    }
+
+    /// The TTL as a [`Duration`].
+    pub const fn as_duration(self) -> Duration {
+        Duration::from_millis(self.0)
+    }
+}
+
+impl fmt::Display for Ttl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}ms", self.0)
+    }
+}
+
+/// An instant on the **store's** clock, in microseconds.
+///
+/// Postgres and Redis count from the Unix epoch on the server; the memory store counts from its
+/// own creation on the monotonic clock. Only differences between two `StoreTime`s of the same
+/// store are meaningful to a worker; a worker never compares them with its own clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct StoreTime(u64);
+
+impl StoreTime {
+    /// The instant `micros` microseconds after the store clock's origin.
+    pub const fn from_micros(micros: u64) -> StoreTime {
+        StoreTime(micros)
+    }
+
+    /// Microseconds since the store clock's origin.
+    pub const fn as_micros(self) -> u64 {
+        self.0
+    }
+
+    /// How long from `earlier` to `self`, or zero if `earlier` is later.
+    pub fn saturating_since(self, earlier: StoreTime) -> Duration {
+        Duration::from_micros(self.0.saturating_sub(earlier.0))
+    }
+}
+
+impl fmt::Display for StoreTime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{:06}s", self.0 / 1_000_000, self.0 % 1_000_000)
+    }
+}
+
+/// Where a run is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RunState {
+    /// May be claimed when unowned or when its lease has expired.
+    Runnable,
+    /// Waiting on something outside the engine; not claimable until resumed.
+    Suspended,
+    /// Finished; terminal.
+    Completed,
+}
+
+impl RunState {
+    /// The lower-case name used in storage and output: `runnable`, `suspended`, `completed`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RunState::Runnable => "runnable",
+            RunState::Suspended => "suspended",
+            RunState::Completed => "completed",
+        }
+    }
+}
+
+impl fmt::Display for RunState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for RunState {
+    type Err = InvalidInput;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "runnable" => Ok(RunState::Runnable),
+            "suspended" => Ok(RunState::Suspended),
+            "completed" => Ok(RunState::Completed),
+            other => Err(InvalidInput::UnknownState {
+                state: other.chars().take(32).collect(),
+            }),
+        }
+    }
+}
+
+/// A claim on a run: the proof a worker presents, by its fence, on every write.
+///
+/// A `Lease` is plain data. Holding one grants nothing by itself: the store accepts a write only
+/// while the lease's fence equals the run's stored fence and the lease has not been released,
+/// suspended or completed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    run: RunId,
+    owner: WorkerId,
+    fence: Fence,
+    ttl: Ttl,
+    expires_at: StoreTime,
+}
+
+impl Lease {
+    /// Assembles a lease, as a backend does from its store's answer.
+    ///
+    /// # Errors
+    /// [`InvalidInput::FenceZero`]: fence 0 is never issued by a claim.
+    pub fn new(
+        run: RunId,
+        owner: WorkerId,
+        fence: Fence,
+        ttl: Ttl,
+        expires_at: StoreTime,
+    ) -> Result<Lease, InvalidInput> {
+        if fence == Fence::ZERO {
+            return Err(InvalidInput::FenceZero);
+        }
+        Ok(Lease {
+            run,
+            owner,
+            fence,
+            ttl,
+            expires_at,
+        })
+    }
+
+    /// The claimed run.
+    pub fn run(&self) -> &RunId {
+        &self.run
+    }
+
+    /// The worker that claimed it.
+    pub fn owner(&self) -> &WorkerId {
+        &self.owner
+    }
+
+    /// The fence this lease writes under.
+    pub fn fence(&self) -> Fence {
+        self.fence
+    }
+
+    /// The TTL each claim or renewal extends the lease by.
+    pub fn ttl(&self) -> Ttl {
+        self.ttl
+    }
+
+    /// The lease's expiry on the store's clock, as of the claim or renewal that produced it.
+    pub fn expires_at(&self) -> StoreTime {
+        self.expires_at
+    }
+}
+
+/// A run's record as the store holds it, read at [`RunRecord::observed_at`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunRecord {
+    /// The run.
+    pub run: RunId,
+    /// Its state.
+    pub state: RunState,
+    /// The worker holding the lease, if any (possibly expired: see [`RunRecord::is_expired`]).
+    pub owner: Option<WorkerId>,
+    /// When the lease expires on the store's clock, if owned.
+    pub expires_at: Option<StoreTime>,
+    /// The current fence: the fence of the latest claim, 0 if never claimed.
+    pub fence: Fence,
+    /// How many renewals have succeeded over the run's life.
+    pub heartbeats: u64,
+    /// The store's clock when this record was read.
+    pub observed_at: StoreTime,
+}
+
+impl RunRecord {
+    /// Time left on the lease as the store saw it when read; `None` if unowned.
+    pub fn remaining(&self) -> Option<Duration> {
+        self.expires_at
+            .map(|at| at.saturating_since(self.observed_at))
+    }
+
+    /// Whether the run is owned but its lease had expired when read, so a claim would take it.
+    pub fn is_expired(&self) -> bool {
+        self.owner.is_some() && self.expires_at.is_some_and(|at| at <= self.observed_at)
+    }
+}
+
+/// The longest journal payload accepted: 1 MiB.
+pub const MAX_PAYLOAD_BYTES: usize = 1 << 20;
+
+/// The most leases one `claim_next` or `renew_many` call handles.
+pub const MAX_BATCH: usize = 1_000;
+
+/// One entry of a run's journal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JournalEntry {
+    /// Position in the run's journal, from 1, gapless.
+    pub seq: u64,
+    /// The fence the entry was written under.
+    pub fence: Fence,
+    /// The caller's bytes.
+    pub payload: Vec<u8>,
+    /// When the store accepted it, on its clock.
+    pub written_at: StoreTime,
+}
+
+/// Which runs [`LeaseStore::list`](crate::LeaseStore::list) returns, ordered by run id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListFilter {
+    /// Only runs in this state.
+    pub state: Option<RunState>,
+    /// Only runs whose lease has expired by the store's clock and not been reclaimed.
+    pub expired: bool,
+    /// Only runs whose id sorts after this one (for paging).
+    pub after: Option<RunId>,
+    /// At most this many, 1 to [`MAX_LIST`].
+    pub limit: usize,
+}
+
+/// The most runs one `list` call returns.
+pub const MAX_LIST: usize = 10_000;
+
+impl Default for ListFilter {
+    fn default() -> Self {
+        ListFilter {
+            state: None,
+            expired: false,
+            after: None,
+            limit: 100,
+        }
+    }
+}
+
+pub(crate) fn check_batch(len: usize) -> Result<(), InvalidInput> {
+    if len > MAX_BATCH {
+        return Err(InvalidInput::BatchTooLarge {
+            len,
+            max: MAX_BATCH,
+        });
+    }
+    Ok(())
+}
+
+/// Validates `claim_next`'s `max` (1 to [`MAX_BATCH`]). Backends call it before any I/O.
+///
+/// # Errors
+/// [`InvalidInput::BatchTooLarge`] or [`InvalidInput::BatchEmpty`].
+pub fn check_claim_max(max: usize) -> Result<(), InvalidInput> {
+    if max == 0 {
+        return Err(InvalidInput::BatchEmpty);
+    }
+    check_batch(max)
+}
+
+/// Validates a `renew_many` batch size (0 to [`MAX_BATCH`]). Backends call it before any I/O.
+///
+/// # Errors
+/// [`InvalidInput::BatchTooLarge`].
+pub fn check_renew_batch(len: usize) -> Result<(), InvalidInput> {
+    check_batch(len)
+}
+
+/// Validates a journal payload (at most [`MAX_PAYLOAD_BYTES`]). Backends call it before any I/O.
+///
+/// # Errors
+/// [`InvalidInput::PayloadTooLarge`].
+pub fn check_payload(payload: &[u8]) -> Result<(), InvalidInput> {
+    if payload.len() > MAX_PAYLOAD_BYTES {
+        return Err(InvalidInput::PayloadTooLarge {
+            len: payload.len(),
+            max: MAX_PAYLOAD_BYTES,
+        });
+    }
+    Ok(())
+}
+
+/// Validates a list filter's limit (1 to [`MAX_LIST`]). Backends call it before any I/O.
+///
+/// # Errors
+/// [`InvalidInput::ListLimit`].
+pub fn check_list(filter: &ListFilter) -> Result<(), InvalidInput> {
+    if filter.limit == 0 || filter.limit > MAX_LIST {
+        return Err(InvalidInput::ListLimit {
+            limit: filter.limit,
+            max: MAX_LIST,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_truncates_to_millis_and_refuses_extremes() {
+        assert_eq!(
+            Ttl::new(Duration::from_micros(1_999)).unwrap().as_millis(),
+            1
+        );
+        assert!(matches!(
+            Ttl::new(Duration::from_micros(999)),
+            Err(InvalidInput::TtlTooShort { .. })
+        ));
+        assert!(Ttl::new(Ttl::MAX).is_ok());
+        assert!(matches!(
+            Ttl::new(Ttl::MAX + Duration::from_millis(1)),
+            Err(InvalidInput::TtlTooLong { .. })
+        ));
+    }
+
+    #[test]
+    fn fence_range_is_that_of_a_signed_64_bit_column() {
+        assert_eq!(Fence::new(i64::MAX as u64).unwrap(), Fence::MAX);
+        assert_eq!(
+            Fence::new(i64::MAX as u64 + 1).unwrap_err(),
+            InvalidInput::FenceOutOfRange {
+                fence: i64::MAX as u64 + 1
+            }
+        );
+        assert_eq!(Fence::new(7).unwrap().to_string(), "7");
+    }
+
+    #[test]
+    fn a_lease_never_carries_fence_zero() {
+        let run = RunId::new("r").unwrap();
+        let owner = WorkerId::new("w").unwrap();
+        let ttl = Ttl::from_millis(10).unwrap();
+        assert_eq!(
+            Lease::new(run, owner, Fence::ZERO, ttl, StoreTime::default()).unwrap_err(),
+            InvalidInput::FenceZero
+        );
+    }
+
+    #[test]
+    fn state_names_round_trip() {
+        for state in [RunState::Runnable, RunState::Suspended, RunState::Completed] {
+            assert_eq!(state.as_str().parse::<RunState>().unwrap(), state);
+        }
+        assert!(matches!(
+            "paused".parse::<RunState>(),
+            Err(InvalidInput::UnknownState { .. })
+        ));
+    }
+}
