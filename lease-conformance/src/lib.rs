@@ -1,1 +1,78 @@
-//! placeholder
+//! The scenarios every `LeaseStore` backend must pass, and the server fixtures tests share.
+//!
+//! Each scenario is a plain `pub async fn` taking a [`StoreFactory`], documented by one sentence
+//! of expected behaviour, and asserting the *reason* of every rejection. [`conformance_tests!`]
+//! expands to one named `#[tokio::test]` per scenario, so a backend's test file is one line:
+//!
+//! ```ignore
+//! lease_conformance::conformance_tests!(lease_conformance::fixtures::memory());
+//! ```
+//!
+//! Passing every scenario is the definition of a correct backend.
+
+use std::sync::Arc;
+
+use lease_core::LeaseStore;
+
+pub mod fixtures;
+mod scenarios;
+mod scope_scenarios;
+
+pub use scenarios::*;
+pub use scope_scenarios::*;
+
+/// Hands out fresh stores for scenarios.
+#[async_trait::async_trait]
+pub trait StoreFactory: Send + Sync {
+    /// A store over its own empty namespace: no runs, and nothing another store from this
+    /// factory does is visible to it.
+    async fn fresh(&self) -> Arc<dyn LeaseStore>;
+}
+
+/// Expands to one `#[tokio::test]` per conformance scenario, each running against a store from
+/// `$factory`: an expression evaluating to a future of `Option<Arc<dyn StoreFactory>>`, where
+/// `None` means the backend's server is unavailable and the fixture already said why (outside CI).
+#[macro_export]
+macro_rules! conformance_tests {
+    ($factory:expr) => {
+        $crate::conformance_tests!(@each $factory;
+            claim_of_a_fresh_run_returns_fence_one,
+            a_held_run_is_refused_with_its_holder,
+            an_expired_lease_is_reclaimable_with_the_next_fence,
+            a_write_under_a_lower_fence_is_rejected_with_both_fences,
+            a_write_under_the_current_fence_after_expiry_is_accepted,
+            a_fence_the_store_never_issued_is_rejected_as_ahead,
+            renew_extends_expiry_and_counts_heartbeats,
+            renew_under_a_stale_fence_is_rejected,
+            release_makes_the_run_claimable_and_fences_out_the_old_lease,
+            suspend_clears_the_owner_blocks_claims_and_stops_heartbeats,
+            resume_then_claim_takes_a_higher_fence,
+            fences_strictly_increase_over_a_hundred_claim_expire_cycles,
+            concurrent_claims_of_one_run_have_exactly_one_winner,
+            claim_next_never_hands_out_a_run_twice,
+            claim_next_takes_claimable_runs_longest_waiting_first,
+            complete_is_terminal_and_fenced,
+            journal_entries_keep_order_and_record_their_fence,
+            renew_many_reports_a_result_per_lease,
+            bad_input_is_refused_and_changes_nothing,
+            unknown_runs_are_not_found,
+            create_twice_is_refused,
+            hostile_run_ids_are_stored_verbatim,
+            list_filters_by_state_and_expiry,
+            force_release_hands_the_run_over_under_a_higher_fence,
+            scope_heartbeats_keep_a_lease_past_its_ttl,
+            scope_over_a_hanging_store_cancels_at_its_local_deadline_before_store_expiry,
+            scope_whose_renewal_is_rejected_cancels_with_the_rejection,
+            scope_suspend_stops_heartbeats,
+        );
+    };
+    (@each $factory:expr; $($scenario:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() {
+                let Some(factory) = $factory.await else { return };
+                $crate::$scenario(&*factory).await;
+            }
+        )*
+    };
+}

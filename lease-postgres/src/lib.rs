@@ -1,0 +1,1 @@
+//! Postgres backend (in progress).
