@@ -198,7 +198,9 @@ impl Error {
             },
             Error::FenceExhausted { run } => Error::FenceExhausted { run: run.clone() },
             Error::InvalidInput(e) => Error::InvalidInput(e.clone()),
-            Error::Unavailable { backend, source } => Error::unavailable(backend, source.to_string()),
+            Error::Unavailable { backend, source } => {
+                Error::unavailable(backend, source.to_string())
+            }
             Error::Backend { backend, source } => Error::backend(backend, source.to_string()),
         }
     }

@@ -104,10 +104,9 @@ impl MemoryLeaseStore {
         ttl: Ttl,
         now: Instant,
     ) -> Result<Lease> {
-        let remaining = slot
-            .expires_at
-            .map(|at| at.saturating_duration_since(now));
-        if let Some(refusal) = claim_refusal(run, slot.state, slot.owner.as_ref(), remaining, slot.fence)
+        let remaining = slot.expires_at.map(|at| at.saturating_duration_since(now));
+        if let Some(refusal) =
+            claim_refusal(run, slot.state, slot.owner.as_ref(), remaining, slot.fence)
         {
             return Err(refusal);
         }
@@ -120,16 +119,15 @@ impl MemoryLeaseStore {
     }
 
     /// Applies `write` to the run if `lease` may write, per the fenced-write rules.
-    fn fenced<T>(
-        &self,
-        lease: &Lease,
-        write: impl FnOnce(&mut Slot, Instant) -> T,
-    ) -> Result<T> {
+    fn fenced<T>(&self, lease: &Lease, write: impl FnOnce(&mut Slot, Instant) -> T) -> Result<T> {
         let now = Instant::now();
         let mut state = self.lock();
-        let slot = state.runs.get_mut(lease.run()).ok_or_else(|| Error::NotFound {
-            run: lease.run().clone(),
-        })?;
+        let slot = state
+            .runs
+            .get_mut(lease.run())
+            .ok_or_else(|| Error::NotFound {
+                run: lease.run().clone(),
+            })?;
         fenced_verdict(
             lease.run(),
             lease.fence(),

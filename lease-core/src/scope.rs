@@ -102,7 +102,10 @@ impl fmt::Display for CancelReason {
             CancelReason::DeadlineExceeded {
                 last_error: Some(e),
                 ..
-            } => write!(f, "local deadline passed without a renewal (last error: {e})"),
+            } => write!(
+                f,
+                "local deadline passed without a renewal (last error: {e})"
+            ),
             CancelReason::DeadlineExceeded { .. } => {
                 f.write_str("local deadline passed without a renewal")
             }
@@ -155,7 +158,9 @@ impl Shared {
                 CancelReason::Rejected(_) | CancelReason::DeadlineExceeded { .. } => {
                     tracing::warn!(run = %lease.run(), fence = %lease.fence(), %reason, "run scope cancelled")
                 }
-                _ => tracing::debug!(run = %lease.run(), fence = %lease.fence(), %reason, "run scope ended"),
+                _ => {
+                    tracing::debug!(run = %lease.run(), fence = %lease.fence(), %reason, "run scope ended")
+                }
             }
         }
         self.token.cancel();
@@ -242,7 +247,14 @@ impl RunScope {
         let leases = store.claim_next(worker, ttl, max).await?;
         leases
             .into_iter()
-            .map(|lease| Ok(Self::from_lease(store.clone(), lease, sent, config.clone())?))
+            .map(|lease| {
+                Ok(Self::from_lease(
+                    store.clone(),
+                    lease,
+                    sent,
+                    config.clone(),
+                )?)
+            })
             .collect()
     }
 
@@ -386,7 +398,9 @@ impl RunScope {
         };
         match &result {
             Ok(()) => self.shared.cancel(how),
-            Err(e) if e.is_verdict() => self.shared.cancel(CancelReason::Rejected(Arc::new(e.duplicate()))),
+            Err(e) if e.is_verdict() => self
+                .shared
+                .cancel(CancelReason::Rejected(Arc::new(e.duplicate()))),
             Err(_) => {}
         }
         result

@@ -1,0 +1,144 @@
+//! Worker-side scenarios: a `RunScope` over each backend, with faults injected in between.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_core::{
+    CancelReason, Error, Fault, FaultyStore, LeaseStore, RunScope, RunState, ScopeConfig,
+};
+use tokio::time::{timeout, Instant};
+
+use crate::scenarios::{created, long, ttl_ms, worker};
+use crate::StoreFactory;
+
+/// Waits for the scope to cancel, failing the scenario after `limit`.
+async fn cancelled_within(scope: &RunScope, limit: Duration) -> (Instant, CancelReason) {
+    timeout(limit, scope.cancelled())
+        .await
+        .unwrap_or_else(|_| panic!("scope not cancelled within {limit:?}: {scope:?}"));
+    scope.cancel_reason().expect("a cancelled scope has a reason")
+}
+
+/// A scope's heartbeats keep its lease well past one TTL, and the store counts them.
+pub async fn scope_heartbeats_keep_a_lease_past_its_ttl(factory: &dyn StoreFactory) {
+    let store = factory.fresh().await;
+    let r = created(&*store, "kept").await;
+    let scope = RunScope::claim(store.clone(), &r, &worker("a"), ttl_ms(300), ScopeConfig::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1_000)).await; // more than three TTLs
+    assert!(!scope.is_cancelled(), "{:?}", scope.cancel_reason());
+    assert!(matches!(
+        store.claim(&r, &worker("b"), long()).await,
+        Err(Error::Held { .. })
+    ));
+    let record = store.inspect(&r).await.unwrap();
+    assert!(record.heartbeats >= 3, "heartbeats every TTL/3: {record:?}");
+    assert!(scope.renewals() >= 3);
+    scope.complete().await.unwrap();
+    assert!(matches!(
+        scope.cancel_reason(),
+        Some((_, CancelReason::Completed))
+    ));
+}
+
+/// A scope whose store hangs (a black-holed network) is cancelled by its local deadline, while
+/// the store still holds the lease for it: before anyone else could claim the run.
+pub async fn scope_over_a_hanging_store_cancels_at_its_local_deadline_before_store_expiry(
+    factory: &dyn StoreFactory,
+) {
+    let inner = factory.fresh().await;
+    let r = created(&*inner, "partitioned").await;
+    let faulty = FaultyStore::new(inner.clone());
+    let config = ScopeConfig::default()
+        .with_heartbeat(Duration::from_millis(200))
+        .with_margin(Duration::from_millis(400));
+    let scope = RunScope::claim(
+        Arc::new(faulty.clone()) as Arc<dyn LeaseStore>,
+        &r,
+        &worker("a"),
+        ttl_ms(1_500),
+        config,
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(scope.renewals() >= 1, "heartbeats ran before the partition");
+    let partitioned_at = Instant::now();
+    faulty.set(Fault::Hang);
+
+    let (at, reason) = cancelled_within(&scope, Duration::from_secs(5)).await;
+    // Straight away, ask the store (around the fault) whether the lease is still held.
+    let record = inner.inspect(&r).await.unwrap();
+    let refused = inner.claim(&r, &worker("b"), long()).await;
+    match reason {
+        CancelReason::DeadlineExceeded { deadline, .. } => {
+            assert!(at >= deadline, "cancelled at its deadline, not before");
+            assert!(deadline > partitioned_at, "the deadline came from the last good renewal");
+        }
+        other => panic!("expected the local deadline as the reason, got {other}"),
+    }
+    assert_eq!(record.owner, Some(worker("a")));
+    let left = record.remaining().unwrap_or_default();
+    assert!(
+        !record.is_expired() && left > Duration::from_millis(100),
+        "the scope must stop before the store's expiry; the store had {left:?} left"
+    );
+    assert!(matches!(refused, Err(Error::Held { .. })), "{refused:?}");
+    faulty.set(Fault::Pass);
+}
+
+/// A scope whose renewal is rejected (someone took the run over) is cancelled at once, with the
+/// store's verdict as the reason.
+pub async fn scope_whose_renewal_is_rejected_cancels_with_the_rejection(
+    factory: &dyn StoreFactory,
+) {
+    let store = factory.fresh().await;
+    let r = created(&*store, "taken").await;
+    let config = ScopeConfig::default().with_heartbeat(Duration::from_millis(100));
+    let scope = RunScope::claim(store.clone(), &r, &worker("a"), ttl_ms(5_000), config)
+        .await
+        .unwrap();
+    store.force_release(&r).await.unwrap();
+    let b = store.claim(&r, &worker("b"), long()).await.unwrap();
+    let taken_at = Instant::now();
+    assert_eq!(b.fence().get(), 2);
+
+    let (at, reason) = cancelled_within(&scope, Duration::from_secs(2)).await;
+    match reason {
+        CancelReason::Rejected(e) => assert!(
+            matches!(*e, Error::StaleFence { presented: 1, current: 2, .. }),
+            "{e}"
+        ),
+        other => panic!("expected the rejection as the reason, got {other}"),
+    }
+    assert!(
+        at.duration_since(taken_at) < Duration::from_millis(1_000),
+        "cancelled on the next heartbeat, long before the old lease's TTL"
+    );
+    // The scope does not answer writes itself: the store does, by fence.
+    match scope.append(b"after takeover").await {
+        Err(Error::StaleFence { presented: 1, current: 2, .. }) => {}
+        other => panic!("expected StaleFence from the store, got {other:?}"),
+    }
+}
+
+/// Suspending through the scope stops its heartbeat: the store's counter stays still.
+pub async fn scope_suspend_stops_heartbeats(factory: &dyn StoreFactory) {
+    let store = factory.fresh().await;
+    let r = created(&*store, "parked").await;
+    let interval = Duration::from_millis(60);
+    let config = ScopeConfig::default().with_heartbeat(interval);
+    let scope = RunScope::claim(store.clone(), &r, &worker("a"), ttl_ms(600), config)
+        .await
+        .unwrap();
+    tokio::time::sleep(interval * 3).await;
+    scope.suspend().await.unwrap();
+    assert!(matches!(scope.cancel_reason(), Some((_, CancelReason::Suspended))));
+    let before = store.inspect(&r).await.unwrap();
+    assert!(before.heartbeats >= 1, "heartbeats ran before suspending: {before:?}");
+    tokio::time::sleep(interval * 5).await;
+    let after = store.inspect(&r).await.unwrap();
+    assert_eq!((after.state, after.owner.clone()), (RunState::Suspended, None));
+    assert_eq!(after.heartbeats, before.heartbeats, "no heartbeat after suspend");
+}
