@@ -46,7 +46,9 @@ fn assert_stale<T: std::fmt::Debug>(result: lease_core::Result<T>, presented: u6
             current: c,
             ..
         }) => assert_eq!((p, c), (presented, current), "fences of the rejection"),
-        other => panic!("expected StaleFence {{ presented: {presented}, current: {current} }}, got {other:?}"),
+        other => panic!(
+            "expected StaleFence {{ presented: {presented}, current: {current} }}, got {other:?}"
+        ),
     }
 }
 
@@ -54,7 +56,9 @@ fn assert_stale<T: std::fmt::Debug>(result: lease_core::Result<T>, presented: u6
 #[track_caller]
 fn assert_ended<T: std::fmt::Debug>(result: lease_core::Result<T>, fence: u64, how: Ended) {
     match result {
-        Err(Error::LeaseEnded { fence: f, ended, .. }) => assert_eq!((f, ended), (fence, how)),
+        Err(Error::LeaseEnded {
+            fence: f, ended, ..
+        }) => assert_eq!((f, ended), (fence, how)),
         other => panic!("expected LeaseEnded {{ fence: {fence}, ended: {how} }}, got {other:?}"),
     }
 }
@@ -65,7 +69,12 @@ pub async fn claim_of_a_fresh_run_returns_fence_one(factory: &dyn StoreFactory) 
     let r = created(&*store, "fresh").await;
     let before = store.inspect(&r).await.unwrap();
     assert_eq!(
-        (before.state, before.fence, before.owner.clone(), before.heartbeats),
+        (
+            before.state,
+            before.fence,
+            before.owner.clone(),
+            before.heartbeats
+        ),
         (RunState::Runnable, Fence::ZERO, None, 0)
     );
     let lease = store.claim(&r, &worker("a"), long()).await.unwrap();
@@ -110,7 +119,10 @@ pub async fn a_held_run_is_refused_with_its_holder(factory: &dyn StoreFactory) {
 pub async fn an_expired_lease_is_reclaimable_with_the_next_fence(factory: &dyn StoreFactory) {
     let store = factory.fresh().await;
     let r = created(&*store, "expiring").await;
-    let a = store.claim(&r, &worker("a"), ttl_ms(SHORT_MS)).await.unwrap();
+    let a = store
+        .claim(&r, &worker("a"), ttl_ms(SHORT_MS))
+        .await
+        .unwrap();
     tokio::time::sleep(PAST_SHORT).await;
     let record = store.inspect(&r).await.unwrap();
     assert!(record.is_expired(), "{record:?}");
@@ -123,7 +135,10 @@ pub async fn an_expired_lease_is_reclaimable_with_the_next_fence(factory: &dyn S
 pub async fn a_write_under_a_lower_fence_is_rejected_with_both_fences(factory: &dyn StoreFactory) {
     let store = factory.fresh().await;
     let r = created(&*store, "stale").await;
-    let a = store.claim(&r, &worker("a"), ttl_ms(SHORT_MS)).await.unwrap();
+    let a = store
+        .claim(&r, &worker("a"), ttl_ms(SHORT_MS))
+        .await
+        .unwrap();
     tokio::time::sleep(PAST_SHORT).await;
     let b = store.claim(&r, &worker("b"), long()).await.unwrap();
     assert_eq!((a.fence().get(), b.fence().get()), (1, 2));
@@ -146,7 +161,10 @@ pub async fn a_write_under_a_lower_fence_is_rejected_with_both_fences(factory: &
 pub async fn a_write_under_the_current_fence_after_expiry_is_accepted(factory: &dyn StoreFactory) {
     let store = factory.fresh().await;
     let r = created(&*store, "late").await;
-    let a = store.claim(&r, &worker("a"), ttl_ms(SHORT_MS)).await.unwrap();
+    let a = store
+        .claim(&r, &worker("a"), ttl_ms(SHORT_MS))
+        .await
+        .unwrap();
     tokio::time::sleep(PAST_SHORT).await;
     assert!(store.inspect(&r).await.unwrap().is_expired());
     let entry = store.append(&a, b"late but safe").await.unwrap();
@@ -207,7 +225,10 @@ pub async fn renew_extends_expiry_and_counts_heartbeats(factory: &dyn StoreFacto
 pub async fn renew_under_a_stale_fence_is_rejected(factory: &dyn StoreFactory) {
     let store = factory.fresh().await;
     let r = created(&*store, "stale-renew").await;
-    let a = store.claim(&r, &worker("a"), ttl_ms(SHORT_MS)).await.unwrap();
+    let a = store
+        .claim(&r, &worker("a"), ttl_ms(SHORT_MS))
+        .await
+        .unwrap();
     tokio::time::sleep(PAST_SHORT).await;
     let b = store.claim(&r, &worker("b"), long()).await.unwrap();
     assert_stale(store.renew(&a).await, 1, 2);
@@ -247,14 +268,23 @@ pub async fn suspend_clears_the_owner_blocks_claims_and_stops_heartbeats(
     store.suspend(&a).await.unwrap();
     let record = store.inspect(&r).await.unwrap();
     assert_eq!(
-        (record.state, record.owner.clone(), record.expires_at, record.heartbeats),
+        (
+            record.state,
+            record.owner.clone(),
+            record.expires_at,
+            record.heartbeats
+        ),
         (RunState::Suspended, None, None, 1)
     );
     assert!(matches!(
         store.claim(&r, &worker("b"), long()).await,
         Err(Error::Suspended { .. })
     ));
-    assert!(store.claim_next(&worker("b"), long(), 10).await.unwrap().is_empty());
+    assert!(store
+        .claim_next(&worker("b"), long(), 10)
+        .await
+        .unwrap()
+        .is_empty());
     assert_ended(store.renew(&a).await, 1, Ended::Suspended);
     assert_ended(store.append(&a, b"x").await, 1, Ended::Suspended);
     assert_eq!(store.inspect(&r).await.unwrap().heartbeats, 1);
@@ -327,7 +357,10 @@ pub async fn concurrent_claims_of_one_run_have_exactly_one_winner(factory: &dyn 
     }
     assert_eq!(winners.len(), 1, "{winners:?}");
     assert_eq!(winners[0].fence().get(), 1);
-    assert!(holders.iter().all(|h| h == winners[0].owner()), "{holders:?}");
+    assert!(
+        holders.iter().all(|h| h == winners[0].owner()),
+        "{holders:?}"
+    );
 }
 
 /// Concurrent `claim_next` callers never receive the same run, and together they drain every run.
@@ -343,7 +376,10 @@ pub async fn claim_next_never_hands_out_a_run_twice(factory: &dyn StoreFactory) 
             tokio::spawn(async move {
                 let mut mine = Vec::new();
                 loop {
-                    let got = store.claim_next(&worker(&format!("w{i}")), long(), 7).await.unwrap();
+                    let got = store
+                        .claim_next(&worker(&format!("w{i}")), long(), 7)
+                        .await
+                        .unwrap();
                     if got.is_empty() {
                         return mine;
                     }
@@ -356,7 +392,11 @@ pub async fn claim_next_never_hands_out_a_run_twice(factory: &dyn StoreFactory) 
     for task in tasks {
         for lease in task.await.unwrap() {
             assert_eq!(lease.fence().get(), 1, "{lease:?}");
-            assert!(seen.insert(lease.run().clone()), "{} handed out twice", lease.run());
+            assert!(
+                seen.insert(lease.run().clone()),
+                "{} handed out twice",
+                lease.run()
+            );
         }
     }
     assert_eq!(seen.len(), RUNS);
@@ -371,7 +411,10 @@ pub async fn claim_next_takes_claimable_runs_longest_waiting_first(factory: &dyn
     let held = created(&*store, "x-held").await;
     let suspended = created(&*store, "w-suspended").await;
     let done = created(&*store, "v-done").await;
-    let e = store.claim(&expiring, &worker("a"), ttl_ms(SHORT_MS)).await.unwrap();
+    let e = store
+        .claim(&expiring, &worker("a"), ttl_ms(SHORT_MS))
+        .await
+        .unwrap();
     store.claim(&held, &worker("a"), long()).await.unwrap();
     let s = store.claim(&suspended, &worker("a"), long()).await.unwrap();
     store.suspend(&s).await.unwrap();
@@ -382,25 +425,47 @@ pub async fn claim_next_takes_claimable_runs_longest_waiting_first(factory: &dyn
 
     let got = store.claim_next(&worker("b"), long(), 2).await.unwrap();
     let runs: Vec<_> = got.iter().map(|l| l.run().clone()).collect();
-    assert_eq!(runs, vec![old.clone(), expiring.clone()], "longest claimable first");
-    assert_eq!((got[0].fence().get(), got[1].fence().get()), (1, e.fence().get() + 1));
+    assert_eq!(
+        runs,
+        vec![old.clone(), expiring.clone()],
+        "longest claimable first"
+    );
+    assert_eq!(
+        (got[0].fence().get(), got[1].fence().get()),
+        (1, e.fence().get() + 1)
+    );
     let rest = store.claim_next(&worker("b"), long(), 10).await.unwrap();
-    assert_eq!(rest.iter().map(|l| l.run().clone()).collect::<Vec<_>>(), vec![newest]);
-    assert!(store.claim_next(&worker("b"), long(), 10).await.unwrap().is_empty());
+    assert_eq!(
+        rest.iter().map(|l| l.run().clone()).collect::<Vec<_>>(),
+        vec![newest]
+    );
+    assert!(store
+        .claim_next(&worker("b"), long(), 10)
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 /// Complete is fenced and terminal: the run can never be claimed or written again.
 pub async fn complete_is_terminal_and_fenced(factory: &dyn StoreFactory) {
     let store = factory.fresh().await;
     let r = created(&*store, "completed").await;
-    let a = store.claim(&r, &worker("a"), ttl_ms(SHORT_MS)).await.unwrap();
+    let a = store
+        .claim(&r, &worker("a"), ttl_ms(SHORT_MS))
+        .await
+        .unwrap();
     tokio::time::sleep(PAST_SHORT).await;
     let b = store.claim(&r, &worker("b"), long()).await.unwrap();
     assert_stale(store.complete(&a).await, 1, 2);
     store.complete(&b).await.unwrap();
     let record = store.inspect(&r).await.unwrap();
     assert_eq!(
-        (record.state, record.owner, record.expires_at, record.fence.get()),
+        (
+            record.state,
+            record.owner,
+            record.expires_at,
+            record.fence.get()
+        ),
         (RunState::Completed, None, None, 2)
     );
     assert!(matches!(
@@ -451,7 +516,9 @@ pub async fn journal_entries_keep_order_and_record_their_fence(factory: &dyn Sto
             (5, 2, binary),
         ]
     );
-    assert!(journal.windows(2).all(|w| w[0].written_at <= w[1].written_at));
+    assert!(journal
+        .windows(2)
+        .all(|w| w[0].written_at <= w[1].written_at));
 }
 
 /// `renew_many` answers each lease on its own: fine ones renew, stale and ended ones are rejected.
@@ -461,13 +528,21 @@ pub async fn renew_many_reports_a_result_per_lease(factory: &dyn StoreFactory) {
     let stale = created(&*store, "stale").await;
     let released = created(&*store, "released").await;
     let fine_lease = store.claim(&fine, &worker("a"), long()).await.unwrap();
-    let stale_lease = store.claim(&stale, &worker("a"), ttl_ms(SHORT_MS)).await.unwrap();
+    let stale_lease = store
+        .claim(&stale, &worker("a"), ttl_ms(SHORT_MS))
+        .await
+        .unwrap();
     let released_lease = store.claim(&released, &worker("a"), long()).await.unwrap();
     store.release(&released_lease).await.unwrap();
     tokio::time::sleep(PAST_SHORT).await;
     store.claim(&stale, &worker("b"), long()).await.unwrap();
 
-    let batch = [fine_lease.clone(), stale_lease, released_lease, fine_lease.clone()];
+    let batch = [
+        fine_lease.clone(),
+        stale_lease,
+        released_lease,
+        fine_lease.clone(),
+    ];
     let results = store.renew_many(&batch).await.unwrap();
     assert_eq!(results.len(), 4);
     let renewed = results[0].as_ref().expect("fine lease renews");
@@ -552,9 +627,18 @@ pub async fn bad_input_is_refused_and_changes_nothing(factory: &dyn StoreFactory
 pub async fn unknown_runs_are_not_found(factory: &dyn StoreFactory) {
     let store = factory.fresh().await;
     let ghost = run("ghost");
-    let lease = Lease::new(ghost.clone(), worker("a"), Fence::new(1).unwrap(), long(), Default::default()).unwrap();
+    let lease = Lease::new(
+        ghost.clone(),
+        worker("a"),
+        Fence::new(1).unwrap(),
+        long(),
+        Default::default(),
+    )
+    .unwrap();
     let not_found = |e: &Error| matches!(e, Error::NotFound { run } if *run == ghost);
-    assert!(not_found(&store.claim(&ghost, &worker("a"), long()).await.unwrap_err()));
+    assert!(not_found(
+        &store.claim(&ghost, &worker("a"), long()).await.unwrap_err()
+    ));
     assert!(not_found(&store.inspect(&ghost).await.unwrap_err()));
     assert!(not_found(&store.journal(&ghost).await.unwrap_err()));
     assert!(not_found(&store.resume(&ghost).await.unwrap_err()));
@@ -564,9 +648,16 @@ pub async fn unknown_runs_are_not_found(factory: &dyn StoreFactory) {
     assert!(not_found(&store.release(&lease).await.unwrap_err()));
     assert!(not_found(&store.suspend(&lease).await.unwrap_err()));
     assert!(not_found(&store.complete(&lease).await.unwrap_err()));
-    let batch = store.renew_many(std::slice::from_ref(&lease)).await.unwrap();
+    let batch = store
+        .renew_many(std::slice::from_ref(&lease))
+        .await
+        .unwrap();
     assert!(not_found(batch[0].as_ref().unwrap_err()));
-    assert!(store.claim_next(&worker("a"), long(), 5).await.unwrap().is_empty());
+    assert!(store
+        .claim_next(&worker("a"), long(), 5)
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 /// Creating a run twice is refused and leaves the first record as it was.
@@ -606,7 +697,10 @@ pub async fn hostile_run_ids_are_stored_verbatim(factory: &dyn StoreFactory) {
         let r = run(id);
         let record = store.inspect(&r).await.unwrap();
         assert_eq!(record.run.as_str(), id);
-        assert_eq!((record.fence.get(), record.owner), (1, Some(worker("w:{x}"))));
+        assert_eq!(
+            (record.fence.get(), record.owner),
+            (1, Some(worker("w:{x}")))
+        );
         let journal = store.journal(&r).await.unwrap();
         assert_eq!(journal.len(), 1, "{id}");
         assert_eq!(journal[0].payload, id.as_bytes());
@@ -629,7 +723,10 @@ pub async fn list_filters_by_state_and_expiry(factory: &dyn StoreFactory) {
     let c = created(&*store, "c").await;
     let d = created(&*store, "d").await;
     store.claim(&a, &worker("w"), long()).await.unwrap();
-    store.claim(&b, &worker("w"), ttl_ms(SHORT_MS)).await.unwrap();
+    store
+        .claim(&b, &worker("w"), ttl_ms(SHORT_MS))
+        .await
+        .unwrap();
     let lc = store.claim(&c, &worker("w"), long()).await.unwrap();
     store.suspend(&lc).await.unwrap();
     tokio::time::sleep(PAST_SHORT).await;
@@ -643,7 +740,10 @@ pub async fn list_filters_by_state_and_expiry(factory: &dyn StoreFactory) {
         state: Some(RunState::Runnable),
         ..ListFilter::default()
     };
-    assert_eq!(ids(store.list(&runnable).await.unwrap()), vec![a.clone(), b.clone(), d.clone()]);
+    assert_eq!(
+        ids(store.list(&runnable).await.unwrap()),
+        vec![a.clone(), b.clone(), d.clone()]
+    );
     let expired = ListFilter {
         expired: true,
         ..ListFilter::default()
@@ -674,7 +774,10 @@ pub async fn force_release_hands_the_run_over_under_a_higher_fence(factory: &dyn
     let b = store.claim(&r, &worker("b"), long()).await.unwrap();
     assert_eq!(b.fence().get(), 2);
     assert_stale(store.renew(&a).await, 1, 2);
-    let s = store.claim(&created(&*store, "parked").await, &worker("a"), long()).await.unwrap();
+    let s = store
+        .claim(&created(&*store, "parked").await, &worker("a"), long())
+        .await
+        .unwrap();
     store.suspend(&s).await.unwrap();
     assert!(matches!(
         store.force_release(s.run()).await,

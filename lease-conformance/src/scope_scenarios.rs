@@ -16,16 +16,24 @@ async fn cancelled_within(scope: &RunScope, limit: Duration) -> (Instant, Cancel
     timeout(limit, scope.cancelled())
         .await
         .unwrap_or_else(|_| panic!("scope not cancelled within {limit:?}: {scope:?}"));
-    scope.cancel_reason().expect("a cancelled scope has a reason")
+    scope
+        .cancel_reason()
+        .expect("a cancelled scope has a reason")
 }
 
 /// A scope's heartbeats keep its lease well past one TTL, and the store counts them.
 pub async fn scope_heartbeats_keep_a_lease_past_its_ttl(factory: &dyn StoreFactory) {
     let store = factory.fresh().await;
     let r = created(&*store, "kept").await;
-    let scope = RunScope::claim(store.clone(), &r, &worker("a"), ttl_ms(300), ScopeConfig::default())
-        .await
-        .unwrap();
+    let scope = RunScope::claim(
+        store.clone(),
+        &r,
+        &worker("a"),
+        ttl_ms(300),
+        ScopeConfig::default(),
+    )
+    .await
+    .unwrap();
     tokio::time::sleep(Duration::from_millis(1_000)).await; // more than three TTLs
     assert!(!scope.is_cancelled(), "{:?}", scope.cancel_reason());
     assert!(matches!(
@@ -74,7 +82,10 @@ pub async fn scope_over_a_hanging_store_cancels_at_its_local_deadline_before_sto
     match reason {
         CancelReason::DeadlineExceeded { deadline, .. } => {
             assert!(at >= deadline, "cancelled at its deadline, not before");
-            assert!(deadline > partitioned_at, "the deadline came from the last good renewal");
+            assert!(
+                deadline > partitioned_at,
+                "the deadline came from the last good renewal"
+            );
         }
         other => panic!("expected the local deadline as the reason, got {other}"),
     }
@@ -107,7 +118,14 @@ pub async fn scope_whose_renewal_is_rejected_cancels_with_the_rejection(
     let (at, reason) = cancelled_within(&scope, Duration::from_secs(2)).await;
     match reason {
         CancelReason::Rejected(e) => assert!(
-            matches!(*e, Error::StaleFence { presented: 1, current: 2, .. }),
+            matches!(
+                *e,
+                Error::StaleFence {
+                    presented: 1,
+                    current: 2,
+                    ..
+                }
+            ),
             "{e}"
         ),
         other => panic!("expected the rejection as the reason, got {other}"),
@@ -118,7 +136,11 @@ pub async fn scope_whose_renewal_is_rejected_cancels_with_the_rejection(
     );
     // The scope does not answer writes itself: the store does, by fence.
     match scope.append(b"after takeover").await {
-        Err(Error::StaleFence { presented: 1, current: 2, .. }) => {}
+        Err(Error::StaleFence {
+            presented: 1,
+            current: 2,
+            ..
+        }) => {}
         other => panic!("expected StaleFence from the store, got {other:?}"),
     }
 }
@@ -134,11 +156,23 @@ pub async fn scope_suspend_stops_heartbeats(factory: &dyn StoreFactory) {
         .unwrap();
     tokio::time::sleep(interval * 3).await;
     scope.suspend().await.unwrap();
-    assert!(matches!(scope.cancel_reason(), Some((_, CancelReason::Suspended))));
+    assert!(matches!(
+        scope.cancel_reason(),
+        Some((_, CancelReason::Suspended))
+    ));
     let before = store.inspect(&r).await.unwrap();
-    assert!(before.heartbeats >= 1, "heartbeats ran before suspending: {before:?}");
+    assert!(
+        before.heartbeats >= 1,
+        "heartbeats ran before suspending: {before:?}"
+    );
     tokio::time::sleep(interval * 5).await;
     let after = store.inspect(&r).await.unwrap();
-    assert_eq!((after.state, after.owner.clone()), (RunState::Suspended, None));
-    assert_eq!(after.heartbeats, before.heartbeats, "no heartbeat after suspend");
+    assert_eq!(
+        (after.state, after.owner.clone()),
+        (RunState::Suspended, None)
+    );
+    assert_eq!(
+        after.heartbeats, before.heartbeats,
+        "no heartbeat after suspend"
+    );
 }
