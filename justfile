@@ -1,0 +1,18 @@
+# Thin recipes over cargo and the test script; every command also works without `just`.
+
+# Run the whole test suite (installs and starts PostgreSQL and Redis itself).
+test *ARGS:
+    bash scripts/test.sh {{ARGS}}
+
+# Lints, as CI runs them.
+lint:
+    cargo clippy --workspace --all-targets -- -D warnings
+    RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --quiet
+
+# Format the workspace.
+fmt:
+    cargo fmt --all
+
+# Everything CI runs.
+ci:
+    bash .ci/run

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The project's test command: installs what the tests need when it is missing (PostgreSQL,
+# Redis, iptables), starts one private PostgreSQL and one private Redis on free loopback ports,
+# exports DATABASE_URL and REDIS_URL for the test fixtures, runs the whole workspace's tests, and
+# stops the servers however it exits. Extra arguments go to `cargo test`.
+#
+#   bash scripts/test.sh                 # everything
+#   bash scripts/test.sh -p lease-redis  # one crate
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+# --- install what is missing ------------------------------------------------------------------
+pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
+missing=()
+[ -n "$pg_bin" ] && [ -x "$pg_bin/initdb" ] || missing+=(postgresql)
+command -v redis-server >/dev/null || missing+=(redis-server)
+command -v iptables >/dev/null || [ -x /usr/sbin/iptables ] || missing+=(iptables)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+    log "installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+  else
+    log "missing ${missing[*]}: install them (apt-get install ${missing[*]}) or run as root"
+  fi
+fi
+# Debian starts the packaged services on install; the tests use private servers instead.
+if command -v service >/dev/null && [ "$(id -u)" -eq 0 ]; then
+  service redis-server stop >/dev/null 2>&1 || true
+  service postgresql stop >/dev/null 2>&1 || true
+fi
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+work=$(mktemp -d /tmp/lease-test.XXXXXX)
+chmod 755 "$work"
+pg_data="$work/pg"
+pids=()
+cleanup() {
+  status=$?
+  if [ -f "$pg_data/postmaster.pid" ]; then
+    as_pg "$pg_bin/pg_ctl" -D "$pg_data" -m immediate stop >/dev/null 2>&1 || true
+  fi
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  rm -rf "$work"
+  exit $status
+}
+trap cleanup EXIT INT TERM
+
+# PostgreSQL refuses to run as root: run it as the `postgres` OS user then.
+as_pg() {
+  if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+# --- PostgreSQL -------------------------------------------------------------------------------
+if [ -z "${DATABASE_URL:-}" ] && [ -n "$pg_bin" ]; then
+  pg_port=$(free_port)
+  mkdir -p "$pg_data"
+  [ "$(id -u)" -eq 0 ] && chown postgres: "$pg_data"
+  as_pg "$pg_bin/initdb" -D "$pg_data" -U postgres --auth=trust -E UTF8 >"$work/initdb.log" 2>&1
+  as_pg "$pg_bin/pg_ctl" -D "$pg_data" -l "$pg_data/server.log" -w -t 60 start \
+    -o "-p $pg_port -k $pg_data -c listen_addresses=127.0.0.1,127.0.0.2,127.0.0.3 -c max_connections=400 -c fsync=off" >/dev/null
+  export DATABASE_URL="postgres://postgres@127.0.0.1:$pg_port/postgres"
+  log "PostgreSQL on 127.0.0.1:$pg_port"
+fi
+
+# --- Redis ------------------------------------------------------------------------------------
+if [ -z "${REDIS_URL:-}" ] && command -v redis-server >/dev/null; then
+  redis_port=$(free_port)
+  mkdir -p "$work/redis"
+  redis-server --port "$redis_port" --bind "127.0.0.1 127.0.0.2 127.0.0.3" --dir "$work/redis" \
+    --appendonly yes --save '' --daemonize no --logfile "$work/redis/server.log" &
+  pids+=($!)
+  for _ in $(seq 100); do
+    redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  export REDIS_URL="redis://127.0.0.1:$redis_port"
+  log "Redis on 127.0.0.1:$redis_port"
+fi
+
+# --- tests ------------------------------------------------------------------------------------
+log "cargo test --workspace $*"
+cargo test --workspace "$@"
