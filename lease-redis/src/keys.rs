@@ -1,0 +1,176 @@
+//! The key layout: every key of a namespace under one hash tag, run ids hex-encoded.
+//!
+//! A namespace `ns` owns these keys, all sharing the hash tag `{lease:ns}` and therefore one
+//! Redis Cluster hash slot:
+//!
+//! | key | type | holds |
+//! |---|---|---|
+//! | `{lease:ns}:r:<id>` | hash | the run record: state, owner, expiry, fence, heartbeats |
+//! | `{lease:ns}:j:<id>` | list | the run's journal, one entry per element |
+//! | `{lease:ns}:claimable` | zset | runnable runs scored by the instant (µs) they become claimable |
+//! | `{lease:ns}:runs` | zset | every run id, score 0, so members sort by id |
+//! | `{lease:ns}:seq` | string | the creation counter (claimable-index tiebreak) |
+//! | `{lease:ns}:u:<id>:<name>` | any | callers' keys for [fenced scripts](crate::FencedScript) |
+//!
+//! `<id>` is the run id's UTF-8 bytes in lower-case hex: it contains no `{`, `}` or `:`, so a
+//! run id can neither move a key to another slot nor collide with another run's keys, and hex
+//! preserves byte order, so `:runs` sorts exactly as [`RunId`]'s `Ord` does.
+
+use lease_core::RunId;
+
+use crate::error::RedisError;
+
+/// The longest namespace accepted, in bytes.
+pub const MAX_NAMESPACE_BYTES: usize = 64;
+
+/// Checks a namespace: 1 to 64 ASCII letters, digits, `_`, `-` or `.`.
+pub(crate) fn check_namespace(ns: &str) -> Result<(), RedisError> {
+    let ok = !ns.is_empty()
+        && ns.len() <= MAX_NAMESPACE_BYTES
+        && ns
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(RedisError::Config(format!(
+            "namespace {ns:?} is invalid: it must be 1 to {MAX_NAMESPACE_BYTES} ASCII letters, \
+             digits, '_', '-' or '.'"
+        )))
+    }
+}
+
+/// Lower-case hex of `id`'s UTF-8 bytes.
+pub(crate) fn encode(id: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(id.len() * 2);
+    for b in id.bytes() {
+        out.push(HEX[usize::from(b >> 4)] as char);
+        out.push(HEX[usize::from(b & 0xf)] as char);
+    }
+    out
+}
+
+/// The run id whose encoding is `hex`.
+pub(crate) fn decode(hex: &str) -> Result<RunId, RedisError> {
+    let bad = || RedisError::Reply {
+        script: "decode",
+        detail: format!("not an encoded run id: {hex:?}"),
+    };
+    if hex.len() % 2 != 0 {
+        return Err(bad());
+    }
+    let bytes = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2).ok_or_else(bad)?, 16).map_err(|_| bad()))
+        .collect::<Result<Vec<u8>, _>>()?;
+    let id = String::from_utf8(bytes).map_err(|_| bad())?;
+    RunId::new(id).map_err(|_| bad())
+}
+
+/// The keys of one namespace.
+#[derive(Clone, Debug)]
+pub(crate) struct Keys {
+    /// `{lease:<ns>}`: the hash tag every key starts with.
+    tag: String,
+}
+
+impl Keys {
+    pub(crate) fn new(namespace: &str) -> Keys {
+        Keys {
+            tag: format!("{{lease:{namespace}}}"),
+        }
+    }
+
+    pub(crate) fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    pub(crate) fn run(&self, run: &RunId) -> String {
+        format!("{}{}", self.run_prefix(), encode(run.as_str()))
+    }
+
+    /// The prefix of every run hash; scripts append an encoded id.
+    pub(crate) fn run_prefix(&self) -> String {
+        format!("{}:r:", self.tag)
+    }
+
+    pub(crate) fn journal(&self, run: &RunId) -> String {
+        format!("{}:j:{}", self.tag, encode(run.as_str()))
+    }
+
+    pub(crate) fn claimable(&self) -> String {
+        format!("{}:claimable", self.tag)
+    }
+
+    pub(crate) fn runs(&self) -> String {
+        format!("{}:runs", self.tag)
+    }
+
+    pub(crate) fn counter(&self) -> String {
+        format!("{}:seq", self.tag)
+    }
+
+    /// A caller's key for `run`, in the run's slot.
+    pub(crate) fn user(&self, run: &RunId, name: &str) -> String {
+        format!("{}:u:{}:{name}", self.tag, encode(run.as_str()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostile_ids_round_trip_and_keep_order() {
+        let ids = [
+            "a",
+            "a:b",
+            "a}b",
+            "{x}",
+            "}{",
+            "a b",
+            "ä€𝄞",
+            "\u{ffff}",
+            &"€".repeat(85),
+        ];
+        for id in ids {
+            let run = RunId::new(id).unwrap();
+            let hex = encode(id);
+            assert!(hex.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+            assert_eq!(decode(&hex).unwrap(), run);
+        }
+        let mut sorted: Vec<&str> = ids.to_vec();
+        sorted.sort();
+        let mut by_hex = ids.to_vec();
+        by_hex.sort_by_key(|id| encode(id));
+        assert_eq!(sorted, by_hex);
+    }
+
+    #[test]
+    fn every_key_has_the_namespace_tag_once() {
+        let keys = Keys::new("tenant");
+        let run = RunId::new("{evil}:x").unwrap();
+        for key in [
+            keys.run(&run),
+            keys.journal(&run),
+            keys.claimable(),
+            keys.runs(),
+            keys.counter(),
+            keys.user(&run, "out"),
+        ] {
+            assert!(key.starts_with("{lease:tenant}:"), "{key}");
+            // Redis hashes the text between the first '{' and the next '}'.
+            assert_eq!(key.matches('{').count(), 1, "{key}");
+            assert_eq!(key.matches('}').count(), 1, "{key}");
+        }
+    }
+
+    #[test]
+    fn namespaces_are_validated() {
+        assert!(check_namespace("tenant_1.a-b").is_ok());
+        for bad in ["", "a}b", "a{b", "a:b", "a b", &"x".repeat(65)] {
+            assert!(check_namespace(bad).is_err(), "{bad:?}");
+        }
+    }
+}

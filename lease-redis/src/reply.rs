@@ -1,0 +1,119 @@
+//! Reading script replies: status first, then strings (fences stay decimal strings in Lua).
+
+use std::str::FromStr;
+
+use lease_core::{Fence, RunId, RunRecord, RunState, StoreTime, WorkerId};
+use redis::Value;
+
+use crate::error::RedisError;
+
+/// A script's reply as its elements.
+pub(crate) struct Reply {
+    script: &'static str,
+    items: Vec<Value>,
+}
+
+impl Reply {
+    pub(crate) fn new(script: &'static str, value: Value) -> Result<Reply, RedisError> {
+        match value {
+            Value::Array(items) => Ok(Reply { script, items }),
+            other => Err(RedisError::Reply {
+                script,
+                detail: format!("expected an array, got {other:?}"),
+            }),
+        }
+    }
+
+    pub(crate) fn bad(&self, detail: impl Into<String>) -> RedisError {
+        RedisError::Reply {
+            script: self.script,
+            detail: detail.into(),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub(crate) fn bytes(&self, i: usize) -> Result<&[u8], RedisError> {
+        match self.items.get(i) {
+            Some(Value::BulkString(b)) => Ok(b),
+            Some(Value::SimpleString(s)) => Ok(s.as_bytes()),
+            other => Err(self.bad(format!("element {i}: expected a string, got {other:?}"))),
+        }
+    }
+
+    pub(crate) fn str(&self, i: usize) -> Result<&str, RedisError> {
+        std::str::from_utf8(self.bytes(i)?).map_err(|_| self.bad(format!("element {i}: not UTF-8")))
+    }
+
+    pub(crate) fn status(&self) -> Result<&str, RedisError> {
+        self.str(0)
+    }
+
+    pub(crate) fn parse<T: FromStr>(&self, i: usize) -> Result<T, RedisError> {
+        let s = self.str(i)?;
+        s.parse()
+            .map_err(|_| self.bad(format!("element {i}: cannot read {s:?}")))
+    }
+
+    pub(crate) fn fence(&self, i: usize) -> Result<Fence, RedisError> {
+        Fence::new(self.parse(i)?).map_err(|e| self.bad(e.to_string()))
+    }
+
+    pub(crate) fn time(&self, i: usize) -> Result<StoreTime, RedisError> {
+        Ok(StoreTime::from_micros(self.parse(i)?))
+    }
+
+    /// `''` as `None`, else a time.
+    pub(crate) fn opt_time(&self, i: usize) -> Result<Option<StoreTime>, RedisError> {
+        if self.str(i)?.is_empty() {
+            return Ok(None);
+        }
+        self.time(i).map(Some)
+    }
+
+    pub(crate) fn state(&self, i: usize) -> Result<RunState, RedisError> {
+        self.parse(i)
+    }
+
+    /// `''` as `None`, else a worker id.
+    pub(crate) fn owner(&self, i: usize) -> Result<Option<WorkerId>, RedisError> {
+        let s = self.str(i)?;
+        if s.is_empty() {
+            return Ok(None);
+        }
+        WorkerId::new(s).map(Some).map_err(|e| self.bad(e.to_string()))
+    }
+
+    /// The five record fields (state, owner, expiry, fence, heartbeats) from `i`.
+    pub(crate) fn record(
+        &self,
+        run: RunId,
+        i: usize,
+        observed_at: StoreTime,
+    ) -> Result<RunRecord, RedisError> {
+        let owner = self.owner(i + 1)?;
+        Ok(RunRecord {
+            run,
+            state: self.state(i)?,
+            expires_at: if owner.is_some() { self.opt_time(i + 2)? } else { None },
+            owner,
+            fence: self.fence(i + 3)?,
+            heartbeats: self.parse(i + 4)?,
+            observed_at,
+        })
+    }
+
+    /// The nested reply at `i`.
+    pub(crate) fn nested(&self, i: usize) -> Result<Reply, RedisError> {
+        match self.items.get(i) {
+            Some(v) => Reply::new(self.script, v.clone()),
+            None => Err(self.bad(format!("element {i} missing"))),
+        }
+    }
+
+    pub(crate) fn into_items(self) -> Vec<Value> {
+        self.items
+    }
+}
