@@ -1,1 +1,15 @@
-//! Postgres backend (in progress).
+#![doc = include_str!("../README.md")]
+
+mod config;
+mod error;
+mod store;
+mod transaction;
+
+pub use config::{PostgresConfig, DEFAULT_SCHEMA};
+pub use store::PostgresLeaseStore;
+pub use transaction::FencedTransaction;
+
+/// The sqlx this crate is built on, so callers of
+/// [`PostgresLeaseStore::fenced_transaction`] and [`PostgresLeaseStore::pool`] name the same
+/// types.
+pub use sqlx;

@@ -1,0 +1,12 @@
+-- $1 run_id, $2 worker_id, $3 ttl_ms
+-- Returns: the new fence and expiry, or no row when the claim is refused (explained by a read).
+UPDATE {schema}.runs
+SET lease_owner = $2,
+    lease_expires_at = now() + $3::bigint * interval '1 millisecond',
+    claimable_at = now() + $3::bigint * interval '1 millisecond',
+    fence = fence + 1
+WHERE run_id = $1
+  AND state = 'runnable'
+  AND (lease_owner IS NULL OR lease_expires_at <= now())
+  AND fence < 9223372036854775807
+RETURNING fence, (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS expires_us

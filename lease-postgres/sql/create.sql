@@ -1,0 +1,5 @@
+-- $1 run_id
+-- Returns: the new record, or no row if the run exists.
+INSERT INTO {schema}.runs (run_id) VALUES ($1)
+ON CONFLICT (run_id) DO NOTHING
+RETURNING run_id, state, lease_owner, (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS expires_us, fence, heartbeats, (extract(epoch FROM now()) * 1000000)::bigint AS observed_us

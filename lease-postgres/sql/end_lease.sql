@@ -1,0 +1,6 @@
+-- $1 run_id, $2 fence, $3 new state ('runnable' to release, 'suspended', 'completed')
+-- Returns: one row if the lease was ended, no row when the fenced write is refused.
+UPDATE {schema}.runs
+SET state = $3, lease_owner = NULL, lease_expires_at = NULL, claimable_at = now()
+WHERE run_id = $1 AND fence = $2 AND state = 'runnable' AND lease_owner IS NOT NULL
+RETURNING fence

@@ -1,0 +1,6 @@
+-- $1 run_id
+-- Returns: what a refused claim or fenced write is judged against, or no row if the run does
+-- not exist. remaining_us is the holder's time left by the database clock.
+SELECT state, lease_owner, fence,
+       (extract(epoch FROM lease_expires_at - now()) * 1000000)::bigint AS remaining_us
+FROM {schema}.runs WHERE run_id = $1

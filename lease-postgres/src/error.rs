@@ -1,0 +1,121 @@
+//! The adapter's detailed failures, folded into [`lease_core::Error`] by one `From` impl.
+
+use lease_core::Error;
+
+/// Tags every error this adapter reports.
+pub(crate) const BACKEND: &str = "postgres";
+
+/// What went wrong talking to Postgres. Messages are redacted of URL passwords before they are
+/// stored, so no error can leak one.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PgError {
+    /// The server could not be reached, dropped the connection, or the pool timed out.
+    #[error("{0}")]
+    Unreachable(String),
+    /// Any other driver or database failure.
+    #[error("{0}")]
+    Failed(String),
+    /// A row the schema guarantees was malformed (a corrupt or foreign table).
+    #[error("corrupt row in {table}: {why}")]
+    Corrupt { table: &'static str, why: String },
+    /// The configuration was refused before connecting.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+impl From<sqlx::Error> for PgError {
+    fn from(e: sqlx::Error) -> PgError {
+        let message = redact(&e.to_string());
+        if is_unreachable(&e) {
+            PgError::Unreachable(message)
+        } else {
+            PgError::Failed(message)
+        }
+    }
+}
+
+impl From<sqlx::migrate::MigrateError> for PgError {
+    fn from(e: sqlx::migrate::MigrateError) -> PgError {
+        match e {
+            sqlx::migrate::MigrateError::Execute(e) => PgError::from(e),
+            other => PgError::Failed(redact(&format!("migration failed: {other}"))),
+        }
+    }
+}
+
+impl From<PgError> for Error {
+    fn from(e: PgError) -> Error {
+        match e {
+            PgError::Unreachable(_) => Error::unavailable(BACKEND, e),
+            other => Error::backend(BACKEND, other),
+        }
+    }
+}
+
+/// Whether retrying may help: the connection failed, not the statement.
+fn is_unreachable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            // 08: connection exception; 57P01-03: shutdown / cannot connect now;
+            // 53300: too many connections; 40001/40P01: serialization failure, deadlock.
+            code.starts_with("08")
+                || matches!(
+                    &*code,
+                    "57P01" | "57P02" | "57P03" | "53300" | "40001" | "40P01"
+                )
+        }),
+        _ => false,
+    }
+}
+
+/// Replaces the password of every `scheme://user:password@` in `text` with `******`.
+pub(crate) fn redact(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("://") {
+        let (head, tail) = rest.split_at(start + 3);
+        out.push_str(head);
+        // The authority ends at the first '/', '?', '#' or whitespace; its userinfo at the last '@'.
+        let end = tail
+            .find(|c: char| matches!(c, '/' | '?' | '#') || c.is_whitespace())
+            .unwrap_or(tail.len());
+        let authority = &tail[..end];
+        match authority.rfind('@') {
+            Some(at) => {
+                let userinfo = &authority[..at];
+                match userinfo.find(':') {
+                    Some(colon) => {
+                        out.push_str(&userinfo[..colon]);
+                        out.push_str(":******");
+                    }
+                    None => out.push_str(userinfo),
+                }
+                out.push_str(&authority[at..]);
+            }
+            None => out.push_str(authority),
+        }
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn redact_hides_url_passwords_only() {
+        assert_eq!(
+            redact("failed: postgres://u:p%40ss@h:5432/db?x=1 and redis://:pw@r/0"),
+            "failed: postgres://u:******@h:5432/db?x=1 and redis://:******@r/0"
+        );
+        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact("no url here"), "no url here");
+    }
+}

@@ -1,0 +1,665 @@
+//! [`PostgresLeaseStore`]: the run record as a table, every check in one conditional statement.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_core::{
+    check_claim_max, check_list, check_payload, check_renew_batch, claim_refusal, fenced_verdict,
+    Error, Fence, JournalEntry, Lease, LeaseStore, ListFilter, Result, RunId, RunRecord, RunState,
+    StoreTime, Ttl, WorkerId,
+};
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::Row;
+
+use crate::config::PostgresConfig;
+use crate::error::PgError;
+use crate::transaction::FencedTransaction;
+
+/// The embedded migrations; they run unqualified with `search_path` set to the store's schema.
+static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
+
+/// How often an operation whose refusal could not be explained (the row changed between the
+/// write and the read that explains it) is tried again before giving up.
+const ATTEMPTS: usize = 5;
+
+/// The statements, with `{schema}` replaced by the store's quoted schema.
+#[derive(Debug)]
+pub(crate) struct Queries {
+    create: String,
+    inspect: String,
+    claim: String,
+    claim_next: String,
+    explain: String,
+    renew: String,
+    renew_many: String,
+    append: String,
+    journal: String,
+    end_lease: String,
+    resume: String,
+    force_release: String,
+    list: String,
+    pub(crate) lock_run: String,
+    create_schema: String,
+    set_search_path: String,
+    migrate_lock: String,
+}
+
+impl Queries {
+    fn new(schema: &str) -> Queries {
+        // Identifiers cannot be bound as parameters, so the schema is spliced in, quoted: any
+        // characters are safe inside a double-quoted identifier once its quotes are doubled.
+        let quoted = format!("\"{}\"", schema.replace('"', "\"\""));
+        let q = |sql: &str| sql.replace("{schema}", &quoted);
+        Queries {
+            create: q(include_str!("../sql/create.sql")),
+            inspect: q(include_str!("../sql/inspect.sql")),
+            claim: q(include_str!("../sql/claim.sql")),
+            claim_next: q(include_str!("../sql/claim_next.sql")),
+            explain: q(include_str!("../sql/explain.sql")),
+            renew: q(include_str!("../sql/renew.sql")),
+            renew_many: q(include_str!("../sql/renew_many.sql")),
+            append: q(include_str!("../sql/append.sql")),
+            journal: q(include_str!("../sql/journal.sql")),
+            end_lease: q(include_str!("../sql/end_lease.sql")),
+            resume: q(include_str!("../sql/resume.sql")),
+            force_release: q(include_str!("../sql/force_release.sql")),
+            list: q(include_str!("../sql/list.sql")),
+            lock_run: q(include_str!("../sql/lock_run.sql")),
+            create_schema: q(include_str!("../sql/create_schema.sql")),
+            set_search_path: q(include_str!("../sql/set_search_path.sql")),
+            migrate_lock: q(include_str!("../sql/migrate_lock.sql")),
+        }
+    }
+}
+
+/// A [`LeaseStore`] on Postgres: one row per run in `<schema>.runs`, one per journal entry in
+/// `<schema>.journal`.
+///
+/// Claims and fenced writes are single conditional `UPDATE … RETURNING` statements judged on
+/// the database clock (`now()`); a statement that matches nothing is explained by a read of the
+/// row through [`claim_refusal`] or [`fenced_verdict`], so the reasons are those of every other
+/// backend. [`PostgresLeaseStore::fenced_transaction`] lets callers commit their own SQL
+/// atomically with the fence check.
+#[derive(Clone)]
+pub struct PostgresLeaseStore {
+    pool: PgPool,
+    schema: String,
+    pub(crate) sql: Arc<Queries>,
+    shown: String,
+}
+
+impl PostgresLeaseStore {
+    /// Connects with `config`, creating the schema and running the migrations unless turned off.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] if the server cannot be reached within the acquire timeout;
+    /// [`Error::Backend`] for a malformed URL or schema, refused credentials or a failed
+    /// migration. No error carries the password.
+    pub async fn connect(config: PostgresConfig) -> Result<PostgresLeaseStore> {
+        let options = PgConnectOptions::from_str(&config.url)
+            .map_err(|e| PgError::Config(crate::error::redact(&e.to_string())))?;
+        let pool = PgPoolOptions::new()
+            .max_connections(config.max_connections)
+            .acquire_timeout(config.acquire_timeout)
+            .connect_lazy_with(options);
+        let store = PostgresLeaseStore::assemble(pool, &config.schema)?;
+        if config.migrate {
+            store.migrate().await?;
+        }
+        Ok(store)
+    }
+
+    /// Connects to `url` with the defaults of [`PostgresConfig::from_url`].
+    ///
+    /// # Errors
+    /// As [`PostgresLeaseStore::connect`].
+    pub async fn connect_url(url: &str) -> Result<PostgresLeaseStore> {
+        PostgresLeaseStore::connect(PostgresConfig::from_url(url)).await
+    }
+
+    /// A store over an existing pool, keeping its tables in `schema`; creates the schema and
+    /// runs the migrations. Configure the pool's `acquire_timeout` so an exhausted pool fails
+    /// rather than waits long.
+    ///
+    /// # Errors
+    /// As [`PostgresLeaseStore::connect`].
+    pub async fn from_pool(pool: PgPool, schema: &str) -> Result<PostgresLeaseStore> {
+        let store = PostgresLeaseStore::assemble(pool, schema)?;
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    fn assemble(pool: PgPool, schema: &str) -> Result<PostgresLeaseStore> {
+        if schema.is_empty() || schema.len() > 63 || schema.contains('\0') {
+            return Err(PgError::Config(format!(
+                "schema name {schema:?} must be 1 to 63 bytes without NUL"
+            ))
+            .into());
+        }
+        let options = pool.connect_options();
+        let shown = format!(
+            "postgres://{}:{}/{} (schema {schema})",
+            options.get_host(),
+            options.get_port(),
+            options.get_database().unwrap_or(""),
+        );
+        Ok(PostgresLeaseStore {
+            pool,
+            schema: schema.to_owned(),
+            sql: Arc::new(Queries::new(schema)),
+            shown,
+        })
+    }
+
+    /// Creates the schema if missing and applies the embedded migrations, serialized across
+    /// processes by a Postgres advisory lock, so a fleet starting at once is safe. Runs on a
+    /// dedicated connection whose `search_path` is the schema; sqlx's `_sqlx_migrations`
+    /// bookkeeping table lives in the schema too.
+    ///
+    /// # Errors
+    /// As [`PostgresLeaseStore::connect`].
+    pub async fn migrate(&self) -> Result<()> {
+        let timeout = self.pool.options().get_acquire_timeout();
+        let prepare: Arc<[String; 3]> = Arc::new([
+            self.sql.migrate_lock.clone(),
+            self.sql.create_schema.clone(),
+            self.sql.set_search_path.clone(),
+        ]);
+        let schema = self.schema.clone();
+        // A one-connection pool: its connection takes the lock, creates the schema and points
+        // its search_path at it before the migrator sees it. Closing the pool ends the session,
+        // which releases the lock.
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .min_connections(0)
+            .acquire_timeout(timeout)
+            .after_connect(move |conn, _| {
+                let prepare = Arc::clone(&prepare);
+                let schema = schema.clone();
+                Box::pin(async move {
+                    sqlx::query(&prepare[0])
+                        .bind(&schema)
+                        .execute(&mut *conn)
+                        .await?;
+                    sqlx::query(&prepare[1]).execute(&mut *conn).await?;
+                    sqlx::query(&prepare[2]).execute(&mut *conn).await?;
+                    Ok(())
+                })
+            })
+            .connect_lazy_with((*self.pool.connect_options()).clone());
+        let applied = MIGRATOR.run(&pool).await;
+        pool.close().await;
+        Ok(applied.map_err(PgError::from)?)
+    }
+
+    /// The pool, for the caller's own statements.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The schema holding the store's tables.
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    /// Opens a transaction, locks the run's row (`SELECT … FOR UPDATE`) and verifies `lease`
+    /// by the fenced-write rules. The caller runs its own statements on the returned
+    /// transaction; [`FencedTransaction::commit`] makes them and the fence check one atomic
+    /// unit. While it is open no claim of the run can commit (claims wait on the row lock),
+    /// so keep it short.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`], [`Error::StaleFence`], [`Error::FenceAhead`],
+    /// [`Error::LeaseEnded`]; [`Error::Unavailable`] if the database cannot be reached.
+    pub async fn fenced_transaction(&self, lease: &Lease) -> Result<FencedTransaction> {
+        FencedTransaction::begin(self, lease).await
+    }
+
+    /// Explains a refused fenced write of `lease`: `Err(verdict)`, or `Ok(())` when the row
+    /// now allows it (it changed since the write), in which case the caller tries again.
+    async fn fenced_refusal(&self, lease: &Lease) -> Result<()> {
+        let row = self.explain(lease.run()).await?;
+        let Some(row) = row else {
+            return Err(Error::NotFound {
+                run: lease.run().clone(),
+            });
+        };
+        fenced_verdict(
+            lease.run(),
+            lease.fence(),
+            row.fence,
+            row.state,
+            row.owner.is_some(),
+        )
+    }
+
+    async fn explain(&self, run: &RunId) -> Result<Option<Explained>> {
+        let row = sqlx::query(&self.sql.explain)
+            .bind(run.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(PgError::from)?;
+        Ok(row.map(|row| Explained::from_row(&row)).transpose()?)
+    }
+
+    fn raced(run: &RunId) -> Error {
+        PgError::Failed(format!(
+            "run {run} changed under every one of {ATTEMPTS} attempts; giving up"
+        ))
+        .into()
+    }
+
+    async fn renew_one(&self, lease: &Lease) -> Result<Lease> {
+        for _ in 0..ATTEMPTS {
+            let row = sqlx::query(&self.sql.renew)
+                .bind(lease.run().as_str())
+                .bind(fence_param(lease.fence()))
+                .bind(ttl_param(lease.ttl()))
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(PgError::from)?;
+            if let Some(row) = row {
+                let expires_at = store_time(get(&row, "expires_us")?)?;
+                return renewed(lease, expires_at);
+            }
+            self.fenced_refusal(lease).await?;
+        }
+        Err(Self::raced(lease.run()))
+    }
+
+    async fn end(&self, lease: &Lease, to: RunState) -> Result<()> {
+        for _ in 0..ATTEMPTS {
+            let row = sqlx::query(&self.sql.end_lease)
+                .bind(lease.run().as_str())
+                .bind(fence_param(lease.fence()))
+                .bind(to.as_str())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(PgError::from)?;
+            if row.is_some() {
+                return Ok(());
+            }
+            self.fenced_refusal(lease).await?;
+        }
+        Err(Self::raced(lease.run()))
+    }
+
+    /// A record statement (`create`, `resume`, `force_release`) whose zero rows are explained
+    /// by `refusal` from the current record (or `None` if the run is missing).
+    async fn record_write(
+        &self,
+        sql: &str,
+        run: &RunId,
+        refusal: impl Fn(Option<&RunRecord>) -> Option<Error>,
+    ) -> Result<RunRecord> {
+        for _ in 0..ATTEMPTS {
+            let row = sqlx::query(sql)
+                .bind(run.as_str())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(PgError::from)?;
+            if let Some(row) = row {
+                return Ok(record(&row)?);
+            }
+            let current = self.inspect(run).await;
+            let current = match current {
+                Ok(record) => Some(record),
+                Err(Error::NotFound { .. }) => None,
+                Err(e) => return Err(e),
+            };
+            if let Some(refusal) = refusal(current.as_ref()) {
+                return Err(refusal);
+            }
+        }
+        Err(Self::raced(run))
+    }
+}
+
+/// What a refused claim or fenced write is judged against.
+struct Explained {
+    state: RunState,
+    owner: Option<WorkerId>,
+    fence: Fence,
+    remaining: Option<Duration>,
+}
+
+impl Explained {
+    fn from_row(row: &PgRow) -> Result<Explained, PgError> {
+        let remaining: Option<i64> = get(row, "remaining_us")?;
+        Ok(Explained {
+            state: state(get(row, "state")?)?,
+            owner: worker(get(row, "lease_owner")?)?,
+            fence: fence(get(row, "fence")?)?,
+            remaining: remaining.map(|us| Duration::from_micros(us.max(0) as u64)),
+        })
+    }
+}
+
+fn get<'r, T>(row: &'r PgRow, column: &str) -> Result<T, PgError>
+where
+    T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+{
+    row.try_get(column).map_err(PgError::from)
+}
+
+fn corrupt(why: impl fmt::Display) -> PgError {
+    PgError::Corrupt {
+        table: "runs",
+        why: why.to_string(),
+    }
+}
+
+fn fence(value: i64) -> Result<Fence, PgError> {
+    u64::try_from(value)
+        .ok()
+        .and_then(|v| Fence::new(v).ok())
+        .ok_or_else(|| corrupt(format!("fence {value} out of range")))
+}
+
+fn store_time(micros: i64) -> Result<StoreTime, PgError> {
+    u64::try_from(micros)
+        .map(StoreTime::from_micros)
+        .map_err(|_| corrupt(format!("time {micros}us before the Unix epoch")))
+}
+
+fn state(name: String) -> Result<RunState, PgError> {
+    name.parse().map_err(corrupt)
+}
+
+fn worker(owner: Option<String>) -> Result<Option<WorkerId>, PgError> {
+    owner.map(WorkerId::new).transpose().map_err(corrupt)
+}
+
+fn fence_param(fence: Fence) -> i64 {
+    fence.get() as i64 // at most Fence::MAX = i64::MAX
+}
+
+fn ttl_param(ttl: Ttl) -> i64 {
+    ttl.as_millis() as i64 // at most one day
+}
+
+fn record(row: &PgRow) -> Result<RunRecord, PgError> {
+    let expires: Option<i64> = get(row, "expires_us")?;
+    let heartbeats: i64 = get(row, "heartbeats")?;
+    Ok(RunRecord {
+        run: RunId::new(get::<String>(row, "run_id")?).map_err(corrupt)?,
+        state: state(get(row, "state")?)?,
+        owner: worker(get(row, "lease_owner")?)?,
+        expires_at: expires.map(store_time).transpose()?,
+        fence: fence(get(row, "fence")?)?,
+        heartbeats: u64::try_from(heartbeats).map_err(corrupt)?,
+        observed_at: store_time(get(row, "observed_us")?)?,
+    })
+}
+
+fn leased(
+    run: &RunId,
+    owner: &WorkerId,
+    fence: Fence,
+    ttl: Ttl,
+    expires_at: StoreTime,
+) -> Result<Lease> {
+    Ok(Lease::new(run.clone(), owner.clone(), fence, ttl, expires_at).map_err(corrupt)?)
+}
+
+fn renewed(lease: &Lease, expires_at: StoreTime) -> Result<Lease> {
+    leased(
+        lease.run(),
+        lease.owner(),
+        lease.fence(),
+        lease.ttl(),
+        expires_at,
+    )
+}
+
+impl fmt::Debug for PostgresLeaseStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresLeaseStore")
+            .field("server", &self.shown)
+            .field("pool_size", &self.pool.size())
+            .finish()
+    }
+}
+
+impl fmt::Display for PostgresLeaseStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.shown)
+    }
+}
+
+#[async_trait::async_trait]
+impl LeaseStore for PostgresLeaseStore {
+    async fn create(&self, run: &RunId) -> Result<RunRecord> {
+        self.record_write(&self.sql.create, run, |_| {
+            Some(Error::AlreadyExists { run: run.clone() })
+        })
+        .await
+    }
+
+    async fn claim(&self, run: &RunId, worker: &WorkerId, ttl: Ttl) -> Result<Lease> {
+        for _ in 0..ATTEMPTS {
+            let row = sqlx::query(&self.sql.claim)
+                .bind(run.as_str())
+                .bind(worker.as_str())
+                .bind(ttl_param(ttl))
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(PgError::from)?;
+            if let Some(row) = row {
+                let fence = fence(get(&row, "fence")?)?;
+                let expires_at = store_time(get(&row, "expires_us")?)?;
+                return leased(run, worker, fence, ttl, expires_at);
+            }
+            // The read only explains the refusal; if the row now allows a claim (the lease
+            // expired in between), the claim itself is tried again.
+            let Some(row) = self.explain(run).await? else {
+                return Err(Error::NotFound { run: run.clone() });
+            };
+            if let Some(refusal) =
+                claim_refusal(run, row.state, row.owner.as_ref(), row.remaining, row.fence)
+            {
+                return Err(refusal);
+            }
+        }
+        Err(Self::raced(run))
+    }
+
+    async fn claim_next(&self, worker: &WorkerId, ttl: Ttl, max: usize) -> Result<Vec<Lease>> {
+        check_claim_max(max)?;
+        let rows = sqlx::query(&self.sql.claim_next)
+            .bind(worker.as_str())
+            .bind(ttl_param(ttl))
+            .bind(max as i64)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(PgError::from)?;
+        rows.iter()
+            .map(|row| {
+                let run = RunId::new(get::<String>(row, "run_id")?).map_err(corrupt)?;
+                let fence = fence(get(row, "fence")?)?;
+                let expires_at = store_time(get(row, "expires_us")?)?;
+                leased(&run, worker, fence, ttl, expires_at)
+            })
+            .collect()
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        self.renew_one(lease).await
+    }
+
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+        check_renew_batch(leases.len())?;
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut seen = HashSet::with_capacity(leases.len());
+        if !leases.iter().all(|lease| seen.insert(lease.run())) {
+            // One statement updates a row once; repeated runs are renewed one by one, in order,
+            // as the memory store does.
+            let mut results = Vec::with_capacity(leases.len());
+            for lease in leases {
+                results.push(self.renew_one(lease).await);
+            }
+            return Ok(results);
+        }
+        let runs: Vec<&str> = leases.iter().map(|l| l.run().as_str()).collect();
+        let fences: Vec<i64> = leases.iter().map(|l| fence_param(l.fence())).collect();
+        let ttls: Vec<i64> = leases.iter().map(|l| ttl_param(l.ttl())).collect();
+        let rows = sqlx::query(&self.sql.renew_many)
+            .bind(&runs)
+            .bind(&fences)
+            .bind(&ttls)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(PgError::from)?;
+        if rows.len() != leases.len() {
+            return Err(PgError::Failed(format!(
+                "renew_many returned {} rows for {} leases",
+                rows.len(),
+                leases.len()
+            ))
+            .into());
+        }
+        let mut results = Vec::with_capacity(leases.len());
+        for (lease, row) in leases.iter().zip(&rows) {
+            let expires: Option<i64> = get(row, "expires_us")?;
+            let result = if let Some(expires) = expires {
+                renewed(lease, store_time(expires)?)
+            } else if !get::<bool>(row, "run_exists")? {
+                Err(Error::NotFound {
+                    run: lease.run().clone(),
+                })
+            } else {
+                let verdict = fenced_verdict(
+                    lease.run(),
+                    lease.fence(),
+                    fence(get(row, "fence")?)?,
+                    state(get(row, "state")?)?,
+                    get::<Option<String>>(row, "lease_owner")?.is_some(),
+                );
+                match verdict {
+                    Err(refusal) => Err(refusal),
+                    // The statement's snapshot predates a concurrent change; decide it alone.
+                    Ok(()) => self.renew_one(lease).await,
+                }
+            };
+            results.push(result);
+        }
+        Ok(results)
+    }
+
+    async fn append(&self, lease: &Lease, payload: &[u8]) -> Result<JournalEntry> {
+        check_payload(payload)?;
+        for _ in 0..ATTEMPTS {
+            let row = sqlx::query(&self.sql.append)
+                .bind(lease.run().as_str())
+                .bind(fence_param(lease.fence()))
+                .bind(payload)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(PgError::from)?;
+            if let Some(row) = row {
+                let seq: i64 = get(&row, "seq")?;
+                return Ok(JournalEntry {
+                    seq: u64::try_from(seq).map_err(corrupt)?,
+                    fence: fence(get(&row, "fence")?)?,
+                    payload: payload.to_vec(),
+                    written_at: store_time(get(&row, "written_us")?)?,
+                });
+            }
+            self.fenced_refusal(lease).await?;
+        }
+        Err(Self::raced(lease.run()))
+    }
+
+    async fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>> {
+        let rows = sqlx::query(&self.sql.journal)
+            .bind(run.as_str())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(PgError::from)?;
+        if rows.is_empty() {
+            return Err(Error::NotFound { run: run.clone() });
+        }
+        let mut entries = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let Some(seq) = get::<Option<i64>>(row, "seq")? else {
+                continue; // the run exists and its journal is empty
+            };
+            entries.push(JournalEntry {
+                seq: u64::try_from(seq).map_err(corrupt)?,
+                fence: fence(get(row, "fence")?)?,
+                payload: get(row, "payload")?,
+                written_at: store_time(get(row, "written_us")?)?,
+            });
+        }
+        Ok(entries)
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        self.end(lease, RunState::Runnable).await
+    }
+
+    async fn suspend(&self, lease: &Lease) -> Result<()> {
+        self.end(lease, RunState::Suspended).await
+    }
+
+    async fn resume(&self, run: &RunId) -> Result<RunRecord> {
+        self.record_write(&self.sql.resume, run, |current| match current {
+            None => Some(Error::NotFound { run: run.clone() }),
+            Some(r) if r.state != RunState::Suspended => Some(Error::NotSuspended {
+                run: run.clone(),
+                state: r.state,
+            }),
+            Some(_) => None,
+        })
+        .await
+    }
+
+    async fn complete(&self, lease: &Lease) -> Result<()> {
+        self.end(lease, RunState::Completed).await
+    }
+
+    async fn inspect(&self, run: &RunId) -> Result<RunRecord> {
+        let row = sqlx::query(&self.sql.inspect)
+            .bind(run.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(PgError::from)?;
+        match row {
+            Some(row) => Ok(record(&row)?),
+            None => Err(Error::NotFound { run: run.clone() }),
+        }
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<RunRecord>> {
+        check_list(filter)?;
+        let rows = sqlx::query(&self.sql.list)
+            .bind(filter.state.map(RunState::as_str))
+            .bind(filter.expired)
+            .bind(filter.after.as_ref().map(RunId::as_str))
+            .bind(filter.limit as i64)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(PgError::from)?;
+        Ok(rows.iter().map(record).collect::<Result<_, _>>()?)
+    }
+
+    async fn force_release(&self, run: &RunId) -> Result<RunRecord> {
+        self.record_write(&self.sql.force_release, run, |current| match current {
+            None => Some(Error::NotFound { run: run.clone() }),
+            Some(r) if r.state == RunState::Suspended => {
+                Some(Error::Suspended { run: run.clone() })
+            }
+            Some(r) if r.state == RunState::Completed => {
+                Some(Error::Completed { run: run.clone() })
+            }
+            Some(_) => None,
+        })
+        .await
+    }
+}

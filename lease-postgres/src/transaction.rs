@@ -1,0 +1,102 @@
+//! [`FencedTransaction`]: the caller's own SQL, committed atomically with a fence check.
+
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+
+use lease_core::{fenced_verdict, Error, Lease, Result};
+use sqlx::{PgConnection, Postgres, Transaction};
+
+use crate::error::PgError;
+use crate::store::PostgresLeaseStore;
+
+/// A database transaction that holds the lock on a run's row, opened by
+/// [`PostgresLeaseStore::fenced_transaction`] after the lease passed the fenced-write rules.
+///
+/// It dereferences to the [`PgConnection`], so the caller runs its own statements on it:
+/// `sqlx::query(..).execute(&mut *tx)`. [`commit`](FencedTransaction::commit) makes those
+/// statements and the fence check one atomic unit: the row lock keeps every claim of the run
+/// waiting until the transaction ends, so no reclaim can interleave. Dropping it without
+/// committing rolls everything back.
+pub struct FencedTransaction {
+    tx: Transaction<'static, Postgres>,
+    lease: Lease,
+}
+
+impl FencedTransaction {
+    pub(crate) async fn begin(store: &PostgresLeaseStore, lease: &Lease) -> Result<Self> {
+        let mut tx = store.pool().begin().await.map_err(PgError::from)?;
+        let row = sqlx::query_as::<_, (String, Option<String>, i64)>(&store.sql.lock_run)
+            .bind(lease.run().as_str())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(PgError::from)?;
+        // On a refusal `tx` is dropped, which rolls it back and releases the row.
+        let Some((state, owner, current)) = row else {
+            return Err(Error::NotFound {
+                run: lease.run().clone(),
+            });
+        };
+        let state = state
+            .parse()
+            .map_err(|e| PgError::Failed(format!("corrupt run state: {e}")))?;
+        let current = u64::try_from(current)
+            .ok()
+            .and_then(|f| lease_core::Fence::new(f).ok())
+            .ok_or_else(|| PgError::Failed(format!("corrupt fence {current}")))?;
+        fenced_verdict(lease.run(), lease.fence(), current, state, owner.is_some())?;
+        Ok(FencedTransaction {
+            tx,
+            lease: lease.clone(),
+        })
+    }
+
+    /// The lease this transaction was verified against.
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// The underlying sqlx transaction, for APIs that take one.
+    pub fn transaction(&mut self) -> &mut Transaction<'static, Postgres> {
+        &mut self.tx
+    }
+
+    /// Commits the caller's statements; the fence held throughout.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] if the connection failed, in which case the commit may or may not
+    /// have happened; [`Error::Backend`] if the database refused it (nothing was committed).
+    pub async fn commit(self) -> Result<()> {
+        Ok(self.tx.commit().await.map_err(PgError::from)?)
+    }
+
+    /// Rolls everything back and releases the run's row.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] if the connection failed (the server rolls back anyway).
+    pub async fn rollback(self) -> Result<()> {
+        Ok(self.tx.rollback().await.map_err(PgError::from)?)
+    }
+}
+
+impl Deref for FencedTransaction {
+    type Target = PgConnection;
+
+    fn deref(&self) -> &PgConnection {
+        &self.tx
+    }
+}
+
+impl DerefMut for FencedTransaction {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        &mut self.tx
+    }
+}
+
+impl fmt::Debug for FencedTransaction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FencedTransaction")
+            .field("run", self.lease.run())
+            .field("fence", &self.lease.fence())
+            .finish()
+    }
+}
