@@ -1,0 +1,76 @@
+//! Operator commands: create, inspect, list, resume, release --force, migrate.
+
+use distribution::{connect, Config, ListFilter, RunId, RunState};
+
+use crate::output::print_records;
+use crate::{usage, Failure};
+
+pub(crate) async fn create(config: &Config, run: &RunId, json: bool) -> Result<(), Failure> {
+    let store = connect(config).await?;
+    let record = store.create(run).await?;
+    print_records(&[record], json, true);
+    Ok(())
+}
+
+pub(crate) async fn inspect(config: &Config, run: &RunId, json: bool) -> Result<(), Failure> {
+    let store = connect(config).await?;
+    let record = store.inspect(run).await?;
+    print_records(&[record], json, true);
+    Ok(())
+}
+
+pub(crate) async fn list(
+    config: &Config,
+    state: Option<RunState>,
+    expired: bool,
+    limit: usize,
+    json: bool,
+) -> Result<(), Failure> {
+    let store = connect(config).await?;
+    let filter = ListFilter {
+        state,
+        expired,
+        after: None,
+        limit,
+    };
+    let records = store.list(&filter).await?;
+    print_records(&records, json, false);
+    Ok(())
+}
+
+pub(crate) async fn resume(config: &Config, run: &RunId, json: bool) -> Result<(), Failure> {
+    let store = connect(config).await?;
+    let record = store.resume(run).await?;
+    print_records(&[record], json, true);
+    Ok(())
+}
+
+pub(crate) async fn force_release(config: &Config, run: &RunId, json: bool) -> Result<(), Failure> {
+    let store = connect(config).await?;
+    let before = store.inspect(run).await?;
+    let record = store.force_release(run).await?;
+    if !json {
+        match &before.owner {
+            Some(owner) => println!(
+                "released {run} from {owner} (fence {}); the next claim takes fence {} and fences {owner} out",
+                before.fence,
+                before.fence.get() + 1
+            ),
+            None => println!("{run} had no holder; nothing to release"),
+        }
+    }
+    print_records(&[record], json, true);
+    Ok(())
+}
+
+pub(crate) async fn migrate(config: &Config) -> Result<(), Failure> {
+    match config.backend()? {
+        distribution::Backend::Postgres => {
+            // Connecting runs the embedded migrations under the advisory lock.
+            connect(config).await?;
+            println!("schema is up to date");
+            Ok(())
+        }
+        _ => Err(usage("migrate applies to a postgres:// store only")),
+    }
+}

@@ -1,0 +1,402 @@
+//! Backend selection from configuration: one `Config`, read from a TOML file, the environment
+//! and flags, and `connect` for `memory:`, `postgres://` and `redis://` / `rediss://` URLs.
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_core::{InvalidInput, LeaseStore, MemoryLeaseStore, Ttl};
+
+/// Where leases live and how long they last: what a worker or the `lease` command needs to start.
+///
+/// Sources, lowest precedence first: [`Config::default`], a TOML file ([`Config::from_toml`]),
+/// the environment ([`Config::with_env`]: `LEASE_STORE`, `LEASE_TTL_MS`,
+/// `LEASE_HEARTBEAT_MS`, `LEASE_NAMESPACE`), then flags (the `with_*` setters).
+///
+/// ```
+/// use distribution::Config;
+/// let config = Config::from_toml("store = \"memory:\"\nttl_ms = 5000\n").unwrap();
+/// assert_eq!(config.ttl.as_millis(), 5000);
+/// let config = Config::from_toml("store = \"postgres://app:hunter2@db/runs\"").unwrap();
+/// assert!(!format!("{config:?}").contains("hunter2"));
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The store URL: `memory:`, `postgres://…`, `postgresql://…`, `redis://…` or `rediss://…`.
+    pub store: String,
+    /// The TTL of the leases a worker takes.
+    pub ttl: Ttl,
+    /// The heartbeat interval; `None` for TTL/3.
+    pub heartbeat: Option<Duration>,
+    /// The namespace (Postgres schema, Redis key prefix); `None` for the backend's default.
+    pub namespace: Option<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            store: "memory:".to_string(),
+            ttl: Ttl::from_secs(30).expect("30 s is a valid TTL"),
+            heartbeat: None,
+            namespace: None,
+        }
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("store", &redact_url(&self.store))
+            .field("ttl", &self.ttl)
+            .field("heartbeat", &self.heartbeat)
+            .field("namespace", &self.namespace)
+            .finish()
+    }
+}
+
+/// Why a configuration was refused. Messages never contain a password.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A URL whose scheme no backend serves.
+    #[error("unknown store scheme {scheme:?}: use memory:, postgres://, redis:// or rediss://")]
+    UnknownScheme {
+        /// The scheme found.
+        scheme: String,
+    },
+    /// A URL that does not parse.
+    #[error("malformed store URL {url}: {reason}")]
+    MalformedUrl {
+        /// The URL with any password replaced by `******`.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A setting with a bad value.
+    #[error("bad setting {key}: {reason}")]
+    BadSetting {
+        /// Where it came from: a TOML key or an environment variable.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A configuration file that cannot be read or parsed.
+    #[error("cannot read configuration file {path}: {reason}")]
+    File {
+        /// The file.
+        path: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The store refused the connection or could not be reached.
+    #[error(transparent)]
+    Store(#[from] lease_core::Error),
+}
+
+impl ConfigError {
+    /// Whether retrying later may help: the store was unreachable.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, ConfigError::Store(e) if e.is_retryable())
+    }
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    store: Option<String>,
+    ttl_ms: Option<u64>,
+    heartbeat_ms: Option<u64>,
+    namespace: Option<String>,
+}
+
+fn ttl_setting(key: &str, ms: u64) -> Result<Ttl, ConfigError> {
+    Ttl::from_millis(ms).map_err(|e: InvalidInput| ConfigError::BadSetting {
+        key: key.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+fn heartbeat_setting(key: &str, ms: u64) -> Result<Duration, ConfigError> {
+    if ms == 0 {
+        return Err(ConfigError::BadSetting {
+            key: key.to_string(),
+            reason: "the heartbeat interval must be at least 1 ms".to_string(),
+        });
+    }
+    Ok(Duration::from_millis(ms))
+}
+
+impl Config {
+    /// The defaults overlaid with a TOML document (keys `store`, `ttl_ms`, `heartbeat_ms`,
+    /// `namespace`; unknown keys are refused).
+    ///
+    /// # Errors
+    /// [`ConfigError::File`] for bad TOML, [`ConfigError::BadSetting`] for bad values.
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        Config::default().merge_toml(text, "<toml>")
+    }
+
+    /// The defaults overlaid with the TOML file at `path`.
+    ///
+    /// # Errors
+    /// As [`Config::from_toml`], and [`ConfigError::File`] when the file cannot be read.
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        Config::default().merge_toml(&text, &path.display().to_string())
+    }
+
+    fn merge_toml(mut self, text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let file: FileConfig = toml::from_str(text).map_err(|e| ConfigError::File {
+            path: origin.to_string(),
+            // toml quotes the offending line, which may hold a password: keep only the message.
+            reason: e.message().to_string(),
+        })?;
+        if let Some(store) = file.store {
+            self.store = store;
+        }
+        if let Some(ms) = file.ttl_ms {
+            self.ttl = ttl_setting("ttl_ms", ms)?;
+        }
+        if let Some(ms) = file.heartbeat_ms {
+            self.heartbeat = Some(heartbeat_setting("heartbeat_ms", ms)?);
+        }
+        if let Some(ns) = file.namespace {
+            self.namespace = Some(ns);
+        }
+        Ok(self)
+    }
+
+    /// Overlays the process environment: `LEASE_STORE`, `LEASE_TTL_MS`, `LEASE_HEARTBEAT_MS`,
+    /// `LEASE_NAMESPACE`.
+    ///
+    /// # Errors
+    /// [`ConfigError::BadSetting`] naming the variable.
+    pub fn with_env(self) -> Result<Config, ConfigError> {
+        self.with_vars(|key| std::env::var(key).ok())
+    }
+
+    /// Overlays variables read through `var` (the environment, in [`Config::with_env`]).
+    ///
+    /// # Errors
+    /// [`ConfigError::BadSetting`] naming the variable.
+    pub fn with_vars(
+        mut self,
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let number = |key: &str| -> Result<Option<u64>, ConfigError> {
+            var(key)
+                .map(|v| {
+                    v.trim()
+                        .parse::<u64>()
+                        .map_err(|_| ConfigError::BadSetting {
+                            key: key.to_string(),
+                            reason: format!("{v:?} is not a whole number of milliseconds"),
+                        })
+                })
+                .transpose()
+        };
+        if let Some(store) = var("LEASE_STORE") {
+            self.store = store;
+        }
+        if let Some(ms) = number("LEASE_TTL_MS")? {
+            self.ttl = ttl_setting("LEASE_TTL_MS", ms)?;
+        }
+        if let Some(ms) = number("LEASE_HEARTBEAT_MS")? {
+            self.heartbeat = Some(heartbeat_setting("LEASE_HEARTBEAT_MS", ms)?);
+        }
+        if let Some(ns) = var("LEASE_NAMESPACE") {
+            self.namespace = Some(ns);
+        }
+        Ok(self)
+    }
+
+    /// Sets the store URL (a flag).
+    pub fn with_store(mut self, store: impl Into<String>) -> Config {
+        self.store = store.into();
+        self
+    }
+
+    /// Sets the TTL (a flag).
+    pub fn with_ttl(mut self, ttl: Ttl) -> Config {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Sets the heartbeat interval (a flag).
+    pub fn with_heartbeat(mut self, heartbeat: Duration) -> Config {
+        self.heartbeat = Some(heartbeat);
+        self
+    }
+
+    /// Sets the namespace (a flag).
+    pub fn with_namespace(mut self, namespace: impl Into<String>) -> Config {
+        self.namespace = Some(namespace.into());
+        self
+    }
+
+    /// The backend this configuration selects, checked without connecting.
+    ///
+    /// # Errors
+    /// [`ConfigError::UnknownScheme`], [`ConfigError::MalformedUrl`].
+    pub fn backend(&self) -> Result<Backend, ConfigError> {
+        if self.store == "memory:" || self.store == "memory" {
+            return Ok(Backend::Memory);
+        }
+        let url = url::Url::parse(&self.store).map_err(|e| ConfigError::MalformedUrl {
+            url: redact_url(&self.store),
+            reason: e.to_string(),
+        })?;
+        let backend = match url.scheme() {
+            "memory" => Backend::Memory,
+            "postgres" | "postgresql" => Backend::Postgres,
+            "redis" | "rediss" => Backend::Redis,
+            other => {
+                return Err(ConfigError::UnknownScheme {
+                    scheme: other.to_string(),
+                })
+            }
+        };
+        if backend != Backend::Memory && url.host_str().is_none_or(str::is_empty) {
+            return Err(ConfigError::MalformedUrl {
+                url: redact_url(&self.store),
+                reason: "it names no host".to_string(),
+            });
+        }
+        Ok(backend)
+    }
+}
+
+/// The backends a [`Config`] can select.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The embedded memory store.
+    Memory,
+    /// PostgreSQL.
+    Postgres,
+    /// Redis.
+    Redis,
+}
+
+/// Connects to the store `config` selects.
+///
+/// `memory:` gives a new, empty, in-process store each call. Postgres runs its migrations
+/// (serialized by an advisory lock). Redis checks persistence first (see `lease-redis`).
+///
+/// # Errors
+/// [`ConfigError::UnknownScheme`] and [`ConfigError::MalformedUrl`] before any I/O;
+/// [`ConfigError::Store`] when the server is unreachable (retryable) or refuses us. No message
+/// contains the URL's password.
+pub async fn connect(config: &Config) -> Result<Arc<dyn LeaseStore>, ConfigError> {
+    match config.backend()? {
+        Backend::Memory => Ok(Arc::new(MemoryLeaseStore::new())),
+        Backend::Postgres => {
+            let mut pg = lease_postgres::PostgresConfig::from_url(config.store.clone());
+            if let Some(ns) = &config.namespace {
+                pg = pg.with_schema(ns.clone());
+            }
+            Ok(Arc::new(
+                lease_postgres::PostgresLeaseStore::connect(pg).await?,
+            ))
+        }
+        Backend::Redis => {
+            let mut redis = lease_redis::RedisConfig::from_url(&config.store);
+            if let Some(ns) = &config.namespace {
+                redis = redis.with_namespace(ns.clone());
+            }
+            Ok(Arc::new(
+                lease_redis::RedisLeaseStore::connect(redis).await?,
+            ))
+        }
+    }
+}
+
+/// `url` with its password, if any, replaced by `******`; an unparseable URL is replaced whole
+/// by a placeholder, since we cannot tell where its password is.
+pub fn redact_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) => {
+            if parsed.password().is_some() {
+                let _ = parsed.set_password(Some("******"));
+            }
+            // Query parameters such as `password=` are dropped from the shown form too.
+            if parsed.query_pairs().any(|(k, _)| k.contains("pass")) {
+                parsed.set_query(Some("******"));
+            }
+            parsed.to_string()
+        }
+        Err(_) if !url.contains('@') && !url.contains("pass") => url.to_string(),
+        Err(_) => "<unparseable URL, not shown>".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn precedence_is_file_then_env_then_flags() {
+        let file = Config::from_toml("store = \"redis://file\"\nttl_ms = 1000\nnamespace = \"f\"")
+            .unwrap();
+        let env = file
+            .with_vars(|k| match k {
+                "LEASE_STORE" => Some("postgres://env/db".into()),
+                "LEASE_TTL_MS" => Some("2000".into()),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(
+            (
+                env.store.as_str(),
+                env.ttl.as_millis(),
+                env.namespace.as_deref()
+            ),
+            ("postgres://env/db", 2000, Some("f"))
+        );
+        let flags = env.with_store("memory:");
+        assert_eq!(flags.backend().unwrap(), Backend::Memory);
+    }
+
+    #[test]
+    fn bad_settings_name_their_source() {
+        let err = Config::default()
+            .with_vars(|k| (k == "LEASE_TTL_MS").then(|| "0".into()))
+            .unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::BadSetting { key, .. } if key == "LEASE_TTL_MS"),
+            "{err}"
+        );
+        let err = Config::default()
+            .with_vars(|k| (k == "LEASE_TTL_MS").then(|| "soon".into()))
+            .unwrap_err();
+        assert!(err.to_string().contains("LEASE_TTL_MS"), "{err}");
+        assert!(matches!(
+            Config::from_toml("stroe = \"memory:\""),
+            Err(ConfigError::File { .. })
+        ));
+    }
+
+    #[test]
+    fn urls_are_classified_without_echoing_passwords() {
+        let cfg = Config::default().with_store("mysql://u:secret@h/db");
+        let err = cfg.backend().unwrap_err();
+        assert!(matches!(&err, ConfigError::UnknownScheme { scheme } if scheme == "mysql"));
+        let cfg = Config::default().with_store("postgres://u:secret@/db");
+        let err = cfg.backend().unwrap_err();
+        assert!(matches!(err, ConfigError::MalformedUrl { .. }), "{err}");
+        assert!(!err.to_string().contains("secret"), "{err}");
+        let err = Config::default()
+            .with_store("not a url :secret@")
+            .backend()
+            .unwrap_err();
+        assert!(!err.to_string().contains("secret"), "{err}");
+        assert_eq!(
+            redact_url("redis://:s3cr3t@localhost:6379/0"),
+            "redis://:******@localhost:6379/0"
+        );
+        assert!(!format!("{:?}", Config::default().with_store("rediss://u:pw@h")).contains("pw@"));
+    }
+}
