@@ -199,7 +199,12 @@ mod tests {
         assert!(config.is_volatile());
         assert_eq!(config.url(), "redis://h:1/2?protocol=resp3");
         assert!(!RedisConfig::from_url("redis://h").is_volatile());
-        assert!(RedisConfig::from_url("redis://h?volatile=perhaps").check().is_err());
-        assert!(RedisConfig::from_url("redis://h").with_namespace("a{b").check().is_err());
+        assert!(RedisConfig::from_url("redis://h?volatile=perhaps")
+            .check()
+            .is_err());
+        assert!(RedisConfig::from_url("redis://h")
+            .with_namespace("a{b")
+            .check()
+            .is_err());
     }
 }

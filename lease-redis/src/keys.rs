@@ -137,7 +137,9 @@ mod tests {
         for id in ids {
             let run = RunId::new(id).unwrap();
             let hex = encode(id);
-            assert!(hex.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+            assert!(hex
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
             assert_eq!(decode(&hex).unwrap(), run);
         }
         let mut sorted: Vec<&str> = ids.to_vec();

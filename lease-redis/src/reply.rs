@@ -83,7 +83,9 @@ impl Reply {
         if s.is_empty() {
             return Ok(None);
         }
-        WorkerId::new(s).map(Some).map_err(|e| self.bad(e.to_string()))
+        WorkerId::new(s)
+            .map(Some)
+            .map_err(|e| self.bad(e.to_string()))
     }
 
     /// The five record fields (state, owner, expiry, fence, heartbeats) from `i`.
@@ -97,7 +99,11 @@ impl Reply {
         Ok(RunRecord {
             run,
             state: self.state(i)?,
-            expires_at: if owner.is_some() { self.opt_time(i + 2)? } else { None },
+            expires_at: if owner.is_some() {
+                self.opt_time(i + 2)?
+            } else {
+                None
+            },
             owner,
             fence: self.fence(i + 3)?,
             heartbeats: self.parse(i + 4)?,

@@ -5,9 +5,9 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use lease_core::{
-    check_claim_max, check_list, check_payload, check_renew_batch, claim_refusal,
-    fenced_verdict, Error, JournalEntry, Lease, LeaseStore, ListFilter, Result, RunId,
-    RunRecord, RunState, StoreTime, Ttl, WorkerId,
+    check_claim_max, check_list, check_payload, check_renew_batch, claim_refusal, fenced_verdict,
+    Error, JournalEntry, Lease, LeaseStore, ListFilter, Result, RunId, RunRecord, RunState,
+    StoreTime, Ttl, WorkerId,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{FromRedisValue, Script, ToRedisArgs, Value};
@@ -224,14 +224,18 @@ impl RedisLeaseStore {
     /// on); [`Error::Backend`] if a key is not under this store's hash tag (build keys with
     /// [`script_key`](RedisLeaseStore::script_key)), the snippet fails, or its result does not
     /// convert to `T`.
-    pub async fn fenced_script<T: FromRedisValue, A: ToRedisArgs>(
+    pub async fn fenced_script<T: FromRedisValue, K: AsRef<str>, A: ToRedisArgs>(
         &self,
         lease: &Lease,
         script: &FencedScript,
-        keys: &[String],
+        keys: &[K],
         args: &[A],
     ) -> Result<T> {
-        if let Some(key) = keys.iter().find(|k| !k.starts_with(self.keys.tag())) {
+        if let Some(key) = keys
+            .iter()
+            .map(AsRef::as_ref)
+            .find(|k| !k.starts_with(self.keys.tag()))
+        {
             return Err(RedisError::Config(format!(
                 "fenced script key {key:?} is outside this store's hash slot; build keys with \
                  RedisLeaseStore::script_key"
@@ -241,16 +245,19 @@ impl RedisLeaseStore {
         let mut call = script.script.key(self.keys.run(lease.run()));
         call.arg(lease.fence().get());
         for key in keys {
-            call.key(key);
+            call.key(key.as_ref());
         }
         for arg in args {
             call.arg(arg);
         }
-        let reply = Reply::new("fenced script", self.invoke(call.invoke_async(&mut self.conn.clone())).await?)?;
+        let reply = Reply::new(
+            "fenced script",
+            self.invoke(call.invoke_async(&mut self.conn.clone()))
+                .await?,
+        )?;
         self.fenced_status(lease, &reply)?;
         let value = reply.into_items().into_iter().nth(1).unwrap_or(Value::Nil);
-        T::from_redis_value(value)
-            .map_err(|e| Error::backend(crate::error::BACKEND, e.to_string()))
+        T::from_redis_value(value).map_err(|e| Error::backend(crate::error::BACKEND, e.to_string()))
     }
 
     async fn invoke(
@@ -270,16 +277,37 @@ impl RedisLeaseStore {
             }),
             "verdict" => {
                 let owned = reply.str(3)? == "1";
-                fenced_verdict(lease.run(), lease.fence(), reply.fence(1)?, reply.state(2)?, owned)?;
-                Err(reply.bad("the script refused a write the verdict allows").into())
+                fenced_verdict(
+                    lease.run(),
+                    lease.fence(),
+                    reply.fence(1)?,
+                    reply.state(2)?,
+                    owned,
+                )?;
+                Err(reply
+                    .bad("the script refused a write the verdict allows")
+                    .into())
             }
             other => Err(reply.bad(format!("unknown status {other:?}")).into()),
         }
     }
 
-    fn lease(&self, run: RunId, worker: &WorkerId, ttl: Ttl, reply: &Reply, i: usize) -> Result<Lease> {
-        Lease::new(run, worker.clone(), reply.fence(i)?, ttl, reply.time(i + 1)?)
-            .map_err(|e| reply.bad(e.to_string()).into())
+    fn lease(
+        &self,
+        run: RunId,
+        worker: &WorkerId,
+        ttl: Ttl,
+        reply: &Reply,
+        i: usize,
+    ) -> Result<Lease> {
+        Lease::new(
+            run,
+            worker.clone(),
+            reply.fence(i)?,
+            ttl,
+            reply.time(i + 1)?,
+        )
+        .map_err(|e| reply.bad(e.to_string()).into())
     }
 
     async fn fenced(&self, lease: &Lease, op: &str, payload: &[u8]) -> Result<Reply> {
@@ -374,9 +402,17 @@ impl LeaseStore for RedisLeaseStore {
                 let now = reply.time(5)?;
                 let remaining = reply.opt_time(3)?.map(|at| at.saturating_since(now));
                 let owner = reply.owner(2)?;
-                match claim_refusal(run, reply.state(1)?, owner.as_ref(), remaining, reply.fence(4)?) {
+                match claim_refusal(
+                    run,
+                    reply.state(1)?,
+                    owner.as_ref(),
+                    remaining,
+                    reply.fence(4)?,
+                ) {
                     Some(refusal) => Err(refusal),
-                    None => Err(reply.bad("the script refused a claim the rules allow").into()),
+                    None => Err(reply
+                        .bad("the script refused a claim the rules allow")
+                        .into()),
                 }
             }
             other => Err(reply.bad(format!("unknown status {other:?}")).into()),
@@ -427,7 +463,9 @@ impl LeaseStore for RedisLeaseStore {
             call.key(self.keys.run(lease.run()));
             call.arg(lease.fence().get()).arg(lease.ttl().as_millis());
         }
-        let reply = self.invoke(call.invoke_async(&mut self.conn.clone())).await?;
+        let reply = self
+            .invoke(call.invoke_async(&mut self.conn.clone()))
+            .await?;
         let reply = Reply::new("renew", reply)?;
         if reply.len() != leases.len() {
             return Err(reply.bad("expected one result per lease").into());
@@ -481,7 +519,8 @@ impl LeaseStore for RedisLeaseStore {
             .map(|i| {
                 let raw = reply.bytes(i)?;
                 let mut parts = raw.splitn(3, |b| *b == b':');
-                let (Some(fence), Some(at), Some(payload)) = (parts.next(), parts.next(), parts.next())
+                let (Some(fence), Some(at), Some(payload)) =
+                    (parts.next(), parts.next(), parts.next())
                 else {
                     return Err(reply.bad(format!("journal entry {i} is malformed")).into());
                 };

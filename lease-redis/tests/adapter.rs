@@ -1,0 +1,478 @@
+//! Adapter tests: what the conformance suite cannot see from the trait (key layout, secrets,
+//! connection loss, restarts, the durability guard, fenced scripts), on private redis-servers.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lease_conformance::fixtures::{unavailable, unique_namespace, RedisServer};
+use lease_core::{Ended, Error, LeaseStore, ListFilter, RunId, Ttl, WorkerId};
+use lease_redis::{FencedScript, RedisConfig, RedisLeaseStore};
+
+const HINT: &str = "install redis-server (apt-get install redis-server)";
+
+/// A private server, or `None` outside CI when redis-server is missing.
+fn server(appendonly: bool, password: Option<&str>) -> Option<RedisServer> {
+    match RedisServer::start_with(appendonly, password) {
+        Ok(server) => Some(server),
+        Err(why) => unavailable("redis-server", why, HINT),
+    }
+}
+
+async fn connect(url: &str, namespace: &str) -> RedisLeaseStore {
+    let config = RedisConfig::from_url(url)
+        .with_namespace(namespace)
+        .with_response_timeout(Duration::from_millis(500))
+        .with_connect_timeout(Duration::from_millis(500));
+    RedisLeaseStore::connect(config).await.expect("connect")
+}
+
+async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+fn run(id: &str) -> RunId {
+    RunId::new(id).unwrap()
+}
+
+fn worker(id: &str) -> WorkerId {
+    WorkerId::new(id).unwrap()
+}
+
+fn ttl(ms: u64) -> Ttl {
+    Ttl::from_millis(ms).unwrap()
+}
+
+#[tokio::test]
+async fn hostile_run_ids_round_trip_without_colliding_or_leaving_the_slot() {
+    let Some(server) = server(true, None) else {
+        return;
+    };
+    let ns = unique_namespace("hostile");
+    let store = connect(&server.url(), &ns).await;
+    let long = "€".repeat(85); // 255 bytes
+    let ids = [
+        "a",
+        "61",
+        "a:b",
+        "a:",
+        ":b",
+        "a}b",
+        "{a}",
+        "}{",
+        "{lease:x}",
+        "a b",
+        " ",
+        "ä",
+        "𝄞",
+        long.as_str(),
+        "r:61",
+        "j:61",
+    ];
+    for id in ids {
+        store.create(&run(id)).await.unwrap();
+    }
+    for id in ids {
+        let lease = store
+            .claim(&run(id), &worker("w"), ttl(60_000))
+            .await
+            .unwrap();
+        assert_eq!(
+            lease.fence().get(),
+            1,
+            "{id:?} shares a fence with another id"
+        );
+        store.append(&lease, id.as_bytes()).await.unwrap();
+    }
+    for id in ids {
+        let journal = store.journal(&run(id)).await.unwrap();
+        assert_eq!(journal.len(), 1, "{id:?}");
+        assert_eq!(journal[0].payload, id.as_bytes(), "{id:?}");
+        assert_eq!(store.inspect(&run(id)).await.unwrap().run.as_str(), id);
+    }
+    let listed: Vec<String> = store
+        .list(&ListFilter::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.run.as_str().to_owned())
+        .collect();
+    let mut expected: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+    expected.sort();
+    assert_eq!(listed, expected);
+
+    // Every key of the namespace carries its hash tag, and nothing else in the key has braces.
+    let mut conn = raw(&server.url()).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let tag = format!("{{lease:{ns}}}:");
+    assert!(keys.len() >= ids.len() * 2 + 3, "{keys:?}");
+    for key in &keys {
+        assert!(key.starts_with(&tag), "{key}");
+        assert!(!key[tag.len()..].contains(['{', '}']), "{key}");
+    }
+}
+
+/// Collects every tracing event's text while installed.
+struct Capture(Arc<Mutex<String>>);
+
+impl tracing::Subscriber for Capture {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        struct Text<'a>(&'a mut String);
+        impl tracing::field::Visit for Text<'_> {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.0.push_str(&format!("{}={value:?} ", field.name()));
+            }
+        }
+        let mut log = self.0.lock().unwrap();
+        event.record(&mut Text(&mut log));
+        log.push('\n');
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[tokio::test]
+async fn the_password_never_appears_in_errors_logs_or_debug() {
+    const PASSWORD: &str = "pw-Zq8sWx3";
+    const WRONG: &str = "pw-Wrong77";
+    let Some(mut server) = server(false, Some(PASSWORD)) else {
+        return;
+    };
+    let log = Arc::new(Mutex::new(String::new()));
+    let _guard = tracing::subscriber::set_default(Capture(log.clone()));
+    let mut shown = Vec::new();
+
+    // Volatile on purpose: the guard's warning names the server, and must not name the secret.
+    let url = format!("{}?volatile=true", server.url());
+    let config = RedisConfig::from_url(&url).with_response_timeout(Duration::from_millis(500));
+    shown.push(format!("{config:?} {config}"));
+    let store = RedisLeaseStore::connect(config).await.unwrap();
+    shown.push(format!("{store:?} {store}"));
+
+    let wrong = RedisLeaseStore::from_url(&url.replace(PASSWORD, WRONG))
+        .await
+        .unwrap_err();
+    assert!(!wrong.is_retryable(), "{wrong}");
+    shown.push(format!("{wrong} {wrong:?}"));
+
+    // Without AOF and without opting in, the guard's refusal must not leak it either.
+    let refused = RedisLeaseStore::from_url(&server.url()).await.unwrap_err();
+    shown.push(format!("{refused} {refused:?}"));
+
+    server.stop();
+    let down = store.inspect(&run("r")).await.unwrap_err();
+    assert!(down.is_retryable(), "{down}");
+    shown.push(format!("{down} {down:?}"));
+    let unreachable = RedisLeaseStore::from_url(&url).await.unwrap_err();
+    shown.push(format!("{unreachable} {unreachable:?}"));
+
+    shown.push(log.lock().unwrap().clone());
+    assert!(
+        log.lock().unwrap().contains("volatile"),
+        "the guard did not log"
+    );
+    for text in shown {
+        assert!(!text.contains(PASSWORD), "password leaked: {text}");
+        assert!(!text.contains(WRONG), "wrong password leaked: {text}");
+    }
+}
+
+#[tokio::test]
+async fn connection_loss_gives_retryable_errors_then_recovers_after_restart() {
+    let Some(mut server) = server(true, None) else {
+        return;
+    };
+    let store = connect(&server.url(), &unique_namespace("loss")).await;
+    let r = run("r");
+    store.create(&r).await.unwrap();
+    let lease = store.claim(&r, &worker("a"), ttl(60_000)).await.unwrap();
+
+    server.stop();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let err = store.renew(&lease).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Unavailable {
+                    backend: "redis",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.is_retryable());
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "took {:?}",
+            started.elapsed()
+        );
+    }
+
+    server.restart().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let renewed = loop {
+        match store.renew(&lease).await {
+            Ok(renewed) => break renewed,
+            Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(e) => panic!("no recovery after restart: {e}"),
+        }
+    };
+    assert_eq!(renewed.fence(), lease.fence());
+    assert_eq!(store.inspect(&r).await.unwrap().heartbeats, 1);
+}
+
+#[tokio::test]
+async fn a_hung_server_gives_retryable_errors_not_hangs() {
+    let Some(server) = server(true, None) else {
+        return;
+    };
+    let store = connect(&server.url(), &unique_namespace("hang")).await;
+    store.create(&run("r")).await.unwrap();
+    let pid = server.pid().unwrap().to_string();
+    let signal = |sig: &str| {
+        assert!(std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+            .success())
+    };
+    signal("-STOP");
+    let started = Instant::now();
+    let err = store.inspect(&run("r")).await.unwrap_err();
+    let took = started.elapsed();
+    signal("-CONT");
+    assert!(err.is_retryable(), "{err:?}");
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+}
+
+#[tokio::test]
+async fn after_a_crash_and_restart_with_aof_fences_only_move_forward() {
+    let Some(mut server) = server(true, None) else {
+        return;
+    };
+    let ns = unique_namespace("durable");
+    let store = connect(&server.url(), &ns).await;
+    let r = run("r");
+    store.create(&r).await.unwrap();
+    let mut issued = Vec::new();
+    for i in 0..5 {
+        let lease = store.claim(&r, &worker("a"), ttl(1)).await.unwrap();
+        if i == 4 {
+            store.append(&lease, b"before the crash").await.unwrap();
+        }
+        issued.push(lease.fence().get());
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    let highest = *issued.iter().max().unwrap();
+
+    server.stop(); // SIGKILL: no shutdown save; only the AOF survives
+    server.restart().unwrap();
+
+    // A new store connects; the old one recovers through its reconnecting connection.
+    let fresh = connect(&server.url(), &ns).await;
+    let next = fresh.claim(&r, &worker("b"), ttl(60_000)).await.unwrap();
+    assert!(
+        next.fence().get() > highest,
+        "{} after {issued:?}",
+        next.fence()
+    );
+    assert_eq!(
+        fresh.journal(&r).await.unwrap()[0].payload,
+        b"before the crash"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let seen = loop {
+        match store.inspect(&r).await {
+            Ok(record) => break record,
+            Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(e) => panic!("old store did not recover: {e}"),
+        }
+    };
+    assert_eq!(seen.fence, next.fence());
+}
+
+#[tokio::test]
+async fn the_durability_guard_refuses_a_server_without_persistence_unless_opted_in() {
+    let Some(server) = server(false, None) else {
+        return;
+    };
+    let err = RedisLeaseStore::from_url(&server.url()).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Backend {
+                backend: "redis",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(!err.is_retryable());
+    let text = err.to_string();
+    assert!(
+        text.contains("appendonly") && text.contains("volatile=true"),
+        "{text}"
+    );
+    assert!(text.contains("share a fence"), "{text}");
+
+    let store = RedisLeaseStore::from_url(&format!("{}?volatile=true", server.url()))
+        .await
+        .unwrap();
+    store.create(&run("r")).await.unwrap();
+    let store = RedisLeaseStore::connect(RedisConfig::from_url(server.url()).with_volatile(true))
+        .await
+        .unwrap();
+    assert!(store.inspect(&run("r")).await.is_ok());
+}
+
+#[tokio::test]
+async fn when_config_is_not_permitted_the_guard_warns_and_proceeds() {
+    // A non-persistent server, so a guard that could read CONFIG would refuse: proceeding
+    // proves it could not, and warned instead.
+    let Some(server) = server(false, None) else {
+        return;
+    };
+    let mut conn = raw(&server.url()).await;
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "app", "on", ">app-pw", "~*", "+@all", "-config"])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let log = Arc::new(Mutex::new(String::new()));
+    let _guard = tracing::subscriber::set_default(Capture(log.clone()));
+    let url = format!("redis://app:app-pw@127.0.0.1:{}", server.port());
+    let store = RedisLeaseStore::from_url(&url).await.unwrap();
+    store.create(&run("r")).await.unwrap();
+    let log = log.lock().unwrap().clone();
+    assert!(log.contains("CONFIG not permitted"), "{log}");
+    assert!(!log.contains("app-pw"), "{log}");
+}
+
+#[tokio::test]
+async fn a_fenced_script_runs_only_under_the_current_fence() {
+    let Some(server) = server(true, None) else {
+        return;
+    };
+    let store = connect(&server.url(), &unique_namespace("fenced")).await;
+    let r = run("order:{42}");
+    store.create(&r).await.unwrap();
+    let outbox = store.script_key(&r, "outbox");
+    let push = FencedScript::new("return redis.call('RPUSH', KEYS[1], ARGV[1])");
+    let mut conn = raw(&server.url()).await;
+
+    let a = store.claim(&r, &worker("a"), ttl(20)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    let b = store.claim(&r, &worker("b"), ttl(60_000)).await.unwrap();
+
+    let err = store
+        .fenced_script::<i64, _, _>(&a, &push, &[&outbox], &["from a"])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::StaleFence {
+                presented: 1,
+                current: 2,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(&outbox)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(exists, 0, "a stale write left something behind");
+
+    let len: i64 = store
+        .fenced_script(&b, &push, &[&outbox], &["from b"])
+        .await
+        .unwrap();
+    assert_eq!(len, 1);
+    let items: Vec<String> = redis::cmd("LRANGE")
+        .arg(&outbox)
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(items, ["from b"]);
+
+    // After release, the current fence no longer writes either; keys outside the slot are refused.
+    store.release(&b).await.unwrap();
+    let err = store
+        .fenced_script::<i64, _, _>(&b, &push, &[&outbox], &["late"])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::LeaseEnded {
+                fence: 2,
+                ended: Ended::Released,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let c = store.claim(&r, &worker("c"), ttl(60_000)).await.unwrap();
+    let err = store
+        .fenced_script::<i64, _, _>(&c, &push, &["elsewhere"], &["x"])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    let missing = store
+        .fenced_script::<i64, _, _>(&c, &push, &[&outbox], &["from c"])
+        .await
+        .unwrap();
+    assert_eq!(missing, 2);
+    assert_ne!(
+        store.script_key(&r, "outbox"),
+        store.script_key(&run("order:{43}"), "outbox")
+    );
+}
+
+#[tokio::test]
+async fn stores_in_different_namespaces_do_not_see_each_other() {
+    let Some(server) = server(true, None) else {
+        return;
+    };
+    let one = connect(&server.url(), &unique_namespace("one")).await;
+    let two = connect(&server.url(), &unique_namespace("two")).await;
+    one.create(&run("r")).await.unwrap();
+    assert!(matches!(
+        two.inspect(&run("r")).await,
+        Err(Error::NotFound { .. })
+    ));
+    assert!(two
+        .claim_next(&worker("w"), ttl(1000), 10)
+        .await
+        .unwrap()
+        .is_empty());
+    let bad = RedisLeaseStore::connect(RedisConfig::from_url(server.url()).with_namespace("a}b"))
+        .await
+        .unwrap_err();
+    assert!(matches!(bad, Error::Backend { .. }), "{bad:?}");
+}
