@@ -1,0 +1,515 @@
+//! Postgres-specific behaviour beyond the conformance suite: hostile ids, password redaction,
+//! server restarts, pool exhaustion, fenced transactions and concurrent migrations.
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use lease_conformance::fixtures::{on_process_exit, unavailable, unique_namespace, PostgresServer};
+use lease_core::{Ended, Error, LeaseStore, ListFilter, RunId, Ttl, WorkerId};
+use lease_postgres::{sqlx, PostgresConfig, PostgresLeaseStore};
+
+const HINT: &str = "set DATABASE_URL or install PostgreSQL (apt-get install -y postgresql)";
+
+/// `DATABASE_URL`, or one private server shared by this test process.
+fn database() -> Option<String> {
+    if let Ok(url) = std::env::var("DATABASE_URL") {
+        return Some(url);
+    }
+    static SHARED: OnceLock<Result<PostgresServer, String>> = OnceLock::new();
+    let shared = SHARED.get_or_init(|| {
+        let server = PostgresServer::start()?;
+        on_process_exit(&server.cleanup_command());
+        Ok(server)
+    });
+    match shared {
+        Ok(server) => Some(server.url()),
+        Err(why) => unavailable("postgres", why, HINT),
+    }
+}
+
+/// A server of this test's own, for tests that restart it or need its password role.
+fn own_server() -> Option<PostgresServer> {
+    match PostgresServer::start() {
+        Ok(server) => Some(server),
+        Err(why) => unavailable("a private postgres server", why, HINT),
+    }
+}
+
+fn config(url: &str) -> PostgresConfig {
+    PostgresConfig::from_url(url).with_schema(unique_namespace("lease_adapter"))
+}
+
+async fn store(url: &str) -> PostgresLeaseStore {
+    PostgresLeaseStore::connect(config(url))
+        .await
+        .expect("connect")
+}
+
+fn id(s: &str) -> RunId {
+    RunId::new(s).unwrap()
+}
+
+fn worker(s: &str) -> WorkerId {
+    WorkerId::new(s).unwrap()
+}
+
+fn ttl(ms: u64) -> Ttl {
+    Ttl::from_millis(ms).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_id_full_of_sql_metacharacters_is_stored_verbatim() {
+    let Some(url) = database() else { return };
+    let store = store(&url).await;
+    let hostile = "'); DROP TABLE runs; -- \"quoted\" \\ $1 %_ {schema} ;' OR '1'='1 ∑ ñ";
+    let run = id(hostile);
+    store.create(&run).await.unwrap();
+    let lease = store
+        .claim(&run, &worker("w'\";--"), ttl(30_000))
+        .await
+        .unwrap();
+    assert_eq!(lease.run().as_str(), hostile);
+    store.append(&lease, b"payload ' \" \0 \\").await.unwrap();
+    let record = store.inspect(&run).await.unwrap();
+    assert_eq!(record.run.as_str(), hostile);
+    assert_eq!(record.owner.unwrap().as_str(), "w'\";--");
+    let listed = store.list(&ListFilter::default()).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].run.as_str(), hostile);
+    let journal = store.journal(&run).await.unwrap();
+    assert_eq!(journal[0].payload, b"payload ' \" \0 \\");
+    assert!(matches!(
+        store.create(&run).await.unwrap_err(),
+        Error::AlreadyExists { run: r } if r.as_str() == hostile
+    ));
+}
+
+/// Records every tracing event and span field, to check the password is never logged.
+#[derive(Default, Clone)]
+struct Capture(Arc<Mutex<String>>);
+
+struct Fields<'a>(&'a mut String);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        use std::fmt::Write;
+        let _ = write!(self.0, " {}={:?}", field.name(), value);
+    }
+}
+
+impl tracing::Subscriber for Capture {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn register_callsite(
+        &self,
+        _: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        tracing::subscriber::Interest::always()
+    }
+    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+        Some(tracing::level_filters::LevelFilter::TRACE)
+    }
+    fn new_span(&self, span: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        span.record(&mut Fields(&mut self.0.lock().unwrap()));
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, values: &tracing::span::Record<'_>) {
+        values.record(&mut Fields(&mut self.0.lock().unwrap()));
+    }
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut log = self.0.lock().unwrap();
+        log.push('\n');
+        event.record(&mut Fields(&mut log));
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+// current_thread: the capturing subscriber is this thread's default, and sees sqlx's events.
+#[tokio::test]
+async fn the_password_never_appears_in_errors_logs_or_debug_output() {
+    let Some(server) = own_server() else { return };
+    let capture = Capture::default();
+    let _guard = tracing::subscriber::set_default(capture.clone());
+    let password = server.password().to_owned();
+    let good_url = server.password_url();
+    assert!(good_url.contains(&password));
+    let mut shown = Vec::new();
+
+    // The right password: the store works, and neither it nor its config shows the password.
+    let good = config(&good_url);
+    shown.push(format!("{good:?} {good}"));
+    let store = PostgresLeaseStore::connect(good.clone()).await.unwrap();
+    store.create(&id("r")).await.unwrap();
+    shown.push(format!("{store:?} {store}"));
+
+    // A wrong password: refused by the server, a non-retryable failure.
+    let wrong = "Wr0ngPassw0rdXYZ";
+    let bad_url = good_url.replace(&password, wrong);
+    let err =
+        PostgresLeaseStore::connect(config(&bad_url).with_acquire_timeout(Duration::from_secs(3)))
+            .await
+            .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Backend {
+                backend: "postgres",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("password authentication failed"),
+        "{err}"
+    );
+    shown.push(format!("{err} {err:?}"));
+
+    // An unreachable server: retryable, and still no password.
+    let dead_url = format!(
+        "postgres://lease_pw:{password}@127.0.0.1:{}/postgres",
+        lease_conformance::fixtures::free_port()
+    );
+    let err = PostgresLeaseStore::connect(
+        config(&dead_url).with_acquire_timeout(Duration::from_millis(500)),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    shown.push(format!("{err} {err:?}"));
+
+    // A malformed URL that still carries a password.
+    let err = PostgresLeaseStore::connect(PostgresConfig::from_url(format!(
+        "postgres://u:{password}@host:notaport/db"
+    )))
+    .await
+    .unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    shown.push(format!("{err} {err:?}"));
+
+    let logged = capture.0.lock().unwrap().clone();
+    assert!(!logged.is_empty(), "the capturing subscriber saw no events");
+    shown.push(logged);
+    for text in &shown {
+        assert!(!text.contains(&password), "password leaked: {text}");
+        assert!(!text.contains(wrong), "wrong password leaked: {text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_restart_gives_retryable_errors_then_recovery_with_higher_fences() {
+    let Some(server) = own_server() else { return };
+    let store = PostgresLeaseStore::connect(
+        config(&server.url()).with_acquire_timeout(Duration::from_secs(1)),
+    )
+    .await
+    .unwrap();
+    let run = id("restarted");
+    store.create(&run).await.unwrap();
+    let first = store.claim(&run, &worker("a"), ttl(200)).await.unwrap();
+    assert_eq!(first.fence().get(), 1);
+
+    server.stop().unwrap();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let err = store.claim(&run, &worker("b"), ttl(200)).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Unavailable {
+                    backend: "postgres",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.is_retryable());
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "took {:?}",
+            started.elapsed()
+        );
+        let err = store
+            .append(&first, b"during the outage")
+            .await
+            .unwrap_err();
+        assert!(err.is_retryable(), "{err:?}");
+    }
+
+    server.start_again().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let record = loop {
+        match store.inspect(&run).await {
+            Ok(record) => break record,
+            Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("no recovery after restart: {e:?}"),
+        }
+    };
+    assert_eq!(record.fence.get(), 1);
+    tokio::time::sleep(Duration::from_millis(250)).await; // the first lease expires
+    let second = store.claim(&run, &worker("b"), ttl(30_000)).await.unwrap();
+    assert_eq!(second.fence().get(), 2);
+    let err = store.append(&first, b"stale").await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::StaleFence {
+                presented: 1,
+                current: 2,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    store.append(&second, b"fresh").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exhausted_pool_times_out_with_a_retryable_error() {
+    let Some(url) = database() else { return };
+    let store = PostgresLeaseStore::connect(
+        config(&url)
+            .with_max_connections(1)
+            .with_acquire_timeout(Duration::from_millis(500)),
+    )
+    .await
+    .unwrap();
+    let run = id("busy");
+    store.create(&run).await.unwrap();
+    let lease = store.claim(&run, &worker("a"), ttl(30_000)).await.unwrap();
+    let held = store.fenced_transaction(&lease).await.unwrap(); // the pool's only connection
+
+    let started = Instant::now();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), store.inspect(&run)).await;
+    let err = outcome
+        .expect("an exhausted pool must not hang")
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Unavailable {
+                backend: "postgres",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("timed out"), "{err}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(400),
+        "{:?}",
+        started.elapsed()
+    );
+
+    held.rollback().await.unwrap();
+    assert_eq!(store.inspect(&run).await.unwrap().fence.get(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_transaction_commits_only_under_the_current_fence() {
+    let Some(url) = database() else { return };
+    let store = store(&url).await;
+    let table = format!("public.{}", unique_namespace("side_effects"));
+    sqlx::query(&format!(
+        "CREATE TABLE {table} (run_id TEXT NOT NULL, fence BIGINT NOT NULL, note TEXT NOT NULL)"
+    ))
+    .execute(store.pool())
+    .await
+    .unwrap();
+    let insert = format!("INSERT INTO {table} (run_id, fence, note) VALUES ($1, $2, $3)");
+    let count = format!("SELECT count(*) FROM {table} WHERE note = $1");
+    let rows = |note: &'static str| {
+        let count = count.clone();
+        let pool = store.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(&count)
+                .bind(note)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+
+    let run = id("charge-42");
+    store.create(&run).await.unwrap();
+    let a = store.claim(&run, &worker("a"), ttl(150)).await.unwrap();
+
+    // Under the current fence, the caller's insert commits.
+    let mut tx = store.fenced_transaction(&a).await.unwrap();
+    assert_eq!(tx.lease(), &a);
+    sqlx::query(&insert)
+        .bind(run.as_str())
+        .bind(1_i64)
+        .bind("current")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(rows("current").await, 1);
+
+    // Dropped without commit: nothing lands.
+    let mut tx = store.fenced_transaction(&a).await.unwrap();
+    sqlx::query(&insert)
+        .bind(run.as_str())
+        .bind(1_i64)
+        .bind("dropped")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    drop(tx);
+    assert_eq!(rows("dropped").await, 0);
+
+    // a is paused past its TTL; b reclaims; a's transaction is refused by fence, and no row lands.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let b = store.claim(&run, &worker("b"), ttl(200)).await.unwrap();
+    assert_eq!(b.fence().get(), 2);
+    // Written as a caller would: the insert runs only inside an accepted transaction.
+    let err = match store.fenced_transaction(&a).await {
+        Ok(mut tx) => {
+            sqlx::query(&insert)
+                .bind(run.as_str())
+                .bind(1_i64)
+                .bind("stale")
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+            panic!("a fenced transaction under a stale fence committed");
+        }
+        Err(err) => err,
+    };
+    assert!(
+        matches!(&err, Error::StaleFence { run: r, presented: 1, current: 2 } if *r == run),
+        "{err:?}"
+    );
+    assert_eq!(rows("stale").await, 0);
+
+    // While b's transaction is open, a reclaim (b has expired) waits; it cannot interleave.
+    let mut tx = store.fenced_transaction(&b).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await; // b expires by the store clock
+    let reclaim = tokio::spawn({
+        let store = store.clone();
+        let run = run.clone();
+        async move { store.claim(&run, &worker("c"), ttl(30_000)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !reclaim.is_finished(),
+        "a claim interleaved with an open fenced transaction"
+    );
+    sqlx::query(&insert)
+        .bind(run.as_str())
+        .bind(2_i64)
+        .bind("while held")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let c = reclaim.await.unwrap().unwrap();
+    assert_eq!(c.fence().get(), 3);
+    assert_eq!(rows("while held").await, 1);
+
+    // b's fence is now stale too; an ended lease gets its own reason.
+    let err = store.fenced_transaction(&b).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::StaleFence {
+                presented: 2,
+                current: 3,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    store.release(&c).await.unwrap();
+    let err = store.fenced_transaction(&c).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::LeaseEnded {
+                fence: 3,
+                ended: Ended::Released,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let err = store
+        .fenced_transaction(
+            &lease_core::Lease::new(
+                id("nope"),
+                worker("x"),
+                lease_core::Fence::new(1).unwrap(),
+                ttl(10),
+                lease_core::StoreTime::default(),
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err:?}");
+    sqlx::query(&format!("DROP TABLE {table}"))
+        .execute(store.pool())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_concurrent_connects_migrate_an_empty_schema_once() {
+    let Some(url) = database() else { return };
+    let schema = unique_namespace("lease_migrate");
+    let connects = (0..8).map(|_| {
+        let config = PostgresConfig::from_url(&url)
+            .with_schema(&schema)
+            .with_max_connections(2)
+            .with_acquire_timeout(Duration::from_secs(30));
+        tokio::spawn(PostgresLeaseStore::connect(config))
+    });
+    let mut stores = Vec::new();
+    for connect in connects {
+        stores.push(
+            connect
+                .await
+                .unwrap()
+                .expect("every concurrent connect succeeds"),
+        );
+    }
+    let pool = stores[0].pool().clone();
+    let schemas: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_namespace WHERE nspname = $1")
+        .bind(&schema)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(schemas, 1);
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1",
+    )
+    .bind(&schema)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(tables, ["_sqlx_migrations", "journal", "runs"]);
+    let applied: i64 = sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM \"{schema}\"._sqlx_migrations WHERE success"
+    ))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(applied, 1);
+    // Every store sees the same runs.
+    stores[3].create(&id("shared")).await.unwrap();
+    assert_eq!(
+        stores[7].inspect(&id("shared")).await.unwrap().fence.get(),
+        0
+    );
+
+    // A store over an existing pool in the same schema migrates nothing new and works.
+    let over_pool = PostgresLeaseStore::from_pool(pool, &schema).await.unwrap();
+    assert!(over_pool.inspect(&id("shared")).await.is_ok());
+}
