@@ -476,3 +476,53 @@ async fn stores_in_different_namespaces_do_not_see_each_other() {
         .unwrap_err();
     assert!(matches!(bad, Error::Backend { .. }), "{bad:?}");
 }
+
+#[tokio::test]
+async fn a_run_at_the_last_fence_is_exhausted_and_skipped_by_claim_next() {
+    let Some(server) = server(true, None) else {
+        return;
+    };
+    let ns = unique_namespace("exhausted");
+    let store = connect(&server.url(), &ns).await;
+    let (last, other) = (run("last"), run("other"));
+    store.create(&last).await.unwrap();
+    store.create(&other).await.unwrap();
+    let lease = store.claim(&last, &worker("a"), ttl(60_000)).await.unwrap();
+    store.release(&lease).await.unwrap();
+    // No API reaches i64::MAX claims; set it directly, as 2^63 - 1 claims would have.
+    let max = i64::MAX.to_string();
+    let key = format!("{{lease:{ns}}}:r:{}", "6c617374"); // hex("last")
+    let mut conn = raw(&server.url()).await;
+    let _: () = redis::cmd("HSET")
+        .arg(&key)
+        .arg("f")
+        .arg(&max)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+
+    let err = store
+        .claim(&last, &worker("b"), ttl(60_000))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::FenceExhausted { ref run } if *run == last),
+        "{err:?}"
+    );
+    let claimed = store
+        .claim_next(&worker("b"), ttl(60_000), 10)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1, "{claimed:?}");
+    assert_eq!(claimed[0].run(), &other);
+    // Fences near i64::MAX stay exact: the old lease is stale against the full value.
+    let err = store.append(&lease, b"x").await.unwrap_err();
+    assert!(
+        matches!(err, Error::StaleFence { presented: 1, current, .. } if current == i64::MAX as u64),
+        "{err:?}"
+    );
+    assert_eq!(
+        store.inspect(&last).await.unwrap().fence.get(),
+        i64::MAX as u64
+    );
+}
