@@ -291,14 +291,46 @@ pub enum Backend {
 /// [`ConfigError::Store`] when the server is unreachable (retryable) or refuses us. No message
 /// contains the URL's password.
 pub async fn connect(config: &Config) -> Result<Arc<dyn LeaseStore>, ConfigError> {
-    match config.backend()? {
-        Backend::Memory => Ok(Arc::new(MemoryLeaseStore::new())),
+    Ok(connect_store(config).await?.as_dyn())
+}
+
+/// A connected store with its concrete type, for callers that need a backend's own powers
+/// (Postgres fenced transactions, Redis fenced scripts).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum Store {
+    /// The embedded memory store.
+    Memory(Arc<MemoryLeaseStore>),
+    /// PostgreSQL.
+    Postgres(Arc<lease_postgres::PostgresLeaseStore>),
+    /// Redis.
+    Redis(Arc<lease_redis::RedisLeaseStore>),
+}
+
+impl Store {
+    /// The store as the backend-neutral trait object.
+    pub fn as_dyn(&self) -> Arc<dyn LeaseStore> {
+        match self {
+            Store::Memory(s) => s.clone(),
+            Store::Postgres(s) => s.clone(),
+            Store::Redis(s) => s.clone(),
+        }
+    }
+}
+
+/// [`connect`], keeping the backend's concrete type.
+///
+/// # Errors
+/// As [`connect`].
+pub async fn connect_store(config: &Config) -> Result<Store, ConfigError> {
+    Ok(match config.backend()? {
+        Backend::Memory => Store::Memory(Arc::new(MemoryLeaseStore::new())),
         Backend::Postgres => {
             let mut pg = lease_postgres::PostgresConfig::from_url(config.store.clone());
             if let Some(ns) = &config.namespace {
                 pg = pg.with_schema(ns.clone());
             }
-            Ok(Arc::new(
+            Store::Postgres(Arc::new(
                 lease_postgres::PostgresLeaseStore::connect(pg).await?,
             ))
         }
@@ -307,11 +339,11 @@ pub async fn connect(config: &Config) -> Result<Arc<dyn LeaseStore>, ConfigError
             if let Some(ns) = &config.namespace {
                 redis = redis.with_namespace(ns.clone());
             }
-            Ok(Arc::new(
+            Store::Redis(Arc::new(
                 lease_redis::RedisLeaseStore::connect(redis).await?,
             ))
         }
-    }
+    })
 }
 
 /// `url` with its password, if any, replaced by `******`; an unparseable URL is replaced whole

@@ -2,5 +2,10 @@
 
 mod config;
 
-pub use config::{connect, redact_url, Backend, Config, ConfigError};
+pub use config::{connect, connect_store, redact_url, Backend, Config, ConfigError, Store};
+
 pub use lease_core::*;
+/// The Postgres backend.
+pub use lease_postgres as postgres;
+/// The Redis backend.
+pub use lease_redis as redis;

@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use distribution::{Config, ConfigError, Error, RunId, RunState, Ttl};
 
 mod demo;
+mod ledger;
 mod ops;
 mod output;
 mod worker;
@@ -109,6 +110,14 @@ enum Command {
     },
     /// Create or upgrade the Postgres schema.
     Migrate,
+    /// Show the reference worker's side-effect ledger for a run.
+    Ledger {
+        /// The run id.
+        run: String,
+        /// Print JSON instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
     /// The reference worker: claims a run, heartbeats it, and executes steps sent on stdin,
     /// printing one JSON event per line.
     Worker(worker::WorkerArgs),
@@ -213,6 +222,7 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             ops::force_release(&config, &run_id(&run)?, json).await
         }
         Command::Migrate => ops::migrate(&config).await,
+        Command::Ledger { run, json } => ops::ledger(&config, &run_id(&run)?, json).await,
         Command::Worker(args) => worker::run(&config, args).await,
     }
 }

@@ -74,3 +74,21 @@ pub(crate) async fn migrate(config: &Config) -> Result<(), Failure> {
         _ => Err(usage("migrate applies to a postgres:// store only")),
     }
 }
+
+pub(crate) async fn ledger(config: &Config, run: &RunId, json: bool) -> Result<(), Failure> {
+    let connected = distribution::connect_store(config).await?;
+    let ledger = crate::ledger::Ledger::new(connected, &config.store).await?;
+    let entries = ledger.entries(run).await?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&entries).expect("entries serialize")
+        );
+    } else {
+        for e in &entries {
+            println!("fence {}  {}  {}", e.fence, e.worker, e.effect);
+        }
+        println!("({} entries)", entries.len());
+    }
+    Ok(())
+}

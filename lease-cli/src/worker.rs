@@ -1,13 +1,293 @@
-//! `lease worker`: the reference worker (in progress).
+//! `lease worker`: the reference worker, and the program the whole-system tests drive.
+//!
+//! It claims a run, drives it with a `RunScope`, and executes the steps it is sent on stdin.
+//! Every step's side effect goes to an external ledger **under the fence**, so after a takeover
+//! the store refuses it. It prints one JSON event per line on stdout.
+//!
+//! Commands (one per line on stdin):
+//!
+//! | command | does |
+//! |---|---|
+//! | `step EFFECT` | records EFFECT in the ledger under the fence, in the background (the call may hang in a partition while later commands run) |
+//! | `wait` | waits for every step sent so far, then prints `idle` |
+//! | `suspend`, `complete`, `release` | ends the lease through the scope |
+//! | `exit` | waits for steps in flight, then exits (also on end of input) |
 
-use distribution::Config;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::Failure;
+use distribution::{
+    connect_store, CancelReason, Config, Ended, Error, Lease, LeaseStore, LeaseStoreExt, RunScope,
+    ScopeConfig, WorkerId,
+};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::task::JoinSet;
+
+use crate::ledger::Ledger;
+use crate::{run_id, usage, Failure};
 
 /// Arguments of `lease worker`.
 #[derive(clap::Args)]
-pub(crate) struct WorkerArgs {}
+pub(crate) struct WorkerArgs {
+    /// This worker's id, recorded as the lease owner.
+    #[arg(long = "id")]
+    id: String,
+    /// The run to claim.
+    #[arg(long, conflicts_with = "next")]
+    run: Option<String>,
+    /// Claim the next claimable run instead of a named one.
+    #[arg(long)]
+    next: bool,
+    /// Create the run first if it does not exist.
+    #[arg(long)]
+    create: bool,
+    /// Keep trying to claim for up to this many milliseconds while the run is held.
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    wait_ms: u64,
+    /// Safety margin of the local deadline in milliseconds (default TTL/10).
+    #[arg(long, value_name = "MS")]
+    margin_ms: Option<u64>,
+}
 
-pub(crate) async fn run(_config: &Config, _args: WorkerArgs) -> Result<(), Failure> {
-    Err(crate::usage("lease worker is not built yet"))
+/// Prints events as JSON lines, each stamped with the wall clock in microseconds (for ordering
+/// events of several processes on one machine; never used for lease decisions).
+#[derive(Clone)]
+struct Events(Arc<Mutex<std::io::Stdout>>);
+
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+impl Events {
+    fn emit(&self, event: &str, mut fields: Value) {
+        fields["event"] = json!(event);
+        fields["at_us"] = json!(now_us());
+        let mut out = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        // A closed stdout means nobody listens; the worker carries on regardless.
+        let _ = writeln!(out, "{fields}");
+        let _ = out.flush();
+    }
+}
+
+/// The JSON description of a refusal: its kind and, for fences, both numbers.
+fn rejection(e: &Error) -> Value {
+    match e {
+        Error::StaleFence {
+            presented, current, ..
+        } => {
+            json!({"reason": "stale_fence", "presented": presented, "current": current, "message": e.to_string()})
+        }
+        Error::LeaseEnded { fence, ended, .. } => json!({
+            "reason": "lease_ended",
+            "ended": match ended { Ended::Released => "released", Ended::Suspended => "suspended", Ended::Completed => "completed" },
+            "presented": fence, "current": fence, "message": e.to_string()
+        }),
+        Error::FenceAhead {
+            presented, current, ..
+        } => {
+            json!({"reason": "fence_ahead", "presented": presented, "current": current, "message": e.to_string()})
+        }
+        other => {
+            json!({"reason": if other.is_retryable() { "unavailable" } else { "other" }, "message": other.to_string()})
+        }
+    }
+}
+
+fn cancel_event(reason: &CancelReason) -> Value {
+    match reason {
+        CancelReason::Rejected(e) => {
+            let mut v = rejection(e);
+            v["cancel"] = json!("rejected");
+            v
+        }
+        CancelReason::DeadlineExceeded { last_error, .. } => {
+            json!({"cancel": "deadline", "message": reason.to_string(), "last_error": last_error})
+        }
+        CancelReason::Released => json!({"cancel": "released"}),
+        CancelReason::Suspended => json!({"cancel": "suspended"}),
+        CancelReason::Completed => json!({"cancel": "completed"}),
+        _ => json!({"cancel": "shutdown", "message": reason.to_string()}),
+    }
+}
+
+async fn claim(
+    store: Arc<dyn LeaseStore>,
+    args: &WorkerArgs,
+    worker: &WorkerId,
+    config: &Config,
+    scope_config: ScopeConfig,
+    events: &Events,
+) -> Result<RunScope, Failure> {
+    let give_up = tokio::time::Instant::now() + Duration::from_millis(args.wait_ms);
+    loop {
+        let attempt = if args.next {
+            RunScope::claim_next(store.clone(), worker, config.ttl, 1, scope_config.clone())
+                .await
+                .map(|mut scopes| scopes.pop())
+        } else {
+            let run = run_id(args.run.as_deref().unwrap_or_default())?;
+            RunScope::claim(
+                store.clone(),
+                &run,
+                worker,
+                config.ttl,
+                scope_config.clone(),
+            )
+            .await
+            .map(Some)
+        };
+        let retry_in = match attempt {
+            Ok(Some(scope)) => return Ok(scope),
+            Ok(None) => {
+                events.emit("refused", json!({"reason": "none_claimable"}));
+                Duration::from_millis(50)
+            }
+            Err(Error::Held {
+                owner, remaining, ..
+            }) => {
+                events.emit(
+                    "refused",
+                    json!({"reason": "held", "owner": owner.as_str(), "remaining_ms": remaining.as_millis() as u64}),
+                );
+                remaining.min(Duration::from_millis(100))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if tokio::time::Instant::now() + retry_in > give_up {
+            return Err(Failure {
+                code: crate::exit::REFUSED,
+                message: "no run could be claimed in time".to_string(),
+            });
+        }
+        tokio::time::sleep(retry_in).await;
+    }
+}
+
+pub(crate) async fn run(config: &Config, args: WorkerArgs) -> Result<(), Failure> {
+    if args.run.is_none() && !args.next {
+        return Err(usage("lease worker needs --run RUN or --next"));
+    }
+    let worker = WorkerId::new(&args.id)?;
+    let events = Events(Arc::new(Mutex::new(std::io::stdout())));
+    let connected = connect_store(config).await?;
+    let store = connected.as_dyn();
+    let ledger = Arc::new(Ledger::new(connected, &config.store).await?);
+    if args.create {
+        store
+            .ensure(&run_id(args.run.as_deref().unwrap_or_default())?)
+            .await?;
+    }
+    let mut scope_config = ScopeConfig::default();
+    if let Some(hb) = config.heartbeat {
+        scope_config = scope_config.with_heartbeat(hb);
+    }
+    if let Some(ms) = args.margin_ms {
+        scope_config = scope_config.with_margin(Duration::from_millis(ms));
+    }
+    let scope = Arc::new(claim(store, &args, &worker, config, scope_config, &events).await?);
+    events.emit(
+        "claimed",
+        json!({"worker": worker.as_str(), "run": scope.run().as_str(), "fence": scope.fence().get(), "ttl_ms": config.ttl.as_millis()}),
+    );
+
+    // Report heartbeats and the cancellation as they happen.
+    let watcher = {
+        let (scope, events) = (scope.clone(), events.clone());
+        tokio::spawn(async move {
+            let mut seen = 0;
+            let mut tick = tokio::time::interval(Duration::from_millis(10));
+            loop {
+                tokio::select! {
+                    _ = scope.cancelled() => break,
+                    _ = tick.tick() => {}
+                }
+                let renewals = scope.renewals();
+                if renewals > seen {
+                    seen = renewals;
+                    events.emit(
+                        "heartbeat",
+                        json!({"renewals": renewals, "fence": scope.fence().get()}),
+                    );
+                }
+            }
+            if let Some((_, reason)) = scope.cancel_reason() {
+                events.emit("cancelled", cancel_event(&reason));
+            }
+        })
+    };
+
+    let mut steps = JoinSet::new();
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    while let Some(line) = lines
+        .next_line()
+        .await
+        .map_err(|e| usage(format!("reading stdin: {e}")))?
+    {
+        let line = line.trim();
+        let (command, rest) = line.split_once(' ').unwrap_or((line, ""));
+        match command {
+            "" => {}
+            "step" => {
+                let lease: Lease = scope.lease();
+                let (ledger, events, effect) = (ledger.clone(), events.clone(), rest.to_string());
+                events.emit(
+                    "write_sent",
+                    json!({"effect": effect, "fence": lease.fence().get()}),
+                );
+                steps.spawn(async move {
+                    match ledger.record(&lease, &effect).await {
+                        Ok(()) => events.emit("write_accepted", json!({"effect": effect, "fence": lease.fence().get()})),
+                        Err(e) if e.is_verdict() => {
+                            let mut v = rejection(&e);
+                            v["effect"] = json!(effect);
+                            events.emit("write_rejected", v);
+                        }
+                        Err(e) => events.emit(
+                            "write_failed",
+                            json!({"effect": effect, "fence": lease.fence().get(), "retryable": e.is_retryable(), "message": e.to_string()}),
+                        ),
+                    }
+                });
+            }
+            "wait" => {
+                while steps.join_next().await.is_some() {}
+                events.emit("idle", json!({}));
+            }
+            "suspend" | "complete" | "release" => {
+                let result = match command {
+                    "suspend" => scope.suspend().await,
+                    "complete" => scope.complete().await,
+                    _ => scope.release().await,
+                };
+                let fence = scope.fence().get();
+                match result {
+                    Ok(()) => events.emit(
+                        match command {
+                            "suspend" => "suspended",
+                            "complete" => "completed",
+                            _ => "released",
+                        },
+                        json!({"run": scope.run().as_str(), "fence": fence}),
+                    ),
+                    Err(e) => {
+                        let mut v = rejection(&e);
+                        v["command"] = json!(command);
+                        events.emit("end_failed", v);
+                    }
+                }
+            }
+            "exit" => break,
+            other => events.emit("unknown_command", json!({"command": other})),
+        }
+    }
+    while steps.join_next().await.is_some() {}
+    drop(scope);
+    let _ = watcher.await;
+    events.emit("exited", json!({}));
+    Ok(())
 }
