@@ -513,3 +513,37 @@ async fn eight_concurrent_connects_migrate_an_empty_schema_once() {
     let over_pool = PostgresLeaseStore::from_pool(pool, &schema).await.unwrap();
     assert!(over_pool.inspect(&id("shared")).await.is_ok());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_at_the_largest_fence_is_exhausted_never_wrapped() {
+    let Some(url) = database() else { return };
+    let store = store(&url).await;
+    let run = id("worn-out");
+    store.create(&run).await.unwrap();
+    let sql = format!(
+        "UPDATE \"{}\".runs SET fence = 9223372036854775807 WHERE run_id = $1",
+        store.schema()
+    );
+    sqlx::query(&sql)
+        .bind(run.as_str())
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let err = store
+        .claim(&run, &worker("a"), ttl(1_000))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::FenceExhausted { run: r } if *r == run),
+        "{err:?}"
+    );
+    assert!(store
+        .claim_next(&worker("a"), ttl(1_000), 10)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        store.inspect(&run).await.unwrap().fence,
+        lease_core::Fence::MAX
+    );
+}
