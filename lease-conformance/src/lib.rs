@@ -15,9 +15,11 @@ use std::sync::Arc;
 use lease_core::LeaseStore;
 
 pub mod fixtures;
+mod hub_scenarios;
 mod scenarios;
 mod scope_scenarios;
 
+pub use hub_scenarios::*;
 pub use scenarios::*;
 pub use scope_scenarios::*;
 
@@ -64,6 +66,9 @@ macro_rules! conformance_tests {
             scope_over_a_hanging_store_cancels_at_its_local_deadline_before_store_expiry,
             scope_whose_renewal_is_rejected_cancels_with_the_rejection,
             scope_suspend_stops_heartbeats,
+            hub_cancels_only_the_scope_whose_lease_is_stale,
+            hub_over_a_hanging_store_cancels_every_scope_at_its_local_deadline,
+            hub_renews_in_chunks_of_at_most_max_batch,
         );
     };
     (@each $factory:expr; $($scenario:ident),* $(,)?) => {

@@ -9,6 +9,7 @@
 //! - [`LeaseStore`]: the object-safe trait every backend implements; its docs are the contract.
 //! - [`RunScope`]: the worker side; heartbeats a lease and cancels the run's work before the
 //!   lease can be lost.
+//! - [`Heartbeats`]: a worker-wide heartbeat renewing all its scopes' leases in batches.
 //! - [`MemoryLeaseStore`]: the embedded reference backend.
 //! - [`FaultyStore`]: injects hangs and failures into any store, for partition tests.
 //!
@@ -32,6 +33,7 @@
 
 mod error;
 mod fault;
+mod heartbeats;
 mod id;
 mod memory;
 mod scope;
@@ -40,6 +42,7 @@ mod types;
 
 pub use error::{BoxError, Ended, Error, InvalidInput, Result};
 pub use fault::{Fault, FaultyStore, FAULT_BACKEND};
+pub use heartbeats::{HeartbeatStats, Heartbeats, TickReport};
 pub use id::{RunId, WorkerId, MAX_ID_BYTES};
 pub use memory::MemoryLeaseStore;
 pub use scope::{CancelReason, RunScope, ScopeConfig};

@@ -3,24 +3,27 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::error::{Error, InvalidInput, Result};
+use crate::heartbeats::{Heartbeats, Hub};
 use crate::id::{RunId, WorkerId};
 use crate::store::LeaseStore;
 use crate::types::{Fence, JournalEntry, Lease, Ttl};
 
 /// Timing of a [`RunScope`]: how often it heartbeats and how much safety margin its local
-/// deadline keeps. Defaults: heartbeat every TTL/3, margin TTL/10.
+/// deadline keeps. Defaults: heartbeat every TTL/3, margin TTL/10, each scope renewing on its
+/// own (see [`ScopeConfig::with_heartbeats`] for a worker-wide batched heartbeat).
 #[derive(Clone, Debug, Default)]
 pub struct ScopeConfig {
     heartbeat: Option<Duration>,
     margin: Option<Duration>,
     parent: Option<CancellationToken>,
+    heartbeats: Option<Heartbeats>,
 }
 
 impl ScopeConfig {
@@ -45,11 +48,24 @@ impl ScopeConfig {
         self
     }
 
+    /// Renew through the worker-wide `hub` instead of a heartbeat per scope: the hub renews
+    /// every registered lease with [`LeaseStore::renew_many`] each of its ticks, which replaces
+    /// [`with_heartbeat`](ScopeConfig::with_heartbeat) as the scope's heartbeat interval. The
+    /// scope keeps its own local deadline, rejection and ending behaviour. The hub must renew
+    /// through the scope's store.
+    pub fn with_heartbeats(mut self, hub: Heartbeats) -> Self {
+        self.heartbeats = Some(hub);
+        self
+    }
+
     /// Resolves the defaults against `ttl` and checks that the heartbeat fits inside the
     /// deadline window (`ttl - margin`).
     fn timing(&self, ttl: Ttl) -> Result<Timing, InvalidInput> {
         let ttl = ttl.as_duration();
-        let interval = self.heartbeat.unwrap_or(ttl / 3);
+        let interval = match &self.heartbeats {
+            Some(hub) => hub.tick(),
+            None => self.heartbeat.unwrap_or(ttl / 3),
+        };
         let margin = self.margin.unwrap_or(ttl / 10);
         let window = ttl.saturating_sub(margin);
         if interval.is_zero() || window.is_zero() || interval >= window {
@@ -117,11 +133,11 @@ impl fmt::Display for CancelReason {
     }
 }
 
-/// State shared between a scope and its heartbeat task (and, later, a worker-wide heartbeat).
-struct Shared {
-    store: Arc<dyn LeaseStore>,
+/// State shared between a scope and its heartbeat task, or the worker-wide [`Heartbeats`] hub.
+pub(crate) struct Shared {
+    pub(crate) store: Arc<dyn LeaseStore>,
     lease: Mutex<Lease>,
-    token: CancellationToken,
+    pub(crate) token: CancellationToken,
     reason: OnceLock<(Instant, CancelReason)>,
     deadline: Mutex<Instant>,
     renewals: AtomicU64,
@@ -129,10 +145,14 @@ struct Shared {
     /// Serializes renewals with the writes that end the lease, so a renewal never races a
     /// suspend and turns a clean suspension into a "rejected" cancellation.
     ending: tokio::sync::Mutex<()>,
+    /// The latest renewal failure the hub saw, for [`CancelReason::DeadlineExceeded`].
+    hub_error: Mutex<Option<Arc<str>>>,
+    /// The hub this scope is registered with, and its id there.
+    registration: OnceLock<(Weak<Hub>, u64)>,
 }
 
 impl Shared {
-    fn lease(&self) -> Lease {
+    pub(crate) fn lease(&self) -> Lease {
         self.lease.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
@@ -141,17 +161,29 @@ impl Shared {
     }
 
     /// Records a successful renewal that was sent at `sent`.
-    fn renewed(&self, sent: Instant, lease: Lease) {
+    pub(crate) fn renewed(&self, sent: Instant, lease: Lease) {
         *self.lease.lock().unwrap_or_else(|e| e.into_inner()) = lease;
         let mut deadline = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
         // A late answer to an older send must not move the deadline back... or forward past
         // what its send instant justifies.
         *deadline = (*deadline).max(sent + self.timing.window);
         self.renewals.fetch_add(1, Ordering::Relaxed);
+        drop(deadline);
+        *self.hub_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// Records a renewal (by the hub) that failed without a verdict; nothing is extended.
+    pub(crate) fn failed(&self, why: Arc<str>) {
+        *self.hub_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+    }
+
+    /// Whether a write that ends the lease (suspend, complete, release) is in flight.
+    pub(crate) fn is_ending(&self) -> bool {
+        self.ending.try_lock().is_err()
     }
 
     /// Cancels the scope; the first reason wins.
-    fn cancel(&self, reason: CancelReason) {
+    pub(crate) fn cancel(&self, reason: CancelReason) {
         let lease = self.lease();
         if self.reason.set((Instant::now(), reason.clone())).is_ok() {
             match &reason {
@@ -164,6 +196,12 @@ impl Shared {
             }
         }
         self.token.cancel();
+        // Leave the hub at once, so it never renews an ended lease.
+        if let Some((hub, id)) = self.registration.get() {
+            if let Some(hub) = hub.upgrade() {
+                hub.unregister(*id);
+            }
+        }
     }
 }
 
@@ -286,8 +324,20 @@ impl RunScope {
             renewals: AtomicU64::new(0),
             timing,
             ending: tokio::sync::Mutex::new(()),
+            hub_error: Mutex::new(None),
+            registration: OnceLock::new(),
         });
-        tokio::spawn(heartbeat(shared.clone(), sent));
+        match &config.heartbeats {
+            Some(hub) => {
+                let hub = hub.hub().clone();
+                let id = hub.register(shared.clone());
+                let _ = shared.registration.set((Arc::downgrade(&hub), id));
+                tokio::spawn(deadline_watch(shared.clone(), hub, id));
+            }
+            None => {
+                tokio::spawn(heartbeat(shared.clone(), sent));
+            }
+        }
         Ok(RunScope {
             shared,
             run,
@@ -460,6 +510,35 @@ async fn heartbeat(shared: Arc<Shared>, claim_sent: Instant) {
             }
         }
     }
+}
+
+/// The deadline watch of a scope renewed by a [`Heartbeats`] hub: cancels it when its local
+/// deadline passes without a renewal, whether the hub's call failed, hung or never returned,
+/// and takes it off the hub once it is cancelled for any reason.
+async fn deadline_watch(shared: Arc<Shared>, hub: Arc<Hub>, id: u64) {
+    loop {
+        let deadline = shared.deadline();
+        tokio::select! {
+            biased;
+            _ = shared.token.cancelled() => break,
+            _ = sleep_until(deadline) => {}
+        }
+        // The hub may have moved the deadline while we slept.
+        if shared.deadline() <= Instant::now() {
+            let last_error = shared
+                .hub_error
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_deref()
+                .map(str::to_owned);
+            shared.cancel(CancelReason::DeadlineExceeded {
+                deadline,
+                last_error,
+            });
+            break;
+        }
+    }
+    hub.unregister(id);
 }
 
 /// One renewal attempt, serialized with the ends of the lease and bounded by the heartbeat
