@@ -9,6 +9,7 @@
 //! | command | does |
 //! |---|---|
 //! | `step EFFECT` | records EFFECT in the ledger under the fence, in the background (the call may hang in a partition while later commands run) |
+//! | `step-after MS EFFECT` | decides EFFECT now, under the current lease, and records it MS later |
 //! | `wait` | waits for every step sent so far, then prints `idle` |
 //! | `suspend`, `complete`, `release` | ends the lease through the scope |
 //! | `exit` | waits for steps in flight, then exits (also on end of input) |
@@ -18,8 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use distribution::{
-    connect_store, CancelReason, Config, Ended, Error, Lease, LeaseStore, LeaseStoreExt, RunScope,
-    ScopeConfig, WorkerId,
+    connect_store, CancelReason, CancellationToken, Config, Ended, Error, Lease, LeaseStore,
+    LeaseStoreExt, RunScope, ScopeConfig, WorkerId,
 };
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -195,15 +196,17 @@ pub(crate) async fn run(config: &Config, args: WorkerArgs) -> Result<(), Failure
         json!({"worker": worker.as_str(), "run": scope.run().as_str(), "fence": scope.fence().get(), "ttl_ms": config.ttl.as_millis()}),
     );
 
-    // Report heartbeats and the cancellation as they happen.
+    // Report heartbeats and the cancellation as they happen, until the scope ends or we exit.
+    let exiting = CancellationToken::new();
     let watcher = {
-        let (scope, events) = (scope.clone(), events.clone());
+        let (scope, events, exiting) = (scope.clone(), events.clone(), exiting.clone());
         tokio::spawn(async move {
             let mut seen = 0;
             let mut tick = tokio::time::interval(Duration::from_millis(10));
             loop {
                 tokio::select! {
                     _ = scope.cancelled() => break,
+                    _ = exiting.cancelled() => return,
                     _ = tick.tick() => {}
                 }
                 let renewals = scope.renewals();
@@ -232,14 +235,30 @@ pub(crate) async fn run(config: &Config, args: WorkerArgs) -> Result<(), Failure
         let (command, rest) = line.split_once(' ').unwrap_or((line, ""));
         match command {
             "" => {}
-            "step" => {
+            "step" | "step-after" => {
+                // `step-after MS EFFECT`: the effect is decided now, under the current lease, and
+                // written MS later, as a long computation would (or a process paused mid-step).
+                let (delay, effect) = match command {
+                    "step" => (0, rest.to_string()),
+                    _ => match rest.split_once(' ').map(|(ms, e)| (ms.parse::<u64>(), e)) {
+                        Some((Ok(ms), e)) => (ms, e.to_string()),
+                        _ => {
+                            events.emit("unknown_command", json!({"command": line}));
+                            continue;
+                        }
+                    },
+                };
                 let lease: Lease = scope.lease();
-                let (ledger, events, effect) = (ledger.clone(), events.clone(), rest.to_string());
-                events.emit(
-                    "write_sent",
-                    json!({"effect": effect, "fence": lease.fence().get()}),
-                );
+                let (ledger, events) = (ledger.clone(), events.clone());
+                if delay > 0 {
+                    events.emit(
+                        "step_planned",
+                        json!({"effect": effect, "fence": lease.fence().get(), "delay_ms": delay}),
+                    );
+                }
                 steps.spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(delay)).await;
+                    events.emit("write_sent", json!({"effect": effect, "fence": lease.fence().get()}));
                     match ledger.record(&lease, &effect).await {
                         Ok(()) => events.emit("write_accepted", json!({"effect": effect, "fence": lease.fence().get()})),
                         Err(e) if e.is_verdict() => {
@@ -286,8 +305,11 @@ pub(crate) async fn run(config: &Config, args: WorkerArgs) -> Result<(), Failure
         }
     }
     while steps.join_next().await.is_some() {}
-    drop(scope);
+    exiting.cancel();
     let _ = watcher.await;
+    // The last reference: dropping the scope stops its heartbeat. The lease is not released;
+    // it expires by its TTL, as a crashed worker's would.
+    drop(scope);
     events.emit("exited", json!({}));
     Ok(())
 }

@@ -1,0 +1,326 @@
+//! Whole-system tests: real `lease worker` processes, one database, a real network partition.
+//!
+//! Every test has `leases` in its name:
+//! `cargo test -p distribution leases -- --test-threads=1`. Each scenario runs on Postgres and
+//! on Redis, against private servers started here (the partition cuts one loopback address off,
+//! so these tests never reuse `DATABASE_URL`/`REDIS_URL`). Expiry uses short real TTLs: worker
+//! processes run on the real clock, which `tokio::time::pause` cannot reach.
+
+mod support;
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use distribution::{connect, Config, LeaseStore, RunId, RunState};
+use serde_json::Value;
+use support::partition::{Partition, A_HOST, B_HOST};
+use support::servers::{Kind, Server};
+use support::worker::{lease_bin, Worker};
+
+const SECS: fn(u64) -> Duration = Duration::from_secs;
+
+fn fence(event: &Value) -> u64 {
+    event["fence"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no fence in {event}"))
+}
+
+fn at(event: &Value) -> u64 {
+    event["at_us"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no instant in {event}"))
+}
+
+/// The test's own view of the store, through B's address.
+async fn admin(server: &Server, namespace: &str) -> Arc<dyn LeaseStore> {
+    let config = Config::default()
+        .with_store(server.url_via(B_HOST))
+        .with_namespace(namespace);
+    connect(&config).await.expect("admin connection")
+}
+
+/// The reference worker's ledger for `run`, read with `lease ledger --json`.
+fn ledger(server: &Server, namespace: &str, run: &str) -> Vec<Value> {
+    let out = Command::new(lease_bin())
+        .args(["--store", &server.url_via(B_HOST), "--namespace", namespace])
+        .args(["ledger", run, "--json"])
+        .output()
+        .expect("run lease ledger");
+    assert!(
+        out.status.success(),
+        "lease ledger failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("ledger JSON")
+}
+
+fn assert_stale(event: &Value, presented: u64, current: u64) {
+    assert_eq!(event["reason"], "stale_fence", "rejected by fence: {event}");
+    assert_eq!(
+        (event["presented"].as_u64(), event["current"].as_u64()),
+        (Some(presented), Some(current)),
+        "{event}"
+    );
+}
+
+/// A is partitioned mid-run with a write in flight; its scope cancels at its local deadline,
+/// B reclaims under fence 2 and completes; after the heal, A's in-flight and new writes are
+/// rejected with StaleFence { presented: 1, current: 2 } and the ledger holds B's effect only.
+async fn partitioned_worker_is_fenced_out(kind: Kind) {
+    let Some(server) = Server::start(kind) else {
+        return;
+    };
+    let ns = server.namespace("partition");
+    let run = "order-partitioned";
+    let ttl = 1_500;
+    let mut partition = Partition::prepare(server.port()).await;
+
+    let mut a = Worker::spawn(
+        "A",
+        &partition.a_url(&server.url_via(A_HOST)),
+        &ns,
+        ttl,
+        None,
+        &["--id", "worker-a", "--run", run, "--create"],
+    );
+    let claimed_a = a.expect("claimed", SECS(30)).await;
+    assert_eq!(fence(&claimed_a), 1);
+    a.expect("heartbeat", SECS(5)).await; // A is executing and heartbeating
+
+    partition.cut();
+    a.send("step charge-card").await; // in flight as the partition begins
+    a.expect("write_sent", SECS(5)).await;
+
+    let cancelled = a.expect("cancelled", SECS(10)).await;
+    assert_eq!(
+        cancelled["cancel"], "deadline",
+        "A stopped on its local deadline: {cancelled}"
+    );
+
+    let mut b = Worker::spawn(
+        "B",
+        &server.url_via(B_HOST),
+        &ns,
+        ttl,
+        None,
+        &["--id", "worker-b", "--run", run, "--wait-ms", "20000"],
+    );
+    let claimed_b = b.expect("claimed", SECS(30)).await;
+    assert_eq!(fence(&claimed_b), 2, "B reclaims under the next fence");
+    assert!(
+        at(&cancelled) < at(&claimed_b),
+        "A's scope was cancelled ({}) before B's claim ({})",
+        at(&cancelled),
+        at(&claimed_b)
+    );
+    b.send("step charge-card").await;
+    let accepted = b.expect("write_accepted", SECS(10)).await;
+    assert_eq!(fence(&accepted), 2);
+    b.send("complete").await;
+    b.expect("completed", SECS(10)).await;
+
+    partition.heal();
+    let late = a.expect("write_rejected", SECS(90)).await;
+    assert_eq!(late["effect"], "charge-card");
+    assert_stale(&late, 1, 2);
+    a.send("step charge-card-again").await;
+    let again = a.expect("write_rejected", SECS(30)).await;
+    assert_stale(&again, 1, 2);
+    let a_events = a.finish().await;
+    b.finish().await;
+    assert!(
+        !a_events.iter().any(|e| e["event"] == "write_accepted"),
+        "no write of A was accepted: {a_events:#?}"
+    );
+
+    let entries = ledger(&server, &ns, run);
+    assert_eq!(entries.len(), 1, "exactly one effect: {entries:#?}");
+    assert_eq!(
+        (
+            &entries[0]["effect"],
+            entries[0]["fence"].as_u64(),
+            &entries[0]["worker"]
+        ),
+        (
+            &Value::from("charge-card"),
+            Some(2),
+            &Value::from("worker-b")
+        )
+    );
+    let record = admin(&server, &ns)
+        .await
+        .inspect(&RunId::new(run).unwrap())
+        .await
+        .unwrap();
+    assert_eq!((record.state, record.fence.get()), (RunState::Completed, 2));
+}
+
+/// A is SIGSTOPped mid-step past its TTL; B reclaims and completes; on SIGCONT A's scope
+/// cancels on its local deadline and its delayed write is rejected by fence.
+async fn paused_worker_is_fenced_out(kind: Kind) {
+    let Some(server) = Server::start(kind) else {
+        return;
+    };
+    let ns = server.namespace("pause");
+    let run = "order-paused";
+    let ttl = 1_000;
+    let mut a = Worker::spawn(
+        "A",
+        &server.url_via(A_HOST),
+        &ns,
+        ttl,
+        None,
+        &["--id", "worker-a", "--run", run, "--create"],
+    );
+    assert_eq!(fence(&a.expect("claimed", SECS(30)).await), 1);
+    a.expect("heartbeat", SECS(5)).await;
+    a.send("step-after 300 charge-card").await; // decided under fence 1, written later
+    a.expect("step_planned", SECS(5)).await;
+    a.signal("STOP");
+
+    let mut b = Worker::spawn(
+        "B",
+        &server.url_via(B_HOST),
+        &ns,
+        ttl,
+        None,
+        &["--id", "worker-b", "--run", run, "--wait-ms", "20000"],
+    );
+    assert_eq!(fence(&b.expect("claimed", SECS(30)).await), 2);
+    b.send("step charge-card").await;
+    assert_eq!(fence(&b.expect("write_accepted", SECS(10)).await), 2);
+    b.send("complete").await;
+    b.expect("completed", SECS(10)).await;
+
+    a.signal("CONT");
+    let cancelled = a.expect("cancelled", SECS(10)).await;
+    assert_eq!(cancelled["cancel"], "deadline", "{cancelled}");
+    let late = a.expect("write_rejected", SECS(30)).await;
+    assert_stale(&late, 1, 2);
+    a.finish().await;
+    b.finish().await;
+    let entries = ledger(&server, &ns, run);
+    assert_eq!(entries.len(), 1, "exactly one effect: {entries:#?}");
+    assert_eq!(entries[0]["worker"], "worker-b");
+}
+
+/// A suspends its run: the owner is cleared and the store's heartbeat counter stays still over
+/// more than three heartbeat intervals; after resume, B's claim takes a higher fence.
+async fn suspended_run_stops_heartbeats(kind: Kind) {
+    let Some(server) = Server::start(kind) else {
+        return;
+    };
+    let ns = server.namespace("suspend");
+    let run = RunId::new("order-suspended").unwrap();
+    let heartbeat = 100;
+    let mut a = Worker::spawn(
+        "A",
+        &server.url_via(A_HOST),
+        &ns,
+        600,
+        Some(heartbeat),
+        &["--id", "worker-a", "--run", run.as_str(), "--create"],
+    );
+    assert_eq!(fence(&a.expect("claimed", SECS(30)).await), 1);
+    a.expect("heartbeat", SECS(5)).await;
+    a.expect("heartbeat", SECS(5)).await;
+    a.send("suspend").await;
+    a.expect("suspended", SECS(10)).await;
+
+    let store = admin(&server, &ns).await;
+    let before = store.inspect(&run).await.unwrap();
+    assert_eq!(
+        (before.state, before.owner.clone()),
+        (RunState::Suspended, None)
+    );
+    assert!(
+        before.heartbeats >= 2,
+        "heartbeats reached the store: {before:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(heartbeat * 5)).await;
+    let after = store.inspect(&run).await.unwrap();
+    assert_eq!(
+        after.heartbeats, before.heartbeats,
+        "no heartbeat while suspended"
+    );
+    assert_eq!(after.state, RunState::Suspended);
+    a.finish().await;
+
+    store.resume(&run).await.unwrap();
+    let mut b = Worker::spawn(
+        "B",
+        &server.url_via(B_HOST),
+        &ns,
+        600,
+        None,
+        &["--id", "worker-b", "--run", run.as_str()],
+    );
+    assert_eq!(
+        fence(&b.expect("claimed", SECS(30)).await),
+        2,
+        "a higher fence after resume"
+    );
+    b.finish().await;
+}
+
+/// 100 claim/expire cycles by two worker processes alternating: fences 1..=100, strictly
+/// increasing, never repeated.
+async fn fences_increase_over_a_hundred_process_cycles(kind: Kind) {
+    let Some(server) = Server::start(kind) else {
+        return;
+    };
+    let ns = server.namespace("cycles");
+    let run = "order-cycles";
+    let mut fences = Vec::new();
+    for cycle in 0..100u64 {
+        let (id, host) = if cycle % 2 == 0 {
+            ("worker-a", A_HOST)
+        } else {
+            ("worker-b", B_HOST)
+        };
+        let mut w = Worker::spawn(
+            if cycle % 2 == 0 { "A" } else { "B" },
+            &server.url_via(host),
+            &ns,
+            100,
+            None,
+            &["--id", id, "--run", run, "--create", "--wait-ms", "10000"],
+        );
+        let claimed = w.expect("claimed", SECS(30)).await;
+        assert_eq!(claimed["worker"], id);
+        fences.push(fence(&claimed));
+        // Exiting drops the scope without releasing: the next worker waits for expiry.
+        w.send("exit").await;
+        w.finish().await;
+    }
+    assert_eq!(fences, (1..=100).collect::<Vec<_>>());
+}
+
+macro_rules! on_both_backends {
+    ($($scenario:ident => $pg:ident, $redis:ident;)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $pg() {
+            $scenario(Kind::Postgres).await;
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $redis() {
+            $scenario(Kind::Redis).await;
+        }
+    )*};
+}
+
+on_both_backends! {
+    partitioned_worker_is_fenced_out =>
+        leases_partitioned_worker_is_fenced_out_on_postgres,
+        leases_partitioned_worker_is_fenced_out_on_redis;
+    paused_worker_is_fenced_out =>
+        leases_paused_worker_is_fenced_out_on_postgres,
+        leases_paused_worker_is_fenced_out_on_redis;
+    suspended_run_stops_heartbeats =>
+        leases_suspended_run_stops_heartbeats_on_postgres,
+        leases_suspended_run_stops_heartbeats_on_redis;
+    fences_increase_over_a_hundred_process_cycles =>
+        leases_fences_increase_over_a_hundred_process_cycles_on_postgres,
+        leases_fences_increase_over_a_hundred_process_cycles_on_redis;
+}
