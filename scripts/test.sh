@@ -5,7 +5,7 @@
 # stops the servers however it exits. Extra arguments go to `cargo test`.
 #
 #   bash scripts/test.sh                 # everything
-#   bash scripts/test.sh -p lease-redis  # one crate
+#   bash scripts/test.sh -p lease-redis  # arguments are passed to `cargo test`
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -83,5 +83,13 @@ if [ -z "${REDIS_URL:-}" ] && command -v redis-server >/dev/null; then
 fi
 
 # --- tests ------------------------------------------------------------------------------------
-log "cargo test --workspace $*"
-cargo test --workspace "$@"
+if [ $# -gt 0 ]; then
+  log "cargo test $*"
+  cargo test "$@"
+else
+  log "cargo test --workspace --exclude distribution"
+  cargo test --workspace --exclude distribution
+  # The whole-system tests start worker processes and cut the network: one at a time.
+  log "cargo test -p distribution -- --test-threads=1"
+  cargo test -p distribution -- --test-threads=1
+fi
