@@ -1,5 +1,9 @@
 # Thin recipes over cargo and the test script; every command also works without `just`.
 
+# The fencing demo on the embedded store (pass --store URL for a real server).
+demo *ARGS:
+    cargo run -p lease-cli -- demo {{ARGS}}
+
 # Run the whole test suite (installs and starts PostgreSQL and Redis itself).
 test *ARGS:
     bash scripts/test.sh {{ARGS}}
