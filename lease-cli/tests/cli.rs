@@ -1,0 +1,243 @@
+//! The `lease` binary as a user runs it: the demo, operator commands against the memory store
+//! and a real PostgreSQL, and the exit codes and messages of bad input.
+
+use std::process::{Command, Output};
+
+use lease_conformance::fixtures::{unavailable, PostgresServer};
+
+const NOT_FOUND: i32 = 3;
+const REFUSED: i32 = 4;
+const UNAVAILABLE: i32 = 5;
+const USAGE: i32 = 2;
+
+fn lease(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lease"))
+        .args(args)
+        .env_remove("LEASE_STORE")
+        .env_remove("LEASE_NAMESPACE")
+        .env_remove("LEASE_TTL_MS")
+        .env_remove("LEASE_HEARTBEAT_MS")
+        .output()
+        .expect("run lease")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[track_caller]
+fn assert_exit(out: &Output, code: i32) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "stdout: {}\nstderr: {}",
+        stdout(out),
+        stderr(out)
+    );
+}
+
+#[test]
+fn demo_shows_the_stale_write_rejected_by_fence_and_one_effect() {
+    let out = lease(&["demo"]);
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    assert!(text.contains("claims demo-"), "{text}");
+    assert!(text.contains("fence 1"), "{text}");
+    assert!(
+        text.contains("scope is cancelled: local deadline"),
+        "{text}"
+    );
+    assert!(text.contains(": fence 2"), "{text}");
+    assert!(
+        text.contains("rejected: StaleFence { presented: 1, current: 2 }"),
+        "{text}"
+    );
+    assert!(
+        text.contains("exactly one \"effect: charge card\""),
+        "{text}"
+    );
+}
+
+#[test]
+fn operator_commands_on_the_memory_store_report_missing_runs() {
+    // Each `memory:` process starts empty: there is nothing to inspect or release.
+    let out = lease(&["inspect", "order-1"]);
+    assert_exit(&out, NOT_FOUND);
+    assert_eq!(stderr(&out).trim(), "lease: run order-1 not found");
+    assert_exit(&lease(&["release", "order-1", "--force"]), NOT_FOUND);
+    assert_exit(&lease(&["resume", "order-1", "--json"]), NOT_FOUND);
+    let out = lease(&["list", "--json"]);
+    assert_exit(&out, 0);
+    assert_eq!(stdout(&out).trim(), "[]");
+    let out = lease(&["create", "order-1", "--json"]);
+    assert_exit(&out, 0);
+    let record: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(
+        (record["state"].as_str(), record["fence"].as_u64()),
+        (Some("runnable"), Some(0))
+    );
+}
+
+#[test]
+fn bad_input_gets_its_exit_code_and_one_sentence() {
+    let cases: &[(&[&str], i32, &str)] = &[
+        (&["inspect", ""], USAGE, "run id is empty"),
+        (&["inspect", "a\nb"], USAGE, "control character"),
+        (&["--ttl-ms", "0", "inspect", "r"], USAGE, "TTL"),
+        (&["release", "r"], USAGE, "needs --force"),
+        (
+            &["--store", "mysql://app:hunter2@db/runs", "inspect", "r"],
+            USAGE,
+            "unknown store scheme \"mysql\"",
+        ),
+        (
+            &["--store", "postgres://app:hunter2@/runs", "inspect", "r"],
+            USAGE,
+            "malformed store URL",
+        ),
+        (
+            &["--store", "redis://app:hunter2@127.0.0.1:1", "inspect", "r"],
+            UNAVAILABLE,
+            "unavailable",
+        ),
+        (
+            &[
+                "--store",
+                "postgres://app:hunter2@127.0.0.1:1/runs",
+                "inspect",
+                "r",
+            ],
+            UNAVAILABLE,
+            "unavailable",
+        ),
+        (
+            &["--store", "memory:", "migrate"],
+            USAGE,
+            "postgres:// store only",
+        ),
+    ];
+    for (args, code, says) in cases {
+        let out = lease(args);
+        assert_exit(&out, *code);
+        let err = stderr(&out);
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one sentence: {err}");
+        assert!(
+            !err.contains("hunter2") && !stdout(&out).contains("hunter2"),
+            "{err}"
+        );
+    }
+}
+
+fn postgres() -> Option<(PostgresServer, String)> {
+    match PostgresServer::start() {
+        Ok(server) => {
+            let url = server.url();
+            Some((server, url))
+        }
+        Err(why) => unavailable(
+            "postgres",
+            why,
+            "install postgresql (bash scripts/test.sh does it)",
+        ),
+    }
+}
+
+#[test]
+fn operator_commands_on_postgres_show_and_hand_over_a_run() {
+    let Some((server, url)) = postgres() else {
+        return;
+    };
+    let base = ["--store", url.as_str(), "--namespace", "cli_ops"];
+    let with = |args: &[&str]| lease(&[&base[..], args].concat());
+
+    assert_exit(&with(&["migrate"]), 0);
+    assert_exit(&with(&["create", "order-7"]), 0);
+    // A worker claims (fence 1) and exits without releasing: the lease stays held.
+    let mut worker = Command::new(env!("CARGO_BIN_EXE_lease"))
+        .args(base)
+        .args([
+            "--ttl-ms", "60000", "worker", "--id", "worker-a", "--run", "order-7",
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run the worker");
+    assert_exit(&worker, 0);
+    assert!(
+        stdout(&worker).contains("\"fence\":1"),
+        "{}",
+        stdout(&worker)
+    );
+
+    let out = with(&["inspect", "order-7", "--json"]);
+    assert_exit(&out, 0);
+    let record: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(record["owner"], "worker-a");
+    assert_eq!(record["fence"], 1);
+    assert!(
+        record["remaining_ms"].as_i64().unwrap() > 50_000,
+        "{record}"
+    );
+    let table = stdout(&with(&["inspect", "order-7"]));
+    assert!(table.starts_with("RUN"), "{table}");
+    assert!(
+        table.contains("order-7") && table.contains("worker-a"),
+        "{table}"
+    );
+
+    let out = with(&["list", "--state", "runnable", "--json"]);
+    assert_exit(&out, 0);
+    let runs: Vec<serde_json::Value> = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(stdout(&with(&["list", "--expired", "--json"])).trim(), "[]");
+
+    let out = with(&["resume", "order-7"]);
+    assert_exit(&out, REFUSED);
+    assert!(
+        stderr(&out).contains("is runnable, not suspended"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = with(&["release", "order-7", "--force"]);
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains("released order-7 from worker-a (fence 1)"),
+        "{}",
+        stdout(&out)
+    );
+    // The next claim takes fence 2, which fences worker-a out.
+    worker = Command::new(env!("CARGO_BIN_EXE_lease"))
+        .args(base)
+        .args(["worker", "--id", "worker-b", "--run", "order-7"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run the worker");
+    assert_exit(&worker, 0);
+    assert!(
+        stdout(&worker).contains("\"fence\":2"),
+        "{}",
+        stdout(&worker)
+    );
+
+    let out = with(&["inspect", "missing"]);
+    assert_exit(&out, NOT_FOUND);
+
+    // A wrong password: one sentence, no password.
+    let wrong = server
+        .password_url()
+        .replace(server.password(), "not-the-password");
+    let out = lease(&["--store", &wrong, "inspect", "order-7"]);
+    let err = stderr(&out);
+    assert_ne!(out.status.code(), Some(0));
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("password authentication failed"), "{err}");
+    assert!(
+        !err.contains("not-the-password") && !err.contains(server.password()),
+        "{err}"
+    );
+}
