@@ -20,3 +20,7 @@ fmt:
 # Everything CI runs.
 ci:
     bash .ci/run
+
+# The benchmark of BENCHMARKS.md (starts private PostgreSQL and Redis servers unless --store URL).
+bench *ARGS:
+    cargo run --release -p lease-cli -- bench {{ARGS}}

@@ -1,0 +1,784 @@
+//! `lease bench`: the library against the identical raw statement or script, interleaved in
+//! one run, plus batched heartbeats, claim_next under contention, takeover latency and memory.
+//!
+//! Every measured operation is validated afterwards against the store (fences, heartbeat
+//! counters, journal rows, states), so a path that is fast because it skipped work fails.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use distribution::{Config, Error, Lease, LeaseStore, RunId, Ttl, WorkerId};
+use lease_conformance::fixtures::{unique_namespace, PostgresServer, RedisServer};
+use serde_json::{json, Value};
+use tokio::sync::Barrier;
+use tokio::time::Instant;
+
+use crate::Failure;
+
+mod extra;
+mod raw;
+
+use raw::{Raw, RawConn, Seen};
+
+/// Arguments of `lease bench`.
+#[derive(clap::Args)]
+pub(crate) struct BenchArgs {
+    /// Print the results as JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// A short run (fewer rounds and runs; about a minute per backend).
+    #[arg(long)]
+    quick: bool,
+    /// Client counts to measure each operation at.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
+    clients: Vec<usize>,
+    /// Operations per round per path, split between the clients (renew_many: calls / 25).
+    #[arg(long, value_name = "N")]
+    ops: Option<usize>,
+    /// Measured A/B round pairs per operation and client count (plus one warm-up pair).
+    #[arg(long, value_name = "N")]
+    pairs: Option<usize>,
+    /// Which parts to run.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "ops,heartbeat,contention,takeover"
+    )]
+    parts: Vec<Part>,
+    /// Runs drained by 16 workers in the claim_next contention test, per path.
+    #[arg(long, value_name = "N")]
+    contention_runs: Option<usize>,
+    /// Runs each claim_next call of the contention test asks for.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    contention_batch: usize,
+    /// Leases held by one worker in the heartbeat test.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    heartbeat_leases: usize,
+    /// Heartbeat ticks (10 s each) observed per mode.
+    #[arg(long, value_name = "N")]
+    heartbeat_ticks: Option<u32>,
+    /// SIGKILL takeover trials per backend.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    takeover_trials: usize,
+    /// Lease TTL of the takeover trials, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1_000)]
+    takeover_ttl_ms: u64,
+}
+
+/// A part of the benchmark.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Part {
+    /// Library against raw, per operation and client count.
+    Ops,
+    /// Batched heartbeats of many leases against one renewal per scope, with memory per lease.
+    Heartbeat,
+    /// 16 workers draining runs with claim_next.
+    Contention,
+    /// SIGKILL a worker holding a run; time until another worker claims it.
+    Takeover,
+}
+
+/// Why the benchmark stopped.
+#[derive(Debug)]
+pub(crate) enum BenchError {
+    /// A fixture or setup step failed.
+    Setup(String),
+    /// An operation did not do what it should (refused, missing, or validation failed).
+    Wrong(String),
+    /// The library returned an error.
+    Store(Error),
+    /// sqlx on the raw path.
+    Sql(sqlx::Error),
+    /// redis-rs on the raw path.
+    Redis(redis::RedisError),
+}
+
+impl BenchError {
+    pub(crate) fn setup(why: impl Into<String>) -> BenchError {
+        BenchError::Setup(why.into())
+    }
+
+    pub(crate) fn wrong(why: impl Into<String>) -> BenchError {
+        BenchError::Wrong(why.into())
+    }
+}
+
+impl fmt::Display for BenchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BenchError::Setup(why) => write!(f, "bench setup failed: {why}"),
+            BenchError::Wrong(why) => write!(f, "bench validation failed: {why}"),
+            BenchError::Store(e) => write!(f, "library call failed: {e}"),
+            BenchError::Sql(e) => write!(f, "raw sqlx call failed: {e}"),
+            BenchError::Redis(e) => write!(f, "raw redis call failed: {e}"),
+        }
+    }
+}
+
+impl From<Error> for BenchError {
+    fn from(e: Error) -> Self {
+        BenchError::Store(e)
+    }
+}
+
+impl From<distribution::InvalidInput> for BenchError {
+    fn from(e: distribution::InvalidInput) -> Self {
+        BenchError::Store(e.into())
+    }
+}
+
+impl From<sqlx::Error> for BenchError {
+    fn from(e: sqlx::Error) -> Self {
+        BenchError::Sql(e)
+    }
+}
+
+impl From<redis::RedisError> for BenchError {
+    fn from(e: redis::RedisError) -> Self {
+        BenchError::Redis(e)
+    }
+}
+
+impl From<BenchError> for Failure {
+    fn from(e: BenchError) -> Failure {
+        Failure {
+            code: crate::exit::FAILURE,
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Which server a target is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Postgres,
+    Redis,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Postgres => "postgres",
+            Kind::Redis => "redis",
+        }
+    }
+}
+
+/// A server to benchmark.
+pub(crate) struct Target {
+    pub(crate) kind: Kind,
+    pub(crate) url: String,
+    pub(crate) raw: RawConn,
+}
+
+/// Pool size of both paths: one connection per client at the most clients measured.
+const POOL: u32 = 16;
+
+impl Target {
+    /// A library store over namespace `ns`.
+    pub(crate) async fn lib(&self, ns: &str) -> Result<Arc<dyn LeaseStore>, BenchError> {
+        Ok(match self.kind {
+            Kind::Postgres => Arc::new(
+                distribution::postgres::PostgresLeaseStore::connect(
+                    distribution::postgres::PostgresConfig::from_url(&self.url)
+                        .with_schema(ns)
+                        .with_max_connections(POOL)
+                        .with_acquire_timeout(Duration::from_secs(60)),
+                )
+                .await?,
+            ),
+            Kind::Redis => Arc::new(
+                distribution::redis::RedisLeaseStore::connect(
+                    distribution::redis::RedisConfig::from_url(&self.url)
+                        .with_namespace(ns)
+                        .with_response_timeout(Duration::from_secs(30)),
+                )
+                .await?,
+            ),
+        })
+    }
+}
+
+/// The operations compared with their raw statements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    Claim,
+    Renew,
+    Append,
+    Complete,
+    ClaimNext,
+    RenewMany,
+}
+
+const OPS: [Op; 6] = [
+    Op::Claim,
+    Op::Renew,
+    Op::Append,
+    Op::Complete,
+    Op::ClaimNext,
+    Op::RenewMany,
+];
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Claim => "claim",
+            Op::Renew => "renew",
+            Op::Append => "append",
+            Op::Complete => "complete",
+            Op::ClaimNext => "claim_next",
+            Op::RenewMany => "renew_many(1000)",
+        }
+    }
+}
+
+/// Which side of the comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Path {
+    Lib,
+    Raw,
+}
+
+/// The lease TTL of every measured operation: long enough that nothing expires mid-run.
+const TTL_MS: u64 = 600_000;
+const PAYLOAD: &[u8] = &[b'x'; 64];
+const RENEW_MANY: usize = 1_000;
+
+/// Latency percentiles and throughput of one path.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Summary {
+    pub(crate) ops: u64,
+    pub(crate) secs: f64,
+    pub(crate) p50_us: f64,
+    pub(crate) p99_us: f64,
+    pub(crate) p999_us: f64,
+}
+
+impl Summary {
+    pub(crate) fn of(mut latencies_ns: Vec<u64>, secs: f64) -> Summary {
+        latencies_ns.sort_unstable();
+        let pct = |q: f64| -> f64 {
+            if latencies_ns.is_empty() {
+                return 0.0;
+            }
+            let i = ((q * latencies_ns.len() as f64).ceil() as usize).clamp(1, latencies_ns.len());
+            latencies_ns[i - 1] as f64 / 1_000.0
+        };
+        Summary {
+            ops: latencies_ns.len() as u64,
+            secs,
+            p50_us: pct(0.50),
+            p99_us: pct(0.99),
+            p999_us: pct(0.999),
+        }
+    }
+
+    pub(crate) fn ops_per_s(&self) -> f64 {
+        if self.secs > 0.0 {
+            self.ops as f64 / self.secs
+        } else {
+            0.0
+        }
+    }
+
+    pub(crate) fn json(&self) -> Value {
+        json!({"ops": self.ops, "secs": self.secs, "ops_per_s": self.ops_per_s(),
+               "p50_us": self.p50_us, "p99_us": self.p99_us, "p999_us": self.p999_us})
+    }
+}
+
+/// One row of the comparison.
+struct OpResult {
+    backend: Kind,
+    op: Op,
+    clients: usize,
+    lib: Summary,
+    raw: Summary,
+    validated: String,
+}
+
+impl OpResult {
+    fn ratio(&self) -> f64 {
+        self.lib.ops_per_s() / self.raw.ops_per_s().max(f64::MIN_POSITIVE)
+    }
+
+    fn p99_ratio(&self) -> f64 {
+        self.lib.p99_us / self.raw.p99_us.max(f64::MIN_POSITIVE)
+    }
+}
+
+/// What one client of one path works on.
+struct ClientWork {
+    worker: WorkerId,
+    /// Claim: the runs to claim, one per op.
+    runs: Vec<RunId>,
+    /// Renew, append: one lease; complete: one lease per op; renew_many: the batch.
+    leases: Vec<Lease>,
+    /// Operations done so far (all rounds).
+    done: usize,
+    /// claim_next: what each call returned.
+    claimed: Vec<(String, u64)>,
+}
+
+struct Sizes {
+    pairs: usize,
+    ops: usize,
+}
+
+pub(crate) async fn run(config: &Config, args: BenchArgs) -> Result<(), Failure> {
+    let mut keep_alive: (Option<PostgresServer>, Option<RedisServer>) = (None, None);
+    let targets = targets(config, &mut keep_alive).await?;
+    let sizes = Sizes {
+        pairs: args.pairs.unwrap_or(if args.quick { 2 } else { 5 }),
+        ops: args.ops.unwrap_or(if args.quick { 200 } else { 500 }),
+    };
+    let mut report = json!({
+        "machine": extra::machine(),
+        "quick": args.quick,
+        "pairs": sizes.pairs,
+        "ops_per_round": sizes.ops,
+    });
+    let mut rows = Vec::new();
+    let mut extras: Vec<Value> = Vec::new();
+    for target in &targets {
+        let backend = target.kind.name();
+        if args.parts.contains(&Part::Ops) {
+            for op in OPS {
+                let ns = unique_namespace(&format!("bench_{}", op.name().replace(['(', ')'], "")));
+                let lib = target.lib(&ns).await?;
+                let raw = Arc::new(target.raw.namespace(&ns));
+                for &clients in &args.clients {
+                    eprintln!("bench: {backend} {} with {clients} clients", op.name());
+                    rows.push(measure(target.kind, op, clients, &lib, &raw, &sizes).await?);
+                }
+            }
+        }
+        if args.parts.contains(&Part::Heartbeat) {
+            let ticks = args
+                .heartbeat_ticks
+                .unwrap_or(if args.quick { 1 } else { 2 });
+            eprintln!(
+                "bench: {backend} heartbeat of {} leases",
+                args.heartbeat_leases
+            );
+            extras.push(extra::heartbeat(target, args.heartbeat_leases, ticks).await?);
+        }
+        if args.parts.contains(&Part::Contention) {
+            let runs = args
+                .contention_runs
+                .unwrap_or(if args.quick { 10_000 } else { 100_000 });
+            eprintln!("bench: {backend} claim_next contention over {runs} runs");
+            extras.push(extra::contention(target, runs, args.contention_batch).await?);
+        }
+        if args.parts.contains(&Part::Takeover) {
+            eprintln!("bench: {backend} takeover, {} trials", args.takeover_trials);
+            extras.push(extra::takeover(target, args.takeover_trials, args.takeover_ttl_ms).await?);
+        }
+    }
+    report["ops"] = Value::Array(
+        rows.iter()
+            .map(|r| {
+                json!({"backend": r.backend.name(), "op": r.op.name(), "clients": r.clients,
+                       "lib": r.lib.json(), "raw": r.raw.json(),
+                       "ratio_ops_per_s": r.ratio(), "ratio_p99": r.p99_ratio(),
+                       "validated": r.validated})
+            })
+            .collect(),
+    );
+    report["extra"] = Value::Array(extras.clone());
+    if args.json {
+        println!("{report:#}");
+    } else {
+        print_table(&rows);
+        for e in &extras {
+            println!("\n{}", extra::describe(e));
+        }
+    }
+    Ok(())
+}
+
+/// The servers to run against: the configured store, or private fixture servers.
+async fn targets(
+    config: &Config,
+    keep_alive: &mut (Option<PostgresServer>, Option<RedisServer>),
+) -> Result<Vec<Target>, BenchError> {
+    let url = config.store.clone();
+    let mut out = Vec::new();
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        out.push(Target {
+            kind: Kind::Postgres,
+            raw: RawConn::postgres(&url, POOL).await?,
+            url,
+        });
+    } else if url.starts_with("redis://") || url.starts_with("rediss://") {
+        out.push(Target {
+            kind: Kind::Redis,
+            raw: RawConn::redis(&url).await?,
+            url,
+        });
+    } else {
+        eprintln!("bench: no --store given; starting private PostgreSQL and Redis servers");
+        let pg = tokio::task::spawn_blocking(PostgresServer::start)
+            .await
+            .map_err(|e| BenchError::setup(e.to_string()))?
+            .map_err(|e| BenchError::setup(format!("postgres fixture: {e}")))?;
+        let redis = tokio::task::spawn_blocking(RedisServer::start)
+            .await
+            .map_err(|e| BenchError::setup(e.to_string()))?
+            .map_err(|e| BenchError::setup(format!("redis fixture: {e}")))?;
+        let (pg_url, redis_url) = (pg.url(), redis.url());
+        *keep_alive = (Some(pg), Some(redis));
+        out.push(Target {
+            kind: Kind::Postgres,
+            raw: RawConn::postgres(&pg_url, POOL).await?,
+            url: pg_url,
+        });
+        out.push(Target {
+            kind: Kind::Redis,
+            raw: RawConn::redis(&redis_url).await?,
+            url: redis_url,
+        });
+    }
+    Ok(out)
+}
+
+fn worker_id(path: Path, op: Op, clients: usize, i: usize) -> Result<WorkerId, BenchError> {
+    let side = match path {
+        Path::Lib => "lib",
+        Path::Raw => "raw",
+    };
+    Ok(WorkerId::new(format!(
+        "{side}-{}-c{clients}-{i}",
+        op.name()
+    ))?)
+}
+
+/// Setup (not measured): the runs and leases each client of `path` needs for every round.
+async fn prepare(
+    op: Op,
+    path: Path,
+    clients: usize,
+    per_round: usize,
+    rounds: usize,
+    lib: &Arc<dyn LeaseStore>,
+    raw: &Raw,
+) -> Result<Vec<ClientWork>, BenchError> {
+    let ttl = Ttl::from_millis(TTL_MS)?;
+    let mut work = Vec::with_capacity(clients);
+    for i in 0..clients {
+        let worker = worker_id(path, op, clients, i)?;
+        let mut client = ClientWork {
+            worker: worker.clone(),
+            runs: Vec::new(),
+            leases: Vec::new(),
+            done: 0,
+            claimed: Vec::new(),
+        };
+        let fresh = |n: usize| -> Vec<String> {
+            (0..n)
+                .map(|k| format!("{}-r{k}", worker.as_str()))
+                .collect()
+        };
+        match op {
+            Op::Claim => {
+                let names = fresh(per_round * rounds);
+                raw.create_all(&names).await?;
+                client.runs = names
+                    .into_iter()
+                    .map(RunId::new)
+                    .collect::<Result<_, _>>()?;
+            }
+            Op::ClaimNext => raw.create_all(&fresh(per_round * rounds)).await?,
+            Op::Renew | Op::Append | Op::Complete | Op::RenewMany => {
+                let n = match op {
+                    Op::Complete => per_round * rounds,
+                    Op::RenewMany => RENEW_MANY,
+                    _ => 1,
+                };
+                raw.create_all(&fresh(n)).await?;
+                while client.leases.len() < n {
+                    let max = (n - client.leases.len()).min(distribution::MAX_BATCH);
+                    let got = lib.claim_next(&worker, ttl, max).await?;
+                    if got.is_empty() {
+                        return Err(BenchError::setup("setup claims found nothing claimable"));
+                    }
+                    client.leases.extend(got);
+                }
+            }
+        }
+        work.push(client);
+    }
+    Ok(work)
+}
+
+/// Runs round `round` of `path`: every client does `per_round` operations at once.
+async fn round(
+    op: Op,
+    path: Path,
+    per_round: usize,
+    round: usize,
+    work: Vec<ClientWork>,
+    lib: &Arc<dyn LeaseStore>,
+    raw: &Arc<Raw>,
+) -> Result<(Vec<ClientWork>, Vec<u64>, Duration), BenchError> {
+    let start = Arc::new(Barrier::new(work.len() + 1));
+    let mut tasks = Vec::with_capacity(work.len());
+    for mut client in work {
+        let (start, lib, raw) = (start.clone(), lib.clone(), raw.clone());
+        tasks.push(tokio::spawn(async move {
+            let ttl = Ttl::from_millis(TTL_MS)?;
+            let mut latencies = Vec::with_capacity(per_round);
+            let batch: Vec<(&str, u64, u64)> = client
+                .leases
+                .iter()
+                .map(|l| (l.run().as_str(), l.fence().get(), l.ttl().as_millis()))
+                .collect();
+            let mut claimed = Vec::new();
+            start.wait().await;
+            for k in round * per_round..(round + 1) * per_round {
+                let t0 = Instant::now();
+                match (op, path) {
+                    (Op::Claim, Path::Lib) => {
+                        let lease = lib.claim(&client.runs[k], &client.worker, ttl).await?;
+                        if lease.fence().get() != 1 {
+                            return Err(BenchError::wrong("claim of a fresh run: fence 1"));
+                        }
+                    }
+                    (Op::Claim, Path::Raw) => {
+                        let run = client.runs[k].as_str();
+                        if raw.claim(run, client.worker.as_str(), TTL_MS).await? != 1 {
+                            return Err(BenchError::wrong("raw claim of a fresh run: fence 1"));
+                        }
+                    }
+                    (Op::Renew, Path::Lib) => drop(lib.renew(&client.leases[0]).await?),
+                    (Op::Renew, Path::Raw) => {
+                        let (run, fence, ttl) = batch[0];
+                        raw.renew(run, fence, ttl).await?
+                    }
+                    (Op::Append, Path::Lib) => {
+                        if lib.append(&client.leases[0], PAYLOAD).await?.seq == 0 {
+                            return Err(BenchError::wrong("append: seq from 1"));
+                        }
+                    }
+                    (Op::Append, Path::Raw) => {
+                        let (run, fence, _) = batch[0];
+                        if raw.append(run, fence, PAYLOAD).await? == 0 {
+                            return Err(BenchError::wrong("raw append: seq from 1"));
+                        }
+                    }
+                    (Op::Complete, Path::Lib) => lib.complete(&client.leases[k]).await?,
+                    (Op::Complete, Path::Raw) => {
+                        let (run, fence, _) = batch[k];
+                        raw.complete(run, fence).await?
+                    }
+                    (Op::ClaimNext, Path::Lib) => {
+                        let got = lib.claim_next(&client.worker, ttl, 1).await?;
+                        let [lease] = got.as_slice() else {
+                            return Err(BenchError::wrong("claim_next(1) returned no run"));
+                        };
+                        claimed.push((lease.run().as_str().to_owned(), lease.fence().get()));
+                    }
+                    (Op::ClaimNext, Path::Raw) => {
+                        let got = raw.claim_next(client.worker.as_str(), TTL_MS, 1).await?;
+                        if got.len() != 1 {
+                            return Err(BenchError::wrong("raw claim_next(1) returned no run"));
+                        }
+                        claimed.extend(got);
+                    }
+                    (Op::RenewMany, Path::Lib) => {
+                        for result in lib.renew_many(&client.leases).await? {
+                            result?;
+                        }
+                    }
+                    (Op::RenewMany, Path::Raw) => raw.renew_many(&batch).await?,
+                }
+                latencies.push(t0.elapsed().as_nanos() as u64);
+            }
+            drop(batch);
+            client.done += per_round;
+            client.claimed.extend(claimed);
+            Ok::<_, BenchError>((client, latencies))
+        }));
+    }
+    start.wait().await;
+    let t0 = Instant::now();
+    let mut work = Vec::with_capacity(tasks.len());
+    let mut all = Vec::new();
+    for task in tasks {
+        let (client, latencies) = task.await.map_err(|e| BenchError::setup(e.to_string()))??;
+        work.push(client);
+        all.extend(latencies);
+    }
+    Ok((work, all, t0.elapsed()))
+}
+
+/// Measures `op` at `clients` clients: a warm-up pair, then `pairs` rounds of library then raw.
+async fn measure(
+    kind: Kind,
+    op: Op,
+    clients: usize,
+    lib: &Arc<dyn LeaseStore>,
+    raw: &Arc<Raw>,
+    sizes: &Sizes,
+) -> Result<OpResult, BenchError> {
+    let total = match op {
+        Op::RenewMany => (sizes.ops / 25).max(clients),
+        _ => sizes.ops,
+    };
+    let per_round = total.div_ceil(clients).max(1);
+    let rounds = sizes.pairs + 1;
+    let mut lib_work = prepare(op, Path::Lib, clients, per_round, rounds, lib, raw).await?;
+    let mut raw_work = prepare(op, Path::Raw, clients, per_round, rounds, lib, raw).await?;
+    let (mut lib_lat, mut raw_lat) = (Vec::new(), Vec::new());
+    let (mut lib_time, mut raw_time) = (Duration::ZERO, Duration::ZERO);
+    for r in 0..rounds {
+        let (work, lat, took) = round(op, Path::Lib, per_round, r, lib_work, lib, raw).await?;
+        lib_work = work;
+        if r > 0 {
+            lib_lat.extend(lat);
+            lib_time += took;
+        }
+        let (work, lat, took) = round(op, Path::Raw, per_round, r, raw_work, lib, raw).await?;
+        raw_work = work;
+        if r > 0 {
+            raw_lat.extend(lat);
+            raw_time += took;
+        }
+    }
+    let mut checked = validate(op, &lib_work, raw).await?;
+    checked += validate(op, &raw_work, raw).await?;
+    if op == Op::ClaimNext {
+        let mut all = std::collections::HashSet::new();
+        for c in lib_work.iter().chain(&raw_work) {
+            for (run, _) in &c.claimed {
+                if !all.insert(run.clone()) {
+                    return Err(BenchError::wrong(format!(
+                        "claim_next handed out {run} twice"
+                    )));
+                }
+            }
+        }
+    }
+    Ok(OpResult {
+        backend: kind,
+        op,
+        clients,
+        lib: Summary::of(lib_lat, lib_time.as_secs_f64()),
+        raw: Summary::of(raw_lat, raw_time.as_secs_f64()),
+        validated: format!("{checked} effects checked"),
+    })
+}
+
+/// Checks in the store that every operation of `work` happened; returns how many were checked.
+async fn validate(op: Op, work: &[ClientWork], raw: &Raw) -> Result<usize, BenchError> {
+    let mut checked = 0;
+    for c in work {
+        let worker = Some(c.worker.as_str().to_owned());
+        let fail = |what: String| {
+            Err(BenchError::wrong(format!(
+                "{} {}: {what}",
+                op.name(),
+                c.worker
+            )))
+        };
+        match op {
+            Op::Claim => {
+                let names: Vec<String> = c.runs.iter().map(|r| r.as_str().to_owned()).collect();
+                for (run, seen) in names.iter().zip(raw.seen(&names).await?) {
+                    if (seen.fence, &seen.owner) != (1, &worker) {
+                        return fail(format!("run {run} not claimed once by us: {seen:?}"));
+                    }
+                    checked += 1;
+                }
+            }
+            Op::ClaimNext => {
+                if c.claimed.len() != c.done {
+                    return fail(format!("{} claims for {} calls", c.claimed.len(), c.done));
+                }
+                let names: Vec<String> = c.claimed.iter().map(|(r, _)| r.clone()).collect();
+                for ((run, fence), seen) in c.claimed.iter().zip(raw.seen(&names).await?) {
+                    if (seen.fence, &seen.owner) != (*fence, &worker) || *fence != 1 {
+                        return fail(format!("run {run} fence {fence}: store has {seen:?}"));
+                    }
+                    checked += 1;
+                }
+            }
+            Op::Renew | Op::Append | Op::RenewMany | Op::Complete => {
+                let names: Vec<String> = c
+                    .leases
+                    .iter()
+                    .map(|l| l.run().as_str().to_owned())
+                    .collect();
+                let seen: Vec<Seen> = raw.seen(&names).await?;
+                for (i, (run, s)) in names.iter().zip(seen).enumerate() {
+                    let ok = match op {
+                        Op::Renew => s.heartbeats == c.done as u64,
+                        Op::RenewMany => s.heartbeats == c.done as u64,
+                        Op::Append => s.journal == c.done as u64,
+                        _ => (i < c.done) == (s.state == "completed"),
+                    };
+                    if !ok {
+                        return fail(format!("run {run} after {} ops: {s:?}", c.done));
+                    }
+                    checked += match op {
+                        Op::Complete => usize::from(i < c.done),
+                        _ => c.done,
+                    };
+                }
+            }
+        }
+    }
+    Ok(checked)
+}
+
+fn print_table(rows: &[OpResult]) {
+    if rows.is_empty() {
+        return;
+    }
+    println!(
+        "| backend | operation | clients | lib ops/s | raw ops/s | ops ratio | lib p50 µs | raw p50 µs | lib p99 µs | raw p99 µs | p99 ratio | lib p99.9 µs | raw p99.9 µs | validated |"
+    );
+    println!("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|");
+    for r in rows {
+        println!(
+            "| {} | {} | {} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} | {} |",
+            r.backend.name(),
+            r.op.name(),
+            r.clients,
+            r.lib.ops_per_s(),
+            r.raw.ops_per_s(),
+            r.ratio(),
+            r.lib.p50_us,
+            r.raw.p50_us,
+            r.lib.p99_us,
+            r.raw.p99_us,
+            r.p99_ratio(),
+            r.lib.p999_us,
+            r.raw.p999_us,
+            r.validated,
+        );
+    }
+    let misses: Vec<String> = rows
+        .iter()
+        .filter(|r| r.ratio() < 0.9 || r.p99_ratio() > 1.2)
+        .map(|r| format!("{} {} x{}", r.backend.name(), r.op.name(), r.clients))
+        .collect();
+    let mut by_backend: HashMap<&str, (f64, f64)> = HashMap::new();
+    for r in rows {
+        let e = by_backend
+            .entry(r.backend.name())
+            .or_insert((f64::MAX, 0.0));
+        e.0 = e.0.min(r.ratio());
+        e.1 = e.1.max(r.p99_ratio());
+    }
+    for (backend, (min_ratio, max_p99)) in by_backend {
+        println!("\n{backend}: worst ops ratio {min_ratio:.2} (target ≥ 0.90), worst p99 ratio {max_p99:.2} (target ≤ 1.20)");
+    }
+    if misses.is_empty() {
+        println!("every row meets the targets");
+    } else {
+        println!("rows missing a target: {}", misses.join(", "));
+    }
+}
