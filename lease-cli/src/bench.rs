@@ -28,6 +28,9 @@ pub(crate) struct BenchArgs {
     /// Print the results as JSON instead of tables.
     #[arg(long)]
     json: bool,
+    /// Also write the JSON results to this file.
+    #[arg(long, value_name = "FILE")]
+    json_out: Option<std::path::PathBuf>,
     /// A short run (fewer rounds and runs; about a minute per backend).
     #[arg(long)]
     quick: bool,
@@ -388,6 +391,10 @@ pub(crate) async fn run(config: &Config, args: BenchArgs) -> Result<(), Failure>
             .collect(),
     );
     report["extra"] = Value::Array(extras.clone());
+    if let Some(path) = &args.json_out {
+        std::fs::write(path, format!("{report:#}\n"))
+            .map_err(|e| BenchError::setup(format!("cannot write {}: {e}", path.display())))?;
+    }
     if args.json {
         println!("{report:#}");
     } else {

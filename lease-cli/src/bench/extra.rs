@@ -311,7 +311,11 @@ pub(super) async fn contention(
         }
         let calls = Summary::of(latencies, wall.as_secs_f64());
         paths.push(json!({
-            "path": if lib_path { "library" } else { "raw SKIP LOCKED statement" },
+            "path": match (lib_path, target.kind) {
+                (true, _) => "library",
+                (false, super::Kind::Postgres) => "raw claim_next.sql (FOR UPDATE SKIP LOCKED)",
+                (false, super::Kind::Redis) => "raw claim_next.lua",
+            },
             "runs_per_s": runs as f64 / wall.as_secs_f64(),
             "calls": calls.ops,
             "call_p50_us": calls.p50_us,
@@ -419,6 +423,10 @@ pub(super) async fn takeover(
         )?;
         // B is connected and polling once it reports nothing claimable.
         event(&mut b_out, "refused", limit).await?;
+        // Spread the kill over the heartbeat cycle (TTL/3), so trials see every phase,
+        // including a kill just after a renewal (the worst case).
+        let phase = Duration::from_millis((trial as u64 * 37) % (ttl_ms / 3).max(1));
+        tokio::time::sleep(phase).await;
         a.start_kill()
             .map_err(|e| BenchError::setup(e.to_string()))?; // SIGKILL
         let killed = Instant::now();
