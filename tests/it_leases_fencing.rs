@@ -55,7 +55,22 @@ fn ledger(server: &Server, namespace: &str, run: &str) -> Vec<Value> {
     serde_json::from_slice(&out.stdout).expect("ledger JSON")
 }
 
+/// The outcome of A's next write: whatever the store said, so a wrongly accepted write fails
+/// the test at once instead of after a timeout.
+async fn next_write_outcome(worker: &mut Worker, within: Duration) -> Value {
+    worker
+        .expect_one_of(
+            &["write_rejected", "write_accepted", "write_failed"],
+            within,
+        )
+        .await
+}
+
 fn assert_stale(event: &Value, presented: u64, current: u64) {
+    assert_eq!(
+        event["event"], "write_rejected",
+        "the stale write must be refused: {event}"
+    );
     assert_eq!(event["reason"], "stale_fence", "rejected by fence: {event}");
     assert_eq!(
         (event["presented"].as_u64(), event["current"].as_u64()),
@@ -64,9 +79,10 @@ fn assert_stale(event: &Value, presented: u64, current: u64) {
     );
 }
 
-/// A is partitioned mid-run with a write in flight; its scope cancels at its local deadline,
-/// B reclaims under fence 2 and completes; after the heal, A's in-flight and new writes are
-/// rejected with StaleFence { presented: 1, current: 2 } and the ledger holds B's effect only.
+/// A is partitioned mid-run with a write in flight; its scope cancels at its local deadline;
+/// B reclaims under fence 2 and performs the effect; after the heal (B still holding the run),
+/// A's in-flight and new writes are rejected with StaleFence { presented: 1, current: 2 }; B
+/// completes, and the ledger holds B's effect only.
 async fn partitioned_worker_is_fenced_out(kind: Kind) {
     let Some(server) = Server::start(kind) else {
         return;
@@ -117,16 +133,17 @@ async fn partitioned_worker_is_fenced_out(kind: Kind) {
     b.send("step charge-card").await;
     let accepted = b.expect("write_accepted", SECS(10)).await;
     assert_eq!(fence(&accepted), 2);
-    b.send("complete").await;
-    b.expect("completed", SECS(10)).await;
 
+    // Heal while B still holds the run, so only the fence comparison can refuse A.
     partition.heal();
-    let late = a.expect("write_rejected", SECS(90)).await;
+    let late = next_write_outcome(&mut a, SECS(90)).await;
     assert_eq!(late["effect"], "charge-card");
     assert_stale(&late, 1, 2);
     a.send("step charge-card-again").await;
-    let again = a.expect("write_rejected", SECS(30)).await;
+    let again = next_write_outcome(&mut a, SECS(30)).await;
     assert_stale(&again, 1, 2);
+    b.send("complete").await;
+    b.expect("completed", SECS(10)).await;
     let a_events = a.finish().await;
     b.finish().await;
     assert!(
@@ -156,8 +173,9 @@ async fn partitioned_worker_is_fenced_out(kind: Kind) {
     assert_eq!((record.state, record.fence.get()), (RunState::Completed, 2));
 }
 
-/// A is SIGSTOPped mid-step past its TTL; B reclaims and completes; on SIGCONT A's scope
-/// cancels on its local deadline and its delayed write is rejected by fence.
+/// A is SIGSTOPped mid-step past its TTL; B reclaims and performs the effect; on SIGCONT (B still
+/// holding the run) A's scope cancels on its local deadline and its delayed write is rejected
+/// by fence; B completes, and the ledger holds one effect.
 async fn paused_worker_is_fenced_out(kind: Kind) {
     let Some(server) = Server::start(kind) else {
         return;
@@ -190,14 +208,15 @@ async fn paused_worker_is_fenced_out(kind: Kind) {
     assert_eq!(fence(&b.expect("claimed", SECS(30)).await), 2);
     b.send("step charge-card").await;
     assert_eq!(fence(&b.expect("write_accepted", SECS(10)).await), 2);
-    b.send("complete").await;
-    b.expect("completed", SECS(10)).await;
 
+    // Resume A while B still holds the run, so only the fence comparison can refuse A.
     a.signal("CONT");
     let cancelled = a.expect("cancelled", SECS(10)).await;
     assert_eq!(cancelled["cancel"], "deadline", "{cancelled}");
-    let late = a.expect("write_rejected", SECS(30)).await;
+    let late = next_write_outcome(&mut a, SECS(30)).await;
     assert_stale(&late, 1, 2);
+    b.send("complete").await;
+    b.expect("completed", SECS(10)).await;
     a.finish().await;
     b.finish().await;
     let entries = ledger(&server, &ns, run);

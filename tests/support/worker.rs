@@ -122,12 +122,18 @@ impl Worker {
 
     /// Waits for the next event named `name`, keeping the others in `seen`.
     pub(crate) async fn expect(&mut self, name: &str, within: Duration) -> Value {
+        self.expect_one_of(&[name], within).await
+    }
+
+    /// Waits for the next event named any of `names`, keeping the others in `seen`.
+    pub(crate) async fn expect_one_of(&mut self, names: &[&str], within: Duration) -> Value {
+        let name = names.join(" or ");
         let deadline = tokio::time::Instant::now() + within;
         loop {
             match tokio::time::timeout_at(deadline, self.events.recv()).await {
                 Ok(Some(event)) => {
                     self.seen.push(event.clone());
-                    if event["event"] == name {
+                    if names.iter().any(|n| event["event"] == *n) {
                         return event;
                     }
                 }
