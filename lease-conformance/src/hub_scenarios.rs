@@ -3,12 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{
-    CancelReason, Error, Fault, FaultyStore, Heartbeats, LeaseStore, RunScope, ScopeConfig,
-};
+use lease_core::{CancelReason, Fault, FaultyStore, Heartbeats, LeaseStore, RunScope, ScopeConfig};
 use tokio::time::{timeout, Instant};
 
 use crate::scenarios::{created, long, ttl_ms, worker};
+use crate::scope_scenarios::{assert_rejected_as_stale, cancelled_within};
 use crate::StoreFactory;
 
 /// Waits until the hub has completed `ticks` ticks in total, failing the scenario after `limit`.
@@ -71,24 +70,8 @@ pub async fn hub_cancels_only_the_scope_whose_lease_is_stale(factory: &dyn Store
     assert_eq!(b.fence().get(), 2);
     let taken_at = Instant::now();
 
-    timeout(Duration::from_secs(2), lost.cancelled())
-        .await
-        .unwrap_or_else(|_| panic!("the stale scope was not cancelled: {lost:?}"));
-    let (at, reason) = lost.cancel_reason().expect("a reason");
-    match reason {
-        CancelReason::Rejected(e) => assert!(
-            matches!(
-                *e,
-                Error::StaleFence {
-                    presented: 1,
-                    current: 2,
-                    ..
-                }
-            ),
-            "{e}"
-        ),
-        other => panic!("expected the stale fence as the reason, got {other}"),
-    }
+    let (at, reason) = cancelled_within(lost, Duration::from_secs(2)).await;
+    assert_rejected_as_stale(&reason, 1, 2);
     assert!(
         at.duration_since(taken_at) < Duration::from_millis(1_500),
         "cancelled on the next tick, long before the old lease's TTL"

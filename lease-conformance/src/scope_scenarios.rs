@@ -12,13 +12,29 @@ use crate::scenarios::{created, long, ttl_ms, worker};
 use crate::StoreFactory;
 
 /// Waits for the scope to cancel, failing the scenario after `limit`.
-async fn cancelled_within(scope: &RunScope, limit: Duration) -> (Instant, CancelReason) {
+pub(crate) async fn cancelled_within(scope: &RunScope, limit: Duration) -> (Instant, CancelReason) {
     timeout(limit, scope.cancelled())
         .await
         .unwrap_or_else(|_| panic!("scope not cancelled within {limit:?}: {scope:?}"));
     scope
         .cancel_reason()
         .expect("a cancelled scope has a reason")
+}
+
+/// Asserts a scope was cancelled because the store rejected its lease as stale, with both fences.
+#[track_caller]
+pub(crate) fn assert_rejected_as_stale(reason: &CancelReason, presented: u64, current: u64) {
+    match reason {
+        CancelReason::Rejected(e) => match **e {
+            Error::StaleFence {
+                presented: p,
+                current: c,
+                ..
+            } => assert_eq!((p, c), (presented, current), "{e}"),
+            ref other => panic!("expected StaleFence {{ {presented}, {current} }}, got {other}"),
+        },
+        other => panic!("expected the stale fence as the reason, got {other}"),
+    }
 }
 
 /// A scope's heartbeats keep its lease well past one TTL, and the store counts them.
@@ -116,20 +132,7 @@ pub async fn scope_whose_renewal_is_rejected_cancels_with_the_rejection(
     assert_eq!(b.fence().get(), 2);
 
     let (at, reason) = cancelled_within(&scope, Duration::from_secs(2)).await;
-    match reason {
-        CancelReason::Rejected(e) => assert!(
-            matches!(
-                *e,
-                Error::StaleFence {
-                    presented: 1,
-                    current: 2,
-                    ..
-                }
-            ),
-            "{e}"
-        ),
-        other => panic!("expected the rejection as the reason, got {other}"),
-    }
+    assert_rejected_as_stale(&reason, 1, 2);
     assert!(
         at.duration_since(taken_at) < Duration::from_millis(1_000),
         "cancelled on the next heartbeat, long before the old lease's TTL"

@@ -1,31 +1,14 @@
 //! Postgres-specific behaviour beyond the conformance suite: hostile ids, password redaction,
 //! server restarts, pool exhaustion, fenced transactions and concurrent migrations.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lease_conformance::fixtures::{on_process_exit, unavailable, unique_namespace, PostgresServer};
+use lease_conformance::fixtures::{postgres_url, unavailable, unique_namespace, PostgresServer};
 use lease_core::{Ended, Error, LeaseStore, ListFilter, RunId, Ttl, WorkerId};
 use lease_postgres::{sqlx, PostgresConfig, PostgresLeaseStore};
 
 const HINT: &str = "set DATABASE_URL or install PostgreSQL (apt-get install -y postgresql)";
-
-/// `DATABASE_URL`, or one private server shared by this test process.
-fn database() -> Option<String> {
-    if let Ok(url) = std::env::var("DATABASE_URL") {
-        return Some(url);
-    }
-    static SHARED: OnceLock<Result<PostgresServer, String>> = OnceLock::new();
-    let shared = SHARED.get_or_init(|| {
-        let server = PostgresServer::start()?;
-        on_process_exit(&server.cleanup_command());
-        Ok(server)
-    });
-    match shared {
-        Ok(server) => Some(server.url()),
-        Err(why) => unavailable("postgres", why, HINT),
-    }
-}
 
 /// A server of this test's own, for tests that restart it or need its password role.
 fn own_server() -> Option<PostgresServer> {
@@ -59,7 +42,9 @@ fn ttl(ms: u64) -> Ttl {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_id_full_of_sql_metacharacters_is_stored_verbatim() {
-    let Some(url) = database() else { return };
+    let Some(url) = postgres_url().await else {
+        return;
+    };
     let store = store(&url).await;
     let hostile = "'); DROP TABLE runs; -- \"quoted\" \\ $1 %_ {schema} ;' OR '1'='1 ∑ ñ";
     let run = id(hostile);
@@ -271,7 +256,9 @@ async fn a_server_restart_gives_retryable_errors_then_recovery_with_higher_fence
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exhausted_pool_times_out_with_a_retryable_error() {
-    let Some(url) = database() else { return };
+    let Some(url) = postgres_url().await else {
+        return;
+    };
     let store = PostgresLeaseStore::connect(
         config(&url)
             .with_max_connections(1)
@@ -312,7 +299,9 @@ async fn an_exhausted_pool_times_out_with_a_retryable_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_transaction_commits_only_under_the_current_fence() {
-    let Some(url) = database() else { return };
+    let Some(url) = postgres_url().await else {
+        return;
+    };
     let store = store(&url).await;
     let table = format!("public.{}", unique_namespace("side_effects"));
     sqlx::query(&format!(
@@ -462,7 +451,9 @@ async fn a_fenced_transaction_commits_only_under_the_current_fence() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_concurrent_connects_migrate_an_empty_schema_once() {
-    let Some(url) = database() else { return };
+    let Some(url) = postgres_url().await else {
+        return;
+    };
     let schema = unique_namespace("lease_migrate");
     let connects = (0..8).map(|_| {
         let config = PostgresConfig::from_url(&url)
@@ -516,7 +507,9 @@ async fn eight_concurrent_connects_migrate_an_empty_schema_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_at_the_largest_fence_is_exhausted_never_wrapped() {
-    let Some(url) = database() else { return };
+    let Some(url) = postgres_url().await else {
+        return;
+    };
     let store = store(&url).await;
     let run = id("worn-out");
     store.create(&run).await.unwrap();
