@@ -211,9 +211,29 @@ async fn paused_worker_is_fenced_out(kind: Kind) {
 
     // Resume A while B still holds the run, so only the fence comparison can refuse A.
     a.signal("CONT");
-    let cancelled = a.expect("cancelled", SECS(10)).await;
+    // On waking, A's expired deadline and its delayed write race: the write was already in
+    // flight, which is exactly what the fence is for. Take both events, in either order.
+    let (mut cancelled, mut late) = (None, None);
+    while cancelled.is_none() || late.is_none() {
+        let event = a
+            .expect_one_of(
+                &[
+                    "cancelled",
+                    "write_rejected",
+                    "write_accepted",
+                    "write_failed",
+                ],
+                SECS(30),
+            )
+            .await;
+        if event["event"] == "cancelled" {
+            cancelled = Some(event);
+        } else {
+            late = Some(event);
+        }
+    }
+    let (cancelled, late) = (cancelled.unwrap(), late.unwrap());
     assert_eq!(cancelled["cancel"], "deadline", "{cancelled}");
-    let late = next_write_outcome(&mut a, SECS(30)).await;
     assert_stale(&late, 1, 2);
     b.send("complete").await;
     b.expect("completed", SECS(10)).await;
