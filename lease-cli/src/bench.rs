@@ -520,108 +520,168 @@ async fn prepare(
     Ok(work)
 }
 
-/// Runs round `round` of `path`: every client does `per_round` operations at once.
-async fn round(
+/// Performs operation `k` of `op` on `path` for one client (the caller times it). `batch` is the
+/// client's leases as raw tuples, built before timing starts.
+#[allow(clippy::too_many_arguments)]
+async fn one(
     op: Op,
     path: Path,
+    k: usize,
+    client: &ClientWork,
+    batch: &[(&str, u64, u64)],
+    ttl: Ttl,
+    lib: &Arc<dyn LeaseStore>,
+    raw: &Raw,
+    claimed: &mut Vec<(String, u64)>,
+) -> Result<(), BenchError> {
+    match (op, path) {
+        (Op::Claim, Path::Lib) => {
+            let lease = lib.claim(&client.runs[k], &client.worker, ttl).await?;
+            if lease.fence().get() != 1 {
+                return Err(BenchError::wrong("claim of a fresh run: fence 1"));
+            }
+        }
+        (Op::Claim, Path::Raw) => {
+            let run = client.runs[k].as_str();
+            if raw.claim(run, client.worker.as_str(), TTL_MS).await? != 1 {
+                return Err(BenchError::wrong("raw claim of a fresh run: fence 1"));
+            }
+        }
+        (Op::Renew, Path::Lib) => drop(lib.renew(&client.leases[0]).await?),
+        (Op::Renew, Path::Raw) => {
+            let (run, fence, ttl) = batch[0];
+            raw.renew(run, fence, ttl).await?
+        }
+        (Op::Append, Path::Lib) => {
+            if lib.append(&client.leases[0], PAYLOAD).await?.seq == 0 {
+                return Err(BenchError::wrong("append: seq from 1"));
+            }
+        }
+        (Op::Append, Path::Raw) => {
+            let (run, fence, _) = batch[0];
+            if raw.append(run, fence, PAYLOAD).await? == 0 {
+                return Err(BenchError::wrong("raw append: seq from 1"));
+            }
+        }
+        (Op::Complete, Path::Lib) => lib.complete(&client.leases[k]).await?,
+        (Op::Complete, Path::Raw) => {
+            let (run, fence, _) = batch[k];
+            raw.complete(run, fence).await?
+        }
+        (Op::ClaimNext, Path::Lib) => {
+            let got = lib.claim_next(&client.worker, ttl, 1).await?;
+            let [lease] = got.as_slice() else {
+                return Err(BenchError::wrong("claim_next(1) returned no run"));
+            };
+            claimed.push((lease.run().as_str().to_owned(), lease.fence().get()));
+        }
+        (Op::ClaimNext, Path::Raw) => {
+            let got = raw.claim_next(client.worker.as_str(), TTL_MS, 1).await?;
+            if got.len() != 1 {
+                return Err(BenchError::wrong("raw claim_next(1) returned no run"));
+            }
+            claimed.extend(got);
+        }
+        (Op::RenewMany, Path::Lib) => {
+            for result in lib.renew_many(&client.leases).await? {
+                result?;
+            }
+        }
+        (Op::RenewMany, Path::Raw) => raw.renew_many(batch).await?,
+    }
+    Ok(())
+}
+
+fn raw_batch(client: &ClientWork) -> Vec<(&str, u64, u64)> {
+    client
+        .leases
+        .iter()
+        .map(|l| (l.run().as_str(), l.fence().get(), l.ttl().as_millis()))
+        .collect()
+}
+
+/// What one round of both paths measured.
+struct PairRound {
+    lib_work: Vec<ClientWork>,
+    raw_work: Vec<ClientWork>,
+    lib_lat: Vec<u64>,
+    raw_lat: Vec<u64>,
+}
+
+/// Runs round `round` of both paths at once: every client does `per_round` operations on each
+/// path, **alternating library and raw call by call** (and which of the two goes first), so a
+/// stall of the server or the machine (an AOF fsync, autovacuum, a scheduler hiccup) falls on
+/// both paths alike instead of on whichever round it happens to hit.
+async fn round_pair(
+    op: Op,
     per_round: usize,
     round: usize,
-    work: Vec<ClientWork>,
+    lib_work: Vec<ClientWork>,
+    raw_work: Vec<ClientWork>,
     lib: &Arc<dyn LeaseStore>,
     raw: &Arc<Raw>,
-) -> Result<(Vec<ClientWork>, Vec<u64>, Duration), BenchError> {
-    let start = Arc::new(Barrier::new(work.len() + 1));
-    let mut tasks = Vec::with_capacity(work.len());
-    for mut client in work {
+) -> Result<PairRound, BenchError> {
+    let start = Arc::new(Barrier::new(lib_work.len() + 1));
+    let mut tasks = Vec::with_capacity(lib_work.len());
+    for (mut lib_client, mut raw_client) in lib_work.into_iter().zip(raw_work) {
         let (start, lib, raw) = (start.clone(), lib.clone(), raw.clone());
         tasks.push(tokio::spawn(async move {
             let ttl = Ttl::from_millis(TTL_MS)?;
-            let mut latencies = Vec::with_capacity(per_round);
-            let batch: Vec<(&str, u64, u64)> = client
-                .leases
-                .iter()
-                .map(|l| (l.run().as_str(), l.fence().get(), l.ttl().as_millis()))
-                .collect();
-            let mut claimed = Vec::new();
+            let (mut lib_lat, mut raw_lat) =
+                (Vec::with_capacity(per_round), Vec::with_capacity(per_round));
+            let (mut lib_claimed, mut raw_claimed) = (Vec::new(), Vec::new());
+            let lib_batch = raw_batch(&lib_client);
+            let raw_batch = raw_batch(&raw_client);
             start.wait().await;
             for k in round * per_round..(round + 1) * per_round {
-                let t0 = Instant::now();
-                match (op, path) {
-                    (Op::Claim, Path::Lib) => {
-                        let lease = lib.claim(&client.runs[k], &client.worker, ttl).await?;
-                        if lease.fence().get() != 1 {
-                            return Err(BenchError::wrong("claim of a fresh run: fence 1"));
-                        }
-                    }
-                    (Op::Claim, Path::Raw) => {
-                        let run = client.runs[k].as_str();
-                        if raw.claim(run, client.worker.as_str(), TTL_MS).await? != 1 {
-                            return Err(BenchError::wrong("raw claim of a fresh run: fence 1"));
-                        }
-                    }
-                    (Op::Renew, Path::Lib) => drop(lib.renew(&client.leases[0]).await?),
-                    (Op::Renew, Path::Raw) => {
-                        let (run, fence, ttl) = batch[0];
-                        raw.renew(run, fence, ttl).await?
-                    }
-                    (Op::Append, Path::Lib) => {
-                        if lib.append(&client.leases[0], PAYLOAD).await?.seq == 0 {
-                            return Err(BenchError::wrong("append: seq from 1"));
-                        }
-                    }
-                    (Op::Append, Path::Raw) => {
-                        let (run, fence, _) = batch[0];
-                        if raw.append(run, fence, PAYLOAD).await? == 0 {
-                            return Err(BenchError::wrong("raw append: seq from 1"));
-                        }
-                    }
-                    (Op::Complete, Path::Lib) => lib.complete(&client.leases[k]).await?,
-                    (Op::Complete, Path::Raw) => {
-                        let (run, fence, _) = batch[k];
-                        raw.complete(run, fence).await?
-                    }
-                    (Op::ClaimNext, Path::Lib) => {
-                        let got = lib.claim_next(&client.worker, ttl, 1).await?;
-                        let [lease] = got.as_slice() else {
-                            return Err(BenchError::wrong("claim_next(1) returned no run"));
-                        };
-                        claimed.push((lease.run().as_str().to_owned(), lease.fence().get()));
-                    }
-                    (Op::ClaimNext, Path::Raw) => {
-                        let got = raw.claim_next(client.worker.as_str(), TTL_MS, 1).await?;
-                        if got.len() != 1 {
-                            return Err(BenchError::wrong("raw claim_next(1) returned no run"));
-                        }
-                        claimed.extend(got);
-                    }
-                    (Op::RenewMany, Path::Lib) => {
-                        for result in lib.renew_many(&client.leases).await? {
-                            result?;
-                        }
-                    }
-                    (Op::RenewMany, Path::Raw) => raw.renew_many(&batch).await?,
+                let order = if k % 2 == 0 {
+                    [Path::Lib, Path::Raw]
+                } else {
+                    [Path::Raw, Path::Lib]
+                };
+                for path in order {
+                    let (client, batch, claimed, lat) = match path {
+                        Path::Lib => (&lib_client, &lib_batch, &mut lib_claimed, &mut lib_lat),
+                        Path::Raw => (&raw_client, &raw_batch, &mut raw_claimed, &mut raw_lat),
+                    };
+                    let t0 = Instant::now();
+                    one(op, path, k, client, batch, ttl, &lib, &raw, claimed).await?;
+                    lat.push(t0.elapsed().as_nanos() as u64);
                 }
-                latencies.push(t0.elapsed().as_nanos() as u64);
             }
-            drop(batch);
-            client.done += per_round;
-            client.claimed.extend(claimed);
-            Ok::<_, BenchError>((client, latencies))
+            drop((lib_batch, raw_batch));
+            lib_client.done += per_round;
+            raw_client.done += per_round;
+            lib_client.claimed.extend(lib_claimed);
+            raw_client.claimed.extend(raw_claimed);
+            Ok::<_, BenchError>((lib_client, raw_client, lib_lat, raw_lat))
         }));
     }
     start.wait().await;
-    let t0 = Instant::now();
-    let mut work = Vec::with_capacity(tasks.len());
-    let mut all = Vec::new();
+    let mut out = PairRound {
+        lib_work: Vec::with_capacity(tasks.len()),
+        raw_work: Vec::with_capacity(tasks.len()),
+        lib_lat: Vec::new(),
+        raw_lat: Vec::new(),
+    };
     for task in tasks {
-        let (client, latencies) = task.await.map_err(|e| BenchError::setup(e.to_string()))??;
-        work.push(client);
-        all.extend(latencies);
+        let (l, r, ll, rl) = task.await.map_err(|e| BenchError::setup(e.to_string()))??;
+        out.lib_work.push(l);
+        out.raw_work.push(r);
+        out.lib_lat.extend(ll);
+        out.raw_lat.extend(rl);
     }
-    Ok((work, all, t0.elapsed()))
+    Ok(out)
 }
 
-/// Measures `op` at `clients` clients: a warm-up pair, then `pairs` rounds of library then raw.
+/// A path's throughput time: the time its calls took, summed over clients and divided by the
+/// client count (each client spends about half its wall time on each path).
+fn busy_secs(latencies_ns: &[u64], clients: usize) -> f64 {
+    latencies_ns.iter().sum::<u64>() as f64 / 1e9 / clients as f64
+}
+
+/// Measures `op` at `clients` clients: a warm-up round, then `pairs` rounds in which every
+/// client alternates library and raw calls.
 async fn measure(
     kind: Kind,
     op: Op,
@@ -639,21 +699,16 @@ async fn measure(
     let mut lib_work = prepare(op, Path::Lib, clients, per_round, rounds, lib, raw).await?;
     let mut raw_work = prepare(op, Path::Raw, clients, per_round, rounds, lib, raw).await?;
     let (mut lib_lat, mut raw_lat) = (Vec::new(), Vec::new());
-    let (mut lib_time, mut raw_time) = (Duration::ZERO, Duration::ZERO);
     for r in 0..rounds {
-        let (work, lat, took) = round(op, Path::Lib, per_round, r, lib_work, lib, raw).await?;
-        lib_work = work;
+        let pair = round_pair(op, per_round, r, lib_work, raw_work, lib, raw).await?;
+        (lib_work, raw_work) = (pair.lib_work, pair.raw_work);
+        // Round 0 warms both paths up (connections, prepared statements, script cache).
         if r > 0 {
-            lib_lat.extend(lat);
-            lib_time += took;
-        }
-        let (work, lat, took) = round(op, Path::Raw, per_round, r, raw_work, lib, raw).await?;
-        raw_work = work;
-        if r > 0 {
-            raw_lat.extend(lat);
-            raw_time += took;
+            lib_lat.extend(pair.lib_lat);
+            raw_lat.extend(pair.raw_lat);
         }
     }
+    let (lib_secs, raw_secs) = (busy_secs(&lib_lat, clients), busy_secs(&raw_lat, clients));
     let mut checked = validate(op, &lib_work, raw).await?;
     checked += validate(op, &raw_work, raw).await?;
     if op == Op::ClaimNext {
@@ -672,8 +727,8 @@ async fn measure(
         backend: kind,
         op,
         clients,
-        lib: Summary::of(lib_lat, lib_time.as_secs_f64()),
-        raw: Summary::of(raw_lat, raw_time.as_secs_f64()),
+        lib: Summary::of(lib_lat, lib_secs),
+        raw: Summary::of(raw_lat, raw_secs),
         validated: format!("{checked} effects checked"),
     })
 }

@@ -79,9 +79,12 @@ pub(crate) enum RawConn {
 
 impl RawConn {
     pub(crate) async fn postgres(url: &str, size: u32) -> Result<RawConn, BenchError> {
+        // The same pool settings as the adapter's (no ping per checkout), so the ratio measures
+        // the library, not a pool option.
         let pool = PgPoolOptions::new()
             .max_connections(size)
             .acquire_timeout(Duration::from_secs(60))
+            .test_before_acquire(false)
             .connect(url)
             .await?;
         Ok(RawConn::Pg(pool))
