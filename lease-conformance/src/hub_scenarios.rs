@@ -3,11 +3,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{CancelReason, Fault, FaultyStore, Heartbeats, LeaseStore, RunScope, ScopeConfig};
+use lease_core::{Fault, FaultyStore, Heartbeats, LeaseStore, RunScope, ScopeConfig};
 use tokio::time::{timeout, Instant};
 
 use crate::scenarios::{created, long, ttl_ms, worker};
-use crate::scope_scenarios::{assert_rejected_as_stale, cancelled_within};
+use crate::scope_scenarios::{
+    assert_rejected_as_stale, assert_stopped_at_deadline_before_expiry, cancelled_within,
+};
 use crate::StoreFactory;
 
 /// Waits until the hub has completed `ticks` ticks in total, failing the scenario after `limit`.
@@ -156,22 +158,7 @@ pub async fn hub_over_a_hanging_store_cancels_every_scope_at_its_local_deadline(
         let (at, reason) = scope.cancel_reason().expect("a reason");
         // Straight away, ask the store (around the fault) whether the lease is still held.
         let record = inner.inspect(scope.run()).await.unwrap();
-        match reason {
-            CancelReason::DeadlineExceeded { deadline, .. } => {
-                assert!(at >= deadline, "cancelled at its deadline, not before");
-                assert!(
-                    deadline > partitioned_at,
-                    "the deadline came from the last good batch renewal"
-                );
-            }
-            other => panic!("expected the local deadline as the reason, got {other}"),
-        }
-        assert_eq!(record.owner, Some(worker("a")));
-        let left = record.remaining().unwrap_or_default();
-        assert!(
-            !record.is_expired() && left > Duration::from_millis(100),
-            "the scope must stop before the store's expiry; the store had {left:?} left"
-        );
+        assert_stopped_at_deadline_before_expiry(at, &reason, partitioned_at, &record);
     }
     faulty.set(Fault::Pass);
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::{
-    CancelReason, Error, Fault, FaultyStore, LeaseStore, RunScope, RunState, ScopeConfig,
+    CancelReason, Error, Fault, FaultyStore, LeaseStore, RunRecord, RunScope, RunState, ScopeConfig,
 };
 use tokio::time::{timeout, Instant};
 
@@ -35,6 +35,34 @@ pub(crate) fn assert_rejected_as_stale(reason: &CancelReason, presented: u64, cu
         },
         other => panic!("expected the stale fence as the reason, got {other}"),
     }
+}
+
+/// Asserts a scope cut off at `partitioned_at` was cancelled at its local deadline (one that
+/// came from a renewal before the cut), while `record`, read straight after, shows the store
+/// still holding the lease for worker `a`: the worker stopped before anyone could claim the run.
+#[track_caller]
+pub(crate) fn assert_stopped_at_deadline_before_expiry(
+    at: Instant,
+    reason: &CancelReason,
+    partitioned_at: Instant,
+    record: &RunRecord,
+) {
+    match reason {
+        CancelReason::DeadlineExceeded { deadline, .. } => {
+            assert!(at >= *deadline, "cancelled at its deadline, not before");
+            assert!(
+                *deadline > partitioned_at,
+                "the deadline came from the last good renewal"
+            );
+        }
+        other => panic!("expected the local deadline as the reason, got {other}"),
+    }
+    assert_eq!(record.owner, Some(worker("a")));
+    let left = record.remaining().unwrap_or_default();
+    assert!(
+        !record.is_expired() && left > Duration::from_millis(100),
+        "the scope must stop before the store's expiry; the store had {left:?} left"
+    );
 }
 
 /// A scope's heartbeats keep its lease well past one TTL, and the store counts them.
@@ -95,22 +123,7 @@ pub async fn scope_over_a_hanging_store_cancels_at_its_local_deadline_before_sto
     // Straight away, ask the store (around the fault) whether the lease is still held.
     let record = inner.inspect(&r).await.unwrap();
     let refused = inner.claim(&r, &worker("b"), long()).await;
-    match reason {
-        CancelReason::DeadlineExceeded { deadline, .. } => {
-            assert!(at >= deadline, "cancelled at its deadline, not before");
-            assert!(
-                deadline > partitioned_at,
-                "the deadline came from the last good renewal"
-            );
-        }
-        other => panic!("expected the local deadline as the reason, got {other}"),
-    }
-    assert_eq!(record.owner, Some(worker("a")));
-    let left = record.remaining().unwrap_or_default();
-    assert!(
-        !record.is_expired() && left > Duration::from_millis(100),
-        "the scope must stop before the store's expiry; the store had {left:?} left"
-    );
+    assert_stopped_at_deadline_before_expiry(at, &reason, partitioned_at, &record);
     assert!(matches!(refused, Err(Error::Held { .. })), "{refused:?}");
     faulty.set(Fault::Pass);
 }
