@@ -109,7 +109,10 @@ impl PostgresLeaseStore {
             // operation (60-70 us on loopback, measured by `lease bench`). A connection that died
             // meanwhile fails its statement instead, as `Unavailable`, and is discarded.
             .test_before_acquire(false)
-            .connect_lazy_with(options);
+            .connect_lazy_with(options.clone());
+        // One direct connection first: through the pool, a refused or unreachable server only
+        // shows as "pool timed out" after the whole acquire timeout, hiding why.
+        probe(&options, config.acquire_timeout).await?;
         let store = PostgresLeaseStore::assemble(pool, &config.schema)?;
         if config.migrate {
             store.migrate().await?;
@@ -665,5 +668,23 @@ impl LeaseStore for PostgresLeaseStore {
             Some(_) => None,
         })
         .await
+    }
+}
+
+/// Opens and closes one connection, so `connect` reports the server's own reason (refused,
+/// unreachable, bad password) at once.
+async fn probe(options: &PgConnectOptions, timeout: std::time::Duration) -> Result<()> {
+    use sqlx::{ConnectOptions, Connection};
+    match tokio::time::timeout(timeout, options.connect()).await {
+        Ok(Ok(conn)) => {
+            // Best effort: the server drops the session either way.
+            let _ = conn.close().await;
+            Ok(())
+        }
+        Ok(Err(e)) => Err(PgError::from(e).into()),
+        Err(_) => Err(PgError::Unreachable(format!(
+            "no connection to the server within {timeout:?}"
+        ))
+        .into()),
     }
 }
