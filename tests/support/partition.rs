@@ -22,6 +22,12 @@ pub(crate) const A_HOST: &str = "127.0.0.2";
 pub(crate) const B_HOST: &str = "127.0.0.3";
 const TAG: &str = "lease-it";
 
+/// Prints past the test harness's output capture, so every run shows which mechanism ran.
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
 /// How the partition is made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Mechanism {
@@ -104,7 +110,9 @@ impl Partition {
             }
             Mechanism::Proxy => start_proxy(server_port, cut.clone()).await,
         };
-        eprintln!("partition mechanism: {mechanism:?} (A via {A_HOST}:{a_port}, B via {B_HOST})");
+        say(&format!(
+            "partition mechanism: {mechanism:?} (A via {A_HOST}:{a_port}, B via {B_HOST})"
+        ));
         Partition {
             mechanism,
             server_port,
@@ -137,23 +145,26 @@ impl Partition {
                 self.cut.send_replace(true);
             }
         }
-        eprintln!("partition: A cut off ({:?})", self.mechanism);
+        say(&format!("partition: A cut off ({:?})", self.mechanism));
     }
 
-    /// Reconnects A.
+    /// Reconnects A (a no-op when A is not cut off).
     pub(crate) fn heal(&mut self) {
+        let was_cut = self.rules_installed || *self.cut.borrow();
         if self.rules_installed {
             for rule in rules(self.server_port) {
                 let mut args = vec!["-D", "INPUT"];
                 args.extend(rule.iter().map(String::as_str));
                 if let Err(e) = iptables(&args) {
-                    eprintln!("warning: {e}");
+                    say(&format!("warning: {e}"));
                 }
             }
             self.rules_installed = false;
         }
         self.cut.send_replace(false);
-        eprintln!("partition: healed");
+        if was_cut {
+            say("partition: healed");
+        }
     }
 }
 
