@@ -79,6 +79,48 @@ fn assert_stale(event: &Value, presented: u64, current: u64) {
     );
 }
 
+/// Worker B waits for A's lease to expire, reclaims `run` under fence 2 and charges the card
+/// under it; returns B, still holding the run, and its `claimed` event.
+async fn reclaim_and_charge_as_b(
+    server: &Server,
+    namespace: &str,
+    run: &str,
+    ttl: u64,
+) -> (Worker, Value) {
+    let mut b = Worker::spawn(
+        "B",
+        &server.url_via(B_HOST),
+        namespace,
+        ttl,
+        None,
+        &["--id", "worker-b", "--run", run, "--wait-ms", "20000"],
+    );
+    let claimed = b.expect("claimed", SECS(30)).await;
+    assert_eq!(fence(&claimed), 2, "B reclaims under the next fence");
+    b.send("step charge-card").await;
+    let accepted = b.expect("write_accepted", SECS(10)).await;
+    assert_eq!(fence(&accepted), 2);
+    (b, claimed)
+}
+
+/// The run's side effect happened exactly once: the ledger holds B's charge under fence 2 only.
+fn assert_charged_once_by_b(server: &Server, namespace: &str, run: &str) {
+    let entries = ledger(server, namespace, run);
+    assert_eq!(entries.len(), 1, "exactly one effect: {entries:#?}");
+    assert_eq!(
+        (
+            &entries[0]["effect"],
+            entries[0]["fence"].as_u64(),
+            &entries[0]["worker"]
+        ),
+        (
+            &Value::from("charge-card"),
+            Some(2),
+            &Value::from("worker-b")
+        )
+    );
+}
+
 /// A is partitioned mid-run with a write in flight; its scope cancels at its local deadline;
 /// B reclaims under fence 2 and performs the effect; after the heal (B still holding the run),
 /// A's in-flight and new writes are rejected with StaleFence { presented: 1, current: 2 }; B
@@ -114,25 +156,13 @@ async fn partitioned_worker_is_fenced_out(kind: Kind) {
         "A stopped on its local deadline: {cancelled}"
     );
 
-    let mut b = Worker::spawn(
-        "B",
-        &server.url_via(B_HOST),
-        &ns,
-        ttl,
-        None,
-        &["--id", "worker-b", "--run", run, "--wait-ms", "20000"],
-    );
-    let claimed_b = b.expect("claimed", SECS(30)).await;
-    assert_eq!(fence(&claimed_b), 2, "B reclaims under the next fence");
+    let (mut b, claimed_b) = reclaim_and_charge_as_b(&server, &ns, run, ttl).await;
     assert!(
         at(&cancelled) < at(&claimed_b),
         "A's scope was cancelled ({}) before B's claim ({})",
         at(&cancelled),
         at(&claimed_b)
     );
-    b.send("step charge-card").await;
-    let accepted = b.expect("write_accepted", SECS(10)).await;
-    assert_eq!(fence(&accepted), 2);
 
     // Heal while B still holds the run, so only the fence comparison can refuse A.
     partition.heal();
@@ -151,20 +181,7 @@ async fn partitioned_worker_is_fenced_out(kind: Kind) {
         "no write of A was accepted: {a_events:#?}"
     );
 
-    let entries = ledger(&server, &ns, run);
-    assert_eq!(entries.len(), 1, "exactly one effect: {entries:#?}");
-    assert_eq!(
-        (
-            &entries[0]["effect"],
-            entries[0]["fence"].as_u64(),
-            &entries[0]["worker"]
-        ),
-        (
-            &Value::from("charge-card"),
-            Some(2),
-            &Value::from("worker-b")
-        )
-    );
+    assert_charged_once_by_b(&server, &ns, run);
     let record = admin(&server, &ns)
         .await
         .inspect(&RunId::new(run).unwrap())
@@ -197,17 +214,7 @@ async fn paused_worker_is_fenced_out(kind: Kind) {
     a.expect("step_planned", SECS(5)).await;
     a.signal("STOP");
 
-    let mut b = Worker::spawn(
-        "B",
-        &server.url_via(B_HOST),
-        &ns,
-        ttl,
-        None,
-        &["--id", "worker-b", "--run", run, "--wait-ms", "20000"],
-    );
-    assert_eq!(fence(&b.expect("claimed", SECS(30)).await), 2);
-    b.send("step charge-card").await;
-    assert_eq!(fence(&b.expect("write_accepted", SECS(10)).await), 2);
+    let (mut b, _) = reclaim_and_charge_as_b(&server, &ns, run, ttl).await;
 
     // Resume A while B still holds the run, so only the fence comparison can refuse A.
     a.signal("CONT");
@@ -239,9 +246,7 @@ async fn paused_worker_is_fenced_out(kind: Kind) {
     b.expect("completed", SECS(10)).await;
     a.finish().await;
     b.finish().await;
-    let entries = ledger(&server, &ns, run);
-    assert_eq!(entries.len(), 1, "exactly one effect: {entries:#?}");
-    assert_eq!(entries[0]["worker"], "worker-b");
+    assert_charged_once_by_b(&server, &ns, run);
 }
 
 /// A suspends its run: the owner is cleared and the store's heartbeat counter stays still over
