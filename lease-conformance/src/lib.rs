@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use lease_core::LeaseStore;
+use lease_core::{Error, LeaseStore};
 
 pub mod fixtures;
 mod hub_scenarios;
@@ -22,6 +22,20 @@ mod scope_scenarios;
 pub use hub_scenarios::*;
 pub use scenarios::*;
 pub use scope_scenarios::*;
+
+/// Asserts `err` says the `backend` server could not be reached: [`Error::Unavailable`] from
+/// that backend, and retryable. For adapter tests that take their server away.
+///
+/// # Panics
+/// When it is anything else.
+#[track_caller]
+pub fn assert_unavailable(err: &Error, backend: &str) {
+    assert!(
+        matches!(err, Error::Unavailable { backend: b, .. } if *b == backend),
+        "expected {backend} to be unavailable, got {err:?}"
+    );
+    assert!(err.is_retryable(), "{err:?}");
+}
 
 /// Hands out fresh stores for scenarios.
 #[async_trait::async_trait]

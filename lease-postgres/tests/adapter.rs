@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use lease_conformance::assert_unavailable;
 use lease_conformance::fixtures::{postgres_url, unavailable, unique_namespace, PostgresServer};
 use lease_core::{Ended, Error, LeaseStore, ListFilter, RunId, Ttl, WorkerId};
 use lease_postgres::{sqlx, PostgresConfig, PostgresLeaseStore};
@@ -201,17 +202,7 @@ async fn a_server_restart_gives_retryable_errors_then_recovery_with_higher_fence
     for _ in 0..3 {
         let started = Instant::now();
         let err = store.claim(&run, &worker("b"), ttl(200)).await.unwrap_err();
-        assert!(
-            matches!(
-                err,
-                Error::Unavailable {
-                    backend: "postgres",
-                    ..
-                }
-            ),
-            "{err:?}"
-        );
-        assert!(err.is_retryable());
+        assert_unavailable(&err, "postgres");
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "took {:?}",
@@ -276,16 +267,7 @@ async fn an_exhausted_pool_times_out_with_a_retryable_error() {
     let err = outcome
         .expect("an exhausted pool must not hang")
         .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::Unavailable {
-                backend: "postgres",
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    assert_unavailable(&err, "postgres");
     assert!(err.to_string().contains("timed out"), "{err}");
     assert!(
         started.elapsed() >= Duration::from_millis(400),

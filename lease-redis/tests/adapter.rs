@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use lease_conformance::assert_unavailable;
 use lease_conformance::fixtures::{unavailable, unique_namespace, RedisServer};
 use lease_core::{Ended, Error, LeaseStore, ListFilter, RunId, Ttl, WorkerId};
 use lease_redis::{FencedScript, RedisConfig, RedisLeaseStore};
@@ -206,17 +207,7 @@ async fn connection_loss_gives_retryable_errors_then_recovers_after_restart() {
     for _ in 0..3 {
         let started = Instant::now();
         let err = store.renew(&lease).await.unwrap_err();
-        assert!(
-            matches!(
-                err,
-                Error::Unavailable {
-                    backend: "redis",
-                    ..
-                }
-            ),
-            "{err:?}"
-        );
-        assert!(err.is_retryable());
+        assert_unavailable(&err, "redis");
         assert!(
             started.elapsed() < Duration::from_secs(5),
             "took {:?}",
