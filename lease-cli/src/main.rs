@@ -140,6 +140,7 @@ impl From<Error> for Failure {
             Error::Unavailable { .. } => exit::UNAVAILABLE,
             Error::InvalidInput(_) => exit::USAGE,
             Error::Backend { .. } => exit::FAILURE,
+            Error::Misconfigured { .. } => exit::USAGE,
             _ => exit::REFUSED,
         };
         Failure {

@@ -130,6 +130,19 @@ pub enum Error {
         /// The driver's error.
         source: BoxError,
     },
+    /// The store is set up so that its promises cannot be kept, or the adapter is pointed at it
+    /// the wrong way: durability settings under which an acknowledged claim can be lost (a fence
+    /// could be issued twice), a missing synchronous replica, a cluster reached through a plain
+    /// URL, an unknown URL parameter. Retrying will not help until the setting is changed; a
+    /// scope whose renewal meets it is cancelled at once. The message names the setting and the
+    /// fix.
+    #[error("{backend} backend is misconfigured: {source}")]
+    Misconfigured {
+        /// Which backend.
+        backend: &'static str,
+        /// What is wrong and how to fix it.
+        source: BoxError,
+    },
     /// Any other backend failure (a broken schema, a protocol error). Retrying will not help.
     #[error("{backend} backend failed: {source}")]
     Backend {
@@ -149,7 +162,17 @@ impl Error {
     /// Whether this is the store's verdict on the lease or run itself (fenced out, ended, gone),
     /// as opposed to a failure to reach a verdict ([`Error::Unavailable`], [`Error::Backend`]).
     pub fn is_verdict(&self) -> bool {
-        !matches!(self, Error::Unavailable { .. } | Error::Backend { .. })
+        !matches!(
+            self,
+            Error::Unavailable { .. } | Error::Backend { .. } | Error::Misconfigured { .. }
+        )
+    }
+
+    /// Whether a lease that met this error on renewal must stop at once: a verdict, or a store
+    /// that is [misconfigured](Error::Misconfigured) (it can no longer keep its promises, so
+    /// waiting for the deadline would only keep the worker running on a lease nobody protects).
+    pub fn ends_lease(&self) -> bool {
+        self.is_verdict() || matches!(self, Error::Misconfigured { .. })
     }
 
     /// A copy of this error, for reporting one verdict in two places (a scope's cancel reason
@@ -202,12 +225,23 @@ impl Error {
                 Error::unavailable(backend, source.to_string())
             }
             Error::Backend { backend, source } => Error::backend(backend, source.to_string()),
+            Error::Misconfigured { backend, source } => {
+                Error::misconfigured(backend, source.to_string())
+            }
         }
     }
 
     /// An [`Error::Unavailable`] from `backend`.
     pub fn unavailable(backend: &'static str, source: impl Into<BoxError>) -> Error {
         Error::Unavailable {
+            backend,
+            source: source.into(),
+        }
+    }
+
+    /// An [`Error::Misconfigured`] from `backend`.
+    pub fn misconfigured(backend: &'static str, source: impl Into<BoxError>) -> Error {
+        Error::Misconfigured {
             backend,
             source: source.into(),
         }

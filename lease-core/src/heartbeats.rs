@@ -321,6 +321,15 @@ fn route(chunk: Chunk, report: &mut TickReport) {
             report.failed += members.len();
             return;
         }
+        Err(e) if e.ends_lease() => {
+            tracing::error!(error = %e, leases = members.len(), "heartbeat batch refused by a misconfigured store; cancelling its scopes");
+            let e = Arc::new(e);
+            for shared in &members {
+                shared.cancel(CancelReason::Rejected(Arc::new(e.duplicate())));
+            }
+            report.rejected += members.len();
+            return;
+        }
         Err(e) => {
             let why: Arc<str> = e.to_string().into();
             tracing::warn!(error = %why, leases = members.len(), "heartbeat batch failed; deadlines not extended");
@@ -339,11 +348,11 @@ fn route(chunk: Chunk, report: &mut TickReport) {
             }
             // While an end of the lease is in flight its own verdict decides the scope: a renewal
             // the store saw after a suspend is refused, and that is not a lost lease.
-            Err(e) if e.is_verdict() && !shared.is_ending() => {
+            Err(e) if e.ends_lease() && !shared.is_ending() => {
                 shared.cancel(CancelReason::Rejected(Arc::new(e)));
                 report.rejected += 1;
             }
-            Err(e) if e.is_verdict() => {}
+            Err(e) if e.ends_lease() => {}
             Err(e) => {
                 shared.failed(e.to_string().into());
                 report.failed += 1;

@@ -498,7 +498,7 @@ async fn heartbeat(shared: Arc<Shared>, claim_sent: Instant) {
                 next = Instant::now().max(next) + interval;
                 next = next.min(shared.deadline());
             }
-            Err(e) if e.is_verdict() => {
+            Err(e) if e.ends_lease() => {
                 shared.cancel(CancelReason::Rejected(Arc::new(e)));
                 break;
             }
