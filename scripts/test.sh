@@ -72,7 +72,7 @@ if [ -z "${REDIS_URL:-}" ] && command -v redis-server >/dev/null; then
   redis_port=$(free_port)
   mkdir -p "$work/redis"
   redis-server --port "$redis_port" --bind "127.0.0.1 127.0.0.2 127.0.0.3" --dir "$work/redis" \
-    --appendonly yes --save '' --daemonize no --logfile "$work/redis/server.log" &
+    --appendonly yes --appendfsync always --save '' --daemonize no --logfile "$work/redis/server.log" &
   pids+=($!)
   for _ in $(seq 100); do
     redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break

@@ -1,37 +1,34 @@
--- KEYS[1]: claimable index (zset, score = instant claimable in microseconds, member = 16 hex
--- digits of creation order followed by the encoded run id)
--- ARGV[1]: run hash key prefix (same hash tag as KEYS[1]); ARGV[2]: worker id;
--- ARGV[3]: TTL in milliseconds; ARGV[4]: most runs to claim
+-- KEYS[1]: runs hash; KEYS[2]: claimable index (zset, score = instant claimable in
+-- microseconds, member = 16 hex digits of creation order followed by the encoded run id)
+-- ARGV[1]: worker id; ARGV[2]: TTL in milliseconds; ARGV[3]: most runs to claim
 -- Returns: flat {encoded id, fence, expiry, encoded id, fence, expiry, ...}, longest claimable
 -- first
--- The run hashes are read by name under the namespace's hash tag, so they live in KEYS[1]'s
--- slot even though they cannot be declared up front.
+-- Renewals do not move index entries: an entry found early for a lease that is still held is
+-- moved to the lease's expiry here, so the index is corrected lazily and renewals stay cheap.
 local now = now_micros()
-local expires = now + tonumber(ARGV[3]) * 1000
-local max = tonumber(ARGV[4])
+local expires = now + tonumber(ARGV[2]) * 1000
+local max = tonumber(ARGV[3])
 local out = {}
 local taken = 0
 while taken < max do
-  local members = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', num(now), 'LIMIT', 0, max - taken)
+  local members = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', num(now), 'LIMIT', 0, max - taken)
   if #members == 0 then
     break
   end
   for _, m in ipairs(members) do
-    local id = string.sub(m, 17)
-    local key = ARGV[1] .. id
-    local r = read_run(key)
+    local r = read_run(KEYS[1], string.sub(m, 17))
     if r and r.m == m and claimable(r, now) then
-      local fence = take(key, KEYS[1], r, ARGV[2], expires)
-      out[#out + 1] = id
+      local fence = take(KEYS[1], KEYS[2], r, ARGV[1], expires)
+      out[#out + 1] = r.id
       out[#out + 1] = fence
       out[#out + 1] = num(expires)
       taken = taken + 1
     elseif r and r.m == m and r.s == 'runnable' and r.f ~= FENCE_MAX and r.o ~= '' then
-      -- Held and not expired: the index lagged; move it to the expiry.
-      redis.call('ZADD', KEYS[1], r.e, m)
+      -- Held and not expired: the index lagged behind a renewal; move it to the expiry.
+      redis.call('ZADD', KEYS[2], r.e, m)
     else
       -- Gone, ended or exhausted: never claimable from the index.
-      redis.call('ZREM', KEYS[1], m)
+      redis.call('ZREM', KEYS[2], m)
     end
   end
 end

@@ -3,9 +3,13 @@
 -- ARGV[1]: none
 -- Returns: nothing; defines local helpers.
 --
--- A run hash holds: s = state, o = owner ('' or absent when unowned), e = expiry in
--- microseconds on the server clock, f = fence (decimal string, never a Lua number, so values
--- above 2^53 stay exact), h = heartbeats, m = the run's member in the claimable index.
+-- A namespace keeps every run record in one hash (the runs hash), so that a script declares
+-- every key it touches, as a Cluster proxy that checks declared keys requires. The field is
+-- the run id in hex; the value is 'state:fence:heartbeats:expiry:member:owner' where state is
+-- runnable, suspended or completed; fence and heartbeats are decimal strings (never Lua
+-- numbers, so values above 2^53 stay exact); expiry is microseconds on the server clock, or
+-- empty when unowned; member is the run's member in the claimable index; owner is the
+-- holder's worker id, or empty, and comes last because it may contain ':'.
 local FENCE_MAX = '9223372036854775807'
 
 -- The server clock in microseconds since the Unix epoch (exact in a double until year 2255).
@@ -19,12 +23,32 @@ local function num(n)
   return string.format('%.0f', n)
 end
 
-local function read_run(key)
-  local v = redis.call('HMGET', key, 's', 'o', 'e', 'f', 'h', 'm')
-  if not v[1] then
+-- A decimal string plus one, exactly, at any length.
+local function succ(d)
+  local i = #d
+  while i > 0 and string.byte(d, i) == 57 do
+    i = i - 1
+  end
+  if i == 0 then
+    return '1' .. string.rep('0', #d)
+  end
+  return string.sub(d, 1, i - 1) .. string.char(string.byte(d, i) + 1) .. string.rep('0', #d - i)
+end
+
+local function read_run(runs, id)
+  local v = redis.call('HGET', runs, id)
+  if not v then
     return nil
   end
-  return { s = v[1], o = v[2] or '', e = v[3] or '', f = v[4], h = v[5], m = v[6] }
+  local s, f, h, e, m, o = string.match(v, '^(%l+):(%d+):(%d+):(%d*):(%x+):(.*)$')
+  if not s then
+    error('malformed run record for ' .. id)
+  end
+  return { id = id, s = s, f = f, h = h, e = e, m = m, o = o }
+end
+
+local function write_run(runs, r)
+  redis.call('HSET', runs, r.id, r.s .. ':' .. r.f .. ':' .. r.h .. ':' .. r.e .. ':' .. r.m .. ':' .. r.o)
 end
 
 -- Runnable, unowned or expired, and not at the last fence.
@@ -43,8 +67,8 @@ local function owned_flag(r)
 end
 
 -- Puts the run in the claimable index at `at`, or takes it out when it can never be claimed.
-local function index(zkey, r, fence, at)
-  if fence == FENCE_MAX then
+local function index(zkey, r, at)
+  if r.f == FENCE_MAX then
     redis.call('ZREM', zkey, r.m)
   else
     redis.call('ZADD', zkey, num(at), r.m)
@@ -52,12 +76,13 @@ local function index(zkey, r, fence, at)
 end
 
 -- Claims the run: fence + 1, owner and expiry set, index moved to the expiry.
-local function take(key, zkey, r, worker, expires)
-  redis.call('HINCRBY', key, 'f', 1)
-  local fence = redis.call('HGET', key, 'f')
-  redis.call('HSET', key, 'o', worker, 'e', num(expires))
-  index(zkey, r, fence, expires)
-  return fence
+local function take(runs, zkey, r, worker, expires)
+  r.f = succ(r.f)
+  r.o = worker
+  r.e = num(expires)
+  write_run(runs, r)
+  index(zkey, r, expires)
+  return r.f
 end
 
 -- The record as returned to Rust: state, owner, expiry, fence, heartbeats.

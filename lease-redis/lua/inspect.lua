@@ -1,7 +1,7 @@
--- KEYS[1]: run hash
--- ARGV[1]: none
+-- KEYS[1]: runs hash
+-- ARGV[1]: encoded run id
 -- Returns: {'none'} or {'ok', state, owner, expiry, fence, heartbeats, now}
-local r = read_run(KEYS[1])
+local r = read_run(KEYS[1], ARGV[1])
 if not r then
   return { 'none' }
 end

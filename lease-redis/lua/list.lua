@@ -1,38 +1,38 @@
--- KEYS[1]: all runs (zset, score 0, member = encoded id, so lexicographic = run id order)
--- ARGV[1]: run hash key prefix (same hash tag as KEYS[1]); ARGV[2]: encoded id to start after,
--- or ''; ARGV[3]: limit; ARGV[4]: state to keep, or ''; ARGV[5]: '1' to keep only expired
--- leases
--- Returns: flat {now, id, state, owner, expiry, fence, heartbeats, id, ...} ordered by id
+-- KEYS[1]: all run ids (zset, score 0, member = encoded id, so lexicographic = run id order);
+-- KEYS[2]: runs hash
+-- ARGV[1]: encoded id to start after, or ''; ARGV[2]: most records to return; ARGV[3]: state
+-- to keep, or ''; ARGV[4]: '1' to keep only expired leases; ARGV[5]: most ids to examine
+-- Returns: flat {now, cursor, id, state, owner, expiry, fence, heartbeats, id, ...} ordered by
+-- id, where cursor is the last id examined (continue after it) or '' when the end was reached.
+-- The work of one call is bounded by ARGV[5], whatever the filter keeps, so a long filtered
+-- listing never blocks the server for long; the caller pages with the cursor.
 local now = now_micros()
 local min = '-'
-if ARGV[2] ~= '' then
-  min = '(' .. ARGV[2]
+if ARGV[1] ~= '' then
+  min = '(' .. ARGV[1]
 end
-local limit = tonumber(ARGV[3])
-local out = { num(now) }
+local limit = tonumber(ARGV[2])
+local budget = tonumber(ARGV[5])
+local ids = redis.call('ZRANGEBYLEX', KEYS[1], min, '+', 'LIMIT', 0, budget)
+local out = { num(now), '' }
 local n = 0
-local offset = 0
-while n < limit do
-  local ids = redis.call('ZRANGEBYLEX', KEYS[1], min, '+', 'LIMIT', offset, 256)
-  if #ids == 0 then
-    break
+for i, id in ipairs(ids) do
+  local r = read_run(KEYS[2], id)
+  if r
+    and (ARGV[3] == '' or r.s == ARGV[3])
+    and (ARGV[4] ~= '1' or (r.o ~= '' and r.e ~= '' and tonumber(r.e) <= now)) then
+    out[#out + 1] = id
+    out[#out + 1] = r.s
+    out[#out + 1] = r.o
+    out[#out + 1] = r.e
+    out[#out + 1] = r.f
+    out[#out + 1] = r.h
+    n = n + 1
   end
-  offset = offset + #ids
-  for _, id in ipairs(ids) do
-    local r = read_run(ARGV[1] .. id)
-    if r
-      and (ARGV[4] == '' or r.s == ARGV[4])
-      and (ARGV[5] ~= '1' or (r.o ~= '' and r.e ~= '' and tonumber(r.e) <= now)) then
-      out[#out + 1] = id
-      out[#out + 1] = r.s
-      out[#out + 1] = r.o
-      out[#out + 1] = r.e
-      out[#out + 1] = r.f
-      out[#out + 1] = r.h
-      n = n + 1
-      if n >= limit then
-        break
-      end
+  if n >= limit or i == #ids and #ids == budget then
+    out[2] = id
+    if n >= limit then
+      break
     end
   end
 end

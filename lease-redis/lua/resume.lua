@@ -1,8 +1,8 @@
--- KEYS[1]: run hash; KEYS[2]: claimable index (zset)
--- ARGV[1]: none
+-- KEYS[1]: runs hash; KEYS[2]: claimable index (zset)
+-- ARGV[1]: encoded run id
 -- Returns: {'none'}; {'refused', state, owner, expiry, fence, heartbeats, now} when not
 -- suspended; or {'ok', state, owner, expiry, fence, heartbeats, now}
-local r = read_run(KEYS[1])
+local r = read_run(KEYS[1], ARGV[1])
 if not r then
   return { 'none' }
 end
@@ -11,8 +11,8 @@ if r.s ~= 'suspended' then
   local rec = record(r)
   return { 'refused', rec[1], rec[2], rec[3], rec[4], rec[5], num(now) }
 end
-redis.call('HSET', KEYS[1], 's', 'runnable')
 r.s = 'runnable'
-index(KEYS[2], r, r.f, now)
+write_run(KEYS[1], r)
+index(KEYS[2], r, now)
 local rec = record(r)
 return { 'ok', rec[1], rec[2], rec[3], rec[4], rec[5], num(now) }

@@ -1,4 +1,5 @@
-//! How to reach Redis: URL, namespace, durability opt-out, timeouts.
+//! How to reach Redis: topology (one server, Cluster, Sentinel), namespace, durability
+//! settings, timeouts.
 
 use std::fmt;
 use std::time::Duration;
@@ -7,26 +8,75 @@ use crate::error::RedisError;
 
 /// Where and how a [`RedisLeaseStore`](crate::RedisLeaseStore) connects.
 ///
-/// Built from a URL (`redis://[user:password@]host[:port][/db][?volatile=true]`, or `rediss://`
-/// for TLS with rustls), then adjusted with the `with_*` methods. `Debug` and `Display` print
-/// the password as `******`.
+/// Built from a URL, then adjusted with the `with_*` methods. Three forms select the topology:
+///
+/// | URL | connects to |
+/// |---|---|
+/// | `redis://[user:password@]host[:port][/db]`, `rediss://…` (TLS) | one server |
+/// | `redis+cluster://[user:password@]host:port,host:port,…`, `rediss+cluster://…` | a Redis Cluster, through any of the listed nodes; commands follow the slot map |
+/// | `redis+sentinel://[user:password@]host:port,host:port,…/SERVICE[/db]`, `rediss+sentinel://…` | the current primary of `SERVICE`, asked of the listed Sentinels again after every failover |
+///
+/// The user and password are those of the Redis servers (not of the Sentinels). Query
+/// parameters, all optional; any other parameter is refused at connect, so a misspelt
+/// protection never silently does nothing:
+///
+/// | parameter | meaning |
+/// |---|---|
+/// | `replicas=N` | hand out a lease, or report a write as done, only once `N` replicas acknowledged it (`WAIT`); see [`with_replicas`](RedisConfig::with_replicas) |
+/// | `replica_timeout_ms=T` | how long to wait for those acknowledgements (default 1000) |
+/// | `volatile=true` | accept a server on which an acknowledged claim can be lost; see [`with_volatile`](RedisConfig::with_volatile) |
+/// | `protocol=resp2` or `resp3` | the wire protocol (default RESP2) |
+///
+/// `Debug` and `Display` print the password as `******`.
 ///
 /// ```
 /// use lease_redis::RedisConfig;
-/// let config = RedisConfig::from_url("redis://:hunter2@localhost:6379/0").with_namespace("billing");
+/// let config = RedisConfig::from_url("redis+cluster://:hunter2@10.0.0.1:7000,10.0.0.2:7000?replicas=1")
+///     .with_namespace("billing");
 /// assert!(!format!("{config:?}").contains("hunter2"));
 /// assert_eq!(config.namespace(), "billing");
+/// assert_eq!(config.replicas(), 1);
 /// ```
 #[derive(Clone)]
 pub struct RedisConfig {
-    /// The URL without our own query parameters (`volatile`), handed to redis-rs.
-    url: String,
+    /// The URL as given, for display (redacted) only.
+    given: String,
+    topology: Result<Topology, String>,
     namespace: String,
     volatile: bool,
-    /// A query parameter we could not read, reported at connect.
-    problem: Option<String>,
+    replicas: u32,
+    replica_timeout: Duration,
     response_timeout: Duration,
     connect_timeout: Duration,
+}
+
+/// Which servers to talk to, parsed from the URL.
+#[derive(Clone)]
+pub(crate) enum Topology {
+    /// One server; the URL is handed to redis-rs as it is (without our parameters).
+    Single { url: String },
+    /// A Cluster: one redis-rs URL per seed node, each carrying the credentials.
+    Cluster {
+        nodes: Vec<String>,
+        protocol: Option<Protocol>,
+    },
+    /// A primary found through Sentinels.
+    Sentinel {
+        sentinels: Vec<(String, u16)>,
+        service: String,
+        tls: bool,
+        db: i64,
+        /// `user:password` exactly as written in the URL (still percent-encoded), if any.
+        userinfo: Option<String>,
+        protocol: Option<Protocol>,
+    },
+}
+
+/// The wire protocol asked for with `protocol=`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Protocol {
+    Resp2,
+    Resp3,
 }
 
 impl RedisConfig {
@@ -36,59 +86,216 @@ impl RedisConfig {
     pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
     /// How long a connection attempt may take unless configured otherwise.
     pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+    /// How long to wait for replica acknowledgements unless configured otherwise.
+    pub const DEFAULT_REPLICA_TIMEOUT: Duration = Duration::from_secs(1);
 
-    /// A configuration for `url`. The query parameter `volatile=true` opts in to servers that
-    /// do not persist writes (see [`with_volatile`](RedisConfig::with_volatile)); other
-    /// parameters are passed to redis-rs. The URL is checked at connect.
+    /// A configuration for `url` (see the table above). Never fails: a URL that cannot be
+    /// used is reported by [`RedisLeaseStore::connect`](crate::RedisLeaseStore::connect) as
+    /// [`Error::Misconfigured`](lease_core::Error::Misconfigured), naming what is wrong.
     pub fn from_url(url: impl AsRef<str>) -> RedisConfig {
-        let url = url.as_ref();
-        let (base, query) = match url.split_once('?') {
-            Some((base, query)) => (base, Some(query)),
-            None => (url, None),
-        };
-        let mut volatile = false;
-        let mut problem = None;
-        let mut kept = Vec::new();
-        for pair in query.into_iter().flat_map(|q| q.split('&')) {
-            match pair.split_once('=').unwrap_or((pair, "")) {
-                ("volatile", "true" | "1" | "yes") => volatile = true,
-                ("volatile", "false" | "0" | "no") => volatile = false,
-                ("volatile", other) => {
-                    problem = Some(format!(
-                        "volatile={other:?} in the URL: expected true or false"
-                    ))
-                }
-                _ if pair.is_empty() => {}
-                _ => kept.push(pair),
-            }
-        }
-        let url = if kept.is_empty() {
-            base.to_owned()
-        } else {
-            format!("{base}?{}", kept.join("&"))
-        };
-        RedisConfig {
-            url,
+        let given = url.as_ref().to_owned();
+        let mut config = RedisConfig {
+            given: given.clone(),
+            topology: Err(String::new()),
             namespace: Self::DEFAULT_NAMESPACE.to_owned(),
-            volatile,
-            problem,
+            volatile: false,
+            replicas: 0,
+            replica_timeout: Self::DEFAULT_REPLICA_TIMEOUT,
             response_timeout: Self::DEFAULT_RESPONSE_TIMEOUT,
             connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
+        };
+        config.topology = config.parse(&given);
+        config
+    }
+
+    fn parse(&mut self, url: &str) -> Result<Topology, String> {
+        let shown = redact_url(url);
+        let Some((scheme, rest)) = url.split_once("://") else {
+            return Err(format!(
+                "{shown} is not a URL: expected redis://, rediss://, \
+                                redis+cluster:// or redis+sentinel://"
+            ));
+        };
+        let (rest, fragment) = match rest.split_once('#') {
+            Some((rest, _)) => (rest, true),
+            None => (rest, false),
+        };
+        if fragment {
+            return Err(format!(
+                "{shown}: a '#' is not allowed in the URL (percent-encode it \
+                                as %23 in a password)"
+            ));
+        }
+        let (body, query) = match rest.split_once('?') {
+            Some((body, query)) => (body, query),
+            None => (rest, ""),
+        };
+        let mut protocol = None;
+        let mut passed = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match key {
+                "volatile" => {
+                    self.volatile = match value {
+                        "true" | "1" | "yes" => true,
+                        "false" | "0" | "no" => false,
+                        _ => return Err(format!("volatile={value:?}: expected true or false")),
+                    }
+                }
+                "replicas" => {
+                    self.replicas = value.parse().map_err(|_| {
+                        format!("replicas={value:?}: expected a number of replicas (0 or more)")
+                    })?
+                }
+                "replica_timeout_ms" => {
+                    let ms: u64 = value.parse().ok().filter(|ms| *ms > 0).ok_or_else(|| {
+                        format!("replica_timeout_ms={value:?}: expected a positive number of milliseconds")
+                    })?;
+                    self.replica_timeout = Duration::from_millis(ms);
+                }
+                "protocol" => {
+                    protocol = Some(match value {
+                        "resp2" | "2" => Protocol::Resp2,
+                        "resp3" | "3" => Protocol::Resp3,
+                        _ => return Err(format!("protocol={value:?}: expected resp2 or resp3")),
+                    });
+                    passed.push(pair);
+                }
+                _ => {
+                    return Err(format!(
+                        "unknown URL parameter {key:?}: the redis adapter understands replicas, \
+                         replica_timeout_ms, volatile and protocol"
+                    ))
+                }
+            }
+        }
+        let (authority, path) = match body.find('/') {
+            // A password may contain '/' only percent-encoded; the authority ends at the first
+            // '/' after the last '@'.
+            _ if body.contains('@') => {
+                let at = body.rfind('@').unwrap_or(0);
+                match body[at..].find('/') {
+                    Some(slash) => body.split_at(at + slash),
+                    None => (body, ""),
+                }
+            }
+            Some(slash) => body.split_at(slash),
+            None => (body, ""),
+        };
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((userinfo, hosts)) => (Some(userinfo.to_owned()), hosts),
+            None => (None, authority),
+        };
+        let with_query = |base: String| {
+            if passed.is_empty() {
+                base
+            } else {
+                format!("{base}?{}", passed.join("&"))
+            }
+        };
+        match scheme {
+            "redis" | "rediss" | "redis+unix" | "unix" => Ok(Topology::Single {
+                url: with_query(format!("{scheme}://{body}")),
+            }),
+            "redis+cluster" | "rediss+cluster" => {
+                if !path.is_empty() && path != "/" {
+                    return Err(format!(
+                        "{shown}: a cluster URL has no database or path \
+                                        (Redis Cluster has only database 0)"
+                    ));
+                }
+                let node_scheme = scheme.trim_end_matches("+cluster");
+                let nodes = split_hosts(hosts, &shown)?
+                    .into_iter()
+                    .map(|(host, port)| {
+                        (
+                            if host.contains(':') {
+                                format!("[{host}]")
+                            } else {
+                                host
+                            },
+                            port,
+                        )
+                    })
+                    .map(|(host, port)| match &userinfo {
+                        Some(userinfo) => format!("{node_scheme}://{userinfo}@{host}:{port}"),
+                        None => format!("{node_scheme}://{host}:{port}"),
+                    })
+                    .collect();
+                Ok(Topology::Cluster { nodes, protocol })
+            }
+            "redis+sentinel" | "rediss+sentinel" => {
+                let mut parts = path.trim_start_matches('/').split('/');
+                let service = parts.next().unwrap_or_default().to_owned();
+                if service.is_empty() {
+                    return Err(format!(
+                        "{shown}: a sentinel URL names its service: \
+                                        redis+sentinel://host:port,…/SERVICE"
+                    ));
+                }
+                let db = match parts.next() {
+                    None | Some("") => 0,
+                    Some(db) => db
+                        .parse()
+                        .map_err(|_| format!("{shown}: database {db:?} is not a number"))?,
+                };
+                if parts.next().is_some() {
+                    return Err(format!(
+                        "{shown}: expected /SERVICE or /SERVICE/db after the hosts"
+                    ));
+                }
+                Ok(Topology::Sentinel {
+                    sentinels: split_hosts(hosts, &shown)?,
+                    service,
+                    tls: scheme.starts_with("rediss"),
+                    db,
+                    userinfo,
+                    protocol,
+                })
+            }
+            other => Err(format!(
+                "unknown scheme {other:?} in {shown}: use redis://, rediss://, redis+cluster:// \
+                 or redis+sentinel://"
+            )),
         }
     }
 
     /// Uses `namespace` (1 to 64 ASCII letters, digits, `_`, `-`, `.`; checked at connect) as
-    /// the key prefix, so tenants sharing a server never see each other's runs.
+    /// the key prefix, so tenants sharing a server never see each other's runs. All keys of a
+    /// namespace live in one Cluster hash slot: a Cluster spreads namespaces, not runs.
     pub fn with_namespace(mut self, namespace: impl Into<String>) -> RedisConfig {
         self.namespace = namespace.into();
         self
     }
 
-    /// Accepts (`true`) or refuses (`false`, the default) a server that does not persist
-    /// writes. On such a server a restart resets every fence, so a new claim can reissue a
-    /// fence that an old holder still carries.
+    /// Accepts (`true`) or refuses (`false`, the default) a server on which an acknowledged
+    /// claim can be lost, so that **a fence may be issued twice after a crash, an eviction or a
+    /// failover**: AOF off, `appendfsync` other than `always` without replica
+    /// acknowledgement, an `allkeys-*` eviction policy, or a `CONFIG` command the adapter may
+    /// not run (so it cannot tell). With `true` the store connects anyway, logs one warning
+    /// naming the settings it accepted, and shows them in its `Display`.
     pub fn with_volatile(mut self, volatile: bool) -> RedisConfig {
         self.volatile = volatile;
+        self
+    }
+
+    /// Hands out a lease (claim, `claim_next`), renews it, and reports a fenced write
+    /// (append, release, suspend, complete, a fenced script) as done only once `replicas`
+    /// replicas confirmed it with `WAIT`; otherwise the call fails with a retryable
+    /// [`Error::Unavailable`](lease_core::Error::Unavailable) and the caller never gets the
+    /// lease. `0` (the default) waits for no replica. With `1` or more, a replica promoted
+    /// after a failover has every lease that was handed out, so it never issues a fence twice
+    /// (as long as fewer than `replicas` replicas are lost together).
+    pub fn with_replicas(mut self, replicas: u32) -> RedisConfig {
+        self.replicas = replicas;
+        self
+    }
+
+    /// How long to wait for the replica acknowledgements of
+    /// [`with_replicas`](RedisConfig::with_replicas) (default 1 s). Must be shorter than the
+    /// response timeout.
+    pub fn with_replica_timeout(mut self, timeout: Duration) -> RedisConfig {
+        self.replica_timeout = timeout;
         self
     }
 
@@ -109,13 +316,25 @@ impl RedisConfig {
         &self.namespace
     }
 
-    /// Whether a non-persistent server is accepted.
+    /// Whether a server that can lose an acknowledged claim is accepted.
     pub fn is_volatile(&self) -> bool {
         self.volatile
     }
 
-    pub(crate) fn url(&self) -> &str {
-        &self.url
+    /// How many replicas must acknowledge a lease before it is handed out.
+    pub fn replicas(&self) -> u32 {
+        self.replicas
+    }
+
+    /// How long to wait for replica acknowledgements.
+    pub fn replica_timeout(&self) -> Duration {
+        self.replica_timeout
+    }
+
+    pub(crate) fn topology(&self) -> Result<&Topology, RedisError> {
+        self.topology
+            .as_ref()
+            .map_err(|why| RedisError::Config(why.clone()))
     }
 
     pub(crate) fn response_timeout(&self) -> Duration {
@@ -127,33 +346,95 @@ impl RedisConfig {
     }
 
     pub(crate) fn check(&self) -> Result<(), RedisError> {
-        match &self.problem {
-            Some(problem) => Err(RedisError::Config(problem.clone())),
-            None => crate::keys::check_namespace(&self.namespace),
+        self.topology()?;
+        if self.replicas > 0 && self.replica_timeout >= self.response_timeout {
+            return Err(RedisError::Config(format!(
+                "the replica timeout ({:?}) must be shorter than the response timeout ({:?}), \
+                 or every wait for replicas would time out as a lost connection",
+                self.replica_timeout, self.response_timeout
+            )));
         }
+        crate::keys::check_namespace(&self.namespace)
     }
 
     /// The URL with any password replaced by `******`.
     pub(crate) fn redacted_url(&self) -> String {
-        redact_url(&self.url)
+        redact_url(&self.given)
     }
 }
 
-/// `url` with the password of its user info (`user:password@`) replaced by `******`.
+/// `h1:p1,h2:p2` as host and port pairs (port 6379 when absent; IPv6 hosts in brackets).
+fn split_hosts(hosts: &str, shown: &str) -> Result<Vec<(String, u16)>, String> {
+    let list: Vec<(String, u16)> = hosts
+        .split(',')
+        .filter(|h| !h.is_empty())
+        .map(|h| {
+            let (host, port) = match h.rsplit_once(':') {
+                Some((host, port)) if !port.contains(']') => (host, port),
+                _ => (h, "6379"),
+            };
+            let port = port
+                .parse()
+                .map_err(|_| format!("{shown}: port {port:?} of {host:?} is not a port number"))?;
+            Ok((
+                host.trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_owned(),
+                port,
+            ))
+        })
+        .collect::<Result<_, String>>()?;
+    if list.is_empty() {
+        return Err(format!("{shown}: no host given"));
+    }
+    Ok(list)
+}
+
+/// `url` with the password of its user info replaced by `******`, and the values of query
+/// parameters that look secret masked too.
 pub(crate) fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         // Not a URL we understand: show nothing of it rather than risk a secret.
         return "<unparsable url>".to_owned();
     };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split_once(':').map_or("", |(user, _)| user);
-            format!("{scheme}://{user}:******@{host}{tail}")
+    // Everything up to the last '@' is user info, wherever '/', '?' or '#' appear in it:
+    // masking too much is harmless, showing a password is not.
+    let (userinfo, tail) = match rest.rsplit_once('@') {
+        Some((userinfo, tail)) => (Some(userinfo), tail),
+        None => (None, rest),
+    };
+    let tail = match tail.split_once('?') {
+        Some((base, query)) => {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((key, _)) if looks_secret(key) => format!("{key}=******"),
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            format!("{base}?{}", query.join("&"))
         }
-        None => url.to_owned(),
+        None => tail.to_owned(),
+    };
+    match userinfo {
+        Some(userinfo) => {
+            let user = userinfo.split_once(':').map_or("", |(user, _)| user);
+            let user = if user.contains(['/', '?', '#']) {
+                ""
+            } else {
+                user
+            };
+            format!("{scheme}://{user}:******@{tail}")
+        }
+        None => format!("{scheme}://{tail}"),
     }
+}
+
+fn looks_secret(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    ["pass", "secret", "token", "key"]
+        .iter()
+        .any(|word| key.contains(word))
 }
 
 impl fmt::Debug for RedisConfig {
@@ -162,6 +443,8 @@ impl fmt::Debug for RedisConfig {
             .field("url", &self.redacted_url())
             .field("namespace", &self.namespace)
             .field("volatile", &self.volatile)
+            .field("replicas", &self.replicas)
+            .field("replica_timeout", &self.replica_timeout)
             .field("response_timeout", &self.response_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .finish()
@@ -170,7 +453,11 @@ impl fmt::Debug for RedisConfig {
 
 impl fmt::Display for RedisConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} (namespace {})", self.redacted_url(), self.namespace)
+        write!(f, "{} (namespace {}", self.redacted_url(), self.namespace)?;
+        if self.replicas > 0 {
+            write!(f, ", {} replica acknowledgements", self.replicas)?;
+        }
+        f.write_str(")")
     }
 }
 
@@ -184,6 +471,11 @@ mod tests {
             "redis://:s3cr%40t@localhost:6379/0",
             "redis://user:s3cr%40t@localhost:6379",
             "rediss://s3cr%40t@host?volatile=true",
+            "redis://:s3cr/t@h:6379",
+            "redis://:s3cr#t@h:6379",
+            "redis+cluster://u:s3cret@h1:1,h2:2",
+            "redis+sentinel://:s3cret@h1:1,h2:2/svc",
+            "redis+unix:///tmp/r.sock?pass=s3cret",
         ] {
             let config = RedisConfig::from_url(url);
             for shown in [format!("{config:?}"), config.to_string()] {
@@ -194,17 +486,70 @@ mod tests {
     }
 
     #[test]
-    fn volatile_is_read_from_the_url_and_removed() {
-        let config = RedisConfig::from_url("redis://h:1/2?volatile=true&protocol=resp3");
+    fn parameters_are_read_and_unknown_ones_refused() {
+        let config = RedisConfig::from_url(
+            "redis://h:1/2?volatile=true&protocol=resp3&replicas=2&replica_timeout_ms=300",
+        );
         assert!(config.is_volatile());
-        assert_eq!(config.url(), "redis://h:1/2?protocol=resp3");
+        assert_eq!(config.replicas(), 2);
+        assert_eq!(config.replica_timeout(), Duration::from_millis(300));
+        assert!(
+            matches!(config.topology(), Ok(Topology::Single { url }) if url == "redis://h:1/2?protocol=resp3")
+        );
         assert!(!RedisConfig::from_url("redis://h").is_volatile());
-        assert!(RedisConfig::from_url("redis://h?volatile=perhaps")
-            .check()
-            .is_err());
+        for (bad, named) in [
+            ("redis://h?volatile=perhaps", "volatile"),
+            ("redis://h?volatle=true", "volatle"),
+            ("redis://h?password=x", "password"),
+            ("redis://h?replicas=-1", "replicas"),
+            ("redis://h?replica_timeout_ms=0", "replica_timeout_ms"),
+            ("redis+cluster://h:1/3", "database"),
+            ("redis+sentinel://h:1", "service"),
+            ("redis+cluster://h:x", "port"),
+            ("mysql://h", "scheme"),
+        ] {
+            let err = RedisConfig::from_url(bad).check().unwrap_err().to_string();
+            assert!(err.contains(named), "{bad}: {err}");
+        }
         assert!(RedisConfig::from_url("redis://h")
             .with_namespace("a{b")
             .check()
             .is_err());
+    }
+
+    #[test]
+    fn cluster_and_sentinel_urls_list_their_nodes() {
+        let config = RedisConfig::from_url("rediss+cluster://u:p%2Fw@a:1,[::1]:2,b?protocol=resp3");
+        match config.topology() {
+            Ok(Topology::Cluster { nodes, .. }) => assert_eq!(
+                nodes,
+                &[
+                    "rediss://u:p%2Fw@a:1",
+                    "rediss://u:p%2Fw@[::1]:2",
+                    "rediss://u:p%2Fw@b:6379"
+                ]
+            ),
+            _ => panic!("not a cluster"),
+        }
+        match RedisConfig::from_url("redis+sentinel://:pw@s1:26379,s2:26380/orders/3").topology() {
+            Ok(Topology::Sentinel {
+                sentinels,
+                service,
+                db,
+                userinfo,
+                tls,
+                ..
+            }) => {
+                assert_eq!(
+                    sentinels,
+                    &[("s1".to_owned(), 26379), ("s2".to_owned(), 26380)]
+                );
+                assert_eq!(
+                    (service.as_str(), *db, userinfo.as_deref(), *tls),
+                    ("orders", 3, Some(":pw"), false)
+                );
+            }
+            _ => panic!("not sentinel"),
+        }
     }
 }

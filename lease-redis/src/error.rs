@@ -7,23 +7,27 @@ pub(crate) const BACKEND: &str = "redis";
 /// scrubbed before they are kept.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum RedisError {
-    /// The server could not be reached, dropped the connection, or did not answer in time.
+    /// The server could not be reached, dropped the connection, did not answer in time, or
+    /// answered "not now, or not here" (LOADING, BUSY, TRYAGAIN, CLUSTERDOWN, READONLY).
     #[error("cannot reach redis: {0}")]
     Unreachable(String),
+    /// Fewer replicas than configured acknowledged a write in time.
+    #[error(
+        "only {acked} of {wanted} replicas acknowledged the write within {timeout_ms} ms; the \
+         result is withheld (a lease is never handed out unreplicated), retry later"
+    )]
+    Replicas {
+        acked: i64,
+        wanted: u32,
+        timeout_ms: u128,
+    },
     /// The server answered with an error.
     #[error("redis refused a command: {0}")]
     Command(String),
-    /// The server does not persist writes and volatile mode was not asked for.
-    #[error(
-        "redis at {server} does not persist writes (CONFIG GET appendonly is \"no\"): after a \
-         restart every fence would reset to 0 and a new claim would reissue a fence an old \
-         holder still carries, so two holders could share a fence. Enable AOF \
-         (appendonly yes) or opt in to this risk with ?volatile=true in the URL"
-    )]
-    NotDurable {
-        /// The server, password redacted.
-        server: String,
-    },
+    /// The server is set up so that an acknowledged claim can be lost, and volatile mode was
+    /// not asked for. The message names the setting and the fix.
+    #[error("{0}")]
+    Unsafe(String),
     /// A script answered something this adapter does not understand.
     #[error("unexpected reply from the {script} script: {detail}")]
     Reply {
@@ -39,10 +43,23 @@ impl RedisError {
     /// Classifies a driver error, scrubbing `secret` (the password) from its message.
     pub(crate) fn from_driver(err: &redis::RedisError, secret: Option<&str>) -> RedisError {
         let message = scrub(&err.to_string(), secret);
+        if matches!(
+            err.kind(),
+            redis::ErrorKind::Server(redis::ServerErrorKind::Moved | redis::ServerErrorKind::Ask)
+        ) {
+            return RedisError::Config(format!(
+                "the server is a Redis Cluster node and this namespace's slot is served by \
+                 another node ({message}): connect with a redis+cluster://host:port,… URL"
+            ));
+        }
         let transient = err.is_io_error()
             || err.is_timeout()
             || err.is_connection_dropped()
             || err.is_connection_refusal()
+            || matches!(
+                err.code(),
+                Some("BUSY" | "MASTERDOWN" | "READONLY" | "LOADING")
+            )
             || matches!(
                 err.kind(),
                 redis::ErrorKind::Server(
@@ -50,8 +67,7 @@ impl RedisError {
                         | redis::ServerErrorKind::TryAgain
                         | redis::ServerErrorKind::ClusterDown
                         | redis::ServerErrorKind::MasterDown
-                        | redis::ServerErrorKind::Moved
-                        | redis::ServerErrorKind::Ask
+                        | redis::ServerErrorKind::ReadOnly
                 ) | redis::ErrorKind::ClusterConnectionNotFound
             );
         if transient {
@@ -59,6 +75,21 @@ impl RedisError {
         } else {
             RedisError::Command(message)
         }
+    }
+
+    /// Whether the connection that produced this error should be dropped and made anew
+    /// (re-resolving the primary through Sentinel, and re-checking durability).
+    pub(crate) fn needs_reconnect(err: &redis::RedisError) -> bool {
+        err.is_io_error()
+            || err.is_timeout()
+            || err.is_connection_dropped()
+            || err.is_connection_refusal()
+            || err.is_unrecoverable_error()
+            || matches!(err.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"))
+            || matches!(
+                err.kind(),
+                redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+            )
     }
 }
 
@@ -73,7 +104,12 @@ pub(crate) fn scrub(text: &str, secret: Option<&str>) -> String {
 impl From<RedisError> for lease_core::Error {
     fn from(err: RedisError) -> lease_core::Error {
         match err {
-            RedisError::Unreachable(_) => lease_core::Error::unavailable(BACKEND, err),
+            RedisError::Unreachable(_) | RedisError::Replicas { .. } => {
+                lease_core::Error::unavailable(BACKEND, err)
+            }
+            RedisError::Unsafe(_) | RedisError::Config(_) => {
+                lease_core::Error::misconfigured(BACKEND, err)
+            }
             _ => lease_core::Error::backend(BACKEND, err),
         }
     }

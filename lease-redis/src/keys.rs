@@ -5,12 +5,16 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `{lease:ns}:r:<id>` | hash | the run record: state, owner, expiry, fence, heartbeats |
+//! | `{lease:ns}:runs` | hash | every run record, field `<id>`: state, fence, heartbeats, expiry, index member, owner |
 //! | `{lease:ns}:j:<id>` | list | the run's journal, one entry per element |
 //! | `{lease:ns}:claimable` | zset | runnable runs scored by the instant (µs) they become claimable |
-//! | `{lease:ns}:runs` | zset | every run id, score 0, so members sort by id |
+//! | `{lease:ns}:ids` | zset | every run id, score 0, so members sort by id |
 //! | `{lease:ns}:seq` | string | the creation counter (claimable-index tiebreak) |
 //! | `{lease:ns}:u:<id>:<name>` | any | callers' keys for [fenced scripts](crate::FencedScript) |
+//!
+//! The records share one hash so that every script declares every key it touches, including
+//! `claim_next` and `list`, which find runs through an index: a Cluster proxy that checks
+//! declared keys accepts them all.
 //!
 //! `<id>` is the run id's UTF-8 bytes in lower-case hex: it contains no `{`, `}` or `:`, so a
 //! run id can neither move a key to another slot nor collide with another run's keys, and hex
@@ -86,13 +90,9 @@ impl Keys {
         &self.tag
     }
 
-    pub(crate) fn run(&self, run: &RunId) -> String {
-        format!("{}{}", self.run_prefix(), encode(run.as_str()))
-    }
-
-    /// The prefix of every run hash; scripts append an encoded id.
-    pub(crate) fn run_prefix(&self) -> String {
-        format!("{}:r:", self.tag)
+    /// The hash of every run record, field = encoded run id.
+    pub(crate) fn runs(&self) -> String {
+        format!("{}:runs", self.tag)
     }
 
     pub(crate) fn journal(&self, run: &RunId) -> String {
@@ -103,8 +103,9 @@ impl Keys {
         format!("{}:claimable", self.tag)
     }
 
-    pub(crate) fn runs(&self) -> String {
-        format!("{}:runs", self.tag)
+    /// Every run id, for listing in id order.
+    pub(crate) fn ids(&self) -> String {
+        format!("{}:ids", self.tag)
     }
 
     pub(crate) fn counter(&self) -> String {
@@ -154,10 +155,10 @@ mod tests {
         let keys = Keys::new("tenant");
         let run = RunId::new("{evil}:x").unwrap();
         for key in [
-            keys.run(&run),
+            keys.runs(),
             keys.journal(&run),
             keys.claimable(),
-            keys.runs(),
+            keys.ids(),
             keys.counter(),
             keys.user(&run, "out"),
         ] {

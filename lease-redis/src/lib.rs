@@ -2,7 +2,9 @@
 
 mod config;
 mod error;
+mod guard;
 mod keys;
+mod link;
 mod reply;
 mod store;
 

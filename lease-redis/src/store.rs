@@ -1,21 +1,25 @@
 //! `RedisLeaseStore`: the `LeaseStore` contract as Lua scripts run atomically by Redis.
 
 use std::fmt;
-use std::sync::LazyLock;
-use std::time::Duration;
+use std::sync::{Arc, LazyLock};
 
 use lease_core::{
     check_claim_max, check_list, check_payload, check_renew_batch, claim_refusal, fenced_verdict,
     Error, JournalEntry, Lease, LeaseStore, ListFilter, Result, RunId, RunRecord, RunState,
     StoreTime, Ttl, WorkerId,
 };
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{FromRedisValue, Script, ToRedisArgs, Value};
+use redis::{FromRedisValue, Script, ScriptInvocation, ToRedisArgs, Value};
 
 use crate::config::RedisConfig;
-use crate::error::{scrub, RedisError};
+use crate::error::RedisError;
+use crate::guard::Guard;
 use crate::keys::{self, Keys};
+use crate::link::Link;
 use crate::reply::Reply;
+
+/// How many run ids one `list` script call examines at most, whatever its filter keeps: the
+/// bound on the work one call asks of the server.
+const LIST_SCAN: usize = 1000;
 
 macro_rules! lua {
     ($file:literal) => {
@@ -95,58 +99,39 @@ impl fmt::Debug for FencedScript {
 /// A [`LeaseStore`] on Redis: each operation is one Lua script, judged on the server's clock
 /// (`TIME`), with fences incremented inside the claim script.
 ///
-/// All keys of a namespace share one hash tag, so every script touches one Cluster slot; see
-/// the [crate docs](crate) for the layout. Connects through redis-rs's `ConnectionManager`
-/// (multiplexed, reconnecting), with response and connection timeouts so a dead server gives
-/// retryable errors ([`Error::Unavailable`]) rather than hangs.
+/// All keys of a namespace share one hash tag, so every script touches one Cluster slot, and
+/// every script declares every key it touches; see the [crate docs](crate) for the layout.
+/// Connects to one server, a Cluster or a Sentinel-managed primary (see [`RedisConfig`]) over a
+/// multiplexed connection that is made anew, and checked again by the durability guard, after
+/// a failure. Response and connection timeouts make a dead server give retryable errors
+/// ([`Error::Unavailable`]) rather than hangs.
 #[derive(Clone)]
 pub struct RedisLeaseStore {
-    conn: ConnectionManager,
+    link: Arc<Link>,
     keys: Keys,
     config: RedisConfig,
-    /// The password, only to scrub it from driver messages; never printed.
-    secret: Option<String>,
 }
 
 impl RedisLeaseStore {
-    /// Connects with `config` and checks the durability guard: a server whose
-    /// `CONFIG GET appendonly` answers `no` is refused unless the config is volatile. When
-    /// `CONFIG` is not permitted (managed Redis), logs a warning and proceeds.
+    /// Connects with `config` and checks the durability guard (see
+    /// [`RedisConfig::with_volatile`]): a server on which an acknowledged claim can be lost is
+    /// refused. The guard runs again on every new connection, so a server that was restarted
+    /// or replaced with unsafe settings stops this store's operations (and cancels the scopes
+    /// renewing through it) with [`Error::Misconfigured`].
     ///
     /// # Errors
-    /// [`Error::Unavailable`] if the server cannot be reached; [`Error::Backend`] for an invalid
-    /// URL or namespace, a rejected password, or a server that does not persist writes.
+    /// [`Error::Unavailable`] if the server cannot be reached; [`Error::Misconfigured`] for an
+    /// unusable URL (an unknown parameter, a Cluster node behind a plain URL) or namespace, or
+    /// unsafe durability settings, each in one sentence naming the setting and the fix;
+    /// [`Error::Backend`] for a rejected password.
     pub async fn connect(config: RedisConfig) -> Result<RedisLeaseStore> {
         config.check()?;
-        let client = redis::Client::open(config.url()).map_err(|e| {
-            // The URL itself may be in the message; show the redacted one instead.
-            RedisError::Config(format!(
-                "cannot use {}: {}",
-                config.redacted_url(),
-                scrub(&e.to_string(), Some(config.url()))
-            ))
-        })?;
-        let secret = client
-            .get_connection_info()
-            .redis_settings()
-            .password()
-            .map(str::to_owned);
-        let manager_config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(config.response_timeout()))
-            .set_connection_timeout(Some(config.connect_timeout()))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_with_config(client, manager_config)
-            .await
-            .map_err(|e| RedisError::from_driver(&e, secret.as_deref()))?;
-        let store = RedisLeaseStore {
-            conn,
+        let link = Link::connect(&config, Guard::new(&config)).await?;
+        Ok(RedisLeaseStore {
+            link: Arc::new(link),
             keys: Keys::new(config.namespace()),
             config,
-            secret,
-        };
-        store.durability_guard().await?;
-        Ok(store)
+        })
     }
 
     /// [`connect`](RedisLeaseStore::connect) with [`RedisConfig::from_url`].
@@ -157,50 +142,11 @@ impl RedisLeaseStore {
         Self::connect(RedisConfig::from_url(url)).await
     }
 
-    async fn durability_guard(&self) -> Result<()> {
-        let reply: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
-            .arg("GET")
-            .arg("appendonly")
-            .query_async(&mut self.conn.clone())
-            .await;
-        match reply {
-            Ok(pair) => match pair.get(1).map(String::as_str) {
-                Some("yes") => Ok(()),
-                Some("no") if self.config.is_volatile() => {
-                    tracing::warn!(
-                        server = %self.config.redacted_url(),
-                        "redis does not persist writes (appendonly no) and volatile mode is on: \
-                         a restart resets fences, so two holders could share a fence"
-                    );
-                    Ok(())
-                }
-                Some("no") => Err(RedisError::NotDurable {
-                    server: self.config.redacted_url(),
-                }
-                .into()),
-                _ => {
-                    tracing::warn!(
-                        server = %self.config.redacted_url(),
-                        "cannot tell whether redis persists writes (CONFIG GET appendonly gave \
-                         no answer); fences survive a restart only if it does"
-                    );
-                    Ok(())
-                }
-            },
-            Err(e) => {
-                let err = RedisError::from_driver(&e, self.secret.as_deref());
-                if matches!(err, RedisError::Unreachable(_)) {
-                    return Err(err.into());
-                }
-                tracing::warn!(
-                    server = %self.config.redacted_url(),
-                    error = %err,
-                    "cannot check whether redis persists writes (CONFIG not permitted); \
-                     proceeding: fences survive a restart only if the server persists writes"
-                );
-                Ok(())
-            }
-        }
+    /// The unsafe durability settings this store accepted because it is
+    /// [volatile](RedisConfig::with_volatile) (for example `appendfsync everysec`); empty when
+    /// the server is safe. Also shown by `Display`.
+    pub fn accepted_risks(&self) -> Vec<String> {
+        self.link.guard().accepted()
     }
 
     /// The configuration this store was built from.
@@ -242,30 +188,33 @@ impl RedisLeaseStore {
             ))
             .into());
         }
-        let mut call = script.script.key(self.keys.run(lease.run()));
-        call.arg(lease.fence().get());
+        let runs = self.keys.runs();
+        let mut call = script.script.key(&runs);
+        call.arg(keys::encode(lease.run().as_str()))
+            .arg(lease.fence().get());
         for key in keys {
             call.key(key.as_ref());
         }
         for arg in args {
             call.arg(arg);
         }
-        let reply = Reply::new(
-            "fenced script",
-            self.invoke(call.invoke_async(&mut self.conn.clone()))
-                .await?,
-        )?;
+        let (reply, mut session) = self.run("fenced script", &call).await?;
         self.fenced_status(lease, &reply)?;
+        session.replicated(&runs).await?;
         let value = reply.into_items().into_iter().nth(1).unwrap_or(Value::Nil);
         T::from_redis_value(value).map_err(|e| Error::backend(crate::error::BACKEND, e.to_string()))
     }
 
-    async fn invoke(
+    /// Runs a script; returns its reply and the session it ran on, for
+    /// [`replicated`](crate::link::Session::replicated) after a write.
+    async fn run(
         &self,
-        call: impl std::future::Future<Output = redis::RedisResult<Value>>,
-    ) -> Result<Value, RedisError> {
-        call.await
-            .map_err(|e| RedisError::from_driver(&e, self.secret.as_deref()))
+        script: &'static str,
+        call: &ScriptInvocation<'_>,
+    ) -> Result<(Reply, crate::link::Session<'_>), RedisError> {
+        let mut session = self.link.session().await?;
+        let value = session.invoke(call).await?;
+        Ok((Reply::new(script, value)?, session))
     }
 
     /// Turns a fenced script's `none` / `verdict` reply into the contract's error.
@@ -312,21 +261,17 @@ impl RedisLeaseStore {
 
     async fn fenced(&self, lease: &Lease, op: &str, payload: &[u8]) -> Result<Reply> {
         let run = lease.run();
-        let reply = self
-            .invoke(
-                SCRIPTS
-                    .fenced
-                    .key(self.keys.run(run))
-                    .key(self.keys.journal(run))
-                    .key(self.keys.claimable())
-                    .arg(op)
-                    .arg(lease.fence().get())
-                    .arg(payload)
-                    .invoke_async(&mut self.conn.clone()),
-            )
-            .await?;
-        let reply = Reply::new("fenced", reply)?;
+        let runs = self.keys.runs();
+        let mut call = SCRIPTS.fenced.key(&runs);
+        call.key(self.keys.journal(run))
+            .key(self.keys.claimable())
+            .arg(op)
+            .arg(keys::encode(run.as_str()))
+            .arg(lease.fence().get())
+            .arg(payload);
+        let (reply, mut session) = self.run("fenced", &call).await?;
         self.fenced_status(lease, &reply)?;
+        session.replicated(&runs).await?;
         Ok(reply)
     }
 
@@ -347,56 +292,61 @@ impl fmt::Debug for RedisLeaseStore {
 
 impl fmt::Display for RedisLeaseStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.config, f)
+        fmt::Display::fmt(&self.config, f)?;
+        let accepted = self.accepted_risks();
+        if !accepted.is_empty() {
+            write!(
+                f,
+                " [volatile: accepts {}; a fence may be issued twice]",
+                accepted.join(", ")
+            )?;
+        }
+        Ok(())
     }
 }
 
 #[async_trait::async_trait]
 impl LeaseStore for RedisLeaseStore {
     async fn create(&self, run: &RunId) -> Result<RunRecord> {
-        let reply = self
-            .invoke(
-                SCRIPTS
-                    .create
-                    .key(self.keys.run(run))
-                    .key(self.keys.claimable())
-                    .key(self.keys.runs())
-                    .key(self.keys.counter())
-                    .arg(keys::encode(run.as_str()))
-                    .invoke_async(&mut self.conn.clone()),
-            )
-            .await?;
-        let reply = Reply::new("create", reply)?;
+        let runs = self.keys.runs();
+        let mut call = SCRIPTS.create.key(&runs);
+        call.key(self.keys.claimable())
+            .key(self.keys.ids())
+            .key(self.keys.counter())
+            .arg(keys::encode(run.as_str()));
+        let (reply, mut session) = self.run("create", &call).await?;
         match reply.status()? {
-            "ok" => Ok(RunRecord {
-                run: run.clone(),
-                state: RunState::Runnable,
-                owner: None,
-                expires_at: None,
-                fence: lease_core::Fence::ZERO,
-                heartbeats: 0,
-                observed_at: reply.time(1)?,
-            }),
+            "ok" => {
+                session.replicated(&runs).await?;
+                Ok(RunRecord {
+                    run: run.clone(),
+                    state: RunState::Runnable,
+                    owner: None,
+                    expires_at: None,
+                    fence: lease_core::Fence::ZERO,
+                    heartbeats: 0,
+                    observed_at: reply.time(1)?,
+                })
+            }
             "exists" => Err(Error::AlreadyExists { run: run.clone() }),
             other => Err(reply.bad(format!("unknown status {other:?}")).into()),
         }
     }
 
     async fn claim(&self, run: &RunId, worker: &WorkerId, ttl: Ttl) -> Result<Lease> {
-        let reply = self
-            .invoke(
-                SCRIPTS
-                    .claim
-                    .key(self.keys.run(run))
-                    .key(self.keys.claimable())
-                    .arg(worker.as_str())
-                    .arg(ttl.as_millis())
-                    .invoke_async(&mut self.conn.clone()),
-            )
-            .await?;
-        let reply = Reply::new("claim", reply)?;
+        let runs = self.keys.runs();
+        let mut call = SCRIPTS.claim.key(&runs);
+        call.key(self.keys.claimable())
+            .arg(keys::encode(run.as_str()))
+            .arg(worker.as_str())
+            .arg(ttl.as_millis());
+        let (reply, mut session) = self.run("claim", &call).await?;
         match reply.status()? {
-            "ok" => self.lease(run.clone(), worker, ttl, &reply, 1),
+            "ok" => {
+                let lease = self.lease(run.clone(), worker, ttl, &reply, 1)?;
+                session.replicated(&runs).await?;
+                Ok(lease)
+            }
             "none" => Err(Error::NotFound { run: run.clone() }),
             "refused" => {
                 let now = reply.time(5)?;
@@ -421,29 +371,27 @@ impl LeaseStore for RedisLeaseStore {
 
     async fn claim_next(&self, worker: &WorkerId, ttl: Ttl, max: usize) -> Result<Vec<Lease>> {
         check_claim_max(max)?;
-        let reply = self
-            .invoke(
-                SCRIPTS
-                    .claim_next
-                    .key(self.keys.claimable())
-                    .arg(self.keys.run_prefix())
-                    .arg(worker.as_str())
-                    .arg(ttl.as_millis())
-                    .arg(max)
-                    .invoke_async(&mut self.conn.clone()),
-            )
-            .await?;
-        let reply = Reply::new("claim_next", reply)?;
+        let runs = self.keys.runs();
+        let mut call = SCRIPTS.claim_next.key(&runs);
+        call.key(self.keys.claimable())
+            .arg(worker.as_str())
+            .arg(ttl.as_millis())
+            .arg(max);
+        let (reply, mut session) = self.run("claim_next", &call).await?;
         if reply.len() % 3 != 0 {
             return Err(reply.bad("expected triples of id, fence, expiry").into());
         }
-        (0..reply.len())
+        let leases = (0..reply.len())
             .step_by(3)
             .map(|i| {
                 let run = keys::decode(reply.str(i)?)?;
                 self.lease(run, worker, ttl, &reply, i + 1)
             })
-            .collect()
+            .collect::<Result<Vec<Lease>>>()?;
+        if !leases.is_empty() {
+            session.replicated(&runs).await?;
+        }
+        Ok(leases)
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
@@ -458,19 +406,18 @@ impl LeaseStore for RedisLeaseStore {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
-        let mut call = SCRIPTS.renew.key(self.keys.claimable());
+        let runs = self.keys.runs();
+        let mut call = SCRIPTS.renew.key(&runs);
         for lease in leases {
-            call.key(self.keys.run(lease.run()));
-            call.arg(lease.fence().get()).arg(lease.ttl().as_millis());
+            call.arg(keys::encode(lease.run().as_str()))
+                .arg(lease.fence().get())
+                .arg(lease.ttl().as_millis());
         }
-        let reply = self
-            .invoke(call.invoke_async(&mut self.conn.clone()))
-            .await?;
-        let reply = Reply::new("renew", reply)?;
+        let (reply, mut session) = self.run("renew", &call).await?;
         if reply.len() != leases.len() {
             return Err(reply.bad("expected one result per lease").into());
         }
-        Ok(leases
+        let results: Vec<Result<Lease>> = leases
             .iter()
             .enumerate()
             .map(|(i, lease)| {
@@ -485,7 +432,12 @@ impl LeaseStore for RedisLeaseStore {
                 )
                 .map_err(Error::from)
             })
-            .collect())
+            .collect();
+        if results.iter().any(Result::is_ok) {
+            // A renewal a failover could lose is no renewal: the local deadline must not move.
+            session.replicated(&runs).await?;
+        }
+        Ok(results)
     }
 
     async fn append(&self, lease: &Lease, payload: &[u8]) -> Result<JournalEntry> {
@@ -500,16 +452,10 @@ impl LeaseStore for RedisLeaseStore {
     }
 
     async fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>> {
-        let reply = self
-            .invoke(
-                SCRIPTS
-                    .journal
-                    .key(self.keys.run(run))
-                    .key(self.keys.journal(run))
-                    .invoke_async(&mut self.conn.clone()),
-            )
-            .await?;
-        let reply = Reply::new("journal", reply)?;
+        let mut call = SCRIPTS.journal.key(self.keys.runs());
+        call.key(self.keys.journal(run))
+            .arg(keys::encode(run.as_str()));
+        let (reply, _) = self.run("journal", &call).await?;
         match reply.status()? {
             "ok" => {}
             "none" => return Err(Error::NotFound { run: run.clone() }),
@@ -549,18 +495,16 @@ impl LeaseStore for RedisLeaseStore {
     }
 
     async fn resume(&self, run: &RunId) -> Result<RunRecord> {
-        let reply = self
-            .invoke(
-                SCRIPTS
-                    .resume
-                    .key(self.keys.run(run))
-                    .key(self.keys.claimable())
-                    .invoke_async(&mut self.conn.clone()),
-            )
-            .await?;
-        let reply = Reply::new("resume", reply)?;
+        let runs = self.keys.runs();
+        let mut call = SCRIPTS.resume.key(&runs);
+        call.key(self.keys.claimable())
+            .arg(keys::encode(run.as_str()));
+        let (reply, mut session) = self.run("resume", &call).await?;
         match reply.status()? {
-            "ok" => self.record(run, &reply),
+            "ok" => {
+                session.replicated(&runs).await?;
+                self.record(run, &reply)
+            }
             "none" => Err(Error::NotFound { run: run.clone() }),
             "refused" => Err(Error::NotSuspended {
                 run: run.clone(),
@@ -575,15 +519,9 @@ impl LeaseStore for RedisLeaseStore {
     }
 
     async fn inspect(&self, run: &RunId) -> Result<RunRecord> {
-        let reply = self
-            .invoke(
-                SCRIPTS
-                    .inspect
-                    .key(self.keys.run(run))
-                    .invoke_async(&mut self.conn.clone()),
-            )
-            .await?;
-        let reply = Reply::new("inspect", reply)?;
+        let mut call = SCRIPTS.inspect.key(self.keys.runs());
+        call.arg(keys::encode(run.as_str()));
+        let (reply, _) = self.run("inspect", &call).await?;
         match reply.status()? {
             "ok" => self.record(run, &reply),
             "none" => Err(Error::NotFound { run: run.clone() }),
@@ -593,48 +531,52 @@ impl LeaseStore for RedisLeaseStore {
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<RunRecord>> {
         check_list(filter)?;
-        let after = filter
+        let mut after = filter
             .after
             .as_ref()
             .map(|run| keys::encode(run.as_str()))
             .unwrap_or_default();
-        let reply = self
-            .invoke(
-                SCRIPTS
-                    .list
-                    .key(self.keys.runs())
-                    .arg(self.keys.run_prefix())
-                    .arg(after)
-                    .arg(filter.limit)
-                    .arg(filter.state.map_or("", RunState::as_str))
-                    .arg(if filter.expired { "1" } else { "0" })
-                    .invoke_async(&mut self.conn.clone()),
-            )
-            .await?;
-        let reply = Reply::new("list", reply)?;
-        let now = reply.time(0)?;
-        if (reply.len() - 1) % 6 != 0 {
-            return Err(reply.bad("expected records of six fields").into());
+        let mut out = Vec::new();
+        // Page through the ids, LIST_SCAN at a time, so no one script call scans the whole
+        // namespace however selective the filter is.
+        while out.len() < filter.limit {
+            let mut call = SCRIPTS.list.key(self.keys.ids());
+            call.key(self.keys.runs())
+                .arg(&after)
+                .arg(filter.limit - out.len())
+                .arg(filter.state.map_or("", RunState::as_str))
+                .arg(if filter.expired { "1" } else { "0" })
+                .arg(LIST_SCAN);
+            let (reply, _) = self.run("list", &call).await?;
+            let now = reply.time(0)?;
+            if reply.len() < 2 || (reply.len() - 2) % 6 != 0 {
+                return Err(reply
+                    .bad("expected a cursor and records of six fields")
+                    .into());
+            }
+            for i in (2..reply.len()).step_by(6) {
+                out.push(reply.record(keys::decode(reply.str(i)?)?, i + 1, now)?);
+            }
+            let cursor = reply.str(1)?;
+            if cursor.is_empty() {
+                break;
+            }
+            after = cursor.to_owned();
         }
-        (1..reply.len())
-            .step_by(6)
-            .map(|i| Ok(reply.record(keys::decode(reply.str(i)?)?, i + 1, now)?))
-            .collect()
+        Ok(out)
     }
 
     async fn force_release(&self, run: &RunId) -> Result<RunRecord> {
-        let reply = self
-            .invoke(
-                SCRIPTS
-                    .force_release
-                    .key(self.keys.run(run))
-                    .key(self.keys.claimable())
-                    .invoke_async(&mut self.conn.clone()),
-            )
-            .await?;
-        let reply = Reply::new("force_release", reply)?;
+        let runs = self.keys.runs();
+        let mut call = SCRIPTS.force_release.key(&runs);
+        call.key(self.keys.claimable())
+            .arg(keys::encode(run.as_str()));
+        let (reply, mut session) = self.run("force_release", &call).await?;
         match reply.status()? {
-            "ok" => self.record(run, &reply),
+            "ok" => {
+                session.replicated(&runs).await?;
+                self.record(run, &reply)
+            }
             "none" => Err(Error::NotFound { run: run.clone() }),
             "refused" => match reply.state(1)? {
                 RunState::Suspended => Err(Error::Suspended { run: run.clone() }),
