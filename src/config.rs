@@ -31,6 +31,12 @@ pub struct Config {
     pub heartbeat: Option<Duration>,
     /// The namespace (Postgres schema, Redis key prefix); `None` for the backend's default.
     pub namespace: Option<String>,
+    /// Redis: how many replicas must acknowledge a lease or write before it is reported
+    /// (`WAIT`); `None` for the URL's `replicas=` parameter, or 0.
+    pub replicas: Option<u32>,
+    /// Redis: how long to wait for those acknowledgements; `None` for the URL's
+    /// `replica_timeout_ms=` parameter, or 1 s.
+    pub replica_timeout: Option<Duration>,
 }
 
 impl Default for Config {
@@ -40,6 +46,8 @@ impl Default for Config {
             ttl: Ttl::from_secs(30).expect("30 s is a valid TTL"),
             heartbeat: None,
             namespace: None,
+            replicas: None,
+            replica_timeout: None,
         }
     }
 }
@@ -51,6 +59,8 @@ impl fmt::Debug for Config {
             .field("ttl", &self.ttl)
             .field("heartbeat", &self.heartbeat)
             .field("namespace", &self.namespace)
+            .field("replicas", &self.replicas)
+            .field("replica_timeout", &self.replica_timeout)
             .finish()
     }
 }
@@ -60,7 +70,10 @@ impl fmt::Debug for Config {
 #[non_exhaustive]
 pub enum ConfigError {
     /// A URL whose scheme no backend serves.
-    #[error("unknown store scheme {scheme:?}: use memory:, postgres://, redis:// or rediss://")]
+    #[error(
+        "unknown store scheme {scheme:?}: use memory:, postgres://, redis://, rediss://, \
+         redis+cluster:// or redis+sentinel://"
+    )]
     UnknownScheme {
         /// The scheme found.
         scheme: String,
@@ -108,6 +121,18 @@ struct FileConfig {
     ttl_ms: Option<u64>,
     heartbeat_ms: Option<u64>,
     namespace: Option<String>,
+    replicas: Option<u32>,
+    replica_timeout_ms: Option<u64>,
+}
+
+fn replica_timeout_setting(key: &str, ms: u64) -> Result<Duration, ConfigError> {
+    if ms == 0 {
+        return Err(ConfigError::BadSetting {
+            key: key.to_string(),
+            reason: "the replica timeout must be at least 1 ms".to_string(),
+        });
+    }
+    Ok(Duration::from_millis(ms))
 }
 
 fn ttl_setting(key: &str, ms: u64) -> Result<Ttl, ConfigError> {
@@ -167,6 +192,12 @@ impl Config {
         if let Some(ns) = file.namespace {
             self.namespace = Some(ns);
         }
+        if let Some(n) = file.replicas {
+            self.replicas = Some(n);
+        }
+        if let Some(ms) = file.replica_timeout_ms {
+            self.replica_timeout = Some(replica_timeout_setting("replica_timeout_ms", ms)?);
+        }
         Ok(self)
     }
 
@@ -211,6 +242,15 @@ impl Config {
         if let Some(ns) = var("LEASE_NAMESPACE") {
             self.namespace = Some(ns);
         }
+        if let Some(v) = var("LEASE_REPLICAS") {
+            self.replicas = Some(v.trim().parse().map_err(|_| ConfigError::BadSetting {
+                key: "LEASE_REPLICAS".to_string(),
+                reason: format!("{v:?} is not a whole number of replicas"),
+            })?);
+        }
+        if let Some(ms) = number("LEASE_REPLICA_TIMEOUT_MS")? {
+            self.replica_timeout = Some(replica_timeout_setting("LEASE_REPLICA_TIMEOUT_MS", ms)?);
+        }
         Ok(self)
     }
 
@@ -238,6 +278,19 @@ impl Config {
         self
     }
 
+    /// Redis: requires `replicas` replica acknowledgements before a lease or write is
+    /// reported (see `lease_redis::RedisConfig::with_replicas`).
+    pub fn with_replicas(mut self, replicas: u32) -> Config {
+        self.replicas = Some(replicas);
+        self
+    }
+
+    /// Redis: how long to wait for replica acknowledgements.
+    pub fn with_replica_timeout(mut self, timeout: Duration) -> Config {
+        self.replica_timeout = Some(timeout);
+        self
+    }
+
     /// The backend this configuration selects, checked without connecting.
     ///
     /// # Errors
@@ -245,6 +298,22 @@ impl Config {
     pub fn backend(&self) -> Result<Backend, ConfigError> {
         if self.store == "memory:" || self.store == "memory" {
             return Ok(Backend::Memory);
+        }
+        // Cluster and Sentinel URLs list several hosts, which the `url` crate cannot parse:
+        // the Redis adapter reads them itself, and names any problem at connect.
+        if let Some((scheme, rest)) = self.store.split_once("://") {
+            if matches!(
+                scheme,
+                "redis+cluster" | "rediss+cluster" | "redis+sentinel" | "rediss+sentinel"
+            ) {
+                if rest.is_empty() {
+                    return Err(ConfigError::MalformedUrl {
+                        url: redact_url(&self.store),
+                        reason: "it names no host".to_string(),
+                    });
+                }
+                return Ok(Backend::Redis);
+            }
         }
         let url = url::Url::parse(&self.store).map_err(|e| ConfigError::MalformedUrl {
             url: redact_url(&self.store),
@@ -338,6 +407,12 @@ pub async fn connect_store(config: &Config) -> Result<Store, ConfigError> {
             let mut redis = lease_redis::RedisConfig::from_url(&config.store);
             if let Some(ns) = &config.namespace {
                 redis = redis.with_namespace(ns.clone());
+            }
+            if let Some(n) = config.replicas {
+                redis = redis.with_replicas(n);
+            }
+            if let Some(timeout) = config.replica_timeout {
+                redis = redis.with_replica_timeout(timeout);
             }
             Store::Redis(Arc::new(
                 lease_redis::RedisLeaseStore::connect(redis).await?,
