@@ -311,7 +311,7 @@ async fn the_durability_guard_refuses_a_server_without_persistence_unless_opted_
     assert!(
         matches!(
             err,
-            Error::Backend {
+            Error::Misconfigured {
                 backend: "redis",
                 ..
             }
@@ -321,10 +321,13 @@ async fn the_durability_guard_refuses_a_server_without_persistence_unless_opted_
     assert!(!err.is_retryable());
     let text = err.to_string();
     assert!(
-        text.contains("appendonly") && text.contains("volatile=true"),
+        text.contains("appendonly no") && text.contains("volatile=true"),
         "{text}"
     );
-    assert!(text.contains("share a fence"), "{text}");
+    assert!(
+        text.contains("issue a fence an old holder still carries"),
+        "{text}"
+    );
 
     let store = RedisLeaseStore::from_url(&format!("{}?volatile=true", server.url()))
         .await
@@ -337,10 +340,8 @@ async fn the_durability_guard_refuses_a_server_without_persistence_unless_opted_
 }
 
 #[tokio::test]
-async fn when_config_is_not_permitted_the_guard_warns_and_proceeds() {
-    // A non-persistent server, so a guard that could read CONFIG would refuse: proceeding
-    // proves it could not, and warned instead.
-    let Some(server) = server(false, None) else {
+async fn when_config_is_not_permitted_the_guard_refuses_unless_volatile() {
+    let Some(server) = server(true, None) else {
         return;
     };
     let mut conn = raw(&server.url()).await;
@@ -352,10 +353,24 @@ async fn when_config_is_not_permitted_the_guard_warns_and_proceeds() {
     let log = Arc::new(Mutex::new(String::new()));
     let _guard = tracing::subscriber::set_default(Capture(log.clone()));
     let url = format!("redis://app:app-pw@127.0.0.1:{}", server.port());
-    let store = RedisLeaseStore::from_url(&url).await.unwrap();
+    let err = RedisLeaseStore::from_url(&url).await.unwrap_err();
+    assert!(matches!(err, Error::Misconfigured { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("CONFIG GET is not permitted"), "{text}");
+    assert!(!text.contains("app-pw"), "{text}");
+    let store = RedisLeaseStore::from_url(&format!("{url}?volatile=true"))
+        .await
+        .unwrap();
     store.create(&run("r")).await.unwrap();
+    let shown = store.to_string();
+    assert!(
+        shown.contains("volatile: accepts CONFIG unreadable"),
+        "{shown}"
+    );
+    assert!(!shown.contains("app-pw"), "{shown}");
     let log = log.lock().unwrap().clone();
-    assert!(log.contains("CONFIG not permitted"), "{log}");
+    assert!(log.contains("volatile mode"), "{log}");
+    assert!(log.contains("CONFIG unreadable"), "{log}");
     assert!(!log.contains("app-pw"), "{log}");
 }
 
@@ -433,7 +448,7 @@ async fn a_fenced_script_runs_only_under_the_current_fence() {
         .fenced_script::<i64, _, _>(&c, &push, &["elsewhere"], &["x"])
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(matches!(err, Error::Misconfigured { .. }), "{err:?}");
     let missing = store
         .fenced_script::<i64, _, _>(&c, &push, &[&outbox], &["from c"])
         .await
@@ -465,7 +480,7 @@ async fn stores_in_different_namespaces_do_not_see_each_other() {
     let bad = RedisLeaseStore::connect(RedisConfig::from_url(server.url()).with_namespace("a}b"))
         .await
         .unwrap_err();
-    assert!(matches!(bad, Error::Backend { .. }), "{bad:?}");
+    assert!(matches!(bad, Error::Misconfigured { .. }), "{bad:?}");
 }
 
 #[tokio::test]

@@ -237,8 +237,9 @@ impl Raw {
             Raw::Redis { conn, tag, scripts } => {
                 let reply: Value = scripts
                     .claim
-                    .key(format!("{tag}:r:{}", hex(run)))
+                    .key(format!("{tag}:runs"))
                     .key(format!("{tag}:claimable"))
+                    .arg(hex(run))
                     .arg(worker)
                     .arg(ttl_ms)
                     .invoke_async(&mut conn.clone())
@@ -277,8 +278,8 @@ impl Raw {
             Raw::Redis { conn, tag, scripts } => {
                 let reply: Value = scripts
                     .claim_next
+                    .key(format!("{tag}:runs"))
                     .key(format!("{tag}:claimable"))
-                    .arg(format!("{tag}:r:"))
                     .arg(worker)
                     .arg(ttl_ms)
                     .arg(max)
@@ -335,10 +336,9 @@ impl Raw {
                 Ok(())
             }
             Raw::Redis { conn, tag, scripts } => {
-                let mut call = scripts.renew.key(format!("{tag}:claimable"));
+                let mut call = scripts.renew.key(format!("{tag}:runs"));
                 for (run, fence, ttl) in leases {
-                    call.key(format!("{tag}:r:{}", hex(run)));
-                    call.arg(*fence).arg(*ttl);
+                    call.arg(hex(run)).arg(*fence).arg(*ttl);
                 }
                 let reply: Value = call.invoke_async(&mut conn.clone()).await?;
                 let results = items(reply)?;
@@ -410,10 +410,11 @@ impl Raw {
         let id = hex(run);
         let reply: Value = scripts
             .fenced
-            .key(format!("{tag}:r:{id}"))
+            .key(format!("{tag}:runs"))
             .key(format!("{tag}:j:{id}"))
             .key(format!("{tag}:claimable"))
             .arg(op)
+            .arg(&id)
             .arg(fence)
             .arg(payload)
             .invoke_async(&mut conn.clone())
@@ -445,9 +446,9 @@ impl Raw {
                         for run in chunk {
                             let id = hex(&run);
                             let reply: Value = script
-                                .key(format!("{tag}:r:{id}"))
-                                .key(format!("{tag}:claimable"))
                                 .key(format!("{tag}:runs"))
+                                .key(format!("{tag}:claimable"))
+                                .key(format!("{tag}:ids"))
                                 .key(format!("{tag}:seq"))
                                 .arg(&id)
                                 .invoke_async(&mut conn)
@@ -500,27 +501,26 @@ impl Raw {
                     let mut pipe = redis::pipe();
                     for run in chunk {
                         let id = hex(run);
-                        pipe.cmd("HMGET")
-                            .arg(format!("{tag}:r:{id}"))
-                            .arg(&["s", "o", "f", "h"]);
+                        pipe.cmd("HGET").arg(format!("{tag}:runs")).arg(&id);
                         pipe.cmd("LLEN").arg(format!("{tag}:j:{id}"));
                     }
                     let replies: Vec<Value> = pipe.query_async(&mut conn.clone()).await?;
                     for pair in replies.chunks(2) {
-                        let fields = items(pair[0].clone())?;
-                        let field = |i: usize| -> Option<String> {
-                            fields
-                                .get(i)
-                                .and_then(|v| text(v).ok())
-                                .map(|b| String::from_utf8_lossy(b).into_owned())
-                        };
-                        let state =
-                            field(0).ok_or_else(|| BenchError::wrong("validation: run missing"))?;
+                        // 'state:fence:heartbeats:expiry:member:owner', as common.lua writes it.
+                        let record = String::from_utf8_lossy(
+                            text(&pair[0])
+                                .map_err(|_| BenchError::wrong("validation: run missing"))?,
+                        )
+                        .into_owned();
+                        let mut fields = record.splitn(6, ':');
+                        let mut field = || fields.next().unwrap_or_default().to_owned();
+                        let (state, fence, heartbeats, _expiry, _member, owner) =
+                            (field(), field(), field(), field(), field(), field());
                         out.push(Seen {
                             state,
-                            owner: field(1).filter(|o| !o.is_empty()),
-                            fence: field(2).and_then(|f| f.parse().ok()).unwrap_or(0),
-                            heartbeats: field(3).and_then(|f| f.parse().ok()).unwrap_or(0),
+                            owner: Some(owner).filter(|o| !o.is_empty()),
+                            fence: fence.parse().unwrap_or(0),
+                            heartbeats: heartbeats.parse().unwrap_or(0),
                             journal: int(&pair[1])?,
                         });
                     }
