@@ -35,7 +35,7 @@ pub(crate) enum RedisError {
         detail: String,
     },
     /// The configuration cannot be used.
-    #[error("invalid redis configuration: {0}")]
+    #[error("{0}")]
     Config(String),
 }
 

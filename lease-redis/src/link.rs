@@ -31,6 +31,7 @@ pub(crate) struct Link {
     secret: Option<String>,
 }
 
+#[allow(clippy::large_enum_variant)] // one per store, never moved after connect
 enum Kind {
     /// One server, or the Sentinels' primary: a multiplexed connection made anew after a
     /// failure, so that a restarted or promoted server is checked before it is used.
