@@ -1,12 +1,41 @@
-//! How to reach Postgres: URL, schema, pool size and timeouts.
+//! How to reach Postgres: URL (one host or several), schema, pool size, timeouts, and the
+//! durability the store demands of the server.
 
 use std::fmt;
+use std::str::FromStr;
 use std::time::Duration;
 
-use crate::error::redact;
+use sqlx::postgres::PgConnectOptions;
+
+use crate::error::{redact, PgError};
 
 /// The schema a store uses unless told otherwise.
 pub const DEFAULT_SCHEMA: &str = "lease";
+
+/// The URL parameters this adapter reads itself (see [`PostgresConfig::from_url`]).
+const OWN_PARAMETERS: [&str; 3] = ["sync_replicas", "sync_timeout_ms", "lock_wait_ms"];
+
+/// The URL parameters sqlx 0.8 documents and reads; every other parameter is refused.
+const SQLX_PARAMETERS: [&str; 18] = [
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "application_name",
+    "options",
+];
 
 /// Connection settings for a [`PostgresLeaseStore`](crate::PostgresLeaseStore).
 ///
@@ -15,7 +44,7 @@ pub const DEFAULT_SCHEMA: &str = "lease";
 /// ```
 /// use std::time::Duration;
 /// use lease_postgres::PostgresConfig;
-/// let config = PostgresConfig::from_url("postgres://app:s3cret@db.internal/engine")
+/// let config = PostgresConfig::from_url("postgres://app:s3cret@db1:5432,db2:5432/engine?sync_replicas=1")
 ///     .with_schema("tenant_a")
 ///     .with_max_connections(16)
 ///     .with_acquire_timeout(Duration::from_secs(2));
@@ -28,12 +57,41 @@ pub struct PostgresConfig {
     pub(crate) max_connections: u32,
     pub(crate) acquire_timeout: Duration,
     pub(crate) migrate: bool,
+    pub(crate) sync_replicas: Option<u32>,
+    pub(crate) sync_timeout: Option<Duration>,
+    pub(crate) lock_wait: Option<Duration>,
+    pub(crate) transaction_floor: Duration,
+    pub(crate) transaction_cap: Duration,
+}
+
+/// What the URL says, checked.
+pub(crate) struct Parsed {
+    /// One set of options per host, in the URL's order, without session settings.
+    pub(crate) hosts: Vec<PgConnectOptions>,
+    pub(crate) sync_replicas: u32,
+    pub(crate) sync_timeout: Duration,
+    pub(crate) lock_wait: Duration,
 }
 
 impl PostgresConfig {
-    /// Settings for the database at `url` (`postgres://user:password@host:port/db?...`), with
-    /// schema [`DEFAULT_SCHEMA`], 10 connections, a 5 s acquire timeout and migrations on.
-    /// The URL is parsed when connecting.
+    /// Settings for the database at `url`, with schema [`DEFAULT_SCHEMA`], 10 connections, a
+    /// 5 s acquire timeout and migrations on. The URL is parsed when connecting.
+    ///
+    /// The URL is `postgres://user:password@host:port/db?...`; several hosts may be listed,
+    /// comma-separated (`postgres://u:p@h1:5432,h2:5432/db`), in which case the store works on
+    /// whichever of them is the primary (`pg_is_in_recovery()` is false) and moves to another
+    /// when that one fails or turns out to be a standby.
+    ///
+    /// URL parameters are strict: besides those sqlx reads (`sslmode`, `sslrootcert`,
+    /// `sslcert`, `sslkey`, `statement-cache-capacity`, `application_name`, `options`, …)
+    /// only these are understood, and any other is a [`Misconfigured`](lease_core::Error::Misconfigured)
+    /// error naming it:
+    ///
+    /// | parameter | meaning | default |
+    /// |---|---|---|
+    /// | `sync_replicas=N` | as [`with_sync_replicas`](Self::with_sync_replicas) | 0 |
+    /// | `sync_timeout_ms=MS` | as [`with_sync_timeout`](Self::with_sync_timeout) | 2000 |
+    /// | `lock_wait_ms=MS` | as [`with_lock_wait`](Self::with_lock_wait) | 1000 |
     pub fn from_url(url: impl Into<String>) -> PostgresConfig {
         PostgresConfig {
             url: url.into(),
@@ -41,6 +99,11 @@ impl PostgresConfig {
             max_connections: 10,
             acquire_timeout: Duration::from_secs(5),
             migrate: true,
+            sync_replicas: None,
+            sync_timeout: None,
+            lock_wait: None,
+            transaction_floor: Duration::from_millis(250),
+            transaction_cap: Duration::from_secs(60),
         }
     }
 
@@ -71,6 +134,46 @@ impl PostgresConfig {
         self
     }
 
+    /// Requires every claim and fenced write to be durable on `n` synchronous standbys before
+    /// it is reported (0, the default, requires none). Overrides the URL's `sync_replicas`.
+    ///
+    /// With `n > 0` the store sets `synchronous_commit = on` on its sessions, checks on every
+    /// new connection that the server is a primary whose `synchronous_standby_names` is set and
+    /// that at least `n` synchronous standbys stream from it, and after every write confirms in
+    /// `pg_stat_replication` that `n` of them flushed it. A write that is not confirmed within
+    /// the [sync timeout](Self::with_sync_timeout) is reported as a retryable
+    /// [`Unavailable`](lease_core::Error::Unavailable), never as success: a claim is not handed
+    /// out. The role needs `pg_monitor` (or superuser) to read the standbys' positions.
+    pub fn with_sync_replicas(mut self, n: u32) -> PostgresConfig {
+        self.sync_replicas = Some(n);
+        self
+    }
+
+    /// How long a write waits for its synchronous standbys before its wait is cancelled and it
+    /// is reported as [`Unavailable`](lease_core::Error::Unavailable) (default 2 s). Overrides
+    /// the URL's `sync_timeout_ms`.
+    pub fn with_sync_timeout(mut self, timeout: Duration) -> PostgresConfig {
+        self.sync_timeout = Some(timeout);
+        self
+    }
+
+    /// How long any statement of the store waits for a row lock held by another transaction
+    /// (Postgres `lock_timeout`, set on every session), default 1 s. A `claim`, `renew` or
+    /// fenced write that waits longer fails with a retryable
+    /// [`Unavailable`](lease_core::Error::Unavailable). Overrides the URL's `lock_wait_ms`.
+    pub fn with_lock_wait(mut self, wait: Duration) -> PostgresConfig {
+        self.lock_wait = Some(wait);
+        self
+    }
+
+    /// The floor and cap of a fenced transaction's bound (defaults 250 ms and 60 s); see
+    /// [`PostgresLeaseStore::fenced_transaction`](crate::PostgresLeaseStore::fenced_transaction).
+    pub fn with_transaction_bound(mut self, floor: Duration, cap: Duration) -> PostgresConfig {
+        self.transaction_floor = floor.max(Duration::from_millis(1));
+        self.transaction_cap = cap.max(self.transaction_floor);
+        self
+    }
+
     /// The schema the store uses.
     pub fn schema(&self) -> &str {
         &self.schema
@@ -79,6 +182,84 @@ impl PostgresConfig {
     /// The URL with its password replaced by `******`.
     pub fn redacted_url(&self) -> String {
         redact(&self.url)
+    }
+
+    /// Parses and checks the URL.
+    pub(crate) fn parse(&self) -> Result<Parsed, PgError> {
+        let shown = self.redacted_url();
+        let rest = self
+            .url
+            .strip_prefix("postgres://")
+            .or_else(|| self.url.strip_prefix("postgresql://"))
+            .ok_or_else(|| {
+                PgError::Config(format!("{shown} is not a postgres:// or postgresql:// URL"))
+            })?;
+        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (authority, path) = match rest.find('/') {
+            Some(slash) => rest.split_at(slash),
+            None => (rest, ""),
+        };
+        let (userinfo, host_list) = match authority.rfind('@') {
+            Some(at) => (&authority[..=at], &authority[at + 1..]),
+            None => ("", authority),
+        };
+        let mut sync_replicas = 0;
+        let mut sync_timeout = Duration::from_secs(2);
+        let mut lock_wait = Duration::from_secs(1);
+        let mut passed = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let number = || {
+                value.parse::<u64>().map_err(|_| {
+                    PgError::Config(format!(
+                        "URL parameter {key}={value:?} must be a whole number"
+                    ))
+                })
+            };
+            match key {
+                "sync_replicas" => {
+                    sync_replicas = u32::try_from(number()?).map_err(|_| {
+                        PgError::Config(format!("sync_replicas={value} is out of range"))
+                    })?;
+                }
+                "sync_timeout_ms" => sync_timeout = Duration::from_millis(number()?.max(1)),
+                "lock_wait_ms" => lock_wait = Duration::from_millis(number()?.max(1)),
+                k if SQLX_PARAMETERS.contains(&k) || k.starts_with("options[") => {
+                    passed.push(pair);
+                }
+                other => {
+                    return Err(PgError::Config(format!(
+                        "unknown URL parameter {other:?} in {shown}: lease-postgres understands {} \
+                         and sqlx's {}",
+                        OWN_PARAMETERS.join(", "),
+                        SQLX_PARAMETERS.join(", ")
+                    )))
+                }
+            }
+        }
+        let query = if passed.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", passed.join("&"))
+        };
+        let mut hosts = Vec::new();
+        for host in host_list.split(',') {
+            if host_list.contains(',') && host.is_empty() {
+                return Err(PgError::Config(format!(
+                    "an empty host in the list of {shown}"
+                )));
+            }
+            let one = format!("postgres://{userinfo}{host}{path}{query}");
+            let options = PgConnectOptions::from_str(&one)
+                .map_err(|e| PgError::Config(format!("{shown}: {}", redact(&e.to_string()))))?;
+            hosts.push(options);
+        }
+        Ok(Parsed {
+            hosts,
+            sync_replicas: self.sync_replicas.unwrap_or(sync_replicas),
+            sync_timeout: self.sync_timeout.unwrap_or(sync_timeout),
+            lock_wait: self.lock_wait.unwrap_or(lock_wait),
+        })
     }
 }
 
@@ -90,6 +271,11 @@ impl fmt::Debug for PostgresConfig {
             .field("max_connections", &self.max_connections)
             .field("acquire_timeout", &self.acquire_timeout)
             .field("migrate", &self.migrate)
+            .field("sync_replicas", &self.sync_replicas)
+            .field("sync_timeout", &self.sync_timeout)
+            .field("lock_wait", &self.lock_wait)
+            .field("transaction_floor", &self.transaction_floor)
+            .field("transaction_cap", &self.transaction_cap)
             .finish()
     }
 }
@@ -111,5 +297,64 @@ mod tests {
             assert!(!shown.contains("hunter2"), "{shown}");
             assert!(shown.contains("app:******@localhost"), "{shown}");
         }
+    }
+
+    #[test]
+    fn several_hosts_and_own_parameters_are_read() {
+        let config = PostgresConfig::from_url(
+            "postgres://app:pw@h1:5432,h2:6543/db?sync_replicas=2&sync_timeout_ms=700&lock_wait_ms=300&sslmode=disable&application_name=x",
+        );
+        let parsed = config.parse().unwrap();
+        let hosts: Vec<(String, u16)> = parsed
+            .hosts
+            .iter()
+            .map(|o| (o.get_host().to_owned(), o.get_port()))
+            .collect();
+        assert_eq!(hosts, [("h1".to_owned(), 5432), ("h2".to_owned(), 6543)]);
+        assert_eq!(parsed.hosts[1].get_database(), Some("db"));
+        assert_eq!(parsed.sync_replicas, 2);
+        assert_eq!(parsed.sync_timeout, Duration::from_millis(700));
+        assert_eq!(parsed.lock_wait, Duration::from_millis(300));
+        let overridden = config.with_sync_replicas(1).parse().unwrap();
+        assert_eq!(overridden.sync_replicas, 1);
+    }
+
+    #[test]
+    fn unknown_parameters_are_refused_by_name_without_the_password() {
+        for (url, named) in [
+            (
+                "postgres://app:pw1234@h/db?sync_replica=1",
+                "\"sync_replica\"",
+            ),
+            (
+                "postgres://app:pw1234@h/db?synchronous_replicas=1",
+                "\"synchronous_replicas\"",
+            ),
+            (
+                "postgres://app:pw1234@h/db?sslmode=disable&lock_wait=5",
+                "\"lock_wait\"",
+            ),
+        ] {
+            let err = PostgresConfig::from_url(url).parse().err().unwrap();
+            let err = lease_core::Error::from(err);
+            assert!(
+                matches!(
+                    err,
+                    lease_core::Error::Misconfigured {
+                        backend: "postgres",
+                        ..
+                    }
+                ),
+                "{err:?}"
+            );
+            let shown = format!("{err} {err:?}");
+            assert!(shown.contains(named), "{shown}");
+            assert!(!shown.contains("pw1234"), "{shown}");
+        }
+        let err = PostgresConfig::from_url("postgres://h/db?sync_replicas=two")
+            .parse()
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("sync_replicas"), "{err}");
     }
 }

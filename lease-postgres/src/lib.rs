@@ -2,6 +2,7 @@
 
 mod config;
 mod error;
+mod route;
 mod store;
 mod transaction;
 

@@ -2,7 +2,6 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,11 +11,14 @@ use lease_core::{
     StoreTime, Ttl, WorkerId,
 };
 use sqlx::migrate::Migrator;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgArguments, PgPool, PgPoolOptions, PgRow};
+use sqlx::query::Query;
+use sqlx::Postgres;
 use sqlx::Row;
 
 use crate::config::PostgresConfig;
 use crate::error::PgError;
+use crate::route::Route;
 use crate::transaction::FencedTransaction;
 
 /// The embedded migrations; they run unqualified with `search_path` set to the store's schema.
@@ -86,7 +88,9 @@ impl Queries {
 /// atomically with the fence check.
 #[derive(Clone)]
 pub struct PostgresLeaseStore {
-    pool: PgPool,
+    pub(crate) route: Arc<Route>,
+    /// The floor and cap of a fenced transaction's bound, in milliseconds.
+    pub(crate) transaction_bound: (i64, i64),
     schema: String,
     pub(crate) sql: Arc<Queries>,
     shown: String,
@@ -100,23 +104,29 @@ impl PostgresLeaseStore {
     /// [`Error::Backend`] for a malformed URL or schema, refused credentials or a failed
     /// migration. No error carries the password.
     pub async fn connect(config: PostgresConfig) -> Result<PostgresLeaseStore> {
-        let options = PgConnectOptions::from_str(&config.url)
-            .map_err(|e| PgError::Config(crate::error::redact(&e.to_string())))?;
-        let pool = PgPoolOptions::new()
-            .max_connections(config.max_connections)
-            .acquire_timeout(config.acquire_timeout)
-            // sqlx pings every connection it hands out by default: one extra round trip per
-            // operation (60-70 us on loopback, measured by `lease bench`). A connection that died
-            // meanwhile fails its statement instead, as `Unavailable`, and is discarded.
-            .test_before_acquire(false)
-            .connect_lazy_with(options.clone());
-        // One direct connection first: through the pool, a refused or unreachable server only
-        // shows as "pool timed out" after the whole acquire timeout, hiding why.
-        probe(&options, config.acquire_timeout).await?;
-        let store = PostgresLeaseStore::assemble(pool, &config.schema)?;
+        let parsed = config.parse()?;
+        let route = Route::new(&config, parsed);
+        // Direct connections first: through the pool, a refused or unreachable server only
+        // shows as "pool timed out" after the whole acquire timeout, hiding why. This also
+        // picks the primary among several hosts.
+        route.find_primary(config.acquire_timeout).await?;
+        let mut store = PostgresLeaseStore::assemble(route, &config.schema)?;
+        store.transaction_bound = (
+            config.transaction_floor.as_millis() as i64,
+            config.transaction_cap.as_millis() as i64,
+        );
         if config.migrate {
             store.migrate().await?;
         }
+        // One pooled connection now, so a server that fails the checks (a standby, missing
+        // synchronous standbys) is refused at connect rather than on the first operation.
+        drop(
+            store
+                .pool()
+                .acquire()
+                .await
+                .map_err(|e| store.route.fail(e))?,
+        );
         Ok(store)
     }
 
@@ -135,19 +145,19 @@ impl PostgresLeaseStore {
     /// # Errors
     /// As [`PostgresLeaseStore::connect`].
     pub async fn from_pool(pool: PgPool, schema: &str) -> Result<PostgresLeaseStore> {
-        let store = PostgresLeaseStore::assemble(pool, schema)?;
+        let store = PostgresLeaseStore::assemble(Route::over(pool), schema)?;
         store.migrate().await?;
         Ok(store)
     }
 
-    fn assemble(pool: PgPool, schema: &str) -> Result<PostgresLeaseStore> {
+    fn assemble(route: Arc<Route>, schema: &str) -> Result<PostgresLeaseStore> {
         if schema.is_empty() || schema.len() > 63 || schema.contains('\0') {
             return Err(PgError::Config(format!(
                 "schema name {schema:?} must be 1 to 63 bytes without NUL"
             ))
             .into());
         }
-        let options = pool.connect_options();
+        let options = route.current_options();
         let shown = format!(
             "postgres://{}:{}/{} (schema {schema})",
             options.get_host(),
@@ -155,7 +165,8 @@ impl PostgresLeaseStore {
             options.get_database().unwrap_or(""),
         );
         Ok(PostgresLeaseStore {
-            pool,
+            route,
+            transaction_bound: (250, 60_000),
             schema: schema.to_owned(),
             sql: Arc::new(Queries::new(schema)),
             shown,
@@ -170,7 +181,7 @@ impl PostgresLeaseStore {
     /// # Errors
     /// As [`PostgresLeaseStore::connect`].
     pub async fn migrate(&self) -> Result<()> {
-        let timeout = self.pool.options().get_acquire_timeout();
+        let timeout = self.pool().options().get_acquire_timeout();
         let prepare: Arc<[String; 3]> = Arc::new([
             self.sql.migrate_lock.clone(),
             self.sql.create_schema.clone(),
@@ -197,15 +208,60 @@ impl PostgresLeaseStore {
                     Ok(())
                 })
             })
-            .connect_lazy_with((*self.pool.connect_options()).clone());
+            // Waiting for another process's migration lock is the point here: no lock_timeout.
+            .connect_lazy_with(
+                self.route
+                    .current_options()
+                    .options([("lock_timeout", "0"), ("statement_timeout", "0")]),
+            );
         let applied = MIGRATOR.run(&pool).await;
         pool.close().await;
         Ok(applied.map_err(PgError::from)?)
     }
 
     /// The pool, for the caller's own statements.
+    ///
+    /// Its sessions carry the store's settings: `lock_timeout` (the
+    /// [lock wait](PostgresConfig::with_lock_wait)) and, under `sync_replicas`,
+    /// `synchronous_commit = on`.
     pub fn pool(&self) -> &PgPool {
-        &self.pool
+        &self.route.pool
+    }
+
+    /// A statement that writes, returning at most one row: its wait for synchronous standbys
+    /// is bounded, and a row (a write done) is reported only once durable as configured.
+    async fn write_opt(&self, query: Query<'_, Postgres, PgArguments>) -> Result<Option<PgRow>> {
+        let row = self
+            .route
+            .bounded(query.fetch_optional(self.pool()))
+            .await?;
+        if row.is_some() {
+            self.route.confirm().await?;
+        }
+        Ok(row)
+    }
+
+    /// As [`write_opt`](Self::write_opt), for statements returning many rows.
+    async fn write_all(&self, query: Query<'_, Postgres, PgArguments>) -> Result<Vec<PgRow>> {
+        let rows = self.route.bounded(query.fetch_all(self.pool())).await?;
+        if !rows.is_empty() {
+            self.route.confirm().await?;
+        }
+        Ok(rows)
+    }
+
+    async fn read_opt(&self, query: Query<'_, Postgres, PgArguments>) -> Result<Option<PgRow>> {
+        Ok(query
+            .fetch_optional(self.pool())
+            .await
+            .map_err(|e| self.route.fail(e))?)
+    }
+
+    async fn read_all(&self, query: Query<'_, Postgres, PgArguments>) -> Result<Vec<PgRow>> {
+        Ok(query
+            .fetch_all(self.pool())
+            .await
+            .map_err(|e| self.route.fail(e))?)
     }
 
     /// The schema holding the store's tables.
@@ -216,12 +272,29 @@ impl PostgresLeaseStore {
     /// Opens a transaction, locks the run's row (`SELECT … FOR UPDATE`) and verifies `lease`
     /// by the fenced-write rules. The caller runs its own statements on the returned
     /// transaction; [`FencedTransaction::commit`] makes them and the fence check one atomic
-    /// unit. While it is open no claim of the run can commit (claims wait on the row lock),
-    /// so keep it short.
+    /// unit. While it is open no claim of the run can commit, so the server bounds it.
+    ///
+    /// # The bound
+    /// In the same round trip as the lock, the transaction gets
+    /// `bound = clamp(lease time left on the database clock, floor, cap)` (floor 250 ms, cap
+    /// 60 s by default; see [`PostgresConfig::with_transaction_bound`]) as its transaction-local
+    /// `lock_timeout`, `statement_timeout` and `idle_in_transaction_session_timeout`. The time
+    /// left is the row's `lease_expires_at - now()`. The server enforces these by itself, even
+    /// when the client is frozen or partitioned: a transaction idle for longer than the bound
+    /// (the client stopped between statements or before `commit`) is ended with its session,
+    /// and one statement running longer is cancelled; either way nothing it wrote lands and its
+    /// `commit` fails with [`Error::Unavailable`]. So a frozen holder delays a reclaim of the run
+    /// by at most `floor` past its lease's expiry. A client that keeps issuing statements can
+    /// hold the row longer (each idle gap and each statement is bounded, not their sum); it
+    /// is running, and its own scope's deadline stops it.
+    ///
+    /// The wait for the row lock itself is bounded by the store's
+    /// [lock wait](PostgresConfig::with_lock_wait).
     ///
     /// # Errors
     /// [`Error::NotFound`], [`Error::StaleFence`], [`Error::FenceAhead`],
-    /// [`Error::LeaseEnded`]; [`Error::Unavailable`] if the database cannot be reached.
+    /// [`Error::LeaseEnded`]; [`Error::Unavailable`] if the database cannot be reached or the
+    /// row stayed locked by another transaction for longer than the lock wait.
     pub async fn fenced_transaction(&self, lease: &Lease) -> Result<FencedTransaction> {
         FencedTransaction::begin(self, lease).await
     }
@@ -245,11 +318,9 @@ impl PostgresLeaseStore {
     }
 
     async fn explain(&self, run: &RunId) -> Result<Option<Explained>> {
-        let row = sqlx::query(&self.sql.explain)
-            .bind(run.as_str())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(PgError::from)?;
+        let row = self
+            .read_opt(sqlx::query(&self.sql.explain).bind(run.as_str()))
+            .await?;
         Ok(row.map(|row| Explained::from_row(&row)).transpose()?)
     }
 
@@ -262,13 +333,14 @@ impl PostgresLeaseStore {
 
     async fn renew_one(&self, lease: &Lease) -> Result<Lease> {
         for _ in 0..ATTEMPTS {
-            let row = sqlx::query(&self.sql.renew)
-                .bind(lease.run().as_str())
-                .bind(fence_param(lease.fence()))
-                .bind(ttl_param(lease.ttl()))
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(PgError::from)?;
+            let row = self
+                .write_opt(
+                    sqlx::query(&self.sql.renew)
+                        .bind(lease.run().as_str())
+                        .bind(fence_param(lease.fence()))
+                        .bind(ttl_param(lease.ttl())),
+                )
+                .await?;
             if let Some(row) = row {
                 let expires_at = store_time(get(&row, "expires_us")?)?;
                 return renewed(lease, expires_at);
@@ -280,13 +352,14 @@ impl PostgresLeaseStore {
 
     async fn end(&self, lease: &Lease, to: RunState) -> Result<()> {
         for _ in 0..ATTEMPTS {
-            let row = sqlx::query(&self.sql.end_lease)
-                .bind(lease.run().as_str())
-                .bind(fence_param(lease.fence()))
-                .bind(to.as_str())
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(PgError::from)?;
+            let row = self
+                .write_opt(
+                    sqlx::query(&self.sql.end_lease)
+                        .bind(lease.run().as_str())
+                        .bind(fence_param(lease.fence()))
+                        .bind(to.as_str()),
+                )
+                .await?;
             if row.is_some() {
                 return Ok(());
             }
@@ -304,11 +377,7 @@ impl PostgresLeaseStore {
         refusal: impl Fn(Option<&RunRecord>) -> Option<Error>,
     ) -> Result<RunRecord> {
         for _ in 0..ATTEMPTS {
-            let row = sqlx::query(sql)
-                .bind(run.as_str())
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(PgError::from)?;
+            let row = self.write_opt(sqlx::query(sql).bind(run.as_str())).await?;
             if let Some(row) = row {
                 return Ok(record(&row)?);
             }
@@ -427,7 +496,7 @@ impl fmt::Debug for PostgresLeaseStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostgresLeaseStore")
             .field("server", &self.shown)
-            .field("pool_size", &self.pool.size())
+            .field("pool_size", &self.pool().size())
             .finish()
     }
 }
@@ -449,13 +518,14 @@ impl LeaseStore for PostgresLeaseStore {
 
     async fn claim(&self, run: &RunId, worker: &WorkerId, ttl: Ttl) -> Result<Lease> {
         for _ in 0..ATTEMPTS {
-            let row = sqlx::query(&self.sql.claim)
-                .bind(run.as_str())
-                .bind(worker.as_str())
-                .bind(ttl_param(ttl))
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(PgError::from)?;
+            let row = self
+                .write_opt(
+                    sqlx::query(&self.sql.claim)
+                        .bind(run.as_str())
+                        .bind(worker.as_str())
+                        .bind(ttl_param(ttl)),
+                )
+                .await?;
             if let Some(row) = row {
                 let fence = fence(get(&row, "fence")?)?;
                 let expires_at = store_time(get(&row, "expires_us")?)?;
@@ -477,13 +547,14 @@ impl LeaseStore for PostgresLeaseStore {
 
     async fn claim_next(&self, worker: &WorkerId, ttl: Ttl, max: usize) -> Result<Vec<Lease>> {
         check_claim_max(max)?;
-        let rows = sqlx::query(&self.sql.claim_next)
-            .bind(worker.as_str())
-            .bind(ttl_param(ttl))
-            .bind(max as i64)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(PgError::from)?;
+        let rows = self
+            .write_all(
+                sqlx::query(&self.sql.claim_next)
+                    .bind(worker.as_str())
+                    .bind(ttl_param(ttl))
+                    .bind(max as i64),
+            )
+            .await?;
         rows.iter()
             .map(|row| {
                 let run = RunId::new(get::<String>(row, "run_id")?).map_err(corrupt)?;
@@ -516,13 +587,14 @@ impl LeaseStore for PostgresLeaseStore {
         let runs: Vec<&str> = leases.iter().map(|l| l.run().as_str()).collect();
         let fences: Vec<i64> = leases.iter().map(|l| fence_param(l.fence())).collect();
         let ttls: Vec<i64> = leases.iter().map(|l| ttl_param(l.ttl())).collect();
-        let rows = sqlx::query(&self.sql.renew_many)
-            .bind(&runs)
-            .bind(&fences)
-            .bind(&ttls)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(PgError::from)?;
+        let rows = self
+            .write_all(
+                sqlx::query(&self.sql.renew_many)
+                    .bind(&runs)
+                    .bind(&fences)
+                    .bind(&ttls),
+            )
+            .await?;
         if rows.len() != leases.len() {
             return Err(PgError::Failed(format!(
                 "renew_many returned {} rows for {} leases",
@@ -540,7 +612,16 @@ impl LeaseStore for PostgresLeaseStore {
                 Err(Error::NotFound {
                     run: lease.run().clone(),
                 })
+            } else if !get::<bool>(row, "locked")? {
+                // Skipped, not waited for: the scope keeps its deadline and tries again.
+                Err(PgError::Busy(format!(
+                    "run {}'s row is locked by another transaction (a fenced transaction in \
+                     progress), so its renewal was skipped; the next heartbeat tries again",
+                    lease.run()
+                ))
+                .into())
             } else {
+                // Read under our row lock: the refusal is current.
                 let verdict = fenced_verdict(
                     lease.run(),
                     lease.fence(),
@@ -550,7 +631,7 @@ impl LeaseStore for PostgresLeaseStore {
                 );
                 match verdict {
                     Err(refusal) => Err(refusal),
-                    // The statement's snapshot predates a concurrent change; decide it alone.
+                    // Cannot happen under the lock; decide it alone all the same.
                     Ok(()) => self.renew_one(lease).await,
                 }
             };
@@ -562,13 +643,14 @@ impl LeaseStore for PostgresLeaseStore {
     async fn append(&self, lease: &Lease, payload: &[u8]) -> Result<JournalEntry> {
         check_payload(payload)?;
         for _ in 0..ATTEMPTS {
-            let row = sqlx::query(&self.sql.append)
-                .bind(lease.run().as_str())
-                .bind(fence_param(lease.fence()))
-                .bind(payload)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(PgError::from)?;
+            let row = self
+                .write_opt(
+                    sqlx::query(&self.sql.append)
+                        .bind(lease.run().as_str())
+                        .bind(fence_param(lease.fence()))
+                        .bind(payload),
+                )
+                .await?;
             if let Some(row) = row {
                 let seq: i64 = get(&row, "seq")?;
                 return Ok(JournalEntry {
@@ -584,11 +666,9 @@ impl LeaseStore for PostgresLeaseStore {
     }
 
     async fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>> {
-        let rows = sqlx::query(&self.sql.journal)
-            .bind(run.as_str())
-            .fetch_all(&self.pool)
-            .await
-            .map_err(PgError::from)?;
+        let rows = self
+            .read_all(sqlx::query(&self.sql.journal).bind(run.as_str()))
+            .await?;
         if rows.is_empty() {
             return Err(Error::NotFound { run: run.clone() });
         }
@@ -632,11 +712,9 @@ impl LeaseStore for PostgresLeaseStore {
     }
 
     async fn inspect(&self, run: &RunId) -> Result<RunRecord> {
-        let row = sqlx::query(&self.sql.inspect)
-            .bind(run.as_str())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(PgError::from)?;
+        let row = self
+            .read_opt(sqlx::query(&self.sql.inspect).bind(run.as_str()))
+            .await?;
         match row {
             Some(row) => Ok(record(&row)?),
             None => Err(Error::NotFound { run: run.clone() }),
@@ -645,14 +723,15 @@ impl LeaseStore for PostgresLeaseStore {
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<RunRecord>> {
         check_list(filter)?;
-        let rows = sqlx::query(&self.sql.list)
-            .bind(filter.state.map(RunState::as_str))
-            .bind(filter.expired)
-            .bind(filter.after.as_ref().map(RunId::as_str))
-            .bind(filter.limit as i64)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(PgError::from)?;
+        let rows = self
+            .read_all(
+                sqlx::query(&self.sql.list)
+                    .bind(filter.state.map(RunState::as_str))
+                    .bind(filter.expired)
+                    .bind(filter.after.as_ref().map(RunId::as_str))
+                    .bind(filter.limit as i64),
+            )
+            .await?;
         Ok(rows.iter().map(record).collect::<Result<_, _>>()?)
     }
 
@@ -668,23 +747,5 @@ impl LeaseStore for PostgresLeaseStore {
             Some(_) => None,
         })
         .await
-    }
-}
-
-/// Opens and closes one connection, so `connect` reports the server's own reason (refused,
-/// unreachable, bad password) at once.
-async fn probe(options: &PgConnectOptions, timeout: std::time::Duration) -> Result<()> {
-    use sqlx::{ConnectOptions, Connection};
-    match tokio::time::timeout(timeout, options.connect()).await {
-        Ok(Ok(conn)) => {
-            // Best effort: the server drops the session either way.
-            let _ = conn.close().await;
-            Ok(())
-        }
-        Ok(Err(e)) => Err(PgError::from(e).into()),
-        Err(_) => Err(PgError::Unreachable(format!(
-            "no connection to the server within {timeout:?}"
-        ))
-        .into()),
     }
 }

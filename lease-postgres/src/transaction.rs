@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
+use std::time::Duration;
 
 use lease_core::{fenced_verdict, Error, Lease, Result};
 use sqlx::{PgConnection, Postgres, Transaction};
@@ -20,18 +21,27 @@ use crate::store::PostgresLeaseStore;
 pub struct FencedTransaction {
     tx: Transaction<'static, Postgres>,
     lease: Lease,
+    store: PostgresLeaseStore,
+    bound: Duration,
 }
 
 impl FencedTransaction {
     pub(crate) async fn begin(store: &PostgresLeaseStore, lease: &Lease) -> Result<Self> {
-        let mut tx = store.pool().begin().await.map_err(PgError::from)?;
-        let row = sqlx::query_as::<_, (String, Option<String>, i64)>(&store.sql.lock_run)
+        let mut tx = store
+            .pool()
+            .begin()
+            .await
+            .map_err(|e| store.route.fail(e))?;
+        let (floor, cap) = store.transaction_bound;
+        let row = sqlx::query_as::<_, (String, Option<String>, i64, i64)>(&store.sql.lock_run)
             .bind(lease.run().as_str())
+            .bind(floor)
+            .bind(cap)
             .fetch_optional(&mut *tx)
             .await
-            .map_err(PgError::from)?;
+            .map_err(|e| store.route.fail(e))?;
         // On a refusal `tx` is dropped, which rolls it back and releases the row.
-        let Some((state, owner, current)) = row else {
+        let Some((state, owner, current, bound_ms)) = row else {
             return Err(Error::NotFound {
                 run: lease.run().clone(),
             });
@@ -47,12 +57,21 @@ impl FencedTransaction {
         Ok(FencedTransaction {
             tx,
             lease: lease.clone(),
+            store: store.clone(),
+            bound: Duration::from_millis(bound_ms.max(0) as u64),
         })
     }
 
     /// The lease this transaction was verified against.
     pub fn lease(&self) -> &Lease {
         &self.lease
+    }
+
+    /// How long the server lets this transaction wait for a lock, run one statement, or sit
+    /// idle between statements before it aborts it (see
+    /// [`PostgresLeaseStore::fenced_transaction`]).
+    pub fn bound(&self) -> Duration {
+        self.bound
     }
 
     /// The underlying sqlx transaction, for APIs that take one.
@@ -63,10 +82,16 @@ impl FencedTransaction {
     /// Commits the caller's statements; the fence held throughout.
     ///
     /// # Errors
-    /// [`Error::Unavailable`] if the connection failed, in which case the commit may or may not
-    /// have happened; [`Error::Backend`] if the database refused it (nothing was committed).
+    /// [`Error::Unavailable`] if the server already aborted the transaction because it outlived
+    /// its [bound](FencedTransaction::bound) (the message says which; nothing was committed), if
+    /// the connection failed (the commit may or may not have happened), or, under
+    /// `sync_replicas`, if the commit was not confirmed on the standbys in time (it happened on
+    /// the primary and may be lost on failover); [`Error::Backend`] if the database refused it
+    /// (nothing was committed).
     pub async fn commit(self) -> Result<()> {
-        Ok(self.tx.commit().await.map_err(PgError::from)?)
+        let FencedTransaction { tx, store, .. } = self;
+        store.route.bounded(tx.commit()).await?;
+        Ok(store.route.confirm().await?)
     }
 
     /// Rolls everything back and releases the run's row.
@@ -74,7 +99,11 @@ impl FencedTransaction {
     /// # Errors
     /// [`Error::Unavailable`] if the connection failed (the server rolls back anyway).
     pub async fn rollback(self) -> Result<()> {
-        Ok(self.tx.rollback().await.map_err(PgError::from)?)
+        Ok(self
+            .tx
+            .rollback()
+            .await
+            .map_err(|e| self.store.route.fail(e))?)
     }
 }
 
@@ -97,6 +126,7 @@ impl fmt::Debug for FencedTransaction {
         f.debug_struct("FencedTransaction")
             .field("run", self.lease.run())
             .field("fence", &self.lease.fence())
+            .field("bound", &self.bound)
             .finish()
     }
 }
