@@ -288,23 +288,38 @@ impl Route {
             done = &mut write => return done.map_err(|e| self.fail(e)),
             () = tokio::time::sleep(self.sync_timeout) => {}
         }
-        loop {
+        for _ in 0..20 {
             self.cancel_sync_waits().await;
             tokio::select! {
                 done = &mut write => return done.map_err(|e| self.fail(e)),
                 () = tokio::time::sleep(Duration::from_millis(100)) => {}
             }
         }
+        // The server cannot be told to stop waiting: give up on this write (its connection is
+        // discarded with it) rather than wait without bound.
+        Err(PgError::Busy(format!(
+            "a write waited for sync_replicas={} synchronous standbys for more than {:?} and \
+             its wait could not be cancelled; it may or may not have committed on the primary",
+            self.sync_replicas,
+            self.sync_timeout + Duration::from_secs(2)
+        )))
     }
 
+    /// Cancels this store's waits for standbys, on a direct connection: the pool's new
+    /// connections are refused while the standbys are missing.
     async fn cancel_sync_waits(&self) {
+        use sqlx::{ConnectOptions, Connection};
         let bound = self.sync_timeout.as_millis() as i64;
+        let options = self.current_options();
         // Best effort: if this fails too, the write's own connection is gone or will be.
-        let _ = sqlx::query(CANCEL_SYNC_WAITS)
-            .bind(&self.app_name)
-            .bind(bound)
-            .fetch_all(&self.pool)
-            .await;
+        if let Ok(Ok(mut conn)) = tokio::time::timeout(self.sync_timeout, options.connect()).await {
+            let _ = sqlx::query(CANCEL_SYNC_WAITS)
+                .bind(&self.app_name)
+                .bind(bound)
+                .fetch_all(&mut conn)
+                .await;
+            let _ = conn.close().await;
+        }
     }
 
     /// Under `sync_replicas = N`: returns once N synchronous standbys flushed everything this

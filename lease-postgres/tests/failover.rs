@@ -1,0 +1,463 @@
+//! Failover on loopback: a primary and a streaming standby (`pg_basebackup -R`), run as the
+//! `postgres` OS user on free ports. The standby is cut off, a claim is made on the primary,
+//! the primary crashes and the standby is promoted. Without synchronous replication the
+//! promoted standby hands the same fence out again (asserted: the test can see the failure);
+//! with `sync_replicas=1` the claim is never handed out and no fence repeats. A load variant
+//! takes eight workers through a failover.
+//!
+//! These tests always start their own servers. A server that cannot be started fails the test;
+//! `LEASE_TEST_SKIP_SERVERS=1` skips instead.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lease_conformance::fixtures::{unique_namespace, PostgresServer};
+use lease_core::{Error, LeaseStore, RunId, Ttl, WorkerId};
+use lease_postgres::{sqlx, PostgresConfig, PostgresLeaseStore};
+
+fn id(s: &str) -> RunId {
+    RunId::new(s).unwrap()
+}
+
+fn worker(s: &str) -> WorkerId {
+    WorkerId::new(s).unwrap()
+}
+
+fn ttl(ms: u64) -> Ttl {
+    Ttl::from_millis(ms).unwrap()
+}
+
+/// Stops with one sentence when a server cannot be had, unless skipping was asked for.
+fn or_fail<T>(started: Result<T, String>, what: &str) -> Option<T> {
+    match started {
+        Ok(server) => Some(server),
+        Err(why) if std::env::var_os("LEASE_TEST_SKIP_SERVERS").is_some() => {
+            eprintln!("skipped: cannot start {what} ({why})");
+            None
+        }
+        Err(why) => panic!(
+            "cannot start {what} for the failover test ({why}): install postgresql \
+             (apt-get install -y postgresql) and run as root or as a user who can run initdb; \
+             LEASE_TEST_SKIP_SERVERS=1 skips"
+        ),
+    }
+}
+
+async fn execute(url: &str, sql: &str) {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+    sqlx::query(sql).execute(&mut conn).await.unwrap();
+    conn.close().await.unwrap();
+}
+
+/// Waits until `n` standbys stream from the primary at `url` and have flushed all its WAL.
+async fn caught_up(url: &str, n: i64) {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+    // The fixture runs with synchronous_commit = off; one synchronous commit flushes all the WAL
+    // written before it, so the flush position then covers every earlier commit.
+    sqlx::query("SET synchronous_commit = on")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    // A commit that wrote nothing but its xid is flushed lazily even so; this one writes a row.
+    for sql in [
+        "CREATE TABLE IF NOT EXISTS public.flush_marker (at TIMESTAMPTZ NOT NULL)",
+        "INSERT INTO public.flush_marker VALUES (now())",
+    ] {
+        sqlx::query(sql).execute(&mut conn).await.unwrap();
+    }
+    let target: String = sqlx::query_scalar("SELECT pg_current_wal_flush_lsn()::text")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let flushed: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_replication \
+             WHERE state = 'streaming' AND flush_lsn >= $1::pg_lsn",
+        )
+        .bind(&target)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        if flushed >= n {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the standby did not catch up");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    conn.close().await.unwrap();
+}
+
+/// A primary and its streaming standby; with `sync`, `synchronous_standby_names = '*'` is set
+/// before the base backup, so the standby carries it too (as a promoted standby would).
+async fn primary_and_standby(sync: bool) -> Option<(PostgresServer, PostgresServer)> {
+    let primary = or_fail(PostgresServer::start(), "a primary")?;
+    if sync {
+        execute(
+            &primary.url(),
+            "ALTER SYSTEM SET synchronous_standby_names = '*'",
+        )
+        .await;
+        execute(&primary.url(), "SELECT pg_reload_conf()").await;
+    }
+    let standby = or_fail(PostgresServer::standby_of(&primary), "a standby")?;
+    caught_up(&primary.url(), 1).await;
+    Some((primary, standby))
+}
+
+fn both(primary: &PostgresServer, standby: &PostgresServer, query: &str) -> String {
+    format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres{query}",
+        primary.port(),
+        standby.port()
+    )
+}
+
+fn config(url: &str, schema: &str) -> PostgresConfig {
+    PostgresConfig::from_url(url)
+        .with_schema(schema)
+        .with_acquire_timeout(Duration::from_secs(1))
+        .with_sync_timeout(Duration::from_millis(500))
+}
+
+/// What the deterministic schedule observed.
+#[derive(Debug)]
+struct Observed {
+    /// The claim made on the primary while the standby was cut off.
+    on_old_primary: Result<u64, Error>,
+    /// The first answer of the promoted standby to the same claim.
+    on_new_primary: Result<u64, Error>,
+}
+
+/// The schedule: claim (fence 1, replicated), cut the standby, let the lease expire, claim again
+/// on the primary, crash the primary, start the standby without its primary and promote it,
+/// claim again through the same store, which follows the hosts to the new primary.
+async fn promote_after_a_cut(
+    primary: &PostgresServer,
+    standby: &PostgresServer,
+    sync_replicas: u32,
+    schema: &str,
+) -> Observed {
+    let url = both(primary, standby, &format!("?sync_replicas={sync_replicas}"));
+    let store = PostgresLeaseStore::connect(config(&url, schema))
+        .await
+        .unwrap();
+    let run = id("order-failover");
+    store.create(&run).await.unwrap();
+    let first = store.claim(&run, &worker("a"), ttl(300)).await.unwrap();
+    assert_eq!(first.fence().get(), 1);
+    caught_up(&primary.url(), 1).await; // the standby holds fence 1
+
+    standby.stop().unwrap(); // the replication link is cut
+    tokio::time::sleep(Duration::from_millis(350)).await; // a's lease expires
+    let on_old_primary = store
+        .claim(&run, &worker("b"), ttl(60_000))
+        .await
+        .map(|l| l.fence().get());
+
+    primary.kill().unwrap();
+    standby.forget_primary().unwrap();
+    standby.start_again().unwrap();
+    standby.promote().unwrap();
+
+    let promoted = format!("127.0.0.1:{}", standby.port());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let on_new_primary = loop {
+        match store.claim(&run, &worker("c"), ttl(60_000)).await {
+            Ok(lease) => break Ok(lease.fence().get()),
+            // Until the store has moved, errors come from the dead primary or the standby in
+            // recovery; the answer that counts names the promoted server.
+            Err(e) if e.is_retryable() && !e.to_string().contains(&promoted) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "never reached the new primary: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => break Err(e),
+        }
+    };
+    Observed {
+        on_old_primary,
+        on_new_primary,
+    }
+}
+
+/// With asynchronous replication the schedule re-issues a fence: the claim acknowledged by the
+/// old primary never reached the standby, which hands the same fence to another worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_replication_reissues_a_fence_after_promotion() {
+    let Some((primary, standby)) = primary_and_standby(false).await else {
+        return;
+    };
+    let observed =
+        promote_after_a_cut(&primary, &standby, 0, &unique_namespace("failover_async")).await;
+    eprintln!("asynchronous standby: {observed:?}");
+    let old = observed
+        .on_old_primary
+        .expect("the old primary hands out fence 2");
+    let new = observed
+        .on_new_primary
+        .expect("the new primary hands out a fence");
+    assert_eq!(
+        (old, new),
+        (2, 2),
+        "the same fence went to two workers: the loss this test must be able to see"
+    );
+}
+
+/// With `sync_replicas=1` the claim on the cut-off primary is refused as retryable
+/// `Unavailable` (never handed out), the promoted standby refuses too while no synchronous
+/// standby streams from it, and the only fences ever handed out are distinct.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_replicas_never_hands_out_a_fence_a_promotion_can_lose() {
+    let Some((primary, standby)) = primary_and_standby(true).await else {
+        return;
+    };
+    let schema = unique_namespace("failover_sync");
+    let observed = promote_after_a_cut(&primary, &standby, 1, &schema).await;
+    eprintln!("synchronous standby, sync_replicas=1: {observed:?}");
+    let refused = observed.on_old_primary.unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            Error::Unavailable {
+                backend: "postgres",
+                ..
+            }
+        ),
+        "{refused:?}"
+    );
+    assert!(
+        refused.to_string().contains("synchronous standby"),
+        "{refused}"
+    );
+    let refused = observed.on_new_primary.unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            Error::Unavailable {
+                backend: "postgres",
+                ..
+            }
+        ),
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .to_string()
+            .contains("only 0 synchronous standby(s) stream"),
+        "{refused}"
+    );
+
+    // The refused claim's fence died with the old primary; nobody ever held it. An operator
+    // who accepts running without a standby now gets the next fence, which was never issued.
+    let plain = PostgresLeaseStore::connect(config(&standby.url(), &schema))
+        .await
+        .unwrap();
+    let run = id("order-failover");
+    assert_eq!(plain.inspect(&run).await.unwrap().fence.get(), 1);
+    let next = plain.claim(&run, &worker("d"), ttl(60_000)).await.unwrap();
+    let handed_out = [1, next.fence().get()];
+    assert_eq!(handed_out, [1, 2], "no fence was handed out twice");
+}
+
+/// One worker task's record of what it was handed and what it wrote.
+#[derive(Default)]
+struct Tally {
+    /// (run, fence, when the claim returned)
+    claims: Vec<(String, u64, Instant)>,
+    /// (run, fence) whose ledger write was acknowledged
+    effects: Vec<(String, u64)>,
+}
+
+/// Eight workers claim four runs over and over, writing one ledger row per lease in a fenced
+/// transaction, through a crash of the primary and the promotion of its synchronous standby
+/// (which then gets a synchronous standby of its own). Every fence handed out after the
+/// failover is greater than every fence handed out before it, no (run, fence) is handed out
+/// twice, every acknowledged ledger write survives, and the ledger has no double effect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_workers_keep_fences_unique_through_a_synchronous_failover() {
+    let Some((primary, standby)) = primary_and_standby(true).await else {
+        return;
+    };
+    let schema = unique_namespace("failover_load");
+    let url = both(&primary, &standby, "?sync_replicas=1");
+    let setup = PostgresLeaseStore::connect(config(&url, &schema))
+        .await
+        .unwrap();
+    let runs: Vec<RunId> = (0..4).map(|i| id(&format!("job-{i}"))).collect();
+    for run in &runs {
+        setup.create(run).await.unwrap();
+    }
+    let ledger = format!("\"{schema}\".ledger");
+    sqlx::query(&format!(
+        "CREATE TABLE {ledger} (run_id TEXT NOT NULL, fence BIGINT NOT NULL, worker TEXT NOT NULL)"
+    ))
+    .execute(setup.pool())
+    .await
+    .unwrap();
+
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let stop = stop_flag();
+    let mut tasks = Vec::new();
+    for w in 0..8 {
+        let store = PostgresLeaseStore::connect(config(&url, &schema).with_max_connections(2))
+            .await
+            .unwrap();
+        let (tally, stop, run, ledger) = (
+            tally.clone(),
+            stop.clone(),
+            runs[w % runs.len()].clone(),
+            ledger.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let me = worker(&format!("w{w}"));
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let lease = match store.claim(&run, &me, ttl(300)).await {
+                    Ok(lease) => lease,
+                    Err(Error::Held { .. }) => {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                    Err(e) if e.is_retryable() => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                    Err(e) => panic!("worker w{w}: unexpected refusal {e:?}"),
+                };
+                let fence = lease.fence().get();
+                tally
+                    .lock()
+                    .unwrap()
+                    .claims
+                    .push((run.to_string(), fence, Instant::now()));
+                let written = async {
+                    let mut tx = store.fenced_transaction(&lease).await?;
+                    sqlx::query(&format!("INSERT INTO {ledger} VALUES ($1, $2, $3)"))
+                        .bind(run.as_str())
+                        .bind(fence as i64)
+                        .bind(me.as_str())
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(|e| Error::backend("postgres", e))?;
+                    tx.commit().await
+                }
+                .await;
+                if written.is_ok() {
+                    tally.lock().unwrap().effects.push((run.to_string(), fence));
+                }
+                // Best effort: a failed release expires by TTL.
+                let _ = store.release(&lease).await;
+            }
+        }));
+    }
+
+    // Before: every run has been through a few leases.
+    let per_run = |tally: &Tally, since: Option<Instant>| {
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        for (run, _, at) in &tally.claims {
+            if since.is_none_or(|s| *at > s) {
+                *counts.entry(run.clone()).or_default() += 1;
+            }
+        }
+        counts
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while per_run(&tally.lock().unwrap(), None)
+        .values()
+        .filter(|&&n| n >= 3)
+        .count()
+        < 4
+    {
+        assert!(Instant::now() < deadline, "the workers made no progress");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let killed_at = Instant::now();
+    primary.kill().unwrap();
+    standby.promote().unwrap();
+    // The new primary gets a synchronous standby of its own, so leases can be handed out again.
+    let second = or_fail(PostgresServer::standby_of(&standby), "a second standby")
+        .expect("a second standby");
+    let promoted_at = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while per_run(&tally.lock().unwrap(), Some(promoted_at))
+        .values()
+        .filter(|&&n| n >= 2)
+        .count()
+        < 4
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the workers did not recover after the failover"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for task in tasks {
+        task.await.unwrap();
+    }
+
+    let tally = std::mem::take(&mut *tally.lock().unwrap());
+    let mut seen = HashSet::new();
+    for (run, fence, _) in &tally.claims {
+        assert!(
+            seen.insert((run.clone(), *fence)),
+            "fence {fence} of {run} was handed out twice"
+        );
+    }
+    for run in &runs {
+        let before = tally
+            .claims
+            .iter()
+            .filter(|(r, _, at)| r == run.as_str() && *at < killed_at)
+            .map(|(_, f, _)| *f)
+            .max()
+            .unwrap();
+        let after = tally
+            .claims
+            .iter()
+            .filter(|(r, _, at)| r == run.as_str() && *at > promoted_at)
+            .map(|(_, f, _)| *f)
+            .min()
+            .unwrap();
+        assert!(
+            after > before,
+            "{run}: fence {after} after the failover is not above {before} before it"
+        );
+    }
+    let rows: Vec<(String, i64)> = sqlx::query_as(&format!(
+        "SELECT run_id, fence FROM {ledger} ORDER BY run_id, fence"
+    ))
+    .fetch_all(&sqlx::PgPool::connect(&standby.url()).await.unwrap())
+    .await
+    .unwrap();
+    let mut effects = HashSet::new();
+    for (run, fence) in &rows {
+        assert!(
+            effects.insert((run.clone(), *fence as u64)),
+            "double effect: {run} under fence {fence} twice in {rows:?}"
+        );
+    }
+    for acked in &tally.effects {
+        assert!(
+            effects.contains(acked),
+            "an acknowledged ledger write was lost in the failover: {acked:?}"
+        );
+    }
+    eprintln!(
+        "load failover: {} leases handed out, {} acknowledged effects, {} ledger rows",
+        tally.claims.len(),
+        tally.effects.len(),
+        rows.len()
+    );
+    drop(second);
+}
+
+fn stop_flag() -> Arc<std::sync::atomic::AtomicBool> {
+    Arc::new(std::sync::atomic::AtomicBool::new(false))
+}
