@@ -1,0 +1,221 @@
+//! Redis Cluster: namespaces spread over every master and work there; a plain URL to one node
+//! is a configuration error, not a retry loop.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use lease_conformance::fixtures::{
+    redis_cluster_url, required, unique_namespace, REDIS_CLUSTER_HINT,
+};
+use lease_core::{LeaseStore, RunState};
+use redis::Value;
+
+use super::{assert_misconfigured, connect, hex, raw, run, say, ttl, worker};
+
+/// The cluster's URL and a `redis://` URL per seed node (carrying the URL's credentials).
+fn cluster() -> Option<(String, Vec<String>)> {
+    let url = required("Redis Cluster", redis_cluster_url(), REDIS_CLUSTER_HINT)?;
+    let rest = url
+        .split_once("://")
+        .map(|(_, rest)| rest)
+        .expect("a cluster URL");
+    let rest = rest.split(['?', '/']).next().unwrap_or_default();
+    let (userinfo, hosts) = match rest.rsplit_once('@') {
+        Some((userinfo, hosts)) => (format!("{userinfo}@"), hosts),
+        None => (String::new(), rest),
+    };
+    let scheme = if url.starts_with("rediss") {
+        "rediss"
+    } else {
+        "redis"
+    };
+    let nodes = hosts
+        .split(',')
+        .map(|host| format!("{scheme}://{userinfo}{host}"))
+        .collect();
+    Some((url, nodes))
+}
+
+/// The master serving each slot range, as `host:port`, from `CLUSTER SLOTS`.
+async fn slot_owners(node: &str) -> Vec<(i64, i64, String)> {
+    let mut conn = raw(node).await;
+    let reply: Value = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let Value::Array(ranges) = reply else {
+        panic!("CLUSTER SLOTS: {reply:?}")
+    };
+    ranges
+        .into_iter()
+        .map(|range| {
+            let Value::Array(fields) = range else {
+                panic!("CLUSTER SLOTS range: {range:?}")
+            };
+            let int = |v: &Value| match v {
+                Value::Int(n) => *n,
+                other => panic!("CLUSTER SLOTS: not a number: {other:?}"),
+            };
+            let Value::Array(master) = &fields[2] else {
+                panic!("CLUSTER SLOTS master: {:?}", fields[2])
+            };
+            let host = match &master[0] {
+                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                other => panic!("CLUSTER SLOTS host: {other:?}"),
+            };
+            (
+                int(&fields[0]),
+                int(&fields[1]),
+                format!("{host}:{}", int(&master[1])),
+            )
+        })
+        .collect()
+}
+
+/// The slot of namespace `ns` (`CLUSTER KEYSLOT {lease:ns}`) and the master serving it.
+async fn home(node: &str, owners: &[(i64, i64, String)], ns: &str) -> (i64, String) {
+    let mut conn = raw(node).await;
+    let slot: i64 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(format!("{{lease:{ns}}}"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let owner = owners
+        .iter()
+        .find(|(from, to, _)| (*from..=*to).contains(&slot))
+        .map(|(_, _, owner)| owner.clone())
+        .unwrap_or_else(|| panic!("no master serves slot {slot}: {owners:?}"));
+    (slot, owner)
+}
+
+/// Namespaces land on every master of the cluster, and on each a run goes through create,
+/// claim (fence 1), append, complete and journal, with its record stored on the master that
+/// serves the namespace's slot.
+#[tokio::test]
+async fn namespaces_land_on_every_master_and_each_works_there() {
+    let Some((url, nodes)) = cluster() else {
+        return;
+    };
+    let owners = slot_owners(&nodes[0]).await;
+    let masters: Vec<String> = {
+        let mut m: Vec<String> = owners.iter().map(|(_, _, o)| o.clone()).collect();
+        m.sort();
+        m.dedup();
+        m
+    };
+    // Two namespaces per master, found by asking the cluster where each would live.
+    let mut placed: BTreeMap<String, Vec<(String, i64)>> = BTreeMap::new();
+    for _ in 0..1_000 {
+        if masters
+            .iter()
+            .all(|m| placed.get(m).is_some_and(|v| v.len() >= 2))
+        {
+            break;
+        }
+        let ns = unique_namespace("spread");
+        let (slot, owner) = home(&nodes[0], &owners, &ns).await;
+        let here = placed.entry(owner).or_default();
+        if here.len() < 2 {
+            here.push((ns, slot));
+        }
+    }
+    assert_eq!(
+        placed.len(),
+        masters.len(),
+        "some master got no namespace: {placed:?}"
+    );
+    if std::env::var_os("REDIS_CLUSTER_URL").is_none() {
+        assert_eq!(masters.len(), 3, "the private cluster has 3 masters");
+    }
+
+    for (master, namespaces) in &placed {
+        for (ns, slot) in namespaces {
+            let store = connect(&url, ns).await.expect("connect to the cluster");
+            let r = run("r1");
+            store.create(&r).await.unwrap();
+            let lease = store.claim(&r, &worker("w"), ttl(60_000)).await.unwrap();
+            assert_eq!(lease.fence().get(), 1, "{ns}");
+            store.append(&lease, ns.as_bytes()).await.unwrap();
+            store.complete(&lease).await.unwrap();
+            let journal = store.journal(&r).await.unwrap();
+            assert_eq!(journal.len(), 1, "{ns}");
+            assert_eq!(journal[0].fence.get(), 1);
+            assert_eq!(journal[0].payload, ns.as_bytes());
+            assert_eq!(store.inspect(&r).await.unwrap().state, RunState::Completed);
+
+            // Behind the adapter: the record is on the master serving the slot (any other
+            // node would answer MOVED instead of a count).
+            let scheme = url.split("+cluster").next().unwrap_or("redis");
+            let userinfo = nodes[0]
+                .split_once("://")
+                .and_then(|(_, rest)| rest.rsplit_once('@'))
+                .map(|(userinfo, _)| format!("{userinfo}@"))
+                .unwrap_or_default();
+            let mut direct = raw(&format!("{scheme}://{userinfo}{master}")).await;
+            let records: i64 = redis::cmd("HLEN")
+                .arg(format!("{{lease:{ns}}}:runs"))
+                .query_async(&mut direct)
+                .await
+                .unwrap_or_else(|e| panic!("{ns} is not on {master}: {e}"));
+            assert_eq!(records, 1, "{ns} on {master}");
+            let present: bool = redis::cmd("HEXISTS")
+                .arg(format!("{{lease:{ns}}}:runs"))
+                .arg(hex("r1"))
+                .query_async(&mut direct)
+                .await
+                .unwrap();
+            assert!(present, "{ns}: run r1 is not in the runs hash on {master}");
+            say(&format!(
+                "cluster: namespace {ns} (slot {slot}) served by {master}"
+            ));
+        }
+    }
+}
+
+/// A plain `redis://` URL to one cluster node, for a namespace whose slot another node
+/// serves, fails at once with a configuration error that names the cluster URL form, and is
+/// not retryable (a worker would otherwise retry for ever).
+#[tokio::test]
+async fn a_plain_url_to_one_cluster_node_is_a_configuration_error_naming_the_cluster_url() {
+    let Some((_, nodes)) = cluster() else {
+        return;
+    };
+    let owners = slot_owners(&nodes[0]).await;
+    let mut conn = raw(&nodes[0]).await;
+    // This node's own address as the slot map names it.
+    let myself: String = redis::cmd("CLUSTER")
+        .arg("MYID")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let listing: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let addr = listing
+        .lines()
+        .find(|line| line.starts_with(&myself))
+        .and_then(|line| line.split_whitespace().nth(1))
+        .and_then(|a| a.split('@').next())
+        .expect("the node lists itself")
+        .to_owned();
+    let ns = loop {
+        let ns = unique_namespace("elsewhere");
+        let (_, owner) = home(&nodes[0], &owners, &ns).await;
+        if owner != addr {
+            break ns;
+        }
+    };
+    let started = Instant::now();
+    let err = connect(&nodes[0], &ns).await.unwrap_err();
+    let took = started.elapsed();
+    assert_misconfigured(&err, "redis+cluster://");
+    assert!(
+        took < Duration::from_secs(2),
+        "refused at once, not after retries: {took:?}"
+    );
+    say(&format!("plain URL to cluster node {addr}: {err}"));
+}

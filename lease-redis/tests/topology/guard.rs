@@ -1,0 +1,329 @@
+//! The durability guard on real servers: eviction, `appendfsync everysec` (and the OS-crash
+//! loss it allows), a forbidden `CONFIG`, and a server restarted without persistence under a
+//! running store and scope.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lease_conformance::fixtures::{unique_namespace, RedisOptions};
+use lease_core::{CancelReason, Error, LeaseStore, RunScope, ScopeConfig};
+
+use super::{assert_misconfigured, config, connect, run, say, server, ttl, worker};
+use lease_redis::RedisLeaseStore;
+
+/// `maxmemory-policy allkeys-*` is refused, naming the setting; `noeviction` and
+/// `volatile-lru` are accepted as safe (the adapter sets no expiry on its keys); with
+/// `volatile=true` an `allkeys-*` policy is accepted and shown.
+#[tokio::test]
+async fn an_allkeys_eviction_policy_is_refused_and_noeviction_accepted() {
+    let Some(server) = server(
+        RedisOptions::default()
+            .with_maxmemory("100mb")
+            .with_maxmemory_policy("allkeys-lru"),
+    ) else {
+        return;
+    };
+    let ns = unique_namespace("evict");
+    let err = connect(&server.url(), &ns).await.unwrap_err();
+    assert_misconfigured(&err, "maxmemory-policy");
+    assert!(err.to_string().contains("allkeys-lru"), "{err}");
+    let opted_in = connect(&format!("{}?volatile=true", server.url()), &ns)
+        .await
+        .unwrap();
+    let shown = opted_in.to_string();
+    assert!(
+        shown.contains("volatile") && shown.contains("maxmemory-policy allkeys-lru"),
+        "{shown}"
+    );
+    say(&format!("eviction allkeys-lru: refused: {err}"));
+
+    for policy in ["allkeys-lfu", "allkeys-random"] {
+        server
+            .command(&["CONFIG", "SET", "maxmemory-policy", policy])
+            .unwrap();
+        let err = connect(&server.url(), &ns).await.unwrap_err();
+        assert_misconfigured(&err, "maxmemory-policy");
+    }
+    for policy in ["noeviction", "volatile-lru"] {
+        server
+            .command(&["CONFIG", "SET", "maxmemory-policy", policy])
+            .unwrap();
+        let store = connect(&server.url(), &ns)
+            .await
+            .unwrap_or_else(|e| panic!("{policy} is safe: {e}"));
+        assert!(store.accepted_risks().is_empty(), "{policy}: {store}");
+        let r = run(policy);
+        store.create(&r).await.unwrap();
+        assert_eq!(
+            store
+                .claim(&r, &worker("w"), ttl(1_000))
+                .await
+                .unwrap()
+                .fence()
+                .get(),
+            1
+        );
+    }
+}
+
+/// `appendfsync everysec` without replica acknowledgement is refused, naming the setting;
+/// accepted with `volatile=true` (and `Display` says so) or with `replicas=1`.
+#[tokio::test]
+async fn appendfsync_everysec_is_refused_without_replicas_unless_volatile() {
+    let Some(server) = server(RedisOptions::default().with_appendfsync("everysec")) else {
+        return;
+    };
+    let ns = unique_namespace("everysec");
+    let err = connect(&server.url(), &ns).await.unwrap_err();
+    assert_misconfigured(&err, "appendfsync");
+    assert!(err.to_string().contains("everysec"), "{err}");
+    say(&format!("appendfsync everysec: refused: {err}"));
+
+    let store = connect(&format!("{}?volatile=true", server.url()), &ns)
+        .await
+        .unwrap();
+    let shown = store.to_string();
+    assert!(
+        shown.contains("volatile") && shown.contains("appendfsync everysec"),
+        "{shown}"
+    );
+    assert_eq!(store.accepted_risks(), ["appendfsync everysec"]);
+    say(&format!("appendfsync everysec with volatile=true: {shown}"));
+
+    // Replica acknowledgement covers the fsync window: accepted at connect (and every write
+    // then waits for a replica, which this lone server does not have).
+    let replicated = connect(&format!("{}?replicas=1", server.url()), &ns)
+        .await
+        .unwrap();
+    assert!(replicated.accepted_risks().is_empty(), "{replicated}");
+    let r = run("r");
+    replicated.create(&r).await.unwrap_err();
+}
+
+/// Size of the live append-only file.
+fn aof_size(server: &lease_conformance::fixtures::RedisServer) -> u64 {
+    let file = server.aof_incr_file().expect("an append-only file");
+    std::fs::metadata(&file).unwrap().len()
+}
+
+/// An OS crash simulated by cutting the append-only file back to an earlier size: under
+/// `appendfsync everysec` (accepted only with `volatile=true`) writes past the last fsync can
+/// be lost, and the restarted server issues a fence again; the test asserts the repeat, so it
+/// is known to see the loss.
+#[tokio::test]
+async fn under_everysec_an_os_crash_loses_claims_and_a_fence_repeats() {
+    let Some(mut server) = server(RedisOptions::default().with_appendfsync("everysec")) else {
+        return;
+    };
+    let ns = unique_namespace("crash");
+    let url = format!("{}?volatile=true", server.url());
+    let store = connect(&url, &ns).await.unwrap();
+    let r = run("r");
+    store.create(&r).await.unwrap();
+    let first = store.claim(&r, &worker("a"), ttl(60_000)).await.unwrap();
+    store.release(&first).await.unwrap();
+    // Everything so far reached the file (the size stops moving): the "last fsync".
+    let synced = {
+        let mut last = aof_size(&server);
+        loop {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let now = aof_size(&server);
+            if now == last {
+                break now;
+            }
+            last = now;
+        }
+    };
+    let mut lost = Vec::new();
+    for name in ["b", "c", "d"] {
+        let lease = store.claim(&r, &worker(name), ttl(60_000)).await.unwrap();
+        lost.push(lease.fence().get());
+        store.release(&lease).await.unwrap();
+    }
+    // Reached the file (not necessarily the disk): a background fsync can delay the write.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while aof_size(&server) <= synced {
+        assert!(
+            Instant::now() < deadline,
+            "the later claims never reached the file"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.stop(); // SIGKILL
+    let file = server.aof_incr_file().unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_len(synced)
+        .unwrap();
+    server.restart().unwrap();
+
+    let after = connect(&url, &ns).await.unwrap();
+    let again = after.claim(&r, &worker("e"), ttl(60_000)).await.unwrap();
+    say(&format!(
+        "everysec OS crash: fences {} then {lost:?} were handed out; after the AOF lost its \
+         tail the restarted server handed out fence {} again",
+        first.fence(),
+        again.fence()
+    ));
+    let handed_out: Vec<u64> = std::iter::once(first.fence().get()).chain(lost).collect();
+    assert!(
+        handed_out.contains(&again.fence().get()),
+        "fence {} after the crash should repeat one of {handed_out:?}",
+        again.fence()
+    );
+}
+
+/// Under `appendfsync always` every acknowledged claim is on disk before its reply: the file
+/// grows with each one, a crash right after loses none of them, and every fence after the
+/// restart is above every fence before.
+#[tokio::test]
+async fn under_always_an_os_crash_loses_no_acknowledged_claim() {
+    let Some(mut server) = server(RedisOptions::default()) else {
+        return;
+    };
+    let ns = unique_namespace("always");
+    let store = connect(&server.url(), &ns).await.unwrap();
+    let r = run("r");
+    store.create(&r).await.unwrap();
+    let mut before = Vec::new();
+    let mut size = aof_size(&server);
+    for name in ["a", "b", "c", "d"] {
+        let lease = store.claim(&r, &worker(name), ttl(60_000)).await.unwrap();
+        assert!(
+            aof_size(&server) > size,
+            "claim {} was acknowledged before it reached the file",
+            lease.fence()
+        );
+        before.push(lease.fence().get());
+        store.release(&lease).await.unwrap();
+        size = aof_size(&server);
+    }
+    // The OS crash: the disk keeps what was synced when the last reply was sent.
+    let synced = aof_size(&server);
+    server.stop(); // SIGKILL
+    let file = server.aof_incr_file().unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_len(synced)
+        .unwrap();
+    server.restart().unwrap();
+
+    let after = connect(&server.url(), &ns).await.unwrap();
+    let mut later = Vec::new();
+    for name in ["e", "f"] {
+        let lease = after.claim(&r, &worker(name), ttl(60_000)).await.unwrap();
+        later.push(lease.fence().get());
+        after.release(&lease).await.unwrap();
+    }
+    say(&format!(
+        "appendfsync always crash: fences before {before:?}, after {later:?}"
+    ));
+    let highest = before.iter().max().unwrap();
+    assert!(
+        later.iter().all(|f| f > highest),
+        "{later:?} after {before:?}"
+    );
+}
+
+/// With `CONFIG` renamed away (as managed services do) the guard cannot read the settings:
+/// refused, naming `CONFIG`; accepted with `volatile=true`, and `Display` shows the opt-in.
+#[tokio::test]
+async fn a_renamed_config_command_is_refused_unless_volatile() {
+    let Some(server) = server(RedisOptions::default().with_config_renamed("")) else {
+        return;
+    };
+    let ns = unique_namespace("noconfig");
+    let err = connect(&server.url(), &ns).await.unwrap_err();
+    assert_misconfigured(&err, "CONFIG");
+    say(&format!("CONFIG renamed away: refused: {err}"));
+    let store = connect(&format!("{}?volatile=true", server.url()), &ns)
+        .await
+        .unwrap();
+    let shown = store.to_string();
+    assert!(
+        shown.contains("volatile") && shown.contains("CONFIG"),
+        "{shown}"
+    );
+    say(&format!("CONFIG renamed away with volatile=true: {shown}"));
+    let r = run("r");
+    store.create(&r).await.unwrap();
+    store.claim(&r, &worker("w"), ttl(1_000)).await.unwrap();
+
+    // Renamed to a secret name is the same: the adapter cannot know it.
+    let Some(secret) = super::server(RedisOptions::default().with_config_renamed("CONFIG_9f2c"))
+    else {
+        return;
+    };
+    let err = connect(&secret.url(), &ns).await.unwrap_err();
+    assert_misconfigured(&err, "CONFIG");
+}
+
+/// A server restarted on the same port and directory with AOF off, under a running store:
+/// the store's next operations fail with the durability error (`Misconfigured`, naming
+/// `appendonly`), and a scope renewing through it is cancelled with that rejection at once,
+/// long before its local deadline.
+#[tokio::test]
+async fn a_server_restarted_without_aof_stops_a_running_store_and_its_scope() {
+    let Some(mut server) = server(RedisOptions::default()) else {
+        return;
+    };
+    let ns = unique_namespace("reconnect");
+    let store: Arc<RedisLeaseStore> = Arc::new(
+        RedisLeaseStore::connect(config(&server.url(), &ns))
+            .await
+            .unwrap(),
+    );
+    let (held, scoped) = (run("held"), run("scoped"));
+    store.create(&held).await.unwrap();
+    store.create(&scoped).await.unwrap();
+    let lease = store.claim(&held, &worker("a"), ttl(10_000)).await.unwrap();
+    let scope = RunScope::claim(
+        store.clone(),
+        &scoped,
+        &worker("a"),
+        ttl(10_000),
+        ScopeConfig::default().with_heartbeat(Duration::from_millis(100)),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert!(
+        scope.renewals() >= 1,
+        "the scope heartbeats before the restart"
+    );
+    let deadline = scope.deadline();
+
+    *server.options_mut() = RedisOptions::default().with_appendonly(false);
+    server.restart().unwrap();
+    let restarted = tokio::time::Instant::now();
+
+    let (at, reason) = tokio::time::timeout(Duration::from_secs(3), async {
+        scope.cancelled().await;
+        scope.cancel_reason().unwrap()
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the scope kept running on an unsafe server: {scope:?}"));
+    match &reason {
+        CancelReason::Rejected(err) => assert_misconfigured(err, "appendonly"),
+        other => panic!("expected the durability error as the reason, got {other}"),
+    }
+    assert!(
+        deadline - at > Duration::from_secs(5),
+        "cancelled {:?} after the restart, {:?} before its local deadline",
+        at - restarted,
+        deadline - at
+    );
+    let err = store.renew(&lease).await.unwrap_err();
+    assert_misconfigured(&err, "appendonly");
+    let err = store.append(&lease, b"x").await.unwrap_err();
+    assert_misconfigured(&err, "appendonly");
+    say(&format!(
+        "restart without AOF: scope cancelled {:?} after the restart: {reason}",
+        at - restarted
+    ));
+    assert!(matches!(err, Error::Misconfigured { .. }));
+}
