@@ -249,6 +249,109 @@ async fn paused_worker_is_fenced_out(kind: Kind) {
     assert_charged_once_by_b(&server, &ns, run);
 }
 
+/// Postgres only: A is SIGSTOPped *inside* a fenced transaction, its effect written and the run's
+/// row locked. The server aborts the idle transaction on its own once its bound passes; B,
+/// started at the cut with --wait-ms, reclaims within A's TTL plus that bound; after SIGCONT A's
+/// commit fails (never accepted) and the ledger holds B's effect alone.
+async fn worker_stopped_inside_a_fenced_transaction_is_fenced_out() {
+    use distribution::postgres::sqlx;
+    let Some(server) = Server::start(Kind::Postgres) else {
+        return;
+    };
+    let ns = server.namespace("txstop");
+    let run = "order-stopped-in-tx";
+    let ttl = 1_000;
+    let mut a = Worker::spawn(
+        "A",
+        &server.url_via(A_HOST),
+        &ns,
+        ttl,
+        None,
+        &["--id", "worker-a", "--run", run, "--create"],
+    );
+    assert_eq!(fence(&a.expect("claimed", SECS(30)).await), 1);
+    a.expect("heartbeat", SECS(5)).await;
+    a.send("tx-step 500 charge-card").await; // commits 500 ms later, unless stopped first
+    let open = a.expect("tx_open", SECS(5)).await;
+    a.signal("STOP"); // frozen with the row locked and the effect written, uncommitted
+    assert_eq!(fence(&open), 1);
+    let bound = open["bound_ms"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no bound in {open}"));
+    assert!(
+        (1..=ttl).contains(&bound) || bound == 250,
+        "the bound is A's time left on its lease (or the floor): {open}"
+    );
+
+    // B starts at the cut and claims as soon as the store allows.
+    let (mut b, claimed_b) = reclaim_and_charge_as_b(&server, &ns, run, ttl).await;
+    let waited_ms = (at(&claimed_b) - at(&open)) / 1_000;
+    assert!(
+        waited_ms <= ttl + bound + 750,
+        "B reclaimed {waited_ms} ms after A froze, beyond TTL {ttl} + bound {bound} (+750 ms)"
+    );
+    // The server ended A's transaction by itself: no session of A is left inside one.
+    let pool = sqlx::PgPool::connect(&server.url_via(B_HOST))
+        .await
+        .unwrap();
+    let a_in_tx: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity \
+         WHERE client_addr = '127.0.0.2' AND state LIKE 'idle in transaction%'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        a_in_tx, 0,
+        "A's frozen transaction was aborted by the server"
+    );
+    pool.close().await;
+
+    a.signal("CONT");
+    // A's commit fails; its scope also meets its expired deadline. Take both, in either order.
+    let (mut cancelled, mut late) = (None, None);
+    while cancelled.is_none() || late.is_none() {
+        let event = a
+            .expect_one_of(
+                &[
+                    "cancelled",
+                    "write_rejected",
+                    "write_accepted",
+                    "write_failed",
+                ],
+                SECS(30),
+            )
+            .await;
+        if event["event"] == "cancelled" {
+            cancelled = Some(event);
+        } else {
+            late = Some(event);
+        }
+    }
+    let late = late.unwrap();
+    eprintln!("A after SIGCONT: {late}; B claimed {waited_ms} ms after A froze (bound {bound} ms)");
+    assert_eq!(late["effect"], "charge-card");
+    assert_ne!(
+        late["event"], "write_accepted",
+        "A's commit must fail after the server aborted its transaction: {late}"
+    );
+    if late["event"] == "write_failed" {
+        assert_eq!(late["retryable"], true, "{late}");
+    } else {
+        assert_stale(&late, 1, 2);
+    }
+    b.send("complete").await;
+    b.expect("completed", SECS(10)).await;
+    a.finish().await;
+    b.finish().await;
+    assert_charged_once_by_b(&server, &ns, run);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_worker_stopped_inside_a_fenced_transaction_is_fenced_out_on_postgres() {
+    worker_stopped_inside_a_fenced_transaction_is_fenced_out().await;
+}
+
 /// A suspends its run: the owner is cleared and the store's heartbeat counter stays still over
 /// more than three heartbeat intervals; after resume, B's claim takes a higher fence.
 async fn suspended_run_stops_heartbeats(kind: Kind) {

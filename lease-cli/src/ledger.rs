@@ -154,6 +154,51 @@ impl Ledger {
     }
 }
 
+impl Ledger {
+    /// Records `effect` in a Postgres fenced transaction that stays open for `hold` after the
+    /// effect is written (as a step that does more work inside it would); `opened` is told the
+    /// transaction's bound once the row is locked and the effect written.
+    ///
+    /// # Errors
+    /// As [`Ledger::record`]; a backend error on a store other than Postgres.
+    pub(crate) async fn record_held(
+        &self,
+        lease: &Lease,
+        effect: &str,
+        hold: std::time::Duration,
+        opened: impl FnOnce(std::time::Duration),
+    ) -> Result<()> {
+        let Store::Postgres(pg) = &self.store else {
+            return Err(Error::backend(
+                "worker",
+                "tx-step holds a Postgres fenced transaction; this store has none",
+            ));
+        };
+        let mut tx = pg.fenced_transaction(lease).await?;
+        insert_postgres(pg, &mut tx, lease, effect).await?;
+        opened(tx.bound());
+        tokio::time::sleep(hold).await;
+        tx.commit().await
+    }
+}
+
+async fn insert_postgres(
+    pg: &PostgresLeaseStore,
+    tx: &mut distribution::postgres::FencedTransaction,
+    lease: &Lease,
+    effect: &str,
+) -> Result<()> {
+    sqlx::query(&sql(include_str!("../sql/ledger_insert.sql"), pg.schema()))
+        .bind(lease.run().as_str())
+        .bind(effect)
+        .bind(lease.fence().get() as i64)
+        .bind(lease.owner().as_str())
+        .execute(&mut **tx)
+        .await
+        .map_err(pg_error)?;
+    Ok(())
+}
+
 async fn record_postgres(pg: &PostgresLeaseStore, lease: &Lease, effect: &str) -> Result<()> {
     let mut tx = pg.fenced_transaction(lease).await?;
     sqlx::query(&sql(include_str!("../sql/ledger_insert.sql"), pg.schema()))

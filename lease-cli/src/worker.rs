@@ -10,6 +10,7 @@
 //! |---|---|
 //! | `step EFFECT` | records EFFECT in the ledger under the fence, in the background (the call may hang in a partition while later commands run) |
 //! | `step-after MS EFFECT` | decides EFFECT now, under the current lease, and records it MS later |
+//! | `tx-step MS EFFECT` | (Postgres) opens a fenced transaction, writes EFFECT in it, prints `tx_open` (with the server's `bound_ms`), and commits MS later |
 //! | `wait` | waits for every step sent so far, then prints `idle` |
 //! | `suspend`, `complete`, `release` | ends the lease through the scope |
 //! | `exit` | waits for steps in flight, then exits (also on end of input) |
@@ -157,6 +158,15 @@ async fn claim(
                 );
                 remaining.min(Duration::from_millis(100))
             }
+            // The store could not answer in time (a row lock held by a frozen holder, a failover):
+            // a retry may succeed, within the same patience.
+            Err(e) if e.is_retryable() && args.wait_ms > 0 => {
+                events.emit(
+                    "refused",
+                    json!({"reason": "unavailable", "message": e.to_string()}),
+                );
+                Duration::from_millis(50)
+            }
             Err(e) => return Err(e.into()),
         };
         if tokio::time::Instant::now() + retry_in > give_up {
@@ -269,6 +279,42 @@ pub(crate) async fn run(config: &Config, args: WorkerArgs) -> Result<(), Failure
                         Err(e) => events.emit(
                             "write_failed",
                             json!({"effect": effect, "fence": lease.fence().get(), "retryable": e.is_retryable(), "message": e.to_string()}),
+                        ),
+                    }
+                });
+            }
+            "tx-step" => {
+                let Some((Ok(hold), effect)) = rest
+                    .split_once(' ')
+                    .map(|(ms, e)| (ms.parse::<u64>(), e.to_string()))
+                else {
+                    events.emit("unknown_command", json!({"command": line}));
+                    continue;
+                };
+                let lease: Lease = scope.lease();
+                let (ledger, events) = (ledger.clone(), events.clone());
+                steps.spawn(async move {
+                    let fence = lease.fence().get();
+                    events.emit("write_sent", json!({"effect": effect, "fence": fence}));
+                    let opened = |bound: Duration| {
+                        events.emit(
+                            "tx_open",
+                            json!({"effect": effect, "fence": fence, "bound_ms": bound.as_millis() as u64, "hold_ms": hold}),
+                        )
+                    };
+                    let outcome = ledger
+                        .record_held(&lease, &effect, Duration::from_millis(hold), opened)
+                        .await;
+                    match outcome {
+                        Ok(()) => events.emit("write_accepted", json!({"effect": effect, "fence": fence})),
+                        Err(e) if e.is_verdict() => {
+                            let mut v = rejection(&e);
+                            v["effect"] = json!(effect);
+                            events.emit("write_rejected", v);
+                        }
+                        Err(e) => events.emit(
+                            "write_failed",
+                            json!({"effect": effect, "fence": fence, "retryable": e.is_retryable(), "message": e.to_string()}),
                         ),
                     }
                 });
