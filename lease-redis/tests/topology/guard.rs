@@ -92,12 +92,16 @@ async fn appendfsync_everysec_is_refused_without_replicas_unless_volatile() {
 
     // Replica acknowledgement covers the fsync window: accepted at connect (and every write
     // then waits for a replica, which this lone server does not have).
-    let replicated = connect(&format!("{}?replicas=1", server.url()), &ns)
-        .await
-        .unwrap();
+    let replicated = connect(
+        &format!("{}?replicas=1&replica_timeout_ms=100", server.url()),
+        &ns,
+    )
+    .await
+    .unwrap();
     assert!(replicated.accepted_risks().is_empty(), "{replicated}");
-    let r = run("r");
-    replicated.create(&r).await.unwrap_err();
+    let err = replicated.create(&run("r")).await.unwrap_err();
+    lease_conformance::assert_unavailable(&err, "redis");
+    assert!(err.to_string().contains("replica"), "{err}");
 }
 
 /// Size of the live append-only file.
