@@ -1,0 +1,620 @@
+//! The lease-and-fence protocol as a model, checked over every interleaving with
+//! [stateright](https://docs.rs/stateright).
+//!
+//! One run, one store, and [`LeaseModel::workers`] workers that talk to the store over a
+//! network that **delays, drops, duplicates and reorders** every message. Time is a global
+//! tick: the store judges expiry on it (the store's clock), and each worker keeps its local
+//! deadline on it (a monotonic clock that runs at the same rate; clock *skew* between the store
+//! and the workers is outside this model, see the crate README of `lease-core`). A worker that
+//! is paused (GC, SIGSTOP) or partitioned is modelled by the scheduler simply not running it
+//! while time passes and its messages sit in the network: every such schedule is one of the
+//! interleavings explored.
+//!
+//! Workers claim, renew (the heartbeat), write under their fence, suspend and complete; an
+//! operator resumes a suspended run. The store follows `DESIGN.md`: a claim succeeds on a
+//! runnable run that is unowned or expired and takes the next fence; every fenced operation is
+//! accepted iff the presented fence equals the current one and the lease is held. A worker
+//! computes its local deadline from the instant it **sent** the claim or renewal that
+//! succeeded, plus the TTL, minus a margin, and stops working when it passes.
+//!
+//! The properties ([`LeaseModel::properties`]) are checked in every reachable state. A
+//! [`Flaw`] breaks the protocol on purpose, to show the checker finds what each property
+//! guards against.
+//!
+//! ```
+//! use lease_model::LeaseModel;
+//! use stateright::{Checker, Model};
+//! let checker = LeaseModel::small().checker().spawn_bfs().join();
+//! checker.assert_properties();
+//! assert!(checker.unique_state_count() > 1_000);
+//! ```
+
+use stateright::{Model, Property};
+
+/// A deliberate break of the protocol, for showing that the checker finds each failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Flaw {
+    /// The store accepts a fenced write whose fence is lower than or equal to the current one
+    /// (`presented <= current`) instead of equal.
+    AcceptLowerFence,
+    /// The store renews a lease by fence alone, even when the run is suspended.
+    RenewSuspended,
+    /// The store keeps a fence per worker instead of per run.
+    PerWorkerFence,
+    /// The worker takes its local deadline from the instant a reply **arrived** instead of the
+    /// instant its request was sent.
+    DeadlineFromReceipt,
+}
+
+/// The protocol and its bounds.
+#[derive(Clone, Debug)]
+pub struct LeaseModel {
+    /// How many workers compete for the run.
+    pub workers: u8,
+    /// The lease TTL, in ticks.
+    pub ttl: u8,
+    /// The worker's safety margin: its local deadline is `sent + ttl - margin`.
+    pub margin: u8,
+    /// The last tick explored.
+    pub max_time: u8,
+    /// The most messages in flight at once (new requests and copies wait for room).
+    pub max_in_flight: usize,
+    /// How many claims each worker may send.
+    pub claims_per_worker: u8,
+    /// How many fenced writes each worker may send.
+    pub writes_per_worker: u8,
+    /// A deliberate break, or `None` for the protocol as designed.
+    pub flaw: Option<Flaw>,
+}
+
+impl LeaseModel {
+    /// Two workers, TTL 3, margin 1, ticks 0 to 4, two messages in flight, one claim and one
+    /// write per worker: 7.6 million distinct states (32 million visits, paths up to 46 steps),
+    /// explored exhaustively in about half a minute, and large enough for every failure a
+    /// [`Flaw`] causes: an expiry and a reclaim, a suspend, a resume and a reclaim, a delayed,
+    /// lost or duplicated message at every step.
+    pub fn small() -> LeaseModel {
+        LeaseModel {
+            workers: 2,
+            ttl: 3,
+            margin: 1,
+            max_time: 4,
+            max_in_flight: 2,
+            claims_per_worker: 1,
+            writes_per_worker: 1,
+            flaw: None,
+        }
+    }
+
+    /// The same model with `flaw`.
+    pub fn with_flaw(mut self, flaw: Flaw) -> LeaseModel {
+        self.flaw = Some(flaw);
+        self
+    }
+
+    fn has(&self, flaw: Flaw) -> bool {
+        self.flaw == Some(flaw)
+    }
+
+    fn deadline(&self, sent: u8, now: u8) -> u8 {
+        let from = if self.has(Flaw::DeadlineFromReceipt) {
+            now
+        } else {
+            sent
+        };
+        from + self.ttl - self.margin
+    }
+}
+
+/// The run's state in the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// Claimable when unowned or expired.
+    Runnable,
+    /// Waiting for a resume; never claimable or renewable.
+    Suspended,
+    /// Done for good.
+    Completed,
+}
+
+/// The store's record of the run.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Store {
+    /// The current fence (0 before the first claim).
+    pub fence: u8,
+    /// The holder, if any.
+    pub owner: Option<u8>,
+    /// The lease's expiry on the store's clock.
+    pub expires: u8,
+    /// Runnable, suspended or completed.
+    pub phase: Phase,
+    /// Claims per worker, used only by [`Flaw::PerWorkerFence`].
+    pub per_worker: Vec<u8>,
+}
+
+/// A lease as its worker holds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Held {
+    /// The fence the claim returned.
+    pub fence: u8,
+    /// The local deadline: the worker works only while `now < deadline`.
+    pub deadline: u8,
+}
+
+/// One worker's memory.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Worker {
+    /// The lease it believes it holds.
+    pub lease: Option<Held>,
+    /// The claim it is waiting for: its number (a call's own identity, so a late or
+    /// duplicated reply to an earlier claim never answers a later one) and send instant.
+    pub claim_pending: Option<(u8, u8)>,
+    /// The last tick it sent a renewal (one per tick at most).
+    pub renew_sent: Option<u8>,
+    /// Claims sent so far.
+    pub claims: u8,
+    /// Fenced writes sent so far.
+    pub writes: u8,
+}
+
+/// What a request asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Op {
+    /// Claim the run; the worker's claim number.
+    Claim(u8),
+    /// Renew under a fence.
+    Renew(u8),
+    /// A fenced write (a journal append, an effect).
+    Write(u8),
+    /// Suspend under a fence.
+    Suspend(u8),
+    /// Complete under a fence.
+    Complete(u8),
+}
+
+/// The store's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Answer {
+    /// The claim succeeded with this fence.
+    Granted(u8),
+    /// The fenced operation was accepted.
+    Accepted,
+    /// Refused (held, stale fence, lease ended, …).
+    Refused,
+}
+
+/// A message in flight. Replies echo the request's send instant, as a caller matches a reply
+/// to the call it made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Msg {
+    /// Worker to store.
+    Request {
+        /// The sender.
+        from: u8,
+        /// When it was sent.
+        sent: u8,
+        /// What it asks.
+        op: Op,
+    },
+    /// Store to worker.
+    Reply {
+        /// The worker that asked.
+        to: u8,
+        /// When the request was sent.
+        sent: u8,
+        /// What was asked.
+        op: Op,
+        /// The verdict.
+        answer: Answer,
+    },
+}
+
+/// A message and whether it is already a duplicate (a duplicate is not duplicated again).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Packet {
+    /// The message.
+    pub msg: Msg,
+    /// Whether this is the network's copy.
+    pub copy: bool,
+}
+
+/// What the properties watch: facts about everything the store accepted so far.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct History {
+    /// The highest fence ever granted.
+    pub granted_max: u8,
+    /// A claim returned a fence not above every earlier one.
+    pub fence_repeated: bool,
+    /// The highest fence a write was accepted under.
+    pub written_max: u8,
+    /// A write was accepted under a fence lower than an earlier accepted write's.
+    pub stale_after_newer: bool,
+    /// The worker whose writes were accepted under each fence (index = fence).
+    pub writer_of: Vec<Option<u8>>,
+    /// Two workers had writes accepted under one fence.
+    pub shared_fence: bool,
+    /// How many completions were accepted.
+    pub completes: u8,
+    /// A renewal was accepted while the run was suspended.
+    pub renewed_suspended: bool,
+    /// A write under an old fence was refused (for showing the model reaches it).
+    pub stale_refused: bool,
+    /// An operator resumed the run at some point.
+    pub resumed: bool,
+    /// A claim succeeded after a resume.
+    pub claimed_after_resume: bool,
+}
+
+/// One state of the whole system.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    /// The global tick.
+    pub now: u8,
+    /// The store.
+    pub store: Store,
+    /// The workers.
+    pub workers: Vec<Worker>,
+    /// Messages in flight, sorted (a multiset: order of arrival is the scheduler's choice).
+    pub net: Vec<Packet>,
+    /// What the store accepted.
+    pub history: History,
+}
+
+impl State {
+    /// How many workers believe they hold the run and are within their local deadline.
+    pub fn working(&self) -> usize {
+        self.workers
+            .iter()
+            .filter(|w| w.lease.is_some_and(|l| self.now < l.deadline))
+            .count()
+    }
+}
+
+/// A step of the system.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Time passes by one tick.
+    Tick,
+    /// A worker sends a claim.
+    Claim(u8),
+    /// A worker sends a renewal.
+    Renew(u8),
+    /// A worker sends a fenced write.
+    Write(u8),
+    /// A worker suspends its run (and stops working on it).
+    Suspend(u8),
+    /// A worker completes its run (and stops working on it).
+    Complete(u8),
+    /// An operator resumes the suspended run.
+    Resume,
+    /// The network delivers the message at this index.
+    Deliver(usize),
+    /// The network loses it.
+    Drop(usize),
+    /// The network delivers it twice (a copy stays in flight).
+    Duplicate(usize),
+}
+
+impl LeaseModel {
+    fn send(&self, state: &mut State, from: u8, op: Op) {
+        let sent = state.now;
+        state.net.push(Packet {
+            msg: Msg::Request { from, sent, op },
+            copy: false,
+        });
+        state.net.sort();
+    }
+
+    fn held(&self, store: &Store, fence: u8) -> bool {
+        let fence_ok = if self.has(Flaw::AcceptLowerFence) {
+            fence <= store.fence
+        } else {
+            fence == store.fence
+        };
+        fence_ok && store.phase == Phase::Runnable && store.owner.is_some()
+    }
+
+    /// The store applies a request at its clock `now` and answers.
+    fn apply(&self, state: &mut State, from: u8, op: Op) -> Answer {
+        let now = state.now;
+        let store = &mut state.store;
+        let history = &mut state.history;
+        match op {
+            Op::Claim(_) => {
+                let free = store.owner.is_none() || store.expires <= now;
+                if store.phase != Phase::Runnable || !free {
+                    return Answer::Refused;
+                }
+                let fence = if self.has(Flaw::PerWorkerFence) {
+                    store.per_worker[usize::from(from)] += 1;
+                    store.per_worker[usize::from(from)]
+                } else {
+                    store.fence + 1
+                };
+                store.fence = fence;
+                store.owner = Some(from);
+                store.expires = now + self.ttl;
+                if fence <= history.granted_max {
+                    history.fence_repeated = true;
+                }
+                history.granted_max = history.granted_max.max(fence);
+                history.claimed_after_resume |= history.resumed;
+                Answer::Granted(fence)
+            }
+            Op::Renew(fence) => {
+                let ok = if self.has(Flaw::RenewSuspended) {
+                    fence == store.fence && store.phase != Phase::Completed
+                } else {
+                    self.held(store, fence)
+                };
+                if !ok {
+                    return Answer::Refused;
+                }
+                if store.phase == Phase::Suspended {
+                    history.renewed_suspended = true;
+                }
+                store.expires = now + self.ttl;
+                Answer::Accepted
+            }
+            Op::Write(fence) => {
+                if !self.held(store, fence) {
+                    if fence < store.fence {
+                        history.stale_refused = true;
+                    }
+                    return Answer::Refused;
+                }
+                if fence < history.written_max {
+                    history.stale_after_newer = true;
+                }
+                history.written_max = history.written_max.max(fence);
+                let slot = usize::from(fence);
+                if history.writer_of.len() <= slot {
+                    history.writer_of.resize(slot + 1, None);
+                }
+                match history.writer_of[slot] {
+                    Some(writer) if writer != from => history.shared_fence = true,
+                    _ => history.writer_of[slot] = Some(from),
+                }
+                Answer::Accepted
+            }
+            Op::Suspend(fence) | Op::Complete(fence) => {
+                if !self.held(store, fence) {
+                    return Answer::Refused;
+                }
+                store.owner = None;
+                if matches!(op, Op::Complete(_)) {
+                    store.phase = Phase::Completed;
+                    history.completes += 1;
+                } else {
+                    store.phase = Phase::Suspended;
+                }
+                Answer::Accepted
+            }
+        }
+    }
+
+    /// A worker takes in a reply.
+    fn receive(&self, state: &mut State, to: u8, sent: u8, op: Op, answer: Answer) {
+        let now = state.now;
+        let deadline = self.deadline(sent, now);
+        let worker = &mut state.workers[usize::from(to)];
+        match (op, answer) {
+            (Op::Claim(n), answer) if worker.claim_pending == Some((n, sent)) => {
+                worker.claim_pending = None;
+                if let Answer::Granted(fence) = answer {
+                    // A grant that arrives past its deadline is not worked on.
+                    if now < deadline && worker.lease.is_none() {
+                        worker.lease = Some(Held { fence, deadline });
+                    }
+                }
+            }
+            (Op::Renew(fence), Answer::Accepted) => {
+                if let Some(lease) = worker.lease.as_mut().filter(|l| l.fence == fence) {
+                    lease.deadline = lease.deadline.max(deadline);
+                }
+            }
+            // A refused renewal or write cancels the scope at once.
+            (Op::Renew(fence) | Op::Write(fence), Answer::Refused)
+                if worker.lease.is_some_and(|l| l.fence == fence) =>
+            {
+                worker.lease = None;
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Model for LeaseModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![State {
+            now: 0,
+            store: Store {
+                fence: 0,
+                owner: None,
+                expires: 0,
+                phase: Phase::Runnable,
+                per_worker: vec![0; usize::from(self.workers)],
+            },
+            workers: vec![
+                Worker {
+                    lease: None,
+                    claim_pending: None,
+                    renew_sent: None,
+                    claims: 0,
+                    writes: 0,
+                };
+                usize::from(self.workers)
+            ],
+            net: Vec::new(),
+            history: History::default(),
+        }]
+    }
+
+    fn actions(&self, state: &State, actions: &mut Vec<Action>) {
+        if state.now < self.max_time {
+            actions.push(Action::Tick);
+        }
+        let room = state.net.len() < self.max_in_flight;
+        for (i, worker) in state.workers.iter().enumerate() {
+            let w = i as u8;
+            let working = worker.lease.is_some_and(|l| state.now < l.deadline);
+            if !room {
+                continue;
+            }
+            // A worker may give up on a claim whose reply is late and claim again.
+            if worker.lease.is_none() && worker.claims < self.claims_per_worker {
+                actions.push(Action::Claim(w));
+            }
+            if working {
+                if worker.renew_sent != Some(state.now) {
+                    actions.push(Action::Renew(w));
+                }
+                if worker.writes < self.writes_per_worker {
+                    actions.push(Action::Write(w));
+                }
+                actions.push(Action::Suspend(w));
+                actions.push(Action::Complete(w));
+            }
+        }
+        if state.store.phase == Phase::Suspended {
+            actions.push(Action::Resume);
+        }
+        for (i, packet) in state.net.iter().enumerate() {
+            // Identical packets are one choice, not several.
+            if i > 0 && state.net[i - 1] == *packet {
+                continue;
+            }
+            actions.push(Action::Deliver(i));
+            actions.push(Action::Drop(i));
+            if room && !packet.copy {
+                actions.push(Action::Duplicate(i));
+            }
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut state = last.clone();
+        match action {
+            Action::Tick => {
+                state.now += 1;
+                let now = state.now;
+                // Past its local deadline a worker stops: the scope is cancelled.
+                for worker in &mut state.workers {
+                    if worker.lease.is_some_and(|l| now >= l.deadline) {
+                        worker.lease = None;
+                    }
+                }
+            }
+            Action::Claim(w) => {
+                let worker = &mut state.workers[usize::from(w)];
+                worker.claims += 1;
+                let n = worker.claims;
+                worker.claim_pending = Some((n, state.now));
+                self.send(&mut state, w, Op::Claim(n));
+            }
+            Action::Renew(w) => {
+                let worker = &mut state.workers[usize::from(w)];
+                worker.renew_sent = Some(state.now);
+                let fence = worker.lease?.fence;
+                self.send(&mut state, w, Op::Renew(fence));
+            }
+            Action::Write(w) => {
+                let worker = &mut state.workers[usize::from(w)];
+                worker.writes += 1;
+                let fence = worker.lease?.fence;
+                self.send(&mut state, w, Op::Write(fence));
+            }
+            Action::Suspend(w) | Action::Complete(w) => {
+                let worker = &mut state.workers[usize::from(w)];
+                // Ending the lease stops the heartbeat and the work at once.
+                let fence = worker.lease.take()?.fence;
+                let op = if matches!(action, Action::Suspend(_)) {
+                    Op::Suspend(fence)
+                } else {
+                    Op::Complete(fence)
+                };
+                self.send(&mut state, w, op);
+            }
+            Action::Resume => {
+                state.store.phase = Phase::Runnable;
+                state.history.resumed = true;
+            }
+            Action::Deliver(i) => {
+                let packet = state.net.remove(i);
+                match packet.msg {
+                    Msg::Request { from, sent, op } => {
+                        let answer = self.apply(&mut state, from, op);
+                        state.net.push(Packet {
+                            msg: Msg::Reply {
+                                to: from,
+                                sent,
+                                op,
+                                answer,
+                            },
+                            copy: false,
+                        });
+                        state.net.sort();
+                    }
+                    Msg::Reply {
+                        to,
+                        sent,
+                        op,
+                        answer,
+                    } => self.receive(&mut state, to, sent, op, answer),
+                }
+            }
+            Action::Drop(i) => {
+                state.net.remove(i);
+            }
+            Action::Duplicate(i) => {
+                let mut copy = state.net[i];
+                copy.copy = true;
+                state.net.push(copy);
+                state.net.sort();
+            }
+        }
+        Some(state)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("fences never repeat", |_, s: &State| {
+                !s.history.fence_repeated
+            }),
+            Property::always(
+                "no write under an older fence is accepted after a newer one",
+                |_, s: &State| !s.history.stale_after_newer,
+            ),
+            Property::always("one worker's writes per fence", |_, s: &State| {
+                !s.history.shared_fence
+            }),
+            Property::always("a completed run completes once", |_, s: &State| {
+                s.history.completes <= 1
+            }),
+            Property::always("a suspended run is never renewed", |_, s: &State| {
+                !s.history.renewed_suspended
+            }),
+            Property::always(
+                "at most one worker works on the run at a time",
+                |_, s: &State| s.working() <= 1,
+            ),
+            // Reachability: the model is not vacuous; each of these must be found.
+            Property::sometimes("a run is reclaimed under a higher fence", |_, s: &State| {
+                s.history.granted_max >= 2
+            }),
+            Property::sometimes("a stale write is refused", |_, s: &State| {
+                s.history.stale_refused
+            }),
+            Property::sometimes("a run is completed", |_, s: &State| {
+                s.history.completes == 1
+            }),
+            Property::sometimes(
+                "a suspended run is resumed and reclaimed",
+                |_, s: &State| s.history.claimed_after_resume,
+            ),
+        ]
+    }
+}
