@@ -75,9 +75,9 @@ async fn failover_schedule(replicas: u32) -> Option<Outcome> {
     )?;
     let cut_claim = on_primary.claim(&r, &worker("b"), ttl(60_000)).await;
     let primary_fence = on_primary.inspect(&r).await.unwrap().fence.get();
-    primary.stop(); // SIGKILL
-                    // The cut stays until the end: the killed primary's kernel still retransmits what the
-                    // replica never received, and it must not arrive now.
+    // SIGKILL. The cut stays until the end: the killed primary's kernel still retransmits
+    // what the replica never received, and it must not arrive now.
+    primary.stop();
 
     replica.command(&["REPLICAOF", "NO", "ONE"]).unwrap();
     assert_eq!(replica.info("replication", "role").unwrap(), "master");
