@@ -12,7 +12,8 @@ use lease_core::{InvalidInput, LeaseStore, MemoryLeaseStore, Ttl};
 ///
 /// Sources, lowest precedence first: [`Config::default`], a TOML file ([`Config::from_toml`]),
 /// the environment ([`Config::with_env`]: `LEASE_STORE`, `LEASE_TTL_MS`,
-/// `LEASE_HEARTBEAT_MS`, `LEASE_NAMESPACE`), then flags (the `with_*` setters).
+/// `LEASE_HEARTBEAT_MS`, `LEASE_NAMESPACE`, `LEASE_REPLICAS`, `LEASE_REPLICA_TIMEOUT_MS`,
+/// `LEASE_SYNC_REPLICAS`), then flags (the `with_*` setters).
 ///
 /// ```
 /// use distribution::Config;
@@ -37,6 +38,9 @@ pub struct Config {
     /// Redis: how long to wait for those acknowledgements; `None` for the URL's
     /// `replica_timeout_ms=` parameter, or 1 s.
     pub replica_timeout: Option<Duration>,
+    /// Postgres: how many synchronous standbys must have a commit before a lease or write is
+    /// reported; `None` for the URL's `sync_replicas=` parameter, or 0.
+    pub sync_replicas: Option<u32>,
 }
 
 impl Default for Config {
@@ -48,6 +52,7 @@ impl Default for Config {
             namespace: None,
             replicas: None,
             replica_timeout: None,
+            sync_replicas: None,
         }
     }
 }
@@ -61,6 +66,7 @@ impl fmt::Debug for Config {
             .field("namespace", &self.namespace)
             .field("replicas", &self.replicas)
             .field("replica_timeout", &self.replica_timeout)
+            .field("sync_replicas", &self.sync_replicas)
             .finish()
     }
 }
@@ -123,6 +129,7 @@ struct FileConfig {
     namespace: Option<String>,
     replicas: Option<u32>,
     replica_timeout_ms: Option<u64>,
+    sync_replicas: Option<u32>,
 }
 
 fn replica_timeout_setting(key: &str, ms: u64) -> Result<Duration, ConfigError> {
@@ -198,11 +205,14 @@ impl Config {
         if let Some(ms) = file.replica_timeout_ms {
             self.replica_timeout = Some(replica_timeout_setting("replica_timeout_ms", ms)?);
         }
+        if let Some(n) = file.sync_replicas {
+            self.sync_replicas = Some(n);
+        }
         Ok(self)
     }
 
     /// Overlays the process environment: `LEASE_STORE`, `LEASE_TTL_MS`, `LEASE_HEARTBEAT_MS`,
-    /// `LEASE_NAMESPACE`.
+    /// `LEASE_NAMESPACE`, `LEASE_REPLICAS`, `LEASE_REPLICA_TIMEOUT_MS`, `LEASE_SYNC_REPLICAS`.
     ///
     /// # Errors
     /// [`ConfigError::BadSetting`] naming the variable.
@@ -248,6 +258,12 @@ impl Config {
                 reason: format!("{v:?} is not a whole number of replicas"),
             })?);
         }
+        if let Some(v) = var("LEASE_SYNC_REPLICAS") {
+            self.sync_replicas = Some(v.trim().parse().map_err(|_| ConfigError::BadSetting {
+                key: "LEASE_SYNC_REPLICAS".to_string(),
+                reason: format!("{v:?} is not a whole number of standbys"),
+            })?);
+        }
         if let Some(ms) = number("LEASE_REPLICA_TIMEOUT_MS")? {
             self.replica_timeout = Some(replica_timeout_setting("LEASE_REPLICA_TIMEOUT_MS", ms)?);
         }
@@ -282,6 +298,13 @@ impl Config {
     /// reported (see `lease_redis::RedisConfig::with_replicas`).
     pub fn with_replicas(mut self, replicas: u32) -> Config {
         self.replicas = Some(replicas);
+        self
+    }
+
+    /// Postgres: requires `n` synchronous standbys to have every commit that hands out a lease
+    /// or accepts a fenced write (see `lease_postgres::PostgresConfig::with_sync_replicas`).
+    pub fn with_sync_replicas(mut self, n: u32) -> Config {
+        self.sync_replicas = Some(n);
         self
     }
 
@@ -399,6 +422,9 @@ pub async fn connect_store(config: &Config) -> Result<Store, ConfigError> {
             if let Some(ns) = &config.namespace {
                 pg = pg.with_schema(ns.clone());
             }
+            if let Some(n) = config.sync_replicas {
+                pg = pg.with_sync_replicas(n);
+            }
             Store::Postgres(Arc::new(
                 lease_postgres::PostgresLeaseStore::connect(pg).await?,
             ))
@@ -465,6 +491,26 @@ mod tests {
         );
         let flags = env.with_store("memory:");
         assert_eq!(flags.backend().unwrap(), Backend::Memory);
+    }
+
+    #[test]
+    fn replica_settings_come_from_file_and_environment() {
+        let config =
+            Config::from_toml("replicas = 1\nreplica_timeout_ms = 250\nsync_replicas = 2").unwrap();
+        assert_eq!(config.replicas, Some(1));
+        assert_eq!(config.replica_timeout, Some(Duration::from_millis(250)));
+        assert_eq!(config.sync_replicas, Some(2));
+        let env = |key: &str| match key {
+            "LEASE_REPLICAS" => Some("2".to_string()),
+            "LEASE_SYNC_REPLICAS" => Some("one".to_string()),
+            _ => None,
+        };
+        let err = Config::default().with_vars(env).unwrap_err();
+        assert!(err.to_string().contains("LEASE_SYNC_REPLICAS"), "{err}");
+        assert!(Config::from_toml("replica_timeout_ms = 0").is_err());
+        let cluster = Config::default().with_store("redis+cluster://:pw@h1:1,h2:2");
+        assert_eq!(cluster.backend().unwrap(), Backend::Redis);
+        assert!(!format!("{cluster:?}").contains("pw"));
     }
 
     #[test]
