@@ -115,18 +115,14 @@ impl PostgresLeaseStore {
             config.transaction_floor.as_millis() as i64,
             config.transaction_cap.as_millis() as i64,
         );
+        // One pooled connection now, so a server that fails the checks (a standby, missing
+        // synchronous standbys) is refused at connect rather than on the first operation, and
+        // before a migration could wait on a standby that is not there.
+        let checked = store.pool().acquire().await;
+        drop(checked.map_err(|e| store.route.fail(e))?);
         if config.migrate {
             store.migrate().await?;
         }
-        // One pooled connection now, so a server that fails the checks (a standby, missing
-        // synchronous standbys) is refused at connect rather than on the first operation.
-        drop(
-            store
-                .pool()
-                .acquire()
-                .await
-                .map_err(|e| store.route.fail(e))?,
-        );
         Ok(store)
     }
 

@@ -527,3 +527,44 @@ async fn a_run_at_the_largest_fence_is_exhausted_never_wrapped() {
         lease_core::Fence::MAX
     );
 }
+
+/// `sync_replicas=1` against a server with no synchronous standby configured fails closed at
+/// connect with `Misconfigured`, in one sentence naming the setting and the fix; a misspelled
+/// parameter is refused by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_replicas_without_synchronous_standbys_is_misconfigured() {
+    let Some(url) = postgres_url().await else {
+        return;
+    };
+    let err = PostgresLeaseStore::connect(
+        config(&url)
+            .with_sync_replicas(1)
+            .with_acquire_timeout(Duration::from_secs(1)),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Misconfigured {
+                backend: "postgres",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    assert!(
+        message.contains("synchronous_standby_names is empty")
+            && message.contains("set synchronous_standby_names"),
+        "{message}"
+    );
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let err = PostgresLeaseStore::connect(config(&format!("{url}{separator}sync_replica=1")))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Misconfigured { .. }) && err.to_string().contains("\"sync_replica\""),
+        "{err:?}"
+    );
+}
