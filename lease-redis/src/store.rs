@@ -78,7 +78,7 @@ impl FencedScript {
     /// Wraps `lua`, the snippet to run after the fence check.
     pub fn new(lua: &str) -> FencedScript {
         let source = format!(
-            "{}{}{lua}\nend)({{unpack(KEYS, 2)}}, {{unpack(ARGV, 2)}})\nreturn {{ 'ok', lease_result }}\n",
+            "{}{}{lua}\nend)({{unpack(KEYS, 2)}}, {{unpack(ARGV, 3)}})\nreturn {{ 'ok', lease_result }}\n",
             include_str!("../lua/common.lua"),
             include_str!("../lua/fenced_prelude.lua"),
         );
