@@ -143,7 +143,9 @@ impl PostgresConfig {
     /// `pg_stat_replication` that `n` of them flushed it. A write that is not confirmed within
     /// the [sync timeout](Self::with_sync_timeout) is reported as a retryable
     /// [`Unavailable`](lease_core::Error::Unavailable), never as success: a claim is not handed
-    /// out. The role needs `pg_monitor` (or superuser) to read the standbys' positions.
+    /// out. The role needs `pg_monitor` (or superuser) to read the standbys' positions. The
+    /// store names its sessions (`application_name = lease-postgres <pid>.<n>`) to find its own
+    /// waits, replacing a URL's `application_name`.
     pub fn with_sync_replicas(mut self, n: u32) -> PostgresConfig {
         self.sync_replicas = Some(n);
         self
