@@ -4,13 +4,14 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use lease_conformance::assert_unavailable;
 use lease_conformance::fixtures::{
-    redis_cluster_url, required, unique_namespace, REDIS_CLUSTER_HINT,
+    redis_cluster_url, required, unique_namespace, RedisCluster, REDIS_CLUSTER_HINT,
 };
 use lease_core::{LeaseStore, RunState};
 use redis::Value;
 
-use super::{assert_misconfigured, connect, hex, raw, run, say, ttl, worker};
+use super::{assert_misconfigured, connect, hex, raw, retrying, run, say, ttl, worker};
 
 /// The cluster's URL and a `redis://` URL per seed node (carrying the URL's credentials).
 fn cluster() -> Option<(String, Vec<String>)> {
@@ -218,4 +219,73 @@ async fn a_plain_url_to_one_cluster_node_is_a_configuration_error_naming_the_clu
         "refused at once, not after retries: {took:?}"
     );
     say(&format!("plain URL to cluster node {addr}: {err}"));
+}
+
+/// A namespace of `cluster` whose slot the node on `port` serves (or, with `on` false, does
+/// not serve).
+async fn namespace_on(cluster: &RedisCluster, port: u16, on: bool) -> String {
+    let seed = format!("redis://127.0.0.1:{}", cluster.ports()[0]);
+    let owners = slot_owners(&seed).await;
+    let addr = format!("127.0.0.1:{port}");
+    loop {
+        let ns = unique_namespace("down");
+        if (home(&seed, &owners, &ns).await.1 == addr) == on {
+            return ns;
+        }
+    }
+}
+
+/// When a master without replica dies the cluster goes down: operations on every namespace
+/// fail with a retryable `Unavailable` (CLUSTERDOWN, or the dead node unreachable), never a
+/// verdict; once the node restarts from its AOF the same stores carry on, with fences above
+/// those issued before.
+#[tokio::test]
+async fn a_cluster_down_is_retryable_and_fences_move_on_after_the_node_returns() {
+    let Some(mut cluster) = required(
+        "Redis Cluster",
+        RedisCluster::start_with(3, Duration::from_millis(1_000)),
+        REDIS_CLUSTER_HINT,
+    ) else {
+        return;
+    };
+    let dead = cluster.ports()[0];
+    let on_dead = namespace_on(&cluster, dead, true).await;
+    let elsewhere = namespace_on(&cluster, dead, false).await;
+    let r = run("r");
+    let mut stores = Vec::new();
+    for ns in [&on_dead, &elsewhere] {
+        let store = connect(&cluster.url(), ns).await.unwrap();
+        store.create(&r).await.unwrap();
+        let lease = store.claim(&r, &worker("a"), ttl(60_000)).await.unwrap();
+        store.release(&lease).await.unwrap();
+        stores.push(store);
+    }
+
+    cluster.node_mut(0).stop(); // SIGKILL
+    cluster.wait_down(Duration::from_secs(10)).unwrap();
+    for (store, ns) in stores.iter().zip([&on_dead, &elsewhere]) {
+        let err = store
+            .claim(&r, &worker("b"), ttl(60_000))
+            .await
+            .unwrap_err();
+        assert_unavailable(&err, "redis");
+        say(&format!("cluster down, namespace {ns}: {err}"));
+    }
+
+    cluster.node_mut(0).restart().unwrap();
+    cluster.wait_ok(Duration::from_secs(20)).unwrap();
+    for store in &stores {
+        let b = worker("b");
+        let lease = retrying(
+            Duration::from_secs(10),
+            "claim after the node returned",
+            || store.claim(&r, &b, ttl(60_000)),
+        )
+        .await;
+        assert_eq!(
+            lease.fence().get(),
+            2,
+            "the refused claims changed nothing and fence 1 survived"
+        );
+    }
 }

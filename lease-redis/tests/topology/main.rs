@@ -11,6 +11,7 @@ mod cluster;
 mod failover;
 mod guard;
 mod load;
+mod replies;
 
 use std::future::Future;
 use std::time::{Duration, Instant};
