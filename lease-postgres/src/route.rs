@@ -256,9 +256,13 @@ impl Route {
     /// is a standby, and explaining a pool timeout by the last refused connection.
     pub(crate) fn fail(&self, e: sqlx::Error) -> PgError {
         let timed_out = matches!(e, sqlx::Error::PoolTimedOut);
+        // A pool timing out with every connection in use is exhausted, not cut off from its host.
+        let exhausted = timed_out && self.pool.size() >= self.pool.options().get_max_connections();
         let e = PgError::from(e);
         if let PgError::Unreachable(_) | PgError::Standby(_) = &e {
-            self.advance(self.current.load(Ordering::Acquire));
+            if !exhausted {
+                self.advance(self.current.load(Ordering::Acquire));
+            }
         }
         if timed_out {
             let refusal = self.refusal.lock().unwrap_or_else(|e| e.into_inner());
@@ -324,12 +328,13 @@ impl Route {
 
     /// Under `sync_replicas = N`: returns once N synchronous standbys flushed everything this
     /// server had flushed when the call began (so every commit that returned before it), or
-    /// fails with a retryable error after the sync timeout. Without `sync_replicas`, at once.
-    pub(crate) async fn confirm(&self) -> Result<(), PgError> {
+    /// fails with a retryable error once the sync timeout, counted from `since` (when the
+    /// write was sent), has passed; it looks at least once. Without `sync_replicas`, at once.
+    pub(crate) async fn confirm(&self, since: Instant) -> Result<(), PgError> {
         if self.sync_replicas == 0 {
             return Ok(());
         }
-        let deadline = Instant::now() + self.sync_timeout;
+        let deadline = since + self.sync_timeout;
         let mut target: Option<String> = None;
         loop {
             let row = sqlx::query(SYNC_ACKED)

@@ -227,21 +227,23 @@ impl PostgresLeaseStore {
     /// A statement that writes, returning at most one row: its wait for synchronous standbys
     /// is bounded, and a row (a write done) is reported only once durable as configured.
     async fn write_opt(&self, query: Query<'_, Postgres, PgArguments>) -> Result<Option<PgRow>> {
+        let sent = std::time::Instant::now();
         let row = self
             .route
             .bounded(query.fetch_optional(self.pool()))
             .await?;
         if row.is_some() {
-            self.route.confirm().await?;
+            self.route.confirm(sent).await?;
         }
         Ok(row)
     }
 
     /// As [`write_opt`](Self::write_opt), for statements returning many rows.
     async fn write_all(&self, query: Query<'_, Postgres, PgArguments>) -> Result<Vec<PgRow>> {
+        let sent = std::time::Instant::now();
         let rows = self.route.bounded(query.fetch_all(self.pool())).await?;
         if !rows.is_empty() {
-            self.route.confirm().await?;
+            self.route.confirm(sent).await?;
         }
         Ok(rows)
     }

@@ -90,8 +90,9 @@ impl FencedTransaction {
     /// (nothing was committed).
     pub async fn commit(self) -> Result<()> {
         let FencedTransaction { tx, store, .. } = self;
+        let sent = std::time::Instant::now();
         store.route.bounded(tx.commit()).await?;
-        Ok(store.route.confirm().await?)
+        Ok(store.route.confirm(sent).await?)
     }
 
     /// Rolls everything back and releases the run's row.

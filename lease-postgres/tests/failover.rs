@@ -120,7 +120,7 @@ fn config(url: &str, schema: &str) -> PostgresConfig {
     PostgresConfig::from_url(url)
         .with_schema(schema)
         .with_acquire_timeout(Duration::from_secs(1))
-        .with_sync_timeout(Duration::from_millis(500))
+        .with_sync_timeout(Duration::from_secs(1))
 }
 
 /// What the deterministic schedule observed.
