@@ -27,8 +27,8 @@ static EFFECT: LazyLock<FencedScript> =
 struct Shared {
     /// The store to use and its generation: 0 on the first primary, 1 on the promoted one.
     store: RwLock<(u64, Arc<RedisLeaseStore>)>,
-    /// Every lease a worker held: run, fence, generation.
-    held: Mutex<Vec<(String, u64, u64)>>,
+    /// Every lease a worker held: run, fence, generation, worker.
+    held: Mutex<Vec<(String, u64, u64, String)>>,
     /// Effects written.
     effects: AtomicU64,
     stop: AtomicBool,
@@ -59,11 +59,12 @@ async fn work(shared: Arc<Shared>, name: String) {
             Err(e) => panic!("{name}: claim_next: {e:?}"),
         };
         let fence = lease.fence().get();
-        shared
-            .held
-            .lock()
-            .unwrap()
-            .push((lease.run().as_str().to_owned(), fence, generation));
+        shared.held.lock().unwrap().push((
+            lease.run().as_str().to_owned(),
+            fence,
+            generation,
+            name.clone(),
+        ));
         tokio::time::sleep(Duration::from_millis(5)).await; // the work
         let ledger = store.script_key(lease.run(), "ledger");
         let entry = format!("{fence}:{name}");
@@ -199,7 +200,7 @@ async fn eight_workers_through_a_failover_with_replicas_1_only_move_fences_forwa
 
     let held = shared.held.lock().unwrap().clone();
     let mut per_run: BTreeMap<&str, (Vec<u64>, Vec<u64>)> = BTreeMap::new();
-    for (id, fence, generation) in &held {
+    for (id, fence, generation, _) in &held {
         let entry = per_run.entry(id.as_str()).or_default();
         if *generation == 0 {
             entry.0.push(*fence);
@@ -225,8 +226,10 @@ async fn eight_workers_through_a_failover_with_replicas_1_only_move_fences_forwa
         "no run was claimed on both sides of the failover: the test saw nothing"
     );
 
-    let fences_held: BTreeSet<(&str, u64)> =
-        held.iter().map(|(id, f, _)| (id.as_str(), *f)).collect();
+    let holders: BTreeMap<(&str, u64), &str> = held
+        .iter()
+        .map(|(id, f, _, w)| ((id.as_str(), *f), w.as_str()))
+        .collect();
     let mut conn = raw(&promoted.url()).await;
     let mut ledger_entries = 0;
     for id in &ids {
@@ -238,20 +241,25 @@ async fn eight_workers_through_a_failover_with_replicas_1_only_move_fences_forwa
             .query_async(&mut conn)
             .await
             .unwrap();
-        let fences: Vec<u64> = entries
+        let written: Vec<(u64, &str)> = entries
             .iter()
-            .map(|e| e.split(':').next().unwrap().parse().unwrap())
+            .map(|e| {
+                let (fence, by) = e.split_once(':').expect("fence:worker");
+                (fence.parse().unwrap(), by)
+            })
             .collect();
+        let fences: Vec<u64> = written.iter().map(|(f, _)| *f).collect();
         let distinct: BTreeSet<u64> = fences.iter().copied().collect();
         assert_eq!(
             distinct.len(),
             fences.len(),
             "{id}: an effect is in the ledger twice: {entries:?}"
         );
-        for fence in &fences {
-            assert!(
-                fences_held.contains(&(id.as_str(), *fence)),
-                "{id}: an effect under fence {fence}, which no worker held: {entries:?}"
+        for (fence, by) in &written {
+            assert_eq!(
+                holders.get(&(id.as_str(), *fence)),
+                Some(by),
+                "{id}: an effect under fence {fence} by {by}, who did not hold it: {entries:?}"
             );
         }
         assert!(
@@ -260,7 +268,7 @@ async fn eight_workers_through_a_failover_with_replicas_1_only_move_fences_forwa
         );
         ledger_entries += fences.len();
     }
-    let after = held.iter().filter(|(_, _, g)| *g == 1).count();
+    let after = held.iter().filter(|(_, _, g, _)| *g == 1).count();
     say(&format!(
         "failover under load (replicas=1, {WORKERS} workers, {RUNS} runs): {} leases held \
          ({} before, {after} after); primary killed after {effects_before} effects; promoted \
