@@ -14,11 +14,13 @@ use std::sync::Arc;
 
 use lease_core::{Error, LeaseStore};
 
+mod fault_scenarios;
 pub mod fixtures;
 mod hub_scenarios;
 mod scenarios;
 mod scope_scenarios;
 
+pub use fault_scenarios::*;
 pub use hub_scenarios::*;
 pub use scenarios::*;
 pub use scope_scenarios::*;
@@ -83,6 +85,8 @@ macro_rules! conformance_tests {
             hub_cancels_only_the_scope_whose_lease_is_stale,
             hub_over_a_hanging_store_cancels_every_scope_at_its_local_deadline,
             hub_renews_in_chunks_of_at_most_max_batch,
+            heartbeats_stop_once_a_lease_ends,
+            scope_deadline_counts_from_the_send_instant_of_a_late_renewal,
         );
     };
     (@each $factory:expr; $($scenario:ident),* $(,)?) => {

@@ -1,7 +1,10 @@
 //! A fault-injecting wrapper over any `LeaseStore`, for partition tests and the demo.
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::watch;
 
@@ -23,11 +26,33 @@ pub enum Fault {
     Fail,
 }
 
+/// What a [`FaultyStore`] does to a call's reply **after the wrapped store applied the call**:
+/// the faults of a network that delivered the request and then failed the answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReplyFault {
+    /// Replies come back untouched.
+    Pass,
+    /// Each reply arrives this much later than the store answered (the call was applied at
+    /// once): a slow answer, as after a retransmission.
+    Delay(Duration),
+    /// The call is applied and its reply never arrives: the caller's future never completes.
+    Lose,
+    /// The call is applied and the caller gets [`Error::Unavailable`], as when the connection
+    /// drops between the store's commit and its reply.
+    Error,
+    /// The request is delivered twice: the store applies it twice and the caller gets the first
+    /// reply.
+    Duplicate,
+}
+
 /// The backend name of the errors a [`FaultyStore`] injects.
 pub const FAULT_BACKEND: &str = "fault-injection";
 
-/// Wraps a [`LeaseStore`] and injects [`Fault`]s into every call, so partition behaviour can be
-/// tested in one process. Clones share the same fault switch.
+/// Wraps a [`LeaseStore`] and injects [`Fault`]s into every call before it reaches the store,
+/// and [`ReplyFault`]s into every reply after the store applied it, so partition behaviour can
+/// be tested in one process. It also counts the renewal calls it receives
+/// ([`renew_calls`](FaultyStore::renew_calls)), whatever becomes of them, so a test can see a
+/// heartbeat that should have stopped. Clones share the switches and the count.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -43,6 +68,9 @@ pub const FAULT_BACKEND: &str = "fault-injection";
 pub struct FaultyStore {
     inner: Arc<dyn LeaseStore>,
     fault: Arc<watch::Sender<Fault>>,
+    reply: Arc<Mutex<ReplyFault>>,
+    renew_calls: Arc<AtomicU64>,
+    renewals_by_run: Arc<Mutex<HashMap<RunId, u64>>>,
 }
 
 impl FaultyStore {
@@ -51,6 +79,72 @@ impl FaultyStore {
         FaultyStore {
             inner,
             fault: Arc::new(watch::Sender::new(Fault::Pass)),
+            reply: Arc::new(Mutex::new(ReplyFault::Pass)),
+            renew_calls: Arc::new(AtomicU64::new(0)),
+            renewals_by_run: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// Switches what happens to the replies of calls that reach the store from now on.
+    pub fn set_reply(&self, fault: ReplyFault) {
+        tracing::info!(store = %self.inner, ?fault, "reply fault injection switched");
+        *self
+            .reply
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = fault;
+    }
+
+    /// The current reply fault.
+    pub fn reply_fault(&self) -> ReplyFault {
+        *self
+            .reply
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// How many `renew` and `renew_many` calls were made through this store (one per call,
+    /// whatever the batch size, counted before any fault), including calls the store refused.
+    pub fn renew_calls(&self) -> u64 {
+        self.renew_calls.load(Ordering::SeqCst)
+    }
+
+    /// How many renewals of `run` were asked through this store (by `renew`, or as one lease
+    /// of a `renew_many` batch), counted before any fault, including renewals the store refused.
+    pub fn renewals_of(&self, run: &RunId) -> u64 {
+        let counts = self
+            .renewals_by_run
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        counts.get(run).copied().unwrap_or(0)
+    }
+
+    fn count_renewals<'a>(&self, leases: impl IntoIterator<Item = &'a Lease>) {
+        self.renew_calls.fetch_add(1, Ordering::SeqCst);
+        let mut counts = self
+            .renewals_by_run
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for lease in leases {
+            *counts.entry(lease.run().clone()).or_default() += 1;
+        }
+    }
+
+    /// Hands the reply `out` to the caller as the current reply fault says.
+    async fn answer<T>(&self, fault: ReplyFault, out: Result<T>) -> Result<T> {
+        match fault {
+            ReplyFault::Pass | ReplyFault::Duplicate => out,
+            ReplyFault::Delay(by) => {
+                tokio::time::sleep(by).await;
+                out
+            }
+            ReplyFault::Lose => std::future::pending().await,
+            ReplyFault::Error => Err(Error::unavailable(
+                FAULT_BACKEND,
+                format!(
+                    "injected loss of the reply from {} (the call was applied)",
+                    self.inner
+                ),
+            )),
         }
     }
 
@@ -95,6 +189,7 @@ impl fmt::Debug for FaultyStore {
         f.debug_struct("FaultyStore")
             .field("inner", &self.inner)
             .field("fault", &self.fault())
+            .field("reply", &self.reply_fault())
             .finish()
     }
 }
@@ -109,71 +204,143 @@ impl fmt::Display for FaultyStore {
 impl LeaseStore for FaultyStore {
     async fn create(&self, run: &RunId) -> Result<RunRecord> {
         self.gate().await?;
-        self.inner.create(run).await
+        let fault = self.reply_fault();
+        if fault == ReplyFault::Duplicate {
+            let _ = self.inner.create(run).await;
+        }
+        let out = self.inner.create(run).await;
+        self.answer(fault, out).await
     }
 
     async fn claim(&self, run: &RunId, worker: &WorkerId, ttl: Ttl) -> Result<Lease> {
         self.gate().await?;
-        self.inner.claim(run, worker, ttl).await
+        let fault = self.reply_fault();
+        if fault == ReplyFault::Duplicate {
+            let _ = self.inner.claim(run, worker, ttl).await;
+        }
+        let out = self.inner.claim(run, worker, ttl).await;
+        self.answer(fault, out).await
     }
 
     async fn claim_next(&self, worker: &WorkerId, ttl: Ttl, max: usize) -> Result<Vec<Lease>> {
         self.gate().await?;
-        self.inner.claim_next(worker, ttl, max).await
+        let fault = self.reply_fault();
+        if fault == ReplyFault::Duplicate {
+            let _ = self.inner.claim_next(worker, ttl, max).await;
+        }
+        let out = self.inner.claim_next(worker, ttl, max).await;
+        self.answer(fault, out).await
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        self.count_renewals([lease]);
         self.gate().await?;
-        self.inner.renew(lease).await
+        let fault = self.reply_fault();
+        if fault == ReplyFault::Duplicate {
+            let _ = self.inner.renew(lease).await;
+        }
+        let out = self.inner.renew(lease).await;
+        self.answer(fault, out).await
     }
 
     async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+        self.count_renewals(leases);
         self.gate().await?;
-        self.inner.renew_many(leases).await
+        let fault = self.reply_fault();
+        if fault == ReplyFault::Duplicate {
+            let _ = self.inner.renew_many(leases).await;
+        }
+        let out = self.inner.renew_many(leases).await;
+        self.answer(fault, out).await
     }
 
     async fn append(&self, lease: &Lease, payload: &[u8]) -> Result<JournalEntry> {
         self.gate().await?;
-        self.inner.append(lease, payload).await
+        let fault = self.reply_fault();
+        if fault == ReplyFault::Duplicate {
+            let _ = self.inner.append(lease, payload).await;
+        }
+        let out = self.inner.append(lease, payload).await;
+        self.answer(fault, out).await
     }
 
     async fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>> {
         self.gate().await?;
-        self.inner.journal(run).await
+        let fault = self.reply_fault();
+        if fault == ReplyFault::Duplicate {
+            let _ = self.inner.journal(run).await;
+        }
+        let out = self.inner.journal(run).await;
+        self.answer(fault, out).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {
         self.gate().await?;
-        self.inner.release(lease).await
+        let fault = self.reply_fault();
+        if fault == ReplyFault::Duplicate {
+            let _ = self.inner.release(lease).await;
+        }
+        let out = self.inner.release(lease).await;
+        self.answer(fault, out).await
     }
 
     async fn suspend(&self, lease: &Lease) -> Result<()> {
         self.gate().await?;
-        self.inner.suspend(lease).await
+        let fault = self.reply_fault();
+        if fault == ReplyFault::Duplicate {
+            let _ = self.inner.suspend(lease).await;
+        }
+        let out = self.inner.suspend(lease).await;
+        self.answer(fault, out).await
     }
 
     async fn resume(&self, run: &RunId) -> Result<RunRecord> {
         self.gate().await?;
-        self.inner.resume(run).await
+        let fault = self.reply_fault();
+        if fault == ReplyFault::Duplicate {
+            let _ = self.inner.resume(run).await;
+        }
+        let out = self.inner.resume(run).await;
+        self.answer(fault, out).await
     }
 
     async fn complete(&self, lease: &Lease) -> Result<()> {
         self.gate().await?;
-        self.inner.complete(lease).await
+        let fault = self.reply_fault();
+        if fault == ReplyFault::Duplicate {
+            let _ = self.inner.complete(lease).await;
+        }
+        let out = self.inner.complete(lease).await;
+        self.answer(fault, out).await
     }
 
     async fn inspect(&self, run: &RunId) -> Result<RunRecord> {
         self.gate().await?;
-        self.inner.inspect(run).await
+        let fault = self.reply_fault();
+        if fault == ReplyFault::Duplicate {
+            let _ = self.inner.inspect(run).await;
+        }
+        let out = self.inner.inspect(run).await;
+        self.answer(fault, out).await
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<RunRecord>> {
         self.gate().await?;
-        self.inner.list(filter).await
+        let fault = self.reply_fault();
+        if fault == ReplyFault::Duplicate {
+            let _ = self.inner.list(filter).await;
+        }
+        let out = self.inner.list(filter).await;
+        self.answer(fault, out).await
     }
 
     async fn force_release(&self, run: &RunId) -> Result<RunRecord> {
         self.gate().await?;
-        self.inner.force_release(run).await
+        let fault = self.reply_fault();
+        if fault == ReplyFault::Duplicate {
+            let _ = self.inner.force_release(run).await;
+        }
+        let out = self.inner.force_release(run).await;
+        self.answer(fault, out).await
     }
 }

@@ -41,7 +41,7 @@ mod store;
 mod types;
 
 pub use error::{BoxError, Ended, Error, InvalidInput, Result};
-pub use fault::{Fault, FaultyStore, FAULT_BACKEND};
+pub use fault::{Fault, FaultyStore, ReplyFault, FAULT_BACKEND};
 pub use heartbeats::{HeartbeatStats, Heartbeats, TickReport};
 pub use id::{RunId, WorkerId, MAX_ID_BYTES};
 pub use memory::MemoryLeaseStore;
