@@ -2,7 +2,8 @@
 -- Returns: one row per input, in input order (ord). Rows locked by another transaction are
 -- skipped, never waited for (locked = false, run_exists says whether the run is there); for the
 -- others, the new expiry if renewed, else the row (read under our lock) the refusal is judged
--- against. Every join is on the input's ordinal or the primary key: linear in the batch.
+-- against. Every join is on the input's ordinal or the primary key (hash or merge joins, or
+-- index lookups on a large table): no nested loop over the batch.
 WITH input AS (
     SELECT i.run_id, i.fence, i.ttl_ms, i.ord
     FROM unnest($1::text[], $2::bigint[], $3::bigint[]) WITH ORDINALITY AS i(run_id, fence, ttl_ms, ord)
@@ -27,11 +28,11 @@ WITH input AS (
 SELECT input.ord,
        (extract(epoch FROM renewed.lease_expires_at) * 1000000)::bigint AS expires_us,
        locked.ord IS NOT NULL AS locked,
-       locked.ord IS NOT NULL
-           OR EXISTS (SELECT 1 FROM {schema}.runs c WHERE c.run_id = input.run_id COLLATE "C")
-           AS run_exists,
+       cur.run_id IS NOT NULL AS run_exists,
        locked.state, locked.lease_owner, locked.fence
 FROM input
 LEFT JOIN locked ON locked.ord = input.ord
 LEFT JOIN renewed ON renewed.ord = input.ord
+-- Existence only (a skipped row is not read); no lock, so this never waits.
+LEFT JOIN {schema}.runs cur ON cur.run_id = input.run_id COLLATE "C"
 ORDER BY input.ord
