@@ -302,6 +302,20 @@ mod tests {
     }
 
     #[test]
+    fn a_host_list_hides_the_password_too() {
+        let config = PostgresConfig::from_url("postgres://app:hunter2@h1:5432,h2:5433/db");
+        for shown in [format!("{config:?}"), config.to_string()] {
+            assert!(!shown.contains("hunter2"), "{shown}");
+            assert!(shown.contains("app:******@h1:5432,h2:5433/db"), "{shown}");
+        }
+        let err = PostgresConfig::from_url("postgres://app:hunter2@h1:5432,h2:notaport/db")
+            .parse()
+            .err()
+            .unwrap();
+        assert!(!format!("{err} {err:?}").contains("hunter2"), "{err:?}");
+    }
+
+    #[test]
     fn several_hosts_and_own_parameters_are_read() {
         let config = PostgresConfig::from_url(
             "postgres://app:pw@h1:5432,h2:6543/db?sync_replicas=2&sync_timeout_ms=700&lock_wait_ms=300&sslmode=disable&application_name=x",
