@@ -24,3 +24,12 @@ ci:
 # The benchmark of BENCHMARKS.md (starts private PostgreSQL and Redis servers unless --store URL).
 bench *ARGS:
     cargo run --release -p lease-cli -- bench {{ARGS}}
+
+# The model-based property test at soak length (100,000 sequences per backend; the test suite
+# runs 1,000). Same as: LEASE_MODEL_CASES=100000 bash scripts/test.sh --release -p lease-conformance -p lease-postgres -p lease-redis --test model_memory --test model
+soak CASES="100000":
+    LEASE_MODEL_CASES={{CASES}} bash scripts/test.sh --release -p lease-conformance -p lease-postgres -p lease-redis --test model_memory --test model
+
+# The protocol model, checked over every interleaving (and each deliberate flaw found).
+model:
+    cargo test -p lease-model -- --nocapture

@@ -17,6 +17,7 @@ use lease_core::{Error, LeaseStore};
 mod fault_scenarios;
 pub mod fixtures;
 mod hub_scenarios;
+pub mod model_check;
 mod scenarios;
 mod scope_scenarios;
 

@@ -1,0 +1,668 @@
+//! A model-based property test: random sequences of operations by three workers, run against
+//! a real store and against a reference model of `DESIGN.md`, which must agree on every verdict
+//! and every record.
+//!
+//! Time is real (expiry is on the store's clock), advanced explicitly by `Advance` steps, with
+//! short TTLs so that leases expire inside sequences. The model knows when each lease was sent
+//! and answered, so it knows the window in which the store's expiry lies; an operation that
+//! lands inside that window may see the lease live or expired, and the model accepts either
+//! and follows the store. Everything else is exact.
+//!
+//! Cases share one store: each case uses its own run-id prefix and retires its runs (completes
+//! them) at the end, so `claim_next` of a later case never sees them.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_core::{
+    Ended, Error, Fence, Lease, LeaseStore, ListFilter, RunId, RunState, StoreTime, Ttl, WorkerId,
+};
+use proptest::prelude::*;
+use tokio::time::Instant;
+
+use crate::StoreFactory;
+
+/// Run names a case may use (after its prefix), hostile ones included.
+const NAMES: [&str; 5] = ["a", "b:{x}", "ä €", "c}{", "d d"];
+/// Workers.
+const WORKERS: [&str; 3] = ["w0", "w1", "w2:{x}"];
+/// The short TTL: expires within a sequence.
+const SHORT_MS: u64 = 25;
+/// The long TTL: never expires within a sequence.
+const LONG_MS: u64 = 60_000;
+/// Store clocks have µs precision and statement start times: this much either side of a window
+/// counts as inside it.
+const SLACK: Duration = Duration::from_millis(3);
+
+/// Which fence a fenced operation presents.
+#[derive(Clone, Copy, Debug)]
+pub enum Presented {
+    /// The lease as claimed.
+    Current,
+    /// One below: a stale holder.
+    Stale,
+    /// One above: a fence the store never issued.
+    Forged,
+}
+
+/// One step of a sequence. Indices pick modulo what exists.
+#[derive(Clone, Debug)]
+pub enum Step {
+    /// `create(run)`.
+    Create(usize),
+    /// `claim(run, worker, ttl)`; `true` for the short TTL.
+    Claim(usize, usize, bool),
+    /// `claim_next(worker, ttl, max)`.
+    ClaimNext(usize, bool, usize),
+    /// `renew(lease)`.
+    Renew(usize, Presented),
+    /// `renew_many(leases)`.
+    RenewMany(Vec<(usize, Presented)>),
+    /// `append(lease, payload)`.
+    Append(usize, Presented, u8),
+    /// `release(lease)`.
+    Release(usize, Presented),
+    /// `suspend(lease)`.
+    Suspend(usize, Presented),
+    /// `complete(lease)`.
+    Complete(usize, Presented),
+    /// `resume(run)`.
+    Resume(usize),
+    /// `force_release(run)`.
+    ForceRelease(usize),
+    /// `inspect(run)` and `journal(run)`, compared with the model.
+    Inspect(usize),
+    /// `list` of the case's runs, optionally by state.
+    List(Option<u8>),
+    /// Let this many milliseconds pass.
+    Advance(u64),
+}
+
+fn presented() -> impl Strategy<Value = Presented> {
+    prop_oneof![
+        6 => Just(Presented::Current),
+        1 => Just(Presented::Stale),
+        1 => Just(Presented::Forged),
+    ]
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let run = 0..NAMES.len();
+    let worker = 0..WORKERS.len();
+    prop_oneof![
+        3 => run.clone().prop_map(Step::Create),
+        4 => (run.clone(), worker.clone(), any::<bool>()).prop_map(|(r, w, s)| Step::Claim(r, w, s)),
+        2 => (worker, any::<bool>(), 1..4usize).prop_map(|(w, s, m)| Step::ClaimNext(w, s, m)),
+        3 => (any::<usize>(), presented()).prop_map(|(l, p)| Step::Renew(l, p)),
+        1 => prop::collection::vec((any::<usize>(), presented()), 1..4).prop_map(Step::RenewMany),
+        3 => (any::<usize>(), presented(), any::<u8>()).prop_map(|(l, p, b)| Step::Append(l, p, b)),
+        1 => (any::<usize>(), presented()).prop_map(|(l, p)| Step::Release(l, p)),
+        1 => (any::<usize>(), presented()).prop_map(|(l, p)| Step::Suspend(l, p)),
+        1 => (any::<usize>(), presented()).prop_map(|(l, p)| Step::Complete(l, p)),
+        1 => run.clone().prop_map(Step::Resume),
+        1 => run.clone().prop_map(Step::ForceRelease),
+        2 => run.prop_map(Step::Inspect),
+        1 => prop::option::of(0..3u8).prop_map(Step::List),
+        2 => (0..=2 * SHORT_MS).prop_map(Step::Advance),
+    ]
+}
+
+/// Sequences of 1 to 24 steps.
+pub fn sequences() -> impl Strategy<Value = Vec<Step>> {
+    prop::collection::vec(step(), 1..24)
+}
+
+/// The model's record of one run.
+#[derive(Clone, Debug)]
+struct Run {
+    state: RunState,
+    owner: Option<WorkerId>,
+    fence: u64,
+    heartbeats: u64,
+    /// The store's expiry lies in `[lo, hi]` (local monotonic time), when owned.
+    window: Option<(Instant, Instant)>,
+    journal: Vec<(u64, Vec<u8>)>,
+}
+
+/// What the model knows of a lease's liveness at an operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Liveness {
+    Free,
+    Held,
+    Expired,
+    Unsure,
+}
+
+struct Model {
+    runs: BTreeMap<RunId, Run>,
+    leases: Vec<Lease>,
+}
+
+impl Model {
+    fn live(&self, run: &Run, sent: Instant, received: Instant) -> Liveness {
+        match (run.owner.as_ref(), run.window) {
+            (None, _) => Liveness::Free,
+            (Some(_), None) => Liveness::Unsure,
+            (Some(_), Some((lo, hi))) => {
+                if sent >= hi + SLACK {
+                    Liveness::Expired
+                } else if received + SLACK <= lo {
+                    Liveness::Held
+                } else {
+                    Liveness::Unsure
+                }
+            }
+        }
+    }
+
+    /// The verdict the contract gives a fenced write presenting `fence` on `run`.
+    fn verdict(&self, id: &RunId, fence: u64) -> Result<(), Error> {
+        let Some(run) = self.runs.get(id) else {
+            return Err(Error::NotFound { run: id.clone() });
+        };
+        if fence < run.fence {
+            return Err(Error::StaleFence {
+                run: id.clone(),
+                presented: fence,
+                current: run.fence,
+            });
+        }
+        if fence > run.fence {
+            return Err(Error::FenceAhead {
+                run: id.clone(),
+                presented: fence,
+                current: run.fence,
+            });
+        }
+        let ended = match (run.state, &run.owner) {
+            (RunState::Suspended, _) => Ended::Suspended,
+            (RunState::Completed, _) => Ended::Completed,
+            (RunState::Runnable, None) => Ended::Released,
+            (RunState::Runnable, Some(_)) => return Ok(()),
+        };
+        Err(Error::LeaseEnded {
+            run: id.clone(),
+            fence,
+            ended,
+        })
+    }
+}
+
+/// Two results agree: both `Ok`, or the same error with the same fields (a `Held`'s time left
+/// is not compared: it depends on when the store looked).
+fn same_error(got: &Error, want: &Error) -> bool {
+    match (got, want) {
+        (
+            Error::Held { run, owner, .. },
+            Error::Held {
+                run: r2, owner: o2, ..
+            },
+        ) => run == r2 && owner == o2,
+        _ => format!("{got:?}") == format!("{want:?}"),
+    }
+}
+
+#[track_caller]
+fn expect_same<T: std::fmt::Debug>(what: &str, got: &Result<T, Error>, want: &Result<(), Error>) {
+    let ok = match (got, want) {
+        (Ok(_), Ok(())) => true,
+        (Err(g), Err(w)) => same_error(g, w),
+        _ => false,
+    };
+    assert!(ok, "{what}: the store said {got:?}, the model {want:?}");
+}
+
+fn ttl(short: bool) -> Ttl {
+    Ttl::from_millis(if short { SHORT_MS } else { LONG_MS }).expect("valid TTL")
+}
+
+/// Runs `steps` against `store` and the model; panics at the first disagreement. `case` makes
+/// the run ids unique to this sequence.
+pub async fn check_sequence(store: &dyn LeaseStore, case: u64, steps: &[Step]) {
+    let prefix = format!("m{case:08}-");
+    let ids: Vec<RunId> = NAMES
+        .iter()
+        .map(|n| RunId::new(format!("{prefix}{n}")).expect("valid id"))
+        .collect();
+    let workers: Vec<WorkerId> = WORKERS
+        .iter()
+        .map(|w| WorkerId::new(*w).expect("valid worker"))
+        .collect();
+    sweep(store).await;
+    let mut model = Model {
+        runs: BTreeMap::new(),
+        leases: Vec::new(),
+    };
+    for (n, step) in steps.iter().enumerate() {
+        let what = format!("step {n} {step:?}");
+        apply(store, &mut model, &ids, &workers, step, &what).await;
+    }
+    retire(store, &model, &ids).await;
+}
+
+/// The lease a step refers to, with the fence it presents; `None` when there are no leases yet.
+fn pick(model: &Model, index: usize, presented: Presented) -> Option<Lease> {
+    if model.leases.is_empty() {
+        return None;
+    }
+    let lease = &model.leases[index % model.leases.len()];
+    let fence = match presented {
+        Presented::Current => lease.fence().get(),
+        Presented::Stale if lease.fence().get() > 1 => lease.fence().get() - 1,
+        Presented::Stale => return None,
+        Presented::Forged => lease.fence().get() + 1,
+    };
+    Some(
+        Lease::new(
+            lease.run().clone(),
+            lease.owner().clone(),
+            Fence::new(fence).expect("small fence"),
+            lease.ttl(),
+            StoreTime::from_micros(0),
+        )
+        .expect("fence above 0"),
+    )
+}
+
+async fn apply(
+    store: &dyn LeaseStore,
+    model: &mut Model,
+    ids: &[RunId],
+    workers: &[WorkerId],
+    step: &Step,
+    what: &str,
+) {
+    let sent = Instant::now();
+    match step {
+        Step::Create(r) => {
+            let id = &ids[*r];
+            let got = store.create(id).await;
+            let want = if model.runs.contains_key(id) {
+                Err(Error::AlreadyExists { run: id.clone() })
+            } else {
+                Ok(())
+            };
+            expect_same(what, &got, &want);
+            if got.is_ok() {
+                model.runs.insert(
+                    id.clone(),
+                    Run {
+                        state: RunState::Runnable,
+                        owner: None,
+                        fence: 0,
+                        heartbeats: 0,
+                        window: None,
+                        journal: Vec::new(),
+                    },
+                );
+            }
+        }
+        Step::Claim(r, w, short) => {
+            let id = &ids[*r];
+            let got = store.claim(id, &workers[*w], ttl(*short)).await;
+            let received = Instant::now();
+            let Some(run) = model.runs.get(id) else {
+                expect_same(what, &got, &Err(Error::NotFound { run: id.clone() }));
+                return;
+            };
+            let live = model.live(run, sent, received);
+            let want: Result<(), Error> = match run.state {
+                RunState::Suspended => Err(Error::Suspended { run: id.clone() }),
+                RunState::Completed => Err(Error::Completed { run: id.clone() }),
+                RunState::Runnable => match live {
+                    Liveness::Held => Err(Error::Held {
+                        run: id.clone(),
+                        owner: run.owner.clone().expect("owned"),
+                        remaining: Duration::ZERO,
+                    }),
+                    Liveness::Free | Liveness::Expired => Ok(()),
+                    // Either is right: follow the store.
+                    Liveness::Unsure => match &got {
+                        Ok(_) => Ok(()),
+                        Err(_) => Err(Error::Held {
+                            run: id.clone(),
+                            owner: run.owner.clone().expect("owned"),
+                            remaining: Duration::ZERO,
+                        }),
+                    },
+                },
+            };
+            expect_same(what, &got, &want);
+            if let Ok(lease) = got {
+                let run = model.runs.get_mut(id).expect("known");
+                assert_eq!(lease.fence().get(), run.fence + 1, "{what}: the next fence");
+                claimed(run, &lease, sent, received);
+                model.leases.push(lease);
+            }
+        }
+        Step::ClaimNext(w, short, max) => {
+            let got = store
+                .claim_next(&workers[*w], ttl(*short), *max)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let received = Instant::now();
+            let mut sure = Vec::new();
+            let mut maybe = Vec::new();
+            for (id, run) in &model.runs {
+                if run.state != RunState::Runnable {
+                    continue;
+                }
+                match model.live(run, sent, received) {
+                    Liveness::Free | Liveness::Expired => sure.push(id.clone()),
+                    Liveness::Unsure => maybe.push(id.clone()),
+                    Liveness::Held => {}
+                }
+            }
+            let mut seen = Vec::new();
+            for lease in &got {
+                let id = lease.run();
+                assert!(
+                    ids.contains(id),
+                    "{what}: handed out {id}, which is not this case's"
+                );
+                assert!(
+                    sure.contains(id) || maybe.contains(id),
+                    "{what}: handed out {id}, which the model holds live or ended"
+                );
+                assert!(!seen.contains(id), "{what}: handed out {id} twice");
+                seen.push(id.clone());
+            }
+            if got.len() < *max {
+                for id in &sure {
+                    assert!(
+                        seen.contains(id),
+                        "{what}: {id} was claimable but not handed out ({} of at most {max})",
+                        got.len()
+                    );
+                }
+            } else {
+                assert_eq!(got.len(), *max, "{what}: at most max");
+            }
+            for lease in got {
+                let run = model.runs.get_mut(lease.run()).expect("known");
+                assert_eq!(lease.fence().get(), run.fence + 1, "{what}: the next fence");
+                claimed(run, &lease, sent, received);
+                model.leases.push(lease);
+            }
+        }
+        Step::Renew(l, p) => {
+            let Some(lease) = pick(model, *l, *p) else {
+                return;
+            };
+            let got = store.renew(&lease).await;
+            let received = Instant::now();
+            renewed(model, &lease, &got.map(drop), sent, received, what);
+        }
+        Step::RenewMany(picks) => {
+            let mut batch: Vec<Lease> = Vec::new();
+            for (l, p) in picks {
+                if let Some(lease) = pick(model, *l, *p) {
+                    // One renewal per run in a batch: the contract says nothing of a run twice.
+                    if !batch.iter().any(|b| b.run() == lease.run()) {
+                        batch.push(lease);
+                    }
+                }
+            }
+            if batch.is_empty() {
+                return;
+            }
+            let got = store
+                .renew_many(&batch)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let received = Instant::now();
+            assert_eq!(got.len(), batch.len(), "{what}: a result per lease");
+            for (lease, one) in batch.iter().zip(got) {
+                renewed(model, lease, &one.map(drop), sent, received, what);
+            }
+        }
+        Step::Append(l, p, byte) => {
+            let Some(lease) = pick(model, *l, *p) else {
+                return;
+            };
+            let payload = vec![*byte, b':', 0, b'\n'];
+            let got = store.append(&lease, &payload).await;
+            let want = model.verdict(lease.run(), lease.fence().get());
+            expect_same(what, &got, &want);
+            if let Ok(entry) = got {
+                assert_eq!(entry.fence, lease.fence(), "{what}: entry fence");
+                let run = model.runs.get_mut(lease.run()).expect("known");
+                run.journal.push((lease.fence().get(), payload));
+            }
+        }
+        Step::Release(l, p) | Step::Suspend(l, p) | Step::Complete(l, p) => {
+            let Some(lease) = pick(model, *l, *p) else {
+                return;
+            };
+            let got = match step {
+                Step::Release(..) => store.release(&lease).await,
+                Step::Suspend(..) => store.suspend(&lease).await,
+                _ => store.complete(&lease).await,
+            };
+            let want = model.verdict(lease.run(), lease.fence().get());
+            expect_same(what, &got, &want);
+            if got.is_ok() {
+                let run = model.runs.get_mut(lease.run()).expect("known");
+                run.owner = None;
+                run.window = None;
+                run.state = match step {
+                    Step::Release(..) => RunState::Runnable,
+                    Step::Suspend(..) => RunState::Suspended,
+                    _ => RunState::Completed,
+                };
+            }
+        }
+        Step::Resume(r) => {
+            let id = &ids[*r];
+            let got = store.resume(id).await;
+            let want = match model.runs.get(id) {
+                None => Err(Error::NotFound { run: id.clone() }),
+                Some(run) if run.state != RunState::Suspended => Err(Error::NotSuspended {
+                    run: id.clone(),
+                    state: run.state,
+                }),
+                Some(_) => Ok(()),
+            };
+            expect_same(what, &got, &want);
+            if got.is_ok() {
+                model.runs.get_mut(id).expect("known").state = RunState::Runnable;
+            }
+        }
+        Step::ForceRelease(r) => {
+            let id = &ids[*r];
+            let got = store.force_release(id).await;
+            let want = match model.runs.get(id).map(|run| run.state) {
+                None => Err(Error::NotFound { run: id.clone() }),
+                Some(RunState::Suspended) => Err(Error::Suspended { run: id.clone() }),
+                Some(RunState::Completed) => Err(Error::Completed { run: id.clone() }),
+                Some(RunState::Runnable) => Ok(()),
+            };
+            expect_same(what, &got, &want);
+            if got.is_ok() {
+                let run = model.runs.get_mut(id).expect("known");
+                run.owner = None;
+                run.window = None;
+            }
+        }
+        Step::Inspect(r) => {
+            let id = &ids[*r];
+            let got = store.inspect(id).await;
+            let journal = store.journal(id).await;
+            match model.runs.get(id) {
+                None => {
+                    expect_same(what, &got, &Err(Error::NotFound { run: id.clone() }));
+                    expect_same(what, &journal, &Err(Error::NotFound { run: id.clone() }));
+                }
+                Some(run) => {
+                    let got = got.unwrap_or_else(|e| panic!("{what}: {e}"));
+                    assert_eq!(
+                        (
+                            got.state,
+                            got.owner.as_ref(),
+                            got.fence.get(),
+                            got.heartbeats
+                        ),
+                        (run.state, run.owner.as_ref(), run.fence, run.heartbeats),
+                        "{what}: record (state, owner, fence, heartbeats)"
+                    );
+                    assert_eq!(
+                        got.expires_at.is_some(),
+                        run.owner.is_some(),
+                        "{what}: expiry"
+                    );
+                    let journal: Vec<(u64, Vec<u8>)> = journal
+                        .unwrap_or_else(|e| panic!("{what}: {e}"))
+                        .into_iter()
+                        .map(|e| (e.fence.get(), e.payload))
+                        .collect();
+                    assert_eq!(journal, run.journal, "{what}: journal");
+                }
+            }
+        }
+        Step::List(state) => {
+            let state = state.map(|s| match s {
+                0 => RunState::Runnable,
+                1 => RunState::Suspended,
+                _ => RunState::Completed,
+            });
+            let prefix = ids[0].as_str().trim_end_matches(NAMES[0]);
+            let filter = ListFilter {
+                state,
+                expired: false,
+                after: Some(RunId::new(prefix.trim_end_matches('-')).expect("valid id")),
+                limit: NAMES.len(),
+            };
+            let got = store
+                .list(&filter)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let got: Vec<(RunId, RunState, Option<WorkerId>, u64, u64)> = got
+                .into_iter()
+                .filter(|r| r.run.as_str().starts_with(prefix))
+                .map(|r| (r.run, r.state, r.owner, r.fence.get(), r.heartbeats))
+                .collect();
+            let want: Vec<(RunId, RunState, Option<WorkerId>, u64, u64)> = model
+                .runs
+                .iter()
+                .filter(|(_, run)| state.is_none_or(|s| run.state == s))
+                .map(|(id, run)| {
+                    (
+                        id.clone(),
+                        run.state,
+                        run.owner.clone(),
+                        run.fence,
+                        run.heartbeats,
+                    )
+                })
+                .collect();
+            assert_eq!(got, want, "{what}: list");
+        }
+        Step::Advance(ms) => tokio::time::sleep(Duration::from_millis(*ms)).await,
+    }
+}
+
+fn claimed(run: &mut Run, lease: &Lease, sent: Instant, received: Instant) {
+    run.fence = lease.fence().get();
+    run.owner = Some(lease.owner().clone());
+    run.window = Some((
+        sent + lease.ttl().as_duration(),
+        received + lease.ttl().as_duration(),
+    ));
+}
+
+fn renewed(
+    model: &mut Model,
+    lease: &Lease,
+    got: &Result<(), Error>,
+    sent: Instant,
+    received: Instant,
+    what: &str,
+) {
+    let want = model.verdict(lease.run(), lease.fence().get());
+    expect_same(what, got, &want);
+    if got.is_ok() {
+        let run = model.runs.get_mut(lease.run()).expect("known");
+        run.heartbeats += 1;
+        run.window = Some((
+            sent + lease.ttl().as_duration(),
+            received + lease.ttl().as_duration(),
+        ));
+    }
+}
+
+/// Completes every run of the case that is not completed yet, so later cases' `claim_next`
+/// never meets it.
+async fn retire(store: &dyn LeaseStore, model: &Model, ids: &[RunId]) {
+    let retirer = WorkerId::new("retirer").expect("valid worker");
+    for id in ids.iter().filter(|id| model.runs.contains_key(*id)) {
+        let record = store.inspect(id).await.expect("inspect to retire");
+        match record.state {
+            RunState::Completed => continue,
+            RunState::Suspended => drop(store.resume(id).await.expect("resume to retire")),
+            RunState::Runnable => {}
+        }
+        store
+            .force_release(id)
+            .await
+            .expect("force release to retire");
+        let lease = store
+            .claim(id, &retirer, ttl(false))
+            .await
+            .expect("claim to retire");
+        store.complete(&lease).await.expect("complete to retire");
+    }
+}
+
+/// Completes every claimable run left by an earlier sequence that failed before retiring its
+/// own (while a failure is being shrunk), so this sequence's `claim_next` sees only its runs.
+async fn sweep(store: &dyn LeaseStore) {
+    let janitor = WorkerId::new("janitor").expect("valid worker");
+    loop {
+        let leftovers = store
+            .claim_next(&janitor, ttl(false), 100)
+            .await
+            .expect("claim leftovers");
+        if leftovers.is_empty() {
+            return;
+        }
+        for lease in leftovers {
+            store.complete(&lease).await.expect("complete leftovers");
+        }
+    }
+}
+
+/// Runs `cases` random sequences (`LEASE_MODEL_CASES` overrides) against one store from
+/// `factory`, each checked against the model. A failure is shrunk to a short sequence and
+/// printed as the steps to replay with [`check_sequence`].
+///
+/// # Panics
+/// On the first disagreement between the store and the model.
+pub fn run_model_check(factory: Arc<dyn StoreFactory>, cases: u32) {
+    let cases = std::env::var("LEASE_MODEL_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(cases);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let store = runtime.block_on(factory.fresh());
+    let next = std::sync::atomic::AtomicU64::new(0);
+    let config = ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    let started = std::time::Instant::now();
+    proptest!(config, |(steps in sequences())| {
+        let case = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        runtime.block_on(check_sequence(&*store, case, &steps));
+    });
+    eprintln!(
+        "model check: {cases} sequences ({} runs of the store) against {store} in {:.1?}",
+        next.load(std::sync::atomic::Ordering::Relaxed),
+        started.elapsed()
+    );
+}
