@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lease_conformance::fixtures::{unique_namespace, PostgresServer};
+use lease_conformance::fixtures::{unavailable, unique_namespace, PostgresServer};
 use lease_core::{Error, LeaseStore, RunId, Ttl, WorkerId};
 use lease_postgres::{sqlx, PostgresConfig, PostgresLeaseStore};
 
@@ -28,18 +28,16 @@ fn ttl(ms: u64) -> Ttl {
     Ttl::from_millis(ms).unwrap()
 }
 
-/// Stops with one sentence when a server cannot be had, unless skipping was asked for.
+/// Fails the test with one sentence when a server cannot be had (the fixtures' rule:
+/// `LEASE_TEST_SKIP_SERVERS=1` skips instead).
 fn or_fail<T>(started: Result<T, String>, what: &str) -> Option<T> {
     match started {
         Ok(server) => Some(server),
-        Err(why) if std::env::var_os("LEASE_TEST_SKIP_SERVERS").is_some() => {
-            eprintln!("skipped: cannot start {what} ({why})");
-            None
-        }
-        Err(why) => panic!(
-            "cannot start {what} for the failover test ({why}): install postgresql \
-             (apt-get install -y postgresql) and run as root or as a user who can run initdb; \
-             LEASE_TEST_SKIP_SERVERS=1 skips"
+        Err(why) => unavailable(
+            what,
+            why,
+            "install postgresql (apt-get install -y postgresql) and run as root or as a user \
+             who can run initdb and pg_basebackup",
         ),
     }
 }
