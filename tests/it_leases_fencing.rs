@@ -79,6 +79,19 @@ fn assert_stale(event: &Value, presented: u64, current: u64) {
     );
 }
 
+/// Starts worker B, which keeps trying to claim `run` and takes it the moment the store allows
+/// (when A's lease expires on the store's clock).
+fn spawn_b(server: &Server, namespace: &str, run: &str, ttl: u64) -> Worker {
+    Worker::spawn(
+        "B",
+        &server.url_via(B_HOST),
+        namespace,
+        ttl,
+        None,
+        &["--id", "worker-b", "--run", run, "--wait-ms", "20000"],
+    )
+}
+
 /// Worker B waits for A's lease to expire, reclaims `run` under fence 2 and charges the card
 /// under it; returns B, still holding the run, and its `claimed` event.
 async fn reclaim_and_charge_as_b(
@@ -87,14 +100,13 @@ async fn reclaim_and_charge_as_b(
     run: &str,
     ttl: u64,
 ) -> (Worker, Value) {
-    let mut b = Worker::spawn(
-        "B",
-        &server.url_via(B_HOST),
-        namespace,
-        ttl,
-        None,
-        &["--id", "worker-b", "--run", run, "--wait-ms", "20000"],
-    );
+    let b = spawn_b(server, namespace, run, ttl);
+    charge_as_b(b).await
+}
+
+/// B, already started, reclaims under fence 2 and charges the card; returns B, still holding
+/// the run, and its `claimed` event.
+async fn charge_as_b(mut b: Worker) -> (Worker, Value) {
     let claimed = b.expect("claimed", SECS(30)).await;
     assert_eq!(fence(&claimed), 2, "B reclaims under the next fence");
     b.send("step charge-card").await;
@@ -147,6 +159,9 @@ async fn partitioned_worker_is_fenced_out(kind: Kind) {
     a.expect("heartbeat", SECS(5)).await; // A is executing and heartbeating
 
     partition.cut();
+    // B starts at the cut and claims the moment the store allows: the order of A's cancel and
+    // B's claim below is measured, not arranged.
+    let b = spawn_b(&server, &ns, run, ttl);
     a.send("step charge-card").await; // in flight as the partition begins
     a.expect("write_sent", SECS(5)).await;
 
@@ -156,12 +171,16 @@ async fn partitioned_worker_is_fenced_out(kind: Kind) {
         "A stopped on its local deadline: {cancelled}"
     );
 
-    let (mut b, claimed_b) = reclaim_and_charge_as_b(&server, &ns, run, ttl).await;
+    let (mut b, claimed_b) = charge_as_b(b).await;
     assert!(
         at(&cancelled) < at(&claimed_b),
-        "A's scope was cancelled ({}) before B's claim ({})",
+        "A's scope must be cancelled before B's claim: cancelled at {} us, B claimed at {} us",
         at(&cancelled),
         at(&claimed_b)
+    );
+    eprintln!(
+        "A stopped {} ms before B claimed",
+        (at(&claimed_b) - at(&cancelled)) / 1_000
     );
 
     // Heal while B still holds the run, so only the fence comparison can refuse A.
@@ -213,7 +232,8 @@ async fn paused_worker_is_fenced_out(kind: Kind) {
     a.send("step-after 300 charge-card").await; // decided under fence 1, written later
     a.expect("step_planned", SECS(5)).await;
     a.signal("STOP");
-
+    // B starts at the pause. A frozen process cannot stop itself, so here the fence alone
+    // must refuse A's write when it wakes.
     let (mut b, _) = reclaim_and_charge_as_b(&server, &ns, run, ttl).await;
 
     // Resume A while B still holds the run, so only the fence comparison can refuse A.
