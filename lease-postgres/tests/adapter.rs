@@ -568,3 +568,26 @@ async fn sync_replicas_without_synchronous_standbys_is_misconfigured() {
         "{err:?}"
     );
 }
+
+/// A host list whose first host is down: the store connects to the next one, which is the
+/// primary, and works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_list_skips_a_host_that_is_down() {
+    let Some(url) = postgres_url().await else {
+        return;
+    };
+    let dead = format!("127.0.0.1:{}", lease_conformance::fixtures::free_port());
+    let (head, tail) = match url.rfind('@') {
+        Some(at) => url.split_at(at + 1),
+        None => url.split_at(url.find("://").expect("a URL") + 3),
+    };
+    let listed = format!("{head}{dead},{tail}");
+    let store =
+        PostgresLeaseStore::connect(config(&listed).with_acquire_timeout(Duration::from_secs(2)))
+            .await
+            .unwrap();
+    let run = id("listed");
+    store.create(&run).await.unwrap();
+    let lease = store.claim(&run, &worker("a"), ttl(30_000)).await.unwrap();
+    assert_eq!(lease.fence().get(), 1);
+}
