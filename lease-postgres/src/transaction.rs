@@ -16,8 +16,9 @@ use crate::store::PostgresLeaseStore;
 /// It dereferences to the [`PgConnection`], so the caller runs its own statements on it:
 /// `sqlx::query(..).execute(&mut *tx)`. [`commit`](FencedTransaction::commit) makes those
 /// statements and the fence check one atomic unit: the row lock keeps every claim of the run
-/// waiting until the transaction ends, so no reclaim can interleave. Dropping it without
-/// committing rolls everything back.
+/// from committing until the transaction ends, so no reclaim can interleave. The server ends
+/// the transaction on its own once it outlives its [bound](FencedTransaction::bound), so a
+/// frozen holder cannot keep the row. Dropping it without committing rolls everything back.
 pub struct FencedTransaction {
     tx: Transaction<'static, Postgres>,
     lease: Lease,
