@@ -325,17 +325,24 @@ impl Config {
         // Cluster and Sentinel URLs list several hosts, which the `url` crate cannot parse:
         // the Redis adapter reads them itself, and names any problem at connect.
         if let Some((scheme, rest)) = self.store.split_once("://") {
-            if matches!(
-                scheme,
-                "redis+cluster" | "rediss+cluster" | "redis+sentinel" | "rediss+sentinel"
-            ) {
+            let several_hosts = rest.split(['/', '?']).next().is_some_and(|a| a.contains(','));
+            let backend = match scheme {
+                "redis+cluster" | "rediss+cluster" | "redis+sentinel" | "rediss+sentinel" => {
+                    Some(Backend::Redis)
+                }
+                // A Postgres host list (`h1:p1,h2:p2`): the adapter reads it, and follows the
+                // primary among them.
+                "postgres" | "postgresql" if several_hosts => Some(Backend::Postgres),
+                _ => None,
+            };
+            if let Some(backend) = backend {
                 if rest.is_empty() {
                     return Err(ConfigError::MalformedUrl {
                         url: redact_url(&self.store),
                         reason: "it names no host".to_string(),
                     });
                 }
-                return Ok(Backend::Redis);
+                return Ok(backend);
             }
         }
         let url = url::Url::parse(&self.store).map_err(|e| ConfigError::MalformedUrl {
@@ -511,6 +518,9 @@ mod tests {
         let cluster = Config::default().with_store("redis+cluster://:pw@h1:1,h2:2");
         assert_eq!(cluster.backend().unwrap(), Backend::Redis);
         assert!(!format!("{cluster:?}").contains("pw"));
+        let hosts = Config::default().with_store("postgres://app:pw@h1:5432,h2:5433/runs");
+        assert_eq!(hosts.backend().unwrap(), Backend::Postgres);
+        assert!(!format!("{hosts:?}").contains("pw"));
     }
 
     #[test]
