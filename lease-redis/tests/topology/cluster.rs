@@ -289,3 +289,64 @@ async fn a_cluster_down_is_retryable_and_fences_move_on_after_the_node_returns()
         );
     }
 }
+
+/// A cluster master restarted without AOF under running stores (its data gone, its slots
+/// kept): the guard, read again on a Cluster every few seconds, stops every store of the
+/// cluster with the durability error naming `appendonly`, including stores whose namespace
+/// lives on another master. (What the stores saw in between is printed: the Cluster's
+/// re-check interval is a window the adapter documents.)
+#[tokio::test]
+async fn a_cluster_node_restarted_without_aof_stops_the_stores() {
+    let Some(mut cluster) = required("Redis Cluster", RedisCluster::start(), REDIS_CLUSTER_HINT)
+    else {
+        return;
+    };
+    let port = cluster.ports()[0];
+    let on_node = namespace_on(&cluster, port, true).await;
+    let elsewhere = namespace_on(&cluster, port, false).await;
+    let r = run("r");
+    let mut stores = Vec::new();
+    for ns in [&on_node, &elsewhere] {
+        let store = connect(&cluster.url(), ns).await.unwrap();
+        store.create(&r).await.unwrap();
+        store.claim(&r, &worker("a"), ttl(60_000)).await.unwrap();
+        stores.push(store);
+    }
+
+    let node = cluster.node_mut(0);
+    let options = node.options_mut();
+    *options = options.clone().with_appendonly(false);
+    node.restart().unwrap();
+    let restarted = Instant::now();
+
+    for (store, ns) in stores.iter().zip([&on_node, &elsewhere]) {
+        let mut before = Vec::new();
+        let err = loop {
+            match store.inspect(&r).await {
+                Err(e @ lease_core::Error::Misconfigured { .. }) => break e,
+                other => {
+                    let seen = format!("{other:?}");
+                    if !before.contains(&seen) {
+                        before.push(seen);
+                    }
+                    assert!(
+                        restarted.elapsed() < Duration::from_secs(10),
+                        "{ns}: no durability error 10 s after the restart; saw {before:?}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        };
+        assert_misconfigured(&err, "appendonly");
+        let err = store
+            .claim(&r, &worker("b"), ttl(60_000))
+            .await
+            .unwrap_err();
+        assert_misconfigured(&err, "appendonly");
+        say(&format!(
+            "cluster node restarted without AOF: namespace {ns} refused {:?} after the \
+             restart (before that: {before:?}): {err}",
+            restarted.elapsed()
+        ));
+    }
+}
