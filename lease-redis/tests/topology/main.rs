@@ -1,7 +1,9 @@
 //! The adapter in the deployments people run, on private real servers: a 3-master Redis
-//! Cluster, a primary with replicas failing over (by hand and through Sentinel), and the
-//! durability guard against eviction, `appendfsync everysec`, a forbidden `CONFIG` and a server
-//! restarted without persistence under a running store.
+//! Cluster (namespaces on every master, a plain URL refused, a master lost and back), a primary
+//! with replicas failing over (by hand, under load, and through Sentinel), the replies that mean
+//! "not now" (READONLY, BUSY, CLUSTERDOWN), and the durability guard against eviction,
+//! `appendfsync everysec`, a forbidden `CONFIG` and a server restarted without persistence
+//! under a running store.
 //!
 //! Each test starts its own servers (the cluster tests share one cluster per process, or use
 //! `REDIS_CLUSTER_URL`), and fails saying what to install when it cannot
