@@ -69,6 +69,9 @@ impl RedisError {
                         | redis::ServerErrorKind::MasterDown
                         | redis::ServerErrorKind::ReadOnly
                 ) | redis::ErrorKind::ClusterConnectionNotFound
+                    // During a failover the Sentinels may know no primary for a moment.
+                    | redis::ErrorKind::MasterNameNotFoundBySentinel
+                    | redis::ErrorKind::NoValidReplicasFoundBySentinel
             );
         if transient {
             RedisError::Unreachable(message)
