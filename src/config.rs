@@ -325,7 +325,10 @@ impl Config {
         // Cluster and Sentinel URLs list several hosts, which the `url` crate cannot parse:
         // the Redis adapter reads them itself, and names any problem at connect.
         if let Some((scheme, rest)) = self.store.split_once("://") {
-            let several_hosts = rest.split(['/', '?']).next().is_some_and(|a| a.contains(','));
+            let several_hosts = rest
+                .split(['/', '?'])
+                .next()
+                .is_some_and(|a| a.contains(','));
             let backend = match scheme {
                 "redis+cluster" | "rediss+cluster" | "redis+sentinel" | "rediss+sentinel" => {
                     Some(Backend::Redis)

@@ -38,7 +38,8 @@ struct Cli {
     /// A TOML configuration file (keys: store, ttl_ms, heartbeat_ms, namespace).
     #[arg(long, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Store URL: memory:, postgres://…, redis://…, rediss://… [env: LEASE_STORE]
+    /// Store URL: memory:, postgres://… (or postgres://h1,h2/db), redis://…, rediss://…,
+    /// redis+cluster://h1:p1,h2:p2, redis+sentinel://s1:p1,s2:p2/SERVICE [env: LEASE_STORE]
     #[arg(long, global = true, value_name = "URL")]
     store: Option<String>,
     /// Namespace: Postgres schema or Redis key prefix [env: LEASE_NAMESPACE]

@@ -9,7 +9,7 @@ pub(crate) const BACKEND: &str = "redis";
 pub(crate) enum RedisError {
     /// The server could not be reached, dropped the connection, did not answer in time, or
     /// answered "not now, or not here" (LOADING, BUSY, TRYAGAIN, CLUSTERDOWN, READONLY).
-    #[error("cannot reach redis: {0}")]
+    #[error("redis is unavailable: {0}")]
     Unreachable(String),
     /// Fewer replicas than configured acknowledged a write in time.
     #[error(

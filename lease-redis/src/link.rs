@@ -20,8 +20,11 @@ use crate::guard::Guard;
 
 /// How often a Cluster's durability settings are read again. redis-rs reconnects to Cluster
 /// nodes by itself, without telling; a node restarted with unsafe settings is noticed within
-/// this interval.
-const CLUSTER_RECHECK: Duration = Duration::from_secs(2);
+/// this interval, or at the first call after any failure, which forces a re-check.
+const CLUSTER_RECHECK: Duration = Duration::from_millis(500);
+
+/// The "last checked" value that makes the next call re-check.
+const FORCE_RECHECK: u64 = u64::MAX;
 
 /// The connection, shared by every clone of a store.
 pub(crate) struct Link {
@@ -244,7 +247,9 @@ impl Link {
                 rechecking,
             } => {
                 let stale = |checked: u64| {
-                    elapsed_ms(*epoch).saturating_sub(checked) > CLUSTER_RECHECK.as_millis() as u64
+                    checked == FORCE_RECHECK
+                        || elapsed_ms(*epoch).saturating_sub(checked)
+                            > CLUSTER_RECHECK.as_millis() as u64
                 };
                 if stale(checked_ms.load(Ordering::Relaxed)) {
                     let _one_at_a_time = rechecking.lock().await;
@@ -260,6 +265,13 @@ impl Link {
                     conn: Conn::Cluster(conn.clone()),
                 })
             }
+        }
+    }
+
+    /// Makes the next call on a Cluster re-read every primary's durability settings first.
+    fn force_recheck(&self) {
+        if let Kind::Cluster { checked_ms, .. } = &self.kind {
+            checked_ms.store(FORCE_RECHECK, Ordering::Relaxed);
         }
     }
 
@@ -335,9 +347,11 @@ impl Session<'_> {
     }
 
     fn failed(&self, e: &redis::RedisError) -> RedisError {
-        if let Conn::Direct(id, _) = &self.conn {
-            if RedisError::needs_reconnect(e) {
-                self.link.drop_connection(*id);
+        if RedisError::needs_reconnect(e) {
+            match &self.conn {
+                Conn::Direct(id, _) => self.link.drop_connection(*id),
+                // A node may be coming back with other settings: check before the next call.
+                Conn::Cluster(_) => self.link.force_recheck(),
             }
         }
         RedisError::from_driver(e, self.link.secret())
