@@ -115,6 +115,32 @@ async fn charge_as_b(mut b: Worker) -> (Worker, Value) {
     (b, claimed)
 }
 
+/// After SIGCONT a woken A reports two things in either order: its scope's cancellation (its
+/// deadline passed while it was frozen) and the outcome of the write it had in flight. Returns
+/// both, as (cancelled, outcome).
+async fn cancel_and_write_outcome(a: &mut Worker) -> (Value, Value) {
+    let (mut cancelled, mut late) = (None, None);
+    while cancelled.is_none() || late.is_none() {
+        let event = a
+            .expect_one_of(
+                &[
+                    "cancelled",
+                    "write_rejected",
+                    "write_accepted",
+                    "write_failed",
+                ],
+                SECS(30),
+            )
+            .await;
+        if event["event"] == "cancelled" {
+            cancelled = Some(event);
+        } else {
+            late = Some(event);
+        }
+    }
+    (cancelled.expect("seen"), late.expect("seen"))
+}
+
 /// The run's side effect happened exactly once: the ledger holds B's charge under fence 2 only.
 fn assert_charged_once_by_b(server: &Server, namespace: &str, run: &str) {
     let entries = ledger(server, namespace, run);
@@ -240,26 +266,7 @@ async fn paused_worker_is_fenced_out(kind: Kind) {
     a.signal("CONT");
     // On waking, A's expired deadline and its delayed write race: the write was already in
     // flight, which is exactly what the fence is for. Take both events, in either order.
-    let (mut cancelled, mut late) = (None, None);
-    while cancelled.is_none() || late.is_none() {
-        let event = a
-            .expect_one_of(
-                &[
-                    "cancelled",
-                    "write_rejected",
-                    "write_accepted",
-                    "write_failed",
-                ],
-                SECS(30),
-            )
-            .await;
-        if event["event"] == "cancelled" {
-            cancelled = Some(event);
-        } else {
-            late = Some(event);
-        }
-    }
-    let (cancelled, late) = (cancelled.unwrap(), late.unwrap());
+    let (cancelled, late) = cancel_and_write_outcome(&mut a).await;
     assert_eq!(cancelled["cancel"], "deadline", "{cancelled}");
     assert_stale(&late, 1, 2);
     b.send("complete").await;
@@ -329,26 +336,7 @@ async fn worker_stopped_inside_a_fenced_transaction_is_fenced_out() {
 
     a.signal("CONT");
     // A's commit fails; its scope also meets its expired deadline. Take both, in either order.
-    let (mut cancelled, mut late) = (None, None);
-    while cancelled.is_none() || late.is_none() {
-        let event = a
-            .expect_one_of(
-                &[
-                    "cancelled",
-                    "write_rejected",
-                    "write_accepted",
-                    "write_failed",
-                ],
-                SECS(30),
-            )
-            .await;
-        if event["event"] == "cancelled" {
-            cancelled = Some(event);
-        } else {
-            late = Some(event);
-        }
-    }
-    let late = late.unwrap();
+    let (_, late) = cancel_and_write_outcome(&mut a).await;
     eprintln!("A after SIGCONT: {late}; B claimed {waited_ms} ms after A froze (bound {bound} ms)");
     assert_eq!(late["effect"], "charge-card");
     assert_ne!(
