@@ -303,8 +303,14 @@ async fn after_a_crash_and_restart_with_aof_fences_only_move_forward() {
     assert_eq!(seen.fence, next.fence());
 }
 
+/// Tests that make the guard's volatile-mode warning take turns: a thread-local capture of
+/// that warning can miss it while another test thread, with no subscriber, hits the same
+/// callsite (tracing caches a callsite's interest process-wide).
+static VOLATILE_WARNING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 async fn the_durability_guard_refuses_a_server_without_persistence_unless_opted_in() {
+    let _one_at_a_time = VOLATILE_WARNING.lock().await;
     let Some(server) = server(false, None) else {
         return;
     };
@@ -342,6 +348,7 @@ async fn the_durability_guard_refuses_a_server_without_persistence_unless_opted_
 
 #[tokio::test]
 async fn when_config_is_not_permitted_the_guard_refuses_unless_volatile() {
+    let _one_at_a_time = VOLATILE_WARNING.lock().await;
     let Some(server) = server(true, None) else {
         return;
     };
