@@ -2,7 +2,6 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -50,9 +49,9 @@ pub const FAULT_BACKEND: &str = "fault-injection";
 
 /// Wraps a [`LeaseStore`] and injects [`Fault`]s into every call before it reaches the store,
 /// and [`ReplyFault`]s into every reply after the store applied it, so partition behaviour can
-/// be tested in one process. It also counts the renewal calls it receives
-/// ([`renew_calls`](FaultyStore::renew_calls)), whatever becomes of them, so a test can see a
-/// heartbeat that should have stopped. Clones share the switches and the count.
+/// be tested in one process. It also counts the renewals of each run it receives
+/// ([`renewals_of`](FaultyStore::renewals_of)), whatever becomes of them, so a test can see a
+/// heartbeat that should have stopped. Clones share the switches and the counts.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -69,7 +68,6 @@ pub struct FaultyStore {
     inner: Arc<dyn LeaseStore>,
     fault: Arc<watch::Sender<Fault>>,
     reply: Arc<Mutex<ReplyFault>>,
-    renew_calls: Arc<AtomicU64>,
     renewals_by_run: Arc<Mutex<HashMap<RunId, u64>>>,
 }
 
@@ -80,7 +78,6 @@ impl FaultyStore {
             inner,
             fault: Arc::new(watch::Sender::new(Fault::Pass)),
             reply: Arc::new(Mutex::new(ReplyFault::Pass)),
-            renew_calls: Arc::new(AtomicU64::new(0)),
             renewals_by_run: Arc::new(Mutex::new(HashMap::new())),
         }
     }
@@ -102,12 +99,6 @@ impl FaultyStore {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// How many `renew` and `renew_many` calls were made through this store (one per call,
-    /// whatever the batch size, counted before any fault), including calls the store refused.
-    pub fn renew_calls(&self) -> u64 {
-        self.renew_calls.load(Ordering::SeqCst)
-    }
-
     /// How many renewals of `run` were asked through this store (by `renew`, or as one lease
     /// of a `renew_many` batch), counted before any fault, including renewals the store refused.
     pub fn renewals_of(&self, run: &RunId) -> u64 {
@@ -119,7 +110,6 @@ impl FaultyStore {
     }
 
     fn count_renewals<'a>(&self, leases: impl IntoIterator<Item = &'a Lease>) {
-        self.renew_calls.fetch_add(1, Ordering::SeqCst);
         let mut counts = self
             .renewals_by_run
             .lock()
