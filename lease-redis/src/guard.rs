@@ -108,12 +108,8 @@ impl Guard {
     ) -> Result<Vec<Risk>, RedisError> {
         let settings = match reply {
             Ok(value) => settings(value),
-            Err(e)
-                if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError)
-                    || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) =>
-            {
-                None
-            }
+            // A refusal (unknown or renamed command, NOPERM) means the settings cannot be read;
+            // a failure to reach the server is reported as such.
             Err(e) => match RedisError::from_driver(&e, secret) {
                 RedisError::Command(_) => None,
                 other => return Err(other),
