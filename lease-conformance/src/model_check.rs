@@ -236,7 +236,7 @@ pub async fn check_sequence(store: &dyn LeaseStore, case: u64, steps: &[Step]) {
     };
     for (n, step) in steps.iter().enumerate() {
         let what = format!("step {n} {step:?}");
-        apply(store, &mut model, &ids, &workers, step, &what).await;
+        apply(store, &mut model, &prefix, &ids, &workers, step, &what).await;
     }
     retire(store, &model, &ids).await;
 }
@@ -268,6 +268,7 @@ fn pick(model: &Model, index: usize, presented: Presented) -> Option<Lease> {
 async fn apply(
     store: &dyn LeaseStore,
     model: &mut Model,
+    prefix: &str,
     ids: &[RunId],
     workers: &[WorkerId],
     step: &Step,
@@ -526,7 +527,7 @@ async fn apply(
                 1 => RunState::Suspended,
                 _ => RunState::Completed,
             });
-            let prefix = ids[0].as_str().trim_end_matches(NAMES[0]);
+            // Every id of this case sorts after the prefix without its '-'.
             let filter = ListFilter {
                 state,
                 expired: false,
