@@ -79,6 +79,28 @@ fn assert_stale(event: &Value, presented: u64, current: u64) {
     );
 }
 
+/// Starts worker A on `run` (creating it), and waits until it holds fence 1 and has sent a
+/// heartbeat: A is executing.
+async fn start_a(
+    url: &str,
+    namespace: &str,
+    run: &str,
+    ttl: u64,
+    heartbeat: Option<u64>,
+) -> Worker {
+    let mut a = Worker::spawn(
+        "A",
+        url,
+        namespace,
+        ttl,
+        heartbeat,
+        &["--id", "worker-a", "--run", run, "--create"],
+    );
+    assert_eq!(fence(&a.expect("claimed", SECS(30)).await), 1);
+    a.expect("heartbeat", SECS(5)).await;
+    a
+}
+
 /// Starts worker B, which keeps trying to claim `run` and takes it the moment the store allows
 /// (when A's lease expires on the store's clock).
 fn spawn_b(server: &Server, namespace: &str, run: &str, ttl: u64) -> Worker {
@@ -172,17 +194,14 @@ async fn partitioned_worker_is_fenced_out(kind: Kind) {
     let ttl = 1_500;
     let mut partition = Partition::prepare(server.port()).await;
 
-    let mut a = Worker::spawn(
-        "A",
+    let mut a = start_a(
         &partition.a_url(&server.url_via(A_HOST)),
         &ns,
+        run,
         ttl,
         None,
-        &["--id", "worker-a", "--run", run, "--create"],
-    );
-    let claimed_a = a.expect("claimed", SECS(30)).await;
-    assert_eq!(fence(&claimed_a), 1);
-    a.expect("heartbeat", SECS(5)).await; // A is executing and heartbeating
+    )
+    .await;
 
     partition.cut();
     // B starts at the cut and claims the moment the store allows: the order of A's cancel and
@@ -245,16 +264,7 @@ async fn paused_worker_is_fenced_out(kind: Kind) {
     let ns = server.namespace("pause");
     let run = "order-paused";
     let ttl = 1_000;
-    let mut a = Worker::spawn(
-        "A",
-        &server.url_via(A_HOST),
-        &ns,
-        ttl,
-        None,
-        &["--id", "worker-a", "--run", run, "--create"],
-    );
-    assert_eq!(fence(&a.expect("claimed", SECS(30)).await), 1);
-    a.expect("heartbeat", SECS(5)).await;
+    let mut a = start_a(&server.url_via(A_HOST), &ns, run, ttl, None).await;
     a.send("step-after 300 charge-card").await; // decided under fence 1, written later
     a.expect("step_planned", SECS(5)).await;
     a.signal("STOP");
@@ -288,16 +298,7 @@ async fn worker_stopped_inside_a_fenced_transaction_is_fenced_out() {
     let ns = server.namespace("txstop");
     let run = "order-stopped-in-tx";
     let ttl = 1_000;
-    let mut a = Worker::spawn(
-        "A",
-        &server.url_via(A_HOST),
-        &ns,
-        ttl,
-        None,
-        &["--id", "worker-a", "--run", run, "--create"],
-    );
-    assert_eq!(fence(&a.expect("claimed", SECS(30)).await), 1);
-    a.expect("heartbeat", SECS(5)).await;
+    let mut a = start_a(&server.url_via(A_HOST), &ns, run, ttl, None).await;
     a.send("tx-step 500 charge-card").await; // commits 500 ms later, unless stopped first
     let open = a.expect("tx_open", SECS(5)).await;
     a.signal("STOP"); // frozen with the row locked and the effect written, uncommitted
@@ -369,16 +370,14 @@ async fn suspended_run_stops_heartbeats(kind: Kind) {
     let ns = server.namespace("suspend");
     let run = RunId::new("order-suspended").unwrap();
     let heartbeat = 100;
-    let mut a = Worker::spawn(
-        "A",
+    let mut a = start_a(
         &server.url_via(A_HOST),
         &ns,
+        run.as_str(),
         600,
         Some(heartbeat),
-        &["--id", "worker-a", "--run", run.as_str(), "--create"],
-    );
-    assert_eq!(fence(&a.expect("claimed", SECS(30)).await), 1);
-    a.expect("heartbeat", SECS(5)).await;
+    )
+    .await;
     a.expect("heartbeat", SECS(5)).await;
     a.send("suspend").await;
     a.expect("suspended", SECS(10)).await;
