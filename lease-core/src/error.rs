@@ -367,6 +367,22 @@ pub enum InvalidInput {
         /// The safety margin asked for.
         margin: Duration,
     },
+    /// The same run twice in one batch of [`end_many`](crate::LeaseStore::end_many).
+    #[error("run {run} appears twice in one batch; end each lease once per batch")]
+    DuplicateRun {
+        /// The repeated run id.
+        run: crate::RunId,
+    },
+    /// A worker runtime setting out of range.
+    #[error("worker setting {setting} is {value}; {rule}")]
+    WorkerSetting {
+        /// The setting's name.
+        setting: &'static str,
+        /// The value given.
+        value: String,
+        /// The rule it breaks.
+        rule: &'static str,
+    },
     /// A state name other than `runnable`, `suspended` or `completed`.
     #[error("unknown run state {state:?}; expected runnable, suspended or completed")]
     UnknownState {

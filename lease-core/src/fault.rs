@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use crate::error::{Error, Result};
 use crate::id::{RunId, WorkerId};
 use crate::store::LeaseStore;
-use crate::types::{JournalEntry, Lease, ListFilter, RunRecord, Ttl};
+use crate::types::{Ending, JournalEntry, Lease, ListFilter, RunRecord, Ttl};
 
 /// What a [`FaultyStore`] does to the calls passing through it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -281,6 +281,26 @@ impl LeaseStore for FaultyStore {
             let _ = self.inner.suspend(lease).await;
         }
         let out = self.inner.suspend(lease).await;
+        self.answer(fault, out).await
+    }
+
+    async fn end_many(&self, ends: &[Ending]) -> Result<Vec<Result<()>>> {
+        self.gate().await?;
+        let fault = self.reply_fault();
+        if fault == ReplyFault::Duplicate {
+            let _ = self.inner.end_many(ends).await;
+        }
+        let out = self.inner.end_many(ends).await;
+        self.answer(fault, out).await
+    }
+
+    async fn create_many(&self, runs: &[RunId]) -> Result<Vec<Result<()>>> {
+        self.gate().await?;
+        let fault = self.reply_fault();
+        if fault == ReplyFault::Duplicate {
+            let _ = self.inner.create_many(runs).await;
+        }
+        let out = self.inner.create_many(runs).await;
         self.answer(fault, out).await
     }
 

@@ -48,8 +48,9 @@ pub use memory::MemoryLeaseStore;
 pub use scope::{CancelReason, RunScope, ScopeConfig};
 pub use store::{claim_refusal, fenced_verdict, LeaseStore, LeaseStoreExt};
 pub use types::{
-    check_claim_max, check_list, check_payload, check_renew_batch, Fence, JournalEntry, Lease,
-    ListFilter, RunRecord, RunState, StoreTime, Ttl, MAX_BATCH, MAX_LIST, MAX_PAYLOAD_BYTES,
+    check_claim_max, check_create_batch, check_end_batch, check_list, check_payload,
+    check_renew_batch, End, Ending, Fence, JournalEntry, Lease, ListFilter, RunRecord, RunState,
+    StoreTime, Ttl, MAX_BATCH, MAX_LIST, MAX_PAYLOAD_BYTES,
 };
 
 /// Re-exported so callers and backends name the same token type.

@@ -10,8 +10,9 @@ use crate::error::{Error, Result};
 use crate::id::{RunId, WorkerId};
 use crate::store::{claim_refusal, fenced_verdict, LeaseStore};
 use crate::types::{
-    check_claim_max, check_list, check_payload, check_renew_batch, Fence, JournalEntry, Lease,
-    ListFilter, RunRecord, RunState, StoreTime, Ttl,
+    check_claim_max, check_create_batch, check_end_batch, check_list, check_payload,
+    check_renew_batch, End, Ending, Fence, JournalEntry, Lease, ListFilter, RunRecord, RunState,
+    StoreTime, Ttl,
 };
 
 /// A [`LeaseStore`] held in this process's memory: the reference backend, for demos, tests and
@@ -275,6 +276,56 @@ impl LeaseStore for MemoryLeaseStore {
 
     async fn suspend(&self, lease: &Lease) -> Result<()> {
         self.end(lease, RunState::Suspended)
+    }
+
+    async fn end_many(&self, ends: &[Ending]) -> Result<Vec<Result<()>>> {
+        check_end_batch(ends)?;
+        // One lock for the batch: the memory store's "one commit".
+        let now = Instant::now();
+        let mut state = self.lock();
+        let mut results = Vec::with_capacity(ends.len());
+        for Ending { lease, end } in ends {
+            let Some(slot) = state.runs.get_mut(lease.run()) else {
+                results.push(Err(Error::NotFound {
+                    run: lease.run().clone(),
+                }));
+                continue;
+            };
+            if let Err(refusal) = fenced_verdict(
+                lease.run(),
+                lease.fence(),
+                slot.fence,
+                slot.state,
+                slot.owner.is_some(),
+            ) {
+                results.push(Err(refusal));
+                continue;
+            }
+            if let End::CompleteWith(payload) = end {
+                let entry = JournalEntry {
+                    seq: slot.journal.len() as u64 + 1,
+                    fence: lease.fence(),
+                    payload: payload.clone(),
+                    written_at: self.store_time(now),
+                };
+                slot.journal.push(entry);
+            }
+            slot.state = end.state();
+            slot.owner = None;
+            slot.expires_at = None;
+            slot.claimable_at = now;
+            results.push(Ok(()));
+        }
+        Ok(results)
+    }
+
+    async fn create_many(&self, runs: &[RunId]) -> Result<Vec<Result<()>>> {
+        check_create_batch(runs)?;
+        let mut results = Vec::with_capacity(runs.len());
+        for run in runs {
+            results.push(self.create(run).await.map(|_| ()));
+        }
+        Ok(results)
     }
 
     async fn resume(&self, run: &RunId) -> Result<RunRecord> {

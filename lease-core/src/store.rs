@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use crate::error::{Ended, Error, Result};
 use crate::id::{RunId, WorkerId};
-use crate::types::{Fence, JournalEntry, Lease, ListFilter, RunRecord, RunState, Ttl};
+use crate::types::{
+    End, Ending, Fence, JournalEntry, Lease, ListFilter, RunRecord, RunState, Ttl,
+};
 
 /// Durable TTL leases on runs, guarded by fencing tokens.
 ///
@@ -103,6 +105,36 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     /// # Errors
     /// The fenced-write verdicts of the [contract](LeaseStore#contract).
     async fn suspend(&self, lease: &Lease) -> Result<()>;
+
+    /// Ends up to [`MAX_BATCH`](crate::MAX_BATCH) leases in **one round trip and one commit**,
+    /// each as its [`End`] says, with one result per item, in order. Each item is a fenced write
+    /// judged on its own (one item's refusal does not affect the others), and
+    /// [`End::CompleteWith`] appends its payload and completes the run as one write.
+    ///
+    /// This is group commit: a worker collects the ends of many jobs and pays for one commit.
+    /// An item's `Ok(())` means its end is durable as the backend's configuration promises.
+    ///
+    /// **Recognising a retried end.** If the call failed without an answer (for example
+    /// [`Error::Unavailable`]) it may or may not have been applied. Retrying it is safe: an item
+    /// that was applied now returns [`Error::LeaseEnded`] with the **same fence** and the
+    /// [`Ended`](crate::Ended) of its end ([`End::ended`]) — the lease's holder is the only one
+    /// who can end the run under that fence, so that answer means the first attempt committed.
+    ///
+    /// # Errors
+    /// The outer error when the batch as a whole could not be decided: [`Error::InvalidInput`]
+    /// (more than `MAX_BATCH` items, a payload over the limit, the same run twice) before any
+    /// I/O, or the backend being unavailable. Per item: the fenced-write verdicts of the
+    /// [contract](LeaseStore#contract).
+    async fn end_many(&self, ends: &[Ending]) -> Result<Vec<Result<()>>>;
+
+    /// Creates up to [`MAX_BATCH`](crate::MAX_BATCH) runs in one round trip, each as
+    /// [`create`](LeaseStore::create) would, with one result per id, in order
+    /// ([`Error::AlreadyExists`] for an id that exists, including the second copy of an id
+    /// repeated in the batch). For loading a backlog.
+    ///
+    /// # Errors
+    /// The outer error when the batch as a whole could not be decided (unavailable, too large).
+    async fn create_many(&self, runs: &[RunId]) -> Result<Vec<Result<()>>>;
 
     /// Makes a suspended run runnable again. The next claim takes a higher fence.
     ///
@@ -220,6 +252,49 @@ pub trait LeaseStoreExt: LeaseStore {
             other => other,
         }
     }
+
+    /// [`complete`](LeaseStore::complete) for many leases in one round trip and one commit,
+    /// through [`end_many`](LeaseStore::end_many).
+    ///
+    /// # Errors
+    /// As [`LeaseStore::end_many`].
+    async fn complete_many(&self, leases: &[Lease]) -> Result<Vec<Result<()>>> {
+        self.end_many(&endings(leases, End::Complete)).await
+    }
+
+    /// [`release`](LeaseStore::release) for many leases in one round trip and one commit,
+    /// through [`end_many`](LeaseStore::end_many).
+    ///
+    /// # Errors
+    /// As [`LeaseStore::end_many`].
+    async fn release_many(&self, leases: &[Lease]) -> Result<Vec<Result<()>>> {
+        self.end_many(&endings(leases, End::Release)).await
+    }
+
+    /// Appends `payload` under the lease's fence and completes the run, as one write
+    /// ([`End::CompleteWith`]).
+    ///
+    /// # Errors
+    /// The fenced-write verdicts of the [contract](LeaseStore#contract), or
+    /// [`Error::InvalidInput`] for a payload over the limit.
+    async fn complete_with(&self, lease: &Lease, payload: &[u8]) -> Result<()> {
+        let item = Ending::new(lease.clone(), End::CompleteWith(payload.to_vec()));
+        let mut results = self.end_many(std::slice::from_ref(&item)).await?;
+        match results.pop() {
+            Some(result) if results.is_empty() => result,
+            _ => Err(Error::backend(
+                "lease-core",
+                "end_many answered a batch of one with a different number of results",
+            )),
+        }
+    }
+}
+
+fn endings(leases: &[Lease], end: End) -> Vec<Ending> {
+    leases
+        .iter()
+        .map(|lease| Ending::new(lease.clone(), end.clone()))
+        .collect()
 }
 
 impl<S: LeaseStore + ?Sized> LeaseStoreExt for S {}

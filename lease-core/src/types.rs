@@ -334,6 +334,115 @@ impl Default for ListFilter {
     }
 }
 
+/// How a lease ends, in a batch of [`LeaseStore::end_many`](crate::LeaseStore::end_many).
+///
+/// Each is a fenced write, judged by the contract's rules.
+#[derive(Clone, PartialEq, Eq)]
+pub enum End {
+    /// Complete the run: terminal, owner and expiry cleared.
+    Complete,
+    /// Append the payload (at most [`MAX_PAYLOAD_BYTES`]) to the run's journal under the lease's
+    /// fence **and** complete the run, as one write: both happen or neither does. This is a
+    /// job's durable effect and its completion in one commit.
+    CompleteWith(Vec<u8>),
+    /// Give the run back: runnable, claimable at once under a higher fence.
+    Release,
+    /// Suspend the run until [`resume`](crate::LeaseStore::resume).
+    Suspend,
+}
+
+impl End {
+    /// The state the run is in after this end was applied.
+    pub fn state(&self) -> RunState {
+        match self {
+            End::Complete | End::CompleteWith(_) => RunState::Completed,
+            End::Release => RunState::Runnable,
+            End::Suspend => RunState::Suspended,
+        }
+    }
+
+    /// How [`Error::LeaseEnded`](crate::Error::LeaseEnded) names this end once it was applied.
+    pub fn ended(&self) -> crate::Ended {
+        match self {
+            End::Complete | End::CompleteWith(_) => crate::Ended::Completed,
+            End::Release => crate::Ended::Released,
+            End::Suspend => crate::Ended::Suspended,
+        }
+    }
+
+    /// The end's name: `complete`, `complete-with`, `release` or `suspend`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            End::Complete => "complete",
+            End::CompleteWith(_) => "complete-with",
+            End::Release => "release",
+            End::Suspend => "suspend",
+        }
+    }
+}
+
+impl fmt::Debug for End {
+    // A payload can be large: show its size, not its bytes.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            End::CompleteWith(p) => write!(f, "CompleteWith({} bytes)", p.len()),
+            other => f.write_str(match other {
+                End::Complete => "Complete",
+                End::Release => "Release",
+                _ => "Suspend",
+            }),
+        }
+    }
+}
+
+/// One lease and how it ends: an item of [`LeaseStore::end_many`](crate::LeaseStore::end_many).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ending {
+    /// The lease, whose fence the store checks.
+    pub lease: Lease,
+    /// How it ends.
+    pub end: End,
+}
+
+impl Ending {
+    /// `lease` ending with `end`.
+    pub fn new(lease: Lease, end: End) -> Ending {
+        Ending { lease, end }
+    }
+}
+
+/// Validates an [`end_many`](crate::LeaseStore::end_many) batch: at most [`MAX_BATCH`] items,
+/// every payload within [`MAX_PAYLOAD_BYTES`], each run at most once. Backends call it before any
+/// I/O.
+///
+/// # Errors
+/// [`InvalidInput::BatchTooLarge`], [`InvalidInput::PayloadTooLarge`] or
+/// [`InvalidInput::DuplicateRun`].
+pub fn check_end_batch(ends: &[Ending]) -> Result<(), InvalidInput> {
+    check_batch(ends.len())?;
+    let mut seen = std::collections::HashSet::with_capacity(ends.len());
+    for ending in ends {
+        if let End::CompleteWith(payload) = &ending.end {
+            check_payload(payload)?;
+        }
+        if !seen.insert(ending.lease.run()) {
+            return Err(InvalidInput::DuplicateRun {
+                run: ending.lease.run().clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Validates a [`create_many`](crate::LeaseStore::create_many) batch (0 to [`MAX_BATCH`] ids).
+/// Backends call it before any I/O.
+///
+/// # Errors
+/// [`InvalidInput::BatchTooLarge`].
+pub fn check_create_batch(runs: &[RunId]) -> Result<(), InvalidInput> {
+    check_batch(runs.len())
+}
+
 pub(crate) fn check_batch(len: usize) -> Result<(), InvalidInput> {
     if len > MAX_BATCH {
         return Err(InvalidInput::BatchTooLarge {
