@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use lease_core::{Error, LeaseStore};
 
+mod batch_scenarios;
 mod fault_scenarios;
 pub mod fixtures;
 mod hub_scenarios;
@@ -21,6 +22,7 @@ pub mod model_check;
 mod scenarios;
 mod scope_scenarios;
 
+pub use batch_scenarios::*;
 pub use fault_scenarios::*;
 pub use hub_scenarios::*;
 pub use scenarios::*;
@@ -79,6 +81,12 @@ macro_rules! conformance_tests {
             hostile_run_ids_are_stored_verbatim,
             list_filters_by_state_and_expiry,
             force_release_hands_the_run_over_under_a_higher_fence,
+            end_many_ends_each_lease_as_asked_with_a_verdict_per_item,
+            complete_with_writes_its_effect_only_with_the_completion,
+            a_retried_end_many_answers_lease_ended_with_its_own_fence,
+            end_many_refuses_a_bad_batch_and_changes_nothing,
+            full_batches_of_ends_commit_every_item,
+            create_many_refuses_existing_ids_alone_and_keeps_order,
             scope_heartbeats_keep_a_lease_past_its_ttl,
             scope_over_a_hanging_store_cancels_at_its_local_deadline_before_store_expiry,
             scope_whose_renewal_is_rejected_cancels_with_the_rejection,
