@@ -4,9 +4,9 @@ use std::fmt;
 use std::sync::{Arc, LazyLock};
 
 use lease_core::{
-    check_claim_max, check_list, check_payload, check_renew_batch, claim_refusal, fenced_verdict,
-    Error, JournalEntry, Lease, LeaseStore, ListFilter, Result, RunId, RunRecord, RunState,
-    StoreTime, Ttl, WorkerId,
+    check_claim_max, check_create_batch, check_end_batch, check_list, check_payload,
+    check_renew_batch, claim_refusal, fenced_verdict, End, Ending, Error, JournalEntry, Lease,
+    LeaseStore, ListFilter, Result, RunId, RunRecord, RunState, StoreTime, Ttl, WorkerId,
 };
 use redis::{FromRedisValue, Script, ScriptInvocation, ToRedisArgs, Value};
 
@@ -33,10 +33,12 @@ macro_rules! lua {
 /// Every script, built once per process; `Script` runs EVALSHA and loads itself on NOSCRIPT.
 struct Scripts {
     create: Script,
+    create_many: Script,
     claim: Script,
     claim_next: Script,
     renew: Script,
     fenced: Script,
+    end_many: Script,
     resume: Script,
     force_release: Script,
     inspect: Script,
@@ -46,10 +48,12 @@ struct Scripts {
 
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     create: Script::new(lua!("create.lua")),
+    create_many: Script::new(lua!("create_many.lua")),
     claim: Script::new(lua!("claim.lua")),
     claim_next: Script::new(lua!("claim_next.lua")),
     renew: Script::new(lua!("renew.lua")),
     fenced: Script::new(lua!("fenced.lua")),
+    end_many: Script::new(lua!("end_many.lua")),
     resume: Script::new(lua!("resume.lua")),
     force_release: Script::new(lua!("force_release.lua")),
     inspect: Script::new(lua!("inspect.lua")),
@@ -492,6 +496,76 @@ impl LeaseStore for RedisLeaseStore {
 
     async fn suspend(&self, lease: &Lease) -> Result<()> {
         self.fenced(lease, "suspend", b"").await.map(drop)
+    }
+
+    async fn end_many(&self, ends: &[Ending]) -> Result<Vec<Result<()>>> {
+        check_end_batch(ends)?;
+        if ends.is_empty() {
+            return Ok(Vec::new());
+        }
+        let runs = self.keys.runs();
+        let mut call = SCRIPTS.end_many.key(&runs);
+        call.key(self.keys.claimable());
+        for Ending { lease, end } in ends {
+            let payload: &[u8] = match end {
+                End::CompleteWith(payload) => {
+                    // Declared, like every key a script touches, even if the item is refused.
+                    call.key(self.keys.journal(lease.run()));
+                    payload
+                }
+                End::Complete | End::Release | End::Suspend => b"",
+            };
+            call.arg(end.as_str())
+                .arg(keys::encode(lease.run().as_str()))
+                .arg(lease.fence().get())
+                .arg(payload);
+        }
+        let (reply, mut session) = self.run("end_many", &call).await?;
+        if reply.len() != ends.len() {
+            return Err(reply.bad("expected one result per item").into());
+        }
+        let results: Vec<Result<()>> = ends
+            .iter()
+            .enumerate()
+            .map(|(i, ending)| self.fenced_status(&ending.lease, &reply.nested(i)?))
+            .collect();
+        if results.iter().any(Result::is_ok) {
+            // One WAIT acknowledges the whole batch; without it no item is reported ended.
+            session.replicated(&runs).await?;
+        }
+        Ok(results)
+    }
+
+    async fn create_many(&self, runs: &[RunId]) -> Result<Vec<Result<()>>> {
+        check_create_batch(runs)?;
+        if runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let records = self.keys.runs();
+        let mut call = SCRIPTS.create_many.key(&records);
+        call.key(self.keys.claimable())
+            .key(self.keys.ids())
+            .key(self.keys.counter());
+        for run in runs {
+            call.arg(keys::encode(run.as_str()));
+        }
+        let (reply, mut session) = self.run("create_many", &call).await?;
+        if reply.len() != runs.len() {
+            return Err(reply.bad("expected one result per run").into());
+        }
+        let results = runs
+            .iter()
+            .enumerate()
+            .map(|(i, run)| match reply.str(i)? {
+                "1" => Ok(()),
+                "0" => Err(Error::AlreadyExists { run: run.clone() }),
+                other => Err(reply.bad(format!("unknown result {other:?}")).into()),
+            })
+            .collect::<Vec<Result<()>>>();
+        if results.iter().any(Result::is_ok) {
+            session.replicated(&records).await?;
+        }
+        Ok(results)
     }
 
     async fn resume(&self, run: &RunId) -> Result<RunRecord> {
