@@ -74,7 +74,8 @@ pub struct TickReport {
     /// Leases whose renewal failed without a verdict (a failed or hung chunk, or a per-lease
     /// failure); their deadlines were not extended.
     pub failed: usize,
-    /// How long each round trip took, from send to answer (or to abandonment), in send order.
+    /// How long each round trip took, from send to answer (or to abandonment), in the order
+    /// the answers arrived.
     pub latencies: Vec<Duration>,
     /// How long the whole tick took.
     pub elapsed: Duration,
@@ -280,18 +281,17 @@ async fn tick(hub: &Hub) -> TickReport {
             }
         });
     }
-    let mut chunks = Vec::with_capacity(report.round_trips);
+    // Each chunk's verdicts reach its scopes as soon as that chunk answers: one slow chunk
+    // holds back no other chunk's renewals.
     while let Some(joined) = calls.join_next().await {
         match joined {
-            Ok(chunk) => chunks.push(chunk),
+            Ok(chunk) => {
+                report.latencies.push(chunk.took);
+                route(chunk, &mut report);
+            }
             // A panicking store: its scopes get no renewal and expire by their deadlines.
             Err(e) => tracing::error!(error = %e, "heartbeat batch task failed"),
         }
-    }
-    chunks.sort_by_key(|c| c.sent);
-    for chunk in chunks {
-        report.latencies.push(chunk.took);
-        route(chunk, &mut report);
     }
     report.elapsed = started.elapsed();
     report

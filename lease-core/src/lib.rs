@@ -10,6 +10,8 @@
 //! - [`RunScope`]: the worker side; heartbeats a lease and cancels the run's work before the
 //!   lease can be lost.
 //! - [`Heartbeats`]: a worker-wide heartbeat renewing all its scopes' leases in batches.
+//! - [`Worker`]: the claim → handle → end loop, with group-committed ends and a graceful
+//!   shutdown that hands its runs over at once.
 //! - [`MemoryLeaseStore`]: the embedded reference backend.
 //! - [`FaultyStore`]: injects hangs and failures into any store, for partition tests.
 //!
@@ -39,6 +41,7 @@ mod memory;
 mod scope;
 mod store;
 mod types;
+mod worker;
 
 pub use error::{BoxError, Ended, Error, InvalidInput, Result};
 pub use fault::{Fault, FaultyStore, ReplyFault, FAULT_BACKEND};
@@ -51,6 +54,9 @@ pub use types::{
     check_claim_max, check_create_batch, check_end_batch, check_list, check_payload,
     check_renew_batch, End, Ending, Fence, JournalEntry, Lease, ListFilter, RunRecord, RunState,
     StoreTime, Ttl, MAX_BATCH, MAX_LIST, MAX_PAYLOAD_BYTES,
+};
+pub use worker::{
+    EndReport, Handler, HandlerFuture, RunContext, Worker, WorkerConfig, WorkerReport,
 };
 
 /// Re-exported so callers and backends name the same token type.

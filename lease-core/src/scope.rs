@@ -58,6 +58,11 @@ impl ScopeConfig {
         self
     }
 
+    /// Checks that the heartbeat fits inside `ttl` minus the margin.
+    pub(crate) fn check(&self, ttl: Ttl) -> Result<(), InvalidInput> {
+        self.timing(ttl).map(|_| ())
+    }
+
     /// Resolves the defaults against `ttl` and checks that the heartbeat fits inside the
     /// deadline window (`ttl - margin`).
     fn timing(&self, ttl: Ttl) -> Result<Timing, InvalidInput> {
@@ -438,14 +443,28 @@ impl RunScope {
     }
 
     async fn end(&self, how: CancelReason) -> Result<()> {
+        let store = self.shared.store.clone();
+        self.end_with(how.clone(), |lease| async move {
+            match how {
+                CancelReason::Suspended => store.suspend(&lease).await,
+                CancelReason::Completed => store.complete(&lease).await,
+                _ => store.release(&lease).await,
+            }
+        })
+        .await
+    }
+
+    /// Ends the lease through `write` (given the current lease), serialized with renewals as
+    /// the scope's own ends are: the heartbeat skips the lease while the write is in flight,
+    /// and the write's verdict decides the scope. The [`Worker`](crate::Worker) ends leases
+    /// this way through its group-committed batches.
+    pub(crate) async fn end_with<F, Fut>(&self, how: CancelReason, write: F) -> Result<()>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: std::future::Future<Output = Result<()>>,
+    {
         let _serial = self.shared.ending.lock().await;
-        let lease = self.lease();
-        let store = &self.shared.store;
-        let result = match how {
-            CancelReason::Suspended => store.suspend(&lease).await,
-            CancelReason::Completed => store.complete(&lease).await,
-            _ => store.release(&lease).await,
-        };
+        let result = write(self.lease()).await;
         match &result {
             Ok(()) => self.shared.cancel(how),
             Err(e) if e.is_verdict() => self

@@ -5,9 +5,7 @@ use std::time::Duration;
 
 use crate::error::{Ended, Error, Result};
 use crate::id::{RunId, WorkerId};
-use crate::types::{
-    End, Ending, Fence, JournalEntry, Lease, ListFilter, RunRecord, RunState, Ttl,
-};
+use crate::types::{End, Ending, Fence, JournalEntry, Lease, ListFilter, RunRecord, RunState, Ttl};
 
 /// Durable TTL leases on runs, guarded by fencing tokens.
 ///
