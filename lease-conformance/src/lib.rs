@@ -21,12 +21,14 @@ mod hub_scenarios;
 pub mod model_check;
 mod scenarios;
 mod scope_scenarios;
+mod worker_scenarios;
 
 pub use batch_scenarios::*;
 pub use fault_scenarios::*;
 pub use hub_scenarios::*;
 pub use scenarios::*;
 pub use scope_scenarios::*;
+pub use worker_scenarios::*;
 
 /// Asserts `err` says the `backend` server could not be reached: [`Error::Unavailable`] from
 /// that backend, and retryable. For adapter tests that take their server away.
@@ -87,6 +89,10 @@ macro_rules! conformance_tests {
             end_many_refuses_a_bad_batch_and_changes_nothing,
             full_batches_of_ends_commit_every_item,
             create_many_refuses_existing_ids_alone_and_keeps_order,
+            worker_runs_at_most_its_concurrency_limit,
+            worker_handler_ignoring_its_token_is_still_fenced,
+            worker_shutdown_hands_runs_over_within_one_poll,
+            worker_reports_no_end_before_its_batch_commits,
             scope_heartbeats_keep_a_lease_past_its_ttl,
             scope_over_a_hanging_store_cancels_at_its_local_deadline_before_store_expiry,
             scope_whose_renewal_is_rejected_cancels_with_the_rejection,

@@ -796,7 +796,16 @@ async fn batcher(mut b: Batcher) {
 async fn flush(b: &Batcher, batch: Vec<Pending>) -> Vec<Pending> {
     let ends: Vec<Ending> = batch.iter().map(|p| p.ending.clone()).collect();
     bump(&b.counters.batches);
-    let results = match b.store.end_many(&ends).await {
+    // Bounded: a call stuck on a dead connection is abandoned (its ends are retried, and a
+    // retry recognises an abandoned call that did commit), so a shutdown always finishes.
+    let call = tokio::time::timeout(b.give_up_after, b.store.end_many(&ends));
+    let answer = call.await.unwrap_or_else(|_| {
+        Err(Error::unavailable(
+            "worker",
+            format!("end_many did not answer within {:?}", b.give_up_after),
+        ))
+    });
+    let results = match answer {
         Ok(results) if results.len() == batch.len() => results,
         Ok(results) => {
             let why = format!(
