@@ -327,7 +327,8 @@ pub async fn worker_reports_no_end_before_its_batch_commits(factory: &dyn StoreF
         assert!(Instant::now() < give_up, "the ends never committed");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    for id in observed.lock().unwrap().iter() {
+    let observed = observed.lock().unwrap().clone();
+    for id in &observed {
         assert_eq!(state_of(&*inner, id).await, RunState::Completed, "{id}");
     }
     shutdown.cancel();
