@@ -41,6 +41,9 @@ pub struct Config {
     /// Postgres: how many synchronous standbys must have a commit before a lease or write is
     /// reported; `None` for the URL's `sync_replicas=` parameter, or 0.
     pub sync_replicas: Option<u32>,
+    /// Postgres: the most connections the store's pool opens (1 to 1,000); `None` for 10.
+    /// Redis multiplexes one connection per store and ignores it.
+    pub max_connections: Option<u32>,
 }
 
 impl Default for Config {
@@ -53,6 +56,7 @@ impl Default for Config {
             replicas: None,
             replica_timeout: None,
             sync_replicas: None,
+            max_connections: None,
         }
     }
 }
@@ -67,6 +71,7 @@ impl fmt::Debug for Config {
             .field("replicas", &self.replicas)
             .field("replica_timeout", &self.replica_timeout)
             .field("sync_replicas", &self.sync_replicas)
+            .field("max_connections", &self.max_connections)
             .finish()
     }
 }
@@ -130,6 +135,20 @@ struct FileConfig {
     replicas: Option<u32>,
     replica_timeout_ms: Option<u64>,
     sync_replicas: Option<u32>,
+    max_connections: Option<u64>,
+}
+
+/// The largest pool a configuration may ask for.
+const MAX_POOL: u64 = 1_000;
+
+fn pool_setting(key: &str, n: u64) -> Result<u32, ConfigError> {
+    if !(1..=MAX_POOL).contains(&n) {
+        return Err(ConfigError::BadSetting {
+            key: key.to_string(),
+            reason: format!("{n} connections is out of range; it must be 1 to {MAX_POOL}"),
+        });
+    }
+    Ok(n as u32)
 }
 
 fn replica_timeout_setting(key: &str, ms: u64) -> Result<Duration, ConfigError> {
@@ -208,11 +227,15 @@ impl Config {
         if let Some(n) = file.sync_replicas {
             self.sync_replicas = Some(n);
         }
+        if let Some(n) = file.max_connections {
+            self.max_connections = Some(pool_setting("max_connections", n)?);
+        }
         Ok(self)
     }
 
     /// Overlays the process environment: `LEASE_STORE`, `LEASE_TTL_MS`, `LEASE_HEARTBEAT_MS`,
-    /// `LEASE_NAMESPACE`, `LEASE_REPLICAS`, `LEASE_REPLICA_TIMEOUT_MS`, `LEASE_SYNC_REPLICAS`.
+    /// `LEASE_NAMESPACE`, `LEASE_REPLICAS`, `LEASE_REPLICA_TIMEOUT_MS`, `LEASE_SYNC_REPLICAS`,
+    /// `LEASE_MAX_CONNECTIONS`.
     ///
     /// # Errors
     /// [`ConfigError::BadSetting`] naming the variable.
@@ -264,6 +287,13 @@ impl Config {
                 reason: format!("{v:?} is not a whole number of standbys"),
             })?);
         }
+        if let Some(v) = var("LEASE_MAX_CONNECTIONS") {
+            let n = v.trim().parse().map_err(|_| ConfigError::BadSetting {
+                key: "LEASE_MAX_CONNECTIONS".to_string(),
+                reason: format!("{v:?} is not a whole number of connections"),
+            })?;
+            self.max_connections = Some(pool_setting("LEASE_MAX_CONNECTIONS", n)?);
+        }
         if let Some(ms) = number("LEASE_REPLICA_TIMEOUT_MS")? {
             self.replica_timeout = Some(replica_timeout_setting("LEASE_REPLICA_TIMEOUT_MS", ms)?);
         }
@@ -306,6 +336,15 @@ impl Config {
     pub fn with_sync_replicas(mut self, n: u32) -> Config {
         self.sync_replicas = Some(n);
         self
+    }
+
+    /// Postgres: the pool size (1 to 1,000).
+    ///
+    /// # Errors
+    /// [`ConfigError::BadSetting`] when out of range.
+    pub fn with_max_connections(mut self, n: u32) -> Result<Config, ConfigError> {
+        self.max_connections = Some(pool_setting("max_connections", n.into())?);
+        Ok(self)
     }
 
     /// Redis: how long to wait for replica acknowledgements.
@@ -435,6 +474,9 @@ pub async fn connect_store(config: &Config) -> Result<Store, ConfigError> {
             if let Some(n) = config.sync_replicas {
                 pg = pg.with_sync_replicas(n);
             }
+            if let Some(n) = config.max_connections {
+                pg = pg.with_max_connections(n);
+            }
             Store::Postgres(Arc::new(
                 lease_postgres::PostgresLeaseStore::connect(pg).await?,
             ))
@@ -524,6 +566,34 @@ mod tests {
         let hosts = Config::default().with_store("postgres://app:pw@h1:5432,h2:5433/runs");
         assert_eq!(hosts.backend().unwrap(), Backend::Postgres);
         assert!(!format!("{hosts:?}").contains("pw"));
+    }
+
+    #[test]
+    fn the_pool_size_comes_from_file_environment_or_flag_within_range() {
+        let config = Config::from_toml("max_connections = 32").unwrap();
+        assert_eq!(config.max_connections, Some(32));
+        let config = config
+            .with_vars(|k| (k == "LEASE_MAX_CONNECTIONS").then(|| "48".into()))
+            .unwrap();
+        assert_eq!(config.max_connections, Some(48));
+        assert_eq!(
+            config.with_max_connections(16).unwrap().max_connections,
+            Some(16)
+        );
+        for bad in ["max_connections = 0", "max_connections = 1001"] {
+            let err = Config::from_toml(bad).unwrap_err();
+            assert!(
+                matches!(&err, ConfigError::BadSetting { key, reason } if key == "max_connections" && reason.contains("1 to 1000")),
+                "{bad}: {err}"
+            );
+        }
+        let err = Config::default()
+            .with_vars(|k| (k == "LEASE_MAX_CONNECTIONS").then(|| "many".into()))
+            .unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::BadSetting { key, .. } if key == "LEASE_MAX_CONNECTIONS")
+        );
+        assert!(Config::default().with_max_connections(0).is_err());
     }
 
     #[test]
