@@ -451,6 +451,166 @@ async fn fences_increase_over_a_hundred_process_cycles(kind: Kind) {
     assert_eq!(fences, (1..=100).collect::<Vec<_>>());
 }
 
+/// Creates `n` runs named `{prefix}-NNNNN` through the library's bulk create.
+async fn backlog(store: &Arc<dyn LeaseStore>, prefix: &str, n: usize) -> Vec<RunId> {
+    let ids: Vec<RunId> = (0..n)
+        .map(|i| RunId::new(format!("{prefix}-{i:05}")).expect("valid id"))
+        .collect();
+    for chunk in ids.chunks(distribution::MAX_BATCH) {
+        let created = store.create_many(chunk).await.expect("create_many");
+        assert!(created.iter().all(Result::is_ok), "{created:?}");
+    }
+    ids
+}
+
+/// A pool worker (`lease worker --pool`, the library's `Worker`) killed with SIGKILL between
+/// batch commits never reported an end that the store does not hold: every run it printed as
+/// `ended` is completed in the store under the printed fence, with its effect written once in
+/// the same commit. The store may hold more completions than were printed (committed, then
+/// killed before printing), never fewer.
+async fn pool_worker_killed_between_flushes_reported_only_committed_ends(kind: Kind) {
+    let Some(server) = Server::start(kind) else {
+        return;
+    };
+    let namespace = server.namespace("pool_kill");
+    let store = admin(&server, &namespace).await;
+    backlog(&store, "job", 4_000).await;
+    let mut pool = Worker::spawn(
+        "pool",
+        &server.url_via(B_HOST),
+        &namespace,
+        30_000,
+        None,
+        &[
+            "--id",
+            "pool-a",
+            "--pool",
+            "16",
+            "--batch",
+            "64",
+            "--batch-delay-ms",
+            "20",
+            "--job-ms",
+            "3",
+        ],
+    );
+    pool.expect("pool_started", SECS(30)).await;
+    let mut ended = 0;
+    while ended < 300 {
+        let event = pool.expect_one_of(&["ended", "end_failed"], SECS(30)).await;
+        assert_eq!(event["event"], "ended", "{event}");
+        ended += 1;
+    }
+    let events = pool.kill().await;
+    let reported: Vec<&Value> = events.iter().filter(|e| e["event"] == "ended").collect();
+    assert!(reported.len() >= 300);
+    for event in &reported {
+        let run = RunId::new(event["run"].as_str().expect("run")).unwrap();
+        let record = store.inspect(&run).await.unwrap();
+        assert_eq!(
+            (record.state, record.fence.get()),
+            (RunState::Completed, fence(event)),
+            "{run} was reported ended: {event}"
+        );
+        let journal = store.journal(&run).await.unwrap();
+        assert_eq!(journal.len(), 1, "{run}: one effect");
+        assert_eq!(journal[0].payload, format!("pool-a did {run}").into_bytes());
+        assert_eq!(journal[0].fence.get(), fence(event));
+    }
+    let mut completed = 0;
+    let mut after = None;
+    loop {
+        let page = store
+            .list(&distribution::ListFilter {
+                state: Some(RunState::Completed),
+                after: after.clone(),
+                limit: 1_000,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let Some(last) = page.last() else { break };
+        after = Some(last.run.clone());
+        for record in &page {
+            assert_eq!(
+                store.journal(&record.run).await.unwrap().len(),
+                1,
+                "{}: completed without its effect",
+                record.run
+            );
+        }
+        completed += page.len();
+    }
+    assert!(
+        completed >= reported.len(),
+        "the store holds {completed} completions, fewer than the {} reported",
+        reported.len()
+    );
+}
+
+/// A pool worker stopped with SIGTERM stops claiming, gives its running jobs the grace period,
+/// then releases their runs: the store shows them runnable and unowned at once (long before
+/// the TTL), and the next claim takes each under fence 2.
+async fn pool_worker_stopped_by_sigterm_releases_its_runs(kind: Kind) {
+    let Some(server) = Server::start(kind) else {
+        return;
+    };
+    let namespace = server.namespace("pool_term");
+    let store = admin(&server, &namespace).await;
+    let ids = backlog(&store, "slow", 4).await;
+    let mut pool = Worker::spawn(
+        "pool",
+        &server.url_via(B_HOST),
+        &namespace,
+        60_000,
+        None,
+        &[
+            "--id", "pool-a", "--pool", "4", "--job-ms", "600000", "--grace-ms", "300",
+        ],
+    );
+    pool.expect("pool_started", SECS(30)).await;
+    let give_up = tokio::time::Instant::now() + SECS(30);
+    loop {
+        let mut held = 0;
+        for id in &ids {
+            held += store.inspect(id).await.unwrap().owner.is_some() as usize;
+        }
+        if held == ids.len() {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < give_up, "the pool never held its 4 runs");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    pool.signal("TERM");
+    let stopped = pool.expect("stopped", SECS(30)).await;
+    assert_eq!(
+        (stopped["released"].as_u64(), stopped["completed"].as_u64()),
+        (Some(4), Some(0)),
+        "{stopped}"
+    );
+    let events = pool.finish().await;
+    let released: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event"] == "ended" && e["end"] == "release")
+        .collect();
+    assert_eq!(released.len(), 4, "{events:#?}");
+    for id in &ids {
+        let record = store.inspect(id).await.unwrap();
+        assert_eq!(record.state, RunState::Runnable);
+        assert!(record.owner.is_none(), "{id} still held after the shutdown");
+    }
+    let next = store
+        .claim_next(
+            &distribution::WorkerId::new("pool-b").unwrap(),
+            distribution::Ttl::from_secs(30).unwrap(),
+            10,
+        )
+        .await
+        .unwrap();
+    assert_eq!(next.len(), 4, "every released run is claimable at once");
+    assert!(next.iter().all(|l| l.fence().get() == 2));
+}
+
 macro_rules! on_both_backends {
     ($($scenario:ident => $pg:ident, $redis:ident;)*) => {$(
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -477,4 +637,10 @@ on_both_backends! {
     fences_increase_over_a_hundred_process_cycles =>
         leases_fences_increase_over_a_hundred_process_cycles_on_postgres,
         leases_fences_increase_over_a_hundred_process_cycles_on_redis;
+    pool_worker_killed_between_flushes_reported_only_committed_ends =>
+        leases_pool_worker_killed_between_flushes_reported_only_committed_ends_on_postgres,
+        leases_pool_worker_killed_between_flushes_reported_only_committed_ends_on_redis;
+    pool_worker_stopped_by_sigterm_releases_its_runs =>
+        leases_pool_worker_stopped_by_sigterm_releases_its_runs_on_postgres,
+        leases_pool_worker_stopped_by_sigterm_releases_its_runs_on_redis;
 }

@@ -12,6 +12,7 @@ mod demo;
 mod ledger;
 mod ops;
 mod output;
+mod pool;
 mod worker;
 
 /// Exit codes, documented in the README's CLI reference.
@@ -35,7 +36,8 @@ pub(crate) mod exit {
     about = "TTL leases on runs, guarded by fencing tokens"
 )]
 struct Cli {
-    /// A TOML configuration file (keys: store, ttl_ms, heartbeat_ms, namespace).
+    /// A TOML configuration file (keys: store, ttl_ms, heartbeat_ms, namespace, replicas,
+    /// replica_timeout_ms, sync_replicas, max_connections).
     #[arg(long, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Store URL: memory:, postgres://… (or postgres://h1,h2/db), redis://…, rediss://…,
@@ -51,6 +53,9 @@ struct Cli {
     /// Heartbeat interval in milliseconds; default TTL/3 [env: LEASE_HEARTBEAT_MS]
     #[arg(long, global = true, value_name = "MS")]
     heartbeat_ms: Option<u64>,
+    /// Postgres pool size, 1 to 1000; default 10 [env: LEASE_MAX_CONNECTIONS]
+    #[arg(long, global = true, value_name = "N")]
+    max_connections: Option<u32>,
     #[command(subcommand)]
     command: Command,
 }
@@ -197,6 +202,9 @@ fn config(cli: &Cli) -> Result<Config, Failure> {
             return Err(usage("--heartbeat-ms must be at least 1"));
         }
         config = config.with_heartbeat(Duration::from_millis(ms));
+    }
+    if let Some(n) = cli.max_connections {
+        config = config.with_max_connections(n)?;
     }
     config.backend()?;
     Ok(config)

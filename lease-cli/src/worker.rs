@@ -1,6 +1,8 @@
 //! `lease worker`: the reference worker, and the program the whole-system tests drive.
 //!
-//! It claims a run, drives it with a `RunScope`, and executes the steps it is sent on stdin.
+//! With `--pool N` it is a fleet worker built on the library's `Worker` (see [`crate::pool`]).
+//! Otherwise it claims one run, drives it with a `RunScope`, and executes the steps it is sent
+//! on stdin.
 //! Every step's side effect goes to an external ledger **under the fence**, so after a takeover
 //! the store refuses it. It prints one JSON event per line on stdout.
 //!
@@ -37,11 +39,17 @@ pub(crate) struct WorkerArgs {
     #[arg(long = "id")]
     id: String,
     /// The run to claim.
-    #[arg(long, conflicts_with = "next")]
+    #[arg(long, conflicts_with_all = ["next", "pool"])]
     run: Option<String>,
     /// Claim the next claimable run instead of a named one.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "pool")]
     next: bool,
+    /// Run the library's `Worker` with up to N jobs at once, until SIGINT or SIGTERM (then
+    /// release what it holds); each job writes its effect and completes in one write.
+    #[arg(long, value_name = "N")]
+    pub(crate) pool: Option<usize>,
+    #[command(flatten)]
+    pub(crate) pool_args: crate::pool::PoolArgs,
     /// Create the run first if it does not exist.
     #[arg(long)]
     create: bool,
@@ -56,7 +64,7 @@ pub(crate) struct WorkerArgs {
 /// Prints events as JSON lines, each stamped with the wall clock in microseconds (for ordering
 /// events of several processes on one machine; never used for lease decisions).
 #[derive(Clone)]
-struct Events(Arc<Mutex<std::io::Stdout>>);
+pub(crate) struct Events(Arc<Mutex<std::io::Stdout>>);
 
 fn now_us() -> u64 {
     SystemTime::now()
@@ -66,7 +74,11 @@ fn now_us() -> u64 {
 }
 
 impl Events {
-    fn emit(&self, event: &str, mut fields: Value) {
+    pub(crate) fn stdout() -> Events {
+        Events(Arc::new(Mutex::new(std::io::stdout())))
+    }
+
+    pub(crate) fn emit(&self, event: &str, mut fields: Value) {
         fields["event"] = json!(event);
         fields["at_us"] = json!(now_us());
         let mut out = self.0.lock().unwrap_or_else(|e| e.into_inner());
@@ -77,7 +89,7 @@ impl Events {
 }
 
 /// The JSON description of a refusal: its kind and, for fences, both numbers.
-fn rejection(e: &Error) -> Value {
+pub(crate) fn rejection(e: &Error) -> Value {
     match e {
         Error::StaleFence {
             presented, current, ..
@@ -180,10 +192,13 @@ async fn claim(
 }
 
 pub(crate) async fn run(config: &Config, args: WorkerArgs) -> Result<(), Failure> {
-    if args.run.is_none() && !args.next {
-        return Err(usage("lease worker needs --run RUN or --next"));
-    }
     let worker = WorkerId::new(&args.id)?;
+    if let Some(n) = args.pool {
+        return crate::pool::run(config, worker, n, &args.pool_args, args.margin_ms).await;
+    }
+    if args.run.is_none() && !args.next {
+        return Err(usage("lease worker needs --run RUN, --next or --pool N"));
+    }
     let events = Events(Arc::new(Mutex::new(std::io::stdout())));
     let connected = connect_store(config).await?;
     let store = connected.as_dyn();

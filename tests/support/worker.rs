@@ -159,6 +159,19 @@ impl Worker {
         assert!(status.success(), "kill -{signal} failed");
     }
 
+    /// Kills the process with SIGKILL (no chance to flush or release anything) and returns every
+    /// event it printed before it died.
+    pub(crate) async fn kill(mut self) -> Vec<Value> {
+        self.signal("KILL");
+        let _ = tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("worker {} survived SIGKILL", self.name));
+        while let Some(event) = self.events.recv().await {
+            self.seen.push(event);
+        }
+        self.seen
+    }
+
     /// Closes stdin and waits for a clean exit; returns every event seen.
     pub(crate) async fn finish(mut self) -> Vec<Value> {
         drop(self.stdin.take());
