@@ -1,10 +1,29 @@
--- $1 worker_id, $2 ttl_ms, $3 max
+-- $1 worker_id, $2 ttl_ms, $3 max, $4 most lagging index entries to move forward
 -- Returns: the claimed runs with their fences and expiries, those claimable longest first.
+--
+-- The pick walks the runs_claimable index (claimable_at, created_seq). Renewals do not write
+-- claimable_at (so they stay HOT updates), so a held run's entry keeps the expiry of its claim
+-- and, once that instant passes, lags: it sits at the head of the index while the lease is still
+-- held. The pick checks the lease in the scan's own filter, before LIMIT, so lagging entries are
+-- walked past and never cost a claimable run its place; and the statement moves up to $4 of the
+-- lagging entries the pick walked past (found through runs_held) to claimable_at =
+-- lease_expires_at, so they do not pile up at the head.
+--
+-- Order: index order, which is for an unowned run the instant it became claimable and for an
+-- expired run the expiry of its claim or, if its entry was moved since, the expiry as of that
+-- move: earlier than its true expiry if it was renewed after, by at most about one TTL plus the
+-- time between claim_next calls. Within the batch the runs are returned by when each became
+-- claimable in truth: the expiry for an expired run, else claimable_at.
+--
+-- The updates find their rows by primary key (= ANY of an array), whatever the planner
+-- estimates for LIMIT $3, and the answer is assembled by grouping, not by joining the CTEs.
 WITH picked AS (
-    SELECT run_id, claimable_at AS was_claimable_at, created_seq
+    SELECT run_id, claimable_at, created_seq,
+           coalesce(lease_expires_at, claimable_at) AS claimable_since
     FROM {schema}.runs
     WHERE state = 'runnable'
       AND claimable_at <= now()
+      AND (lease_owner IS NULL OR lease_expires_at <= now())
       AND fence < 9223372036854775807
     ORDER BY claimable_at, created_seq
     LIMIT $3
@@ -15,11 +34,38 @@ WITH picked AS (
         lease_expires_at = now() + $2::bigint * interval '1 millisecond',
         claimable_at = now() + $2::bigint * interval '1 millisecond',
         fence = r.fence + 1
-    FROM picked
-    WHERE r.run_id = picked.run_id
+    WHERE r.run_id = ANY ((SELECT array_agg(picked.run_id) FROM picked)::text[])
     RETURNING r.run_id, r.fence, r.lease_expires_at
+), lagging AS (
+    -- Held runs whose entry lies within what the pick walked: up to the last entry it took, or
+    -- the whole claimable range when it took fewer than $3.
+    SELECT run_id
+    FROM {schema}.runs
+    WHERE state = 'runnable'
+      AND lease_owner IS NOT NULL
+      AND claimable_at <= (SELECT CASE WHEN count(*) < $3 THEN now() ELSE max(claimable_at) END
+                           FROM picked)
+      AND lease_expires_at > now()
+    ORDER BY claimable_at
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED
+), moved AS (
+    -- The lock re-checked that each is still held, so its expiry is not null.
+    UPDATE {schema}.runs r
+    SET claimable_at = r.lease_expires_at
+    WHERE r.run_id = ANY ((SELECT array_agg(lagging.run_id) FROM lagging)::text[])
+      AND r.lease_expires_at IS NOT NULL
 )
-SELECT claimed.run_id, claimed.fence,
-       (extract(epoch FROM claimed.lease_expires_at) * 1000000)::bigint AS expires_us
-FROM claimed JOIN picked USING (run_id)
-ORDER BY picked.was_claimable_at, picked.created_seq
+SELECT part.run_id, max(part.fence) AS fence, max(part.expires_us) AS expires_us
+FROM (
+    SELECT claimed.run_id, claimed.fence,
+           (extract(epoch FROM claimed.lease_expires_at) * 1000000)::bigint AS expires_us,
+           NULL::timestamptz AS claimable_since, NULL::bigint AS created_seq
+    FROM claimed
+    UNION ALL
+    SELECT picked.run_id, NULL, NULL, picked.claimable_since, picked.created_seq
+    FROM picked
+) AS part
+GROUP BY part.run_id
+HAVING count(part.fence) = 1
+ORDER BY max(part.claimable_since), max(part.created_seq)

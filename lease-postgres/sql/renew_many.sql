@@ -2,8 +2,11 @@
 -- Returns: one row per input, in input order (ord). Rows locked by another transaction are
 -- skipped, never waited for (locked = false, run_exists says whether the run is there); for the
 -- others, the new expiry if renewed, else the row (read under our lock) the refusal is judged
--- against. Every join is on the input's ordinal or the primary key (hash or merge joins, or
--- index lookups on a large table): no nested loop over the batch.
+-- against. Writes no indexed column (not claimable_at: see renew.sql), so each renewal can be a
+-- HOT update.
+-- Linear in the batch under any plan: the row lookups go by primary key, and the per-input
+-- answer is assembled by grouping on the ordinal, not by joining the CTEs (a generic plan
+-- estimates an unnest of a parameter at 10 rows and would nest-loop such joins: quadratic).
 WITH input AS (
     SELECT i.run_id, i.fence, i.ttl_ms, i.ord
     FROM unnest($1::text[], $2::bigint[], $3::bigint[]) WITH ORDINALITY AS i(run_id, fence, ttl_ms, ord)
@@ -16,7 +19,6 @@ WITH input AS (
 ), renewed AS (
     UPDATE {schema}.runs r
     SET lease_expires_at = now() + locked.ttl_ms * interval '1 millisecond',
-        claimable_at = now() + locked.ttl_ms * interval '1 millisecond',
         heartbeats = r.heartbeats + 1
     FROM locked
     WHERE r.run_id = locked.run_id
@@ -25,14 +27,27 @@ WITH input AS (
       AND r.lease_owner IS NOT NULL
     RETURNING locked.ord, r.lease_expires_at
 )
-SELECT input.ord,
-       (extract(epoch FROM renewed.lease_expires_at) * 1000000)::bigint AS expires_us,
-       locked.ord IS NOT NULL AS locked,
-       cur.run_id IS NOT NULL AS run_exists,
-       locked.state, locked.lease_owner, locked.fence
-FROM input
-LEFT JOIN locked ON locked.ord = input.ord
-LEFT JOIN renewed ON renewed.ord = input.ord
--- Existence only (a skipped row is not read); no lock, so this never waits.
-LEFT JOIN {schema}.runs cur ON cur.run_id = input.run_id COLLATE "C"
-ORDER BY input.ord
+SELECT part.ord,
+       max(part.expires_us) AS expires_us,
+       bool_or(part.locked) AS locked,
+       bool_or(part.run_exists) AS run_exists,
+       max(part.state) AS state,
+       max(part.lease_owner) AS lease_owner,
+       max(part.fence) AS fence
+FROM (
+    -- Existence only (a skipped row is not read); no lock, so this never waits.
+    SELECT input.ord, NULL::bigint AS expires_us, false AS locked,
+           EXISTS (SELECT 1 FROM {schema}.runs cur
+                   WHERE cur.run_id = input.run_id COLLATE "C") AS run_exists,
+           NULL::text AS state, NULL::text AS lease_owner, NULL::bigint AS fence
+    FROM input
+    UNION ALL
+    SELECT locked.ord, NULL, true, true, locked.state, locked.lease_owner, locked.fence
+    FROM locked
+    UNION ALL
+    SELECT renewed.ord, (extract(epoch FROM renewed.lease_expires_at) * 1000000)::bigint,
+           true, true, NULL, NULL, NULL
+    FROM renewed
+) AS part
+GROUP BY part.ord
+ORDER BY part.ord

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use lease_core::{
     check_claim_max, check_list, check_payload, check_renew_batch, claim_refusal, fenced_verdict,
-    Error, Fence, JournalEntry, Lease, LeaseStore, ListFilter, Result, RunId, RunRecord, RunState,
-    StoreTime, Ttl, WorkerId,
+    Ending, Error, Fence, JournalEntry, Lease, LeaseStore, ListFilter, Result, RunId, RunRecord,
+    RunState, StoreTime, Ttl, WorkerId,
 };
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgArguments, PgPool, PgPoolOptions, PgRow};
@@ -28,6 +28,11 @@ static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 /// write and the read that explains it) is tried again before giving up.
 const ATTEMPTS: usize = 5;
 
+/// How many lagging index entries (held runs whose `claimable_at` passed while they renewed)
+/// one `claim_next` moves forward; see `sql/claim_next.sql`. Each is one non-HOT update, so
+/// this bounds what a claim pays for the heartbeats' HOT updates.
+const LAGGING_MOVED_PER_CLAIM: i64 = 256;
+
 /// The statements, with `{schema}` replaced by the store's quoted schema.
 #[derive(Debug)]
 pub(crate) struct Queries {
@@ -38,6 +43,8 @@ pub(crate) struct Queries {
     explain: String,
     renew: String,
     renew_many: String,
+    pub(crate) end_many: String,
+    pub(crate) create_many: String,
     append: String,
     journal: String,
     end_lease: String,
@@ -64,6 +71,8 @@ impl Queries {
             explain: q(include_str!("../sql/explain.sql")),
             renew: q(include_str!("../sql/renew.sql")),
             renew_many: q(include_str!("../sql/renew_many.sql")),
+            end_many: q(include_str!("../sql/end_many.sql")),
+            create_many: q(include_str!("../sql/create_many.sql")),
             append: q(include_str!("../sql/append.sql")),
             journal: q(include_str!("../sql/journal.sql")),
             end_lease: q(include_str!("../sql/end_lease.sql")),
@@ -413,21 +422,21 @@ impl Explained {
     }
 }
 
-fn get<'r, T>(row: &'r PgRow, column: &str) -> Result<T, PgError>
+pub(crate) fn get<'r, T>(row: &'r PgRow, column: &str) -> Result<T, PgError>
 where
     T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
 {
     row.try_get(column).map_err(PgError::from)
 }
 
-fn corrupt(why: impl fmt::Display) -> PgError {
+pub(crate) fn corrupt(why: impl fmt::Display) -> PgError {
     PgError::Corrupt {
         table: "runs",
         why: why.to_string(),
     }
 }
 
-fn fence(value: i64) -> Result<Fence, PgError> {
+pub(crate) fn fence(value: i64) -> Result<Fence, PgError> {
     u64::try_from(value)
         .ok()
         .and_then(|v| Fence::new(v).ok())
@@ -440,7 +449,7 @@ fn store_time(micros: i64) -> Result<StoreTime, PgError> {
         .map_err(|_| corrupt(format!("time {micros}us before the Unix epoch")))
 }
 
-fn state(name: String) -> Result<RunState, PgError> {
+pub(crate) fn state(name: String) -> Result<RunState, PgError> {
     name.parse().map_err(corrupt)
 }
 
@@ -448,7 +457,7 @@ fn worker(owner: Option<String>) -> Result<Option<WorkerId>, PgError> {
     owner.map(WorkerId::new).transpose().map_err(corrupt)
 }
 
-fn fence_param(fence: Fence) -> i64 {
+pub(crate) fn fence_param(fence: Fence) -> i64 {
     fence.get() as i64 // at most Fence::MAX = i64::MAX
 }
 
@@ -550,7 +559,8 @@ impl LeaseStore for PostgresLeaseStore {
                 sqlx::query(&self.sql.claim_next)
                     .bind(worker.as_str())
                     .bind(ttl_param(ttl))
-                    .bind(max as i64),
+                    .bind(max as i64)
+                    .bind(LAGGING_MOVED_PER_CLAIM),
             )
             .await?;
         rows.iter()
@@ -731,6 +741,14 @@ impl LeaseStore for PostgresLeaseStore {
             )
             .await?;
         Ok(rows.iter().map(record).collect::<Result<_, _>>()?)
+    }
+
+    async fn end_many(&self, ends: &[Ending]) -> Result<Vec<Result<()>>> {
+        self.end_batch(ends).await
+    }
+
+    async fn create_many(&self, runs: &[RunId]) -> Result<Vec<Result<()>>> {
+        self.create_batch(runs).await
     }
 
     async fn force_release(&self, run: &RunId) -> Result<RunRecord> {

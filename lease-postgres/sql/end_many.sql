@@ -1,0 +1,64 @@
+-- $1 run_ids (text[]), $2 fences (bigint[]), $3 new states (text[]: 'completed', 'runnable' to
+-- release, 'suspended'), $4 payloads (bytea[]: a complete-with's journal entry, else null);
+-- run ids are distinct
+-- Returns: one row per input, in input order (ord). Rows locked by another transaction are
+-- skipped, never waited for (locked = false; run_exists says whether the run is there). For the
+-- others, ended = true if the lease was ended (and a payload journaled under its fence, in the
+-- same statement: both or neither), else the row, read under our lock, that the refusal is judged
+-- against.
+-- Linear in the batch under any plan: the row lookups go by primary key, and the per-input
+-- answer is assembled by grouping on the ordinal, not by joining the CTEs (a generic plan
+-- estimates an unnest of a parameter at 10 rows and would nest-loop such joins: quadratic).
+WITH input AS (
+    SELECT i.run_id, i.fence, i.to_state, i.payload, i.ord
+    FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bytea[])
+         WITH ORDINALITY AS i(run_id, fence, to_state, payload, ord)
+), locked AS (
+    SELECT input.ord, input.fence AS presented, input.to_state, input.payload,
+           r.run_id, r.state, r.lease_owner, r.fence
+    FROM input
+    JOIN {schema}.runs r ON r.run_id = input.run_id COLLATE "C"
+    FOR UPDATE OF r SKIP LOCKED
+), ended AS (
+    UPDATE {schema}.runs r
+    SET state = locked.to_state,
+        lease_owner = NULL,
+        lease_expires_at = NULL,
+        claimable_at = now(),
+        journal_len = r.journal_len + CASE WHEN locked.payload IS NULL THEN 0 ELSE 1 END
+    FROM locked
+    WHERE r.run_id = locked.run_id
+      AND r.fence = locked.presented
+      AND r.state = 'runnable'
+      AND r.lease_owner IS NOT NULL
+    RETURNING locked.ord, r.run_id, r.fence, r.journal_len, locked.payload
+), journaled AS (
+    -- Only the ends that were applied. The row lock makes seq gapless, as in append.sql.
+    INSERT INTO {schema}.journal (run_id, seq, fence, payload, written_at)
+    SELECT ended.run_id, ended.journal_len, ended.fence, ended.payload, now()
+    FROM ended
+    WHERE ended.payload IS NOT NULL
+)
+SELECT part.ord,
+       bool_or(part.ended) AS ended,
+       bool_or(part.locked) AS locked,
+       bool_or(part.run_exists) AS run_exists,
+       max(part.state) AS state,
+       max(part.lease_owner) AS lease_owner,
+       max(part.fence) AS fence
+FROM (
+    -- Existence only (a skipped row is not read); no lock, so this never waits.
+    SELECT input.ord, false AS ended, false AS locked,
+           EXISTS (SELECT 1 FROM {schema}.runs cur
+                   WHERE cur.run_id = input.run_id COLLATE "C") AS run_exists,
+           NULL::text AS state, NULL::text AS lease_owner, NULL::bigint AS fence
+    FROM input
+    UNION ALL
+    SELECT locked.ord, false, true, true, locked.state, locked.lease_owner, locked.fence
+    FROM locked
+    UNION ALL
+    SELECT ended.ord, true, true, true, NULL, NULL, NULL
+    FROM ended
+) AS part
+GROUP BY part.ord
+ORDER BY part.ord

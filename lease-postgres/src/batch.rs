@@ -1,0 +1,149 @@
+//! `end_many` and `create_many`: a batch in one statement, one round trip and one commit.
+
+use std::time::Instant;
+
+use lease_core::{
+    check_create_batch, check_end_batch, fenced_verdict, End, Ending, Error, Result, RunId,
+};
+use sqlx::postgres::PgRow;
+
+use crate::error::PgError;
+use crate::store::{fence, fence_param, get, state, PostgresLeaseStore};
+
+impl PostgresLeaseStore {
+    /// [`LeaseStore::end_many`](lease_core::LeaseStore::end_many): `sql/end_many.sql`, one
+    /// statement (so one commit) for the whole batch.
+    pub(crate) async fn end_batch(&self, ends: &[Ending]) -> Result<Vec<Result<()>>> {
+        check_end_batch(ends)?;
+        if ends.is_empty() {
+            return Ok(Vec::new());
+        }
+        let runs: Vec<&str> = ends.iter().map(|e| e.lease.run().as_str()).collect();
+        let fences: Vec<i64> = ends.iter().map(|e| fence_param(e.lease.fence())).collect();
+        let states: Vec<&str> = ends.iter().map(|e| e.end.state().as_str()).collect();
+        let payloads: Vec<Option<&[u8]>> = ends
+            .iter()
+            .map(|e| match &e.end {
+                End::CompleteWith(payload) => Some(payload.as_slice()),
+                _ => None,
+            })
+            .collect();
+        let query = sqlx::query(&self.sql.end_many)
+            .bind(&runs)
+            .bind(&fences)
+            .bind(&states)
+            .bind(&payloads);
+        let rows = self
+            .write_batch(query, ends.len(), "end_many", |row| get(row, "ended"))
+            .await?;
+        let mut results = Vec::with_capacity(ends.len());
+        for (Ending { lease, end }, row) in ends.iter().zip(&rows) {
+            let result = if get::<bool>(row, "ended")? {
+                Ok(())
+            } else if !get::<bool>(row, "locked")? {
+                if get::<bool>(row, "run_exists")? {
+                    // Skipped, not waited for: nothing was written for this item.
+                    Err(PgError::Busy(format!(
+                        "run {}'s row is locked by another transaction (a fenced transaction \
+                         in progress), so its {} was skipped and nothing was written for it; \
+                         retry",
+                        lease.run(),
+                        end.as_str()
+                    ))
+                    .into())
+                } else {
+                    Err(Error::NotFound {
+                        run: lease.run().clone(),
+                    })
+                }
+            } else {
+                // Read under our row lock: the refusal is current.
+                match fenced_verdict(
+                    lease.run(),
+                    lease.fence(),
+                    fence(get(row, "fence")?)?,
+                    state(get(row, "state")?)?,
+                    get::<Option<String>>(row, "lease_owner")?.is_some(),
+                ) {
+                    Err(refusal) => Err(refusal),
+                    // Cannot happen under the lock. Not retried alone: the batch is one commit.
+                    Ok(()) => Err(PgError::Failed(format!(
+                        "run {}'s row allowed the {} under our lock, yet the statement did not \
+                         apply it; nothing was written for it",
+                        lease.run(),
+                        end.as_str()
+                    ))
+                    .into()),
+                }
+            };
+            results.push(result);
+        }
+        Ok(results)
+    }
+
+    /// [`LeaseStore::create_many`](lease_core::LeaseStore::create_many): `sql/create_many.sql`,
+    /// one statement for the whole batch.
+    pub(crate) async fn create_batch(&self, runs: &[RunId]) -> Result<Vec<Result<()>>> {
+        check_create_batch(runs)?;
+        if runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<&str> = runs.iter().map(RunId::as_str).collect();
+        let query = sqlx::query(&self.sql.create_many).bind(&ids);
+        // One row per created run, none for the others.
+        let rows = self
+            .write_batch(query, 0, "create_many", |_| Ok(true))
+            .await?;
+        let mut results: Vec<Result<()>> = runs
+            .iter()
+            .map(|run| Err(Error::AlreadyExists { run: run.clone() }))
+            .collect();
+        for row in &rows {
+            let ord: i64 = get(row, "ord")?;
+            let slot = usize::try_from(ord)
+                .ok()
+                .and_then(|ord| ord.checked_sub(1))
+                .and_then(|index| results.get_mut(index))
+                .ok_or_else(|| {
+                    PgError::Failed(format!(
+                        "create_many answered ordinal {ord} for {} ids",
+                        runs.len()
+                    ))
+                })?;
+            *slot = Ok(());
+        }
+        Ok(results)
+    }
+
+    /// Runs a batch statement that writes: its wait for synchronous standbys is bounded, and if
+    /// any row says it applied a write, the batch is reported only once durable as configured
+    /// (as every single write is). `rows`, when not 0, is the number of rows it must return.
+    async fn write_batch(
+        &self,
+        query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+        rows: usize,
+        what: &str,
+        applied: impl Fn(&PgRow) -> Result<bool, PgError>,
+    ) -> Result<Vec<PgRow>> {
+        let sent = Instant::now();
+        let answer = self.route.bounded(query.fetch_all(self.pool())).await?;
+        if rows != 0 && answer.len() != rows {
+            return Err(PgError::Failed(format!(
+                "{what} returned {} rows for {rows} items",
+                answer.len()
+            ))
+            .into());
+        }
+        let mut wrote = false;
+        for row in &answer {
+            if applied(row)? {
+                wrote = true;
+                break;
+            }
+        }
+        if wrote {
+            self.route.confirm(sent).await?;
+        }
+        Ok(answer)
+    }
+}
