@@ -16,7 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::{
-    Ended, Error, Fence, Lease, LeaseStore, ListFilter, RunId, RunState, StoreTime, Ttl, WorkerId,
+    End, Ended, Ending, Error, Fence, Lease, LeaseStore, ListFilter, RunId, RunState, StoreTime,
+    Ttl, WorkerId,
 };
 use proptest::prelude::*;
 use tokio::time::Instant;
@@ -67,6 +68,11 @@ pub enum Step {
     Suspend(usize, Presented),
     /// `complete(lease)`.
     Complete(usize, Presented),
+    /// `end_many` of leases, each with its end (0 complete, 1 complete with an effect,
+    /// 2 release, 3 suspend).
+    EndMany(Vec<(usize, Presented, u8)>),
+    /// `create_many(runs)`, repeats included.
+    CreateMany(Vec<usize>),
     /// `resume(run)`.
     Resume(usize),
     /// `force_release(run)`.
@@ -100,6 +106,8 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (any::<usize>(), presented()).prop_map(|(l, p)| Step::Release(l, p)),
         1 => (any::<usize>(), presented()).prop_map(|(l, p)| Step::Suspend(l, p)),
         1 => (any::<usize>(), presented()).prop_map(|(l, p)| Step::Complete(l, p)),
+        2 => prop::collection::vec((any::<usize>(), presented(), 0..4u8), 1..4).prop_map(Step::EndMany),
+        1 => prop::collection::vec(run.clone(), 1..4).prop_map(Step::CreateMany),
         1 => run.clone().prop_map(Step::Resume),
         1 => run.clone().prop_map(Step::ForceRelease),
         2 => run.prop_map(Step::Inspect),
@@ -452,6 +460,74 @@ async fn apply(
                     Step::Suspend(..) => RunState::Suspended,
                     _ => RunState::Completed,
                 };
+            }
+        }
+        Step::EndMany(picks) => {
+            let mut batch: Vec<Ending> = Vec::new();
+            for (l, p, kind) in picks {
+                if let Some(lease) = pick(model, *l, *p) {
+                    // The same run twice is refused as a whole (checked by a scenario).
+                    if !batch.iter().any(|b| b.lease.run() == lease.run()) {
+                        let end = match kind {
+                            0 => End::Complete,
+                            1 => End::CompleteWith(vec![*kind, b'=', 0, b'\n']),
+                            2 => End::Release,
+                            _ => End::Suspend,
+                        };
+                        batch.push(Ending::new(lease, end));
+                    }
+                }
+            }
+            if batch.is_empty() {
+                return;
+            }
+            let got = store
+                .end_many(&batch)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(got.len(), batch.len(), "{what}: a result per item");
+            for (item, one) in batch.iter().zip(got) {
+                let want = model.verdict(item.lease.run(), item.lease.fence().get());
+                expect_same(what, &one, &want);
+                if one.is_ok() {
+                    let run = model.runs.get_mut(item.lease.run()).expect("known");
+                    run.owner = None;
+                    run.window = None;
+                    run.state = item.end.state();
+                    if let End::CompleteWith(payload) = &item.end {
+                        run.journal
+                            .push((item.lease.fence().get(), payload.clone()));
+                    }
+                }
+            }
+        }
+        Step::CreateMany(rs) => {
+            let batch: Vec<RunId> = rs.iter().map(|r| ids[*r].clone()).collect();
+            let got = store
+                .create_many(&batch)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(got.len(), batch.len(), "{what}: a result per id");
+            for (id, one) in batch.iter().zip(got) {
+                let want = if model.runs.contains_key(id) {
+                    Err(Error::AlreadyExists { run: id.clone() })
+                } else {
+                    Ok(())
+                };
+                expect_same(what, &one, &want);
+                if one.is_ok() {
+                    model.runs.insert(
+                        id.clone(),
+                        Run {
+                            state: RunState::Runnable,
+                            owner: None,
+                            fence: 0,
+                            heartbeats: 0,
+                            window: None,
+                            journal: Vec::new(),
+                        },
+                    );
+                }
             }
         }
         Step::Resume(r) => {
