@@ -106,7 +106,7 @@ impl LeaseStore for Counting {
     async fn append(&self, lease: &Lease, payload: &[u8]) -> Result<JournalEntry> {
         self.inner.append(lease, payload).await
     }
-    async fn end_many(&self, ends: &[lease_core::Ending]) -> Result<Vec<Result<()>>> {
+    async fn end_many(&self, ends: &[distribution::Ending]) -> Result<Vec<Result<()>>> {
         self.inner.end_many(ends).await
     }
     async fn create_many(&self, runs: &[RunId]) -> Result<Vec<Result<()>>> {
