@@ -90,7 +90,7 @@ pub(crate) async fn run(
                 async move {
                     if !job.is_zero() {
                         tokio::select! {
-                            _ = ctx.cancelled() => return Err("lease lost before the job finished".into()),
+                            _ = ctx.cancelled() => return Err("cancelled before the job finished (lease lost, or the shutdown grace ended)".into()),
                             _ = tokio::time::sleep(job) => {}
                         }
                     }
