@@ -1,7 +1,7 @@
--- Heartbeats as HOT updates. Renewals now write only lease_expires_at and heartbeats, which no
--- index covers (nor any partial-index predicate), so Postgres can update the row in place on its
--- page without new index entries, as long as the page has room: the fillfactor keeps 20% of each
--- page free for that. (Existing pages are not rewritten; new and updated ones honour it.)
+-- Heartbeats as HOT updates. Renewals now change only lease_expires_at and heartbeats, which no
+-- index covers (nor any partial-index predicate), so Postgres can write the new row version on
+-- the same page without new index entries, as long as the page has room: the fillfactor keeps
+-- 20% of each page free for that. (Existing pages are not rewritten; new ones honour it.)
 --
 -- claimable_at changes meaning for a held run: it is the expiry as of the claim, or as of the
 -- last time claim_next moved the run's index entry forward, no longer kept equal to the expiry

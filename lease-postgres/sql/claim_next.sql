@@ -1,9 +1,9 @@
 -- $1 worker_id, $2 ttl_ms, $3 max, $4 most lagging index entries to move forward
 -- Returns: the claimed runs with their fences and expiries, those claimable longest first.
 --
--- The pick walks the runs_claimable index (claimable_at, created_seq). Renewals do not write
--- claimable_at (so they stay HOT updates), so a held run's entry keeps the expiry of its claim
--- and, once that instant passes, lags: it sits at the head of the index while the lease is still
+-- The pick walks the runs_claimable index (claimable_at, created_seq). Renewals do not move
+-- claimable_at forward (so they stay HOT updates), so a held run's entry keeps the expiry of its
+-- claim and, once that instant passes, lags: it sits at the head of the index while the lease is still
 -- held. The pick checks the lease in the scan's own filter, before LIMIT, so lagging entries are
 -- walked past and never cost a claimable run its place; and the statement moves up to $4 of the
 -- lagging entries the pick walked past (found through runs_held) to claimable_at =

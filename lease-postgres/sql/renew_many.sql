@@ -2,8 +2,8 @@
 -- Returns: one row per input, in input order (ord). Rows locked by another transaction are
 -- skipped, never waited for (locked = false, run_exists says whether the run is there); for the
 -- others, the new expiry if renewed, else the row (read under our lock) the refusal is judged
--- against. Writes no indexed column (not claimable_at: see renew.sql), so each renewal can be a
--- HOT update.
+-- against. Changes no indexed column (claimable_at only moves back, and only if a renewal
+-- brings the expiry before it: see renew.sql), so each renewal can be a HOT update.
 -- Linear in the batch under any plan: the row lookups go by primary key, and the per-input
 -- answer is assembled by grouping on the ordinal, not by joining the CTEs (a generic plan
 -- estimates an unnest of a parameter at 10 rows and would nest-loop such joins: quadratic).
@@ -19,6 +19,7 @@ WITH input AS (
 ), renewed AS (
     UPDATE {schema}.runs r
     SET lease_expires_at = now() + locked.ttl_ms * interval '1 millisecond',
+        claimable_at = least(r.claimable_at, now() + locked.ttl_ms * interval '1 millisecond'),
         heartbeats = r.heartbeats + 1
     FROM locked
     WHERE r.run_id = locked.run_id

@@ -1,0 +1,459 @@
+//! `end_many` and `create_many` on Postgres: an effect never lands without its completion, a row
+//! locked by a fenced transaction fails its item alone and at once, a backlog loads in one
+//! statement, and the batch statements stay linear in the batch under any plan.
+
+use std::time::{Duration, Instant};
+
+use lease_conformance::fixtures::{postgres_url, unique_namespace};
+use lease_core::{
+    End, Ending, Error, Lease, LeaseStore, LeaseStoreExt, RunId, RunState, Ttl, WorkerId,
+};
+use lease_postgres::{sqlx, PostgresConfig, PostgresLeaseStore};
+
+fn config(url: &str) -> PostgresConfig {
+    PostgresConfig::from_url(url).with_schema(unique_namespace("lease_batch"))
+}
+
+fn id(s: &str) -> RunId {
+    RunId::new(s).unwrap()
+}
+
+fn worker(s: &str) -> WorkerId {
+    WorkerId::new(s).unwrap()
+}
+
+fn ttl(ms: u64) -> Ttl {
+    Ttl::from_millis(ms).unwrap()
+}
+
+/// `n` runs named `{prefix}-0000`…, created and claimed by `w` for a minute.
+async fn claimed(store: &PostgresLeaseStore, prefix: &str, n: usize) -> Vec<Lease> {
+    let runs: Vec<RunId> = (0..n).map(|i| id(&format!("{prefix}-{i:04}"))).collect();
+    for chunk in runs.chunks(1_000) {
+        let created = store.create_many(chunk).await.unwrap();
+        assert!(created.iter().all(Result::is_ok), "{created:?}");
+    }
+    let mut leases = Vec::with_capacity(n);
+    while leases.len() < n {
+        let got = store
+            .claim_next(&worker("w"), ttl(60_000), (n - leases.len()).min(1_000))
+            .await
+            .unwrap();
+        assert!(!got.is_empty(), "claimed only {} of {n}", leases.len());
+        leases.extend(got);
+    }
+    leases
+}
+
+/// A complete-with under a stale fence is refused with both fences, journals nothing and leaves
+/// the run with its new holder; in the same batch, the current holder's complete-with journals
+/// its payload under its own fence and completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_complete_with_journals_nothing_and_leaves_the_run_as_it_was() {
+    let Some(url) = postgres_url().await else {
+        return;
+    };
+    let store = PostgresLeaseStore::connect(config(&url)).await.unwrap();
+    let (contested, other) = (id("contested"), id("other"));
+    store
+        .create_many(&[contested.clone(), other.clone()])
+        .await
+        .unwrap();
+    let old = store
+        .claim(&contested, &worker("a"), ttl(150))
+        .await
+        .unwrap();
+    store.append(&old, b"step 1").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let new = store
+        .claim(&contested, &worker("b"), ttl(60_000))
+        .await
+        .unwrap();
+    let before = store.inspect(&contested).await.unwrap();
+    let mine = store
+        .claim(&other, &worker("a"), ttl(60_000))
+        .await
+        .unwrap();
+
+    let results = store
+        .end_many(&[
+            Ending::new(old.clone(), End::CompleteWith(b"charge card".to_vec())),
+            Ending::new(mine.clone(), End::CompleteWith(b"shipped".to_vec())),
+        ])
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            results[0],
+            Err(Error::StaleFence {
+                presented: 1,
+                current: 2,
+                ..
+            })
+        ),
+        "{:?}",
+        results[0]
+    );
+    assert!(results[1].is_ok(), "{:?}", results[1]);
+
+    let journal = store.journal(&contested).await.unwrap();
+    assert_eq!(journal.len(), 1, "only the earlier append: {journal:?}");
+    assert_eq!(journal[0].payload, b"step 1");
+    let after = store.inspect(&contested).await.unwrap();
+    assert_eq!(
+        (&after.state, &after.owner, after.fence, after.expires_at),
+        (
+            &before.state,
+            &before.owner,
+            before.fence,
+            before.expires_at
+        ),
+        "the refused item changed nothing"
+    );
+    assert_eq!(after.owner, Some(worker("b")));
+    // The run's journal_len did not move either: the holder's next append is seq 2.
+    assert_eq!(store.append(&new, b"step 2").await.unwrap().seq, 2);
+
+    let shipped = store.journal(&other).await.unwrap();
+    assert_eq!(shipped.len(), 1);
+    assert_eq!(
+        (shipped[0].payload.as_slice(), shipped[0].fence),
+        (&b"shipped"[..], mine.fence())
+    );
+    assert_eq!(
+        store.inspect(&other).await.unwrap().state,
+        RunState::Completed
+    );
+
+    // The same refusal through the one-item convenience.
+    let err = store.complete_with(&old, b"again").await.unwrap_err();
+    assert!(matches!(err, Error::StaleFence { .. }), "{err:?}");
+    assert_eq!(store.journal(&contested).await.unwrap().len(), 2);
+}
+
+/// While a fenced transaction holds one run's row, `end_many` of a batch that includes it does
+/// not wait for the row (the lock wait is 5 s): that item alone fails with a retryable error
+/// naming the lock, having written nothing, and the other items commit. Once the transaction
+/// ends, the item succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_whose_row_is_locked_fails_alone_and_at_once() {
+    let Some(url) = postgres_url().await else {
+        return;
+    };
+    let store = PostgresLeaseStore::connect(
+        config(&url)
+            .with_lock_wait(Duration::from_secs(5))
+            .with_transaction_bound(Duration::from_secs(30), Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
+    let leases = claimed(&store, "job", 100).await;
+    let locked = leases[37].clone();
+    let tx = store.fenced_transaction(&locked).await.unwrap();
+
+    let ends: Vec<Ending> = leases
+        .iter()
+        .enumerate()
+        .map(|(i, lease)| {
+            let end = match i % 4 {
+                0 => End::Complete,
+                1 => End::CompleteWith(format!("effect {i}").into_bytes()),
+                2 => End::Release,
+                _ => End::Suspend,
+            };
+            Ending::new(lease.clone(), end)
+        })
+        .collect();
+    let started = Instant::now();
+    let results = store.end_many(&ends).await.unwrap();
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(2), "end_many waited {took:?}");
+    for (i, (ending, result)) in ends.iter().zip(&results).enumerate() {
+        if i == 37 {
+            let err = result.as_ref().unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    Error::Unavailable {
+                        backend: "postgres",
+                        ..
+                    }
+                ),
+                "{err:?}"
+            );
+            assert!(err.is_retryable());
+            assert!(
+                err.to_string().contains("locked by another transaction"),
+                "{err}"
+            );
+        } else {
+            assert!(result.is_ok(), "{}: {result:?}", ending.lease.run());
+            let record = store.inspect(ending.lease.run()).await.unwrap();
+            assert_eq!(record.state, ending.end.state(), "{}", ending.lease.run());
+            assert_eq!(record.owner, None);
+        }
+    }
+    let journaled = store.journal(locked.run()).await.unwrap();
+    assert!(journaled.is_empty(), "{journaled:?}");
+    let held = store.inspect(locked.run()).await.unwrap();
+    assert_eq!(
+        (held.state, held.owner.as_ref()),
+        (RunState::Runnable, Some(&worker("w")))
+    );
+    assert_eq!(
+        store.journal(leases[1].run()).await.unwrap()[0].payload,
+        b"effect 1"
+    );
+
+    tx.commit().await.unwrap();
+    let retried = store.end_many(&ends[37..38]).await.unwrap();
+    assert!(retried[0].is_ok(), "{retried:?}");
+    assert_eq!(
+        store.inspect(locked.run()).await.unwrap().state,
+        ends[37].end.state()
+    );
+}
+
+/// `create_many` of 1,000 ids, some of which exist and one of which repeats, creates the new
+/// ones in one call and says `AlreadyExists` for the others (the repeat's second copy too); the
+/// new runs are claimed in input order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_many_of_a_thousand_ids_with_some_existing() {
+    let Some(url) = postgres_url().await else {
+        return;
+    };
+    let store = PostgresLeaseStore::connect(config(&url)).await.unwrap();
+    // Input order is not id order, so created_seq order is not an accident of sorting.
+    let ids: Vec<RunId> = (0..1_000)
+        .map(|i| id(&format!("load-{:04}", (i * 7_919) % 1_000)))
+        .collect();
+    let existing: Vec<RunId> = ids[..999].iter().step_by(9).cloned().collect();
+    for run in &existing {
+        store.create(run).await.unwrap();
+    }
+    let mut batch = ids.clone();
+    batch[999] = ids[500].clone(); // a repeat: its second copy is refused
+
+    let started = Instant::now();
+    let results = store.create_many(&batch).await.unwrap();
+    eprintln!("create_many(1000) took {:?}", started.elapsed());
+    assert_eq!(results.len(), 1_000);
+    let mut new = Vec::new();
+    for (i, (run, result)) in batch.iter().zip(&results).enumerate() {
+        let exists = existing.contains(run) || (i == 999);
+        match result {
+            Err(Error::AlreadyExists { run: r }) if exists => assert_eq!(r, run),
+            Ok(()) if !exists => new.push(run.clone()),
+            other => panic!("{i} {run}: {other:?}"),
+        }
+    }
+    assert_eq!(new.len(), 1_000 - existing.len() - 1);
+
+    // Every run is there once; the new ones come after the old ones, in input order.
+    let got = store
+        .claim_next(&worker("w"), ttl(60_000), 1_000)
+        .await
+        .unwrap();
+    let order: Vec<RunId> = got.iter().map(|l| l.run().clone()).collect();
+    assert_eq!(order.len(), existing.len() + new.len());
+    assert_eq!(&order[..existing.len()], &existing[..]);
+    assert_eq!(&order[existing.len()..], &new[..]);
+    assert!(store.create_many(&[]).await.unwrap().is_empty());
+}
+
+/// The query text of a statement, for EXPLAIN.
+fn sql(text: &str, store: &PostgresLeaseStore) -> String {
+    text.replace("{schema}", &format!("\"{}\"", store.schema()))
+}
+
+/// The plan of `statement` (with `types` for its parameters) run once, prepared and executed
+/// inside a transaction that is rolled back, under `plan_cache_mode` `mode`.
+async fn explain(
+    store: &PostgresLeaseStore,
+    statement: &str,
+    types: &str,
+    args: &str,
+    mode: &str,
+) -> String {
+    let mut tx = store.pool().begin().await.unwrap();
+    sqlx::query(&format!("SET LOCAL plan_cache_mode = {mode}"))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query(&format!("PREPARE explained ({types}) AS {statement}"))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let lines: Vec<String> = sqlx::query_scalar(&format!(
+        "EXPLAIN (ANALYZE, COSTS OFF) EXECUTE explained ({args})"
+    ))
+    .fetch_all(&mut *tx)
+    .await
+    .unwrap();
+    // A prepared statement outlives the transaction; the session goes back to the pool.
+    sqlx::query("DEALLOCATE explained")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    lines.join("\n")
+}
+
+/// `end_many`, `renew_many` and `claim_next` of 1,000 items have no join that loops over the
+/// batch, under a custom plan and under the generic plan a prepared statement switches to after
+/// five runs (which estimates an unnest of a parameter at 10 rows).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_statements_have_no_nested_loop_over_the_batch() {
+    let Some(url) = postgres_url().await else {
+        return;
+    };
+    let store = PostgresLeaseStore::connect(config(&url)).await.unwrap();
+    let leases = claimed(&store, "plan", 1_000).await;
+    store
+        .create_many(
+            &(0..1_000)
+                .map(|i| id(&format!("queued-{i:04}")))
+                .collect::<Vec<_>>(),
+        )
+        .await
+        .unwrap();
+    let runs = format!(
+        "ARRAY[{}]::text[]",
+        leases
+            .iter()
+            .map(|l| format!("'{}'", l.run()))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    assert!(leases.iter().all(|l| l.fence().get() == 1));
+    let fences = "array_fill(1::bigint, ARRAY[1000])";
+    let payloads = (0..1_000)
+        .map(|i| if i % 2 == 0 { "'x'" } else { "NULL" })
+        .collect::<Vec<_>>()
+        .join(",");
+    let end_args = format!(
+        "{runs}, {fences}, array_fill('completed'::text, ARRAY[1000]), ARRAY[{payloads}]::bytea[]"
+    );
+    let cases = [
+        (
+            "end_many",
+            sql(include_str!("../sql/end_many.sql"), &store),
+            "text[], bigint[], text[], bytea[]",
+            end_args,
+            1_000,
+        ),
+        (
+            "renew_many",
+            sql(include_str!("../sql/renew_many.sql"), &store),
+            "text[], bigint[], bigint[]",
+            format!("{runs}, {fences}, array_fill(60000::bigint, ARRAY[1000])"),
+            1_000,
+        ),
+        (
+            "claim_next",
+            sql(include_str!("../sql/claim_next.sql"), &store),
+            "text, bigint, bigint, bigint",
+            "'x', 60000, 1000, 256".to_owned(),
+            1_000,
+        ),
+    ];
+    for (name, statement, types, args, rows) in &cases {
+        for mode in ["force_custom_plan", "force_generic_plan"] {
+            let plan = explain(&store, statement, types, args, mode).await;
+            eprintln!("--- {name}, {mode}:\n{plan}");
+            assert!(
+                !plan.contains("Join Filter"),
+                "{name} ({mode}) filters a join:\n{plan}"
+            );
+            let top = plan.lines().next().unwrap();
+            assert!(
+                top.contains(&format!("rows={rows} ")),
+                "{name} ({mode}) answered every item: {top}"
+            );
+            for inner in nested_loop_inner_sides(&plan) {
+                // A nested loop is allowed only over primary-key lookups, one row per loop.
+                assert!(
+                    inner.contains("runs_pkey") && inner.contains(" rows=1 loops="),
+                    "{name} ({mode}): a nested loop whose inner side is {inner}:\n{plan}"
+                );
+            }
+        }
+    }
+}
+
+/// The inner (second) child of every Nested Loop node of a text-format plan.
+fn nested_loop_inner_sides(plan: &str) -> Vec<&str> {
+    let lines: Vec<&str> = plan.lines().collect();
+    let arrow = |line: &str| line.find("->");
+    let mut inner = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        if !line.contains("Nested Loop") {
+            continue;
+        }
+        let child = arrow(line).map_or(2, |at| at + 6);
+        let children: Vec<&str> = lines[i + 1..]
+            .iter()
+            .take_while(|l| arrow(l).is_none_or(|at| at >= child))
+            .filter(|l| arrow(l) == Some(child))
+            .copied()
+            .collect();
+        assert_eq!(children.len(), 2, "a nested loop has two children:\n{plan}");
+        inner.push(children[1]);
+    }
+    inner
+}
+
+/// Observed latencies of the batch operations (printed; bounds are generous, for a shared
+/// machine). After six calls each statement runs on its prepared statement's cached plan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_latencies() {
+    let Some(url) = postgres_url().await else {
+        return;
+    };
+    let store = PostgresLeaseStore::connect(config(&url).with_max_connections(1))
+        .await
+        .unwrap();
+    let mut report = Vec::new();
+    for n in [100, 1_000] {
+        let mut renew = Vec::new();
+        let mut end = Vec::new();
+        for round in 0..8 {
+            let leases = claimed(&store, &format!("lat{n}-{round}"), n).await;
+            let started = Instant::now();
+            let renewed = store.renew_many(&leases).await.unwrap();
+            renew.push(started.elapsed());
+            assert!(renewed.iter().all(Result::is_ok));
+            let ends: Vec<Ending> = leases
+                .into_iter()
+                .enumerate()
+                .map(|(i, l)| {
+                    let end = if i % 2 == 0 {
+                        End::Complete
+                    } else {
+                        End::CompleteWith(vec![7; 64])
+                    };
+                    Ending::new(l, end)
+                })
+                .collect();
+            let started = Instant::now();
+            let ended = store.end_many(&ends).await.unwrap();
+            end.push(started.elapsed());
+            assert!(ended.iter().all(Result::is_ok));
+        }
+        renew.sort();
+        end.sort();
+        report.push(format!(
+            "n={n}: renew_many median {:?} (max {:?}), end_many median {:?} (max {:?})",
+            renew[renew.len() / 2],
+            renew[renew.len() - 1],
+            end[end.len() / 2],
+            end[end.len() - 1],
+        ));
+        assert!(
+            renew[renew.len() / 2] < Duration::from_secs(2)
+                && end[end.len() / 2] < Duration::from_secs(2),
+            "{report:?}"
+        );
+    }
+    eprintln!("{}", report.join("\n"));
+}
