@@ -192,3 +192,87 @@ pub async fn scope_suspend_stops_heartbeats(factory: &dyn StoreFactory) {
         "no heartbeat after suspend"
     );
 }
+
+/// A safety margin below the minimum (TTL/20, at least 10 ms) and a heartbeat that leaves no
+/// room for a retry before the local deadline (2.25 × heartbeat ≥ TTL − margin) are refused
+/// with their own reasons before anything is claimed.
+pub async fn scope_timing_without_room_for_a_retry_is_refused(factory: &dyn StoreFactory) {
+    let store = factory.fresh().await;
+    let r = created(&*store, "timing").await;
+    let ttl = ttl_ms(1_000);
+    let claim = |config: ScopeConfig| {
+        let (store, r) = (store.clone(), r.clone());
+        async move { RunScope::claim(store, &r, &worker("a"), ttl, config).await }
+    };
+    for margin in [Duration::ZERO, Duration::from_millis(9)] {
+        match claim(ScopeConfig::default().with_margin(margin)).await {
+            Err(Error::InvalidInput(lease_core::InvalidInput::MarginTooSmall { min, .. })) => {
+                assert_eq!(min, Duration::from_millis(50), "TTL/20 of 1 s");
+            }
+            other => panic!("margin {margin:?}: expected MarginTooSmall, got {other:?}"),
+        }
+    }
+    // TTL 1 s, margin 100 ms: the window is 900 ms, so 400 ms leaves no retry; 390 ms does.
+    let config = |hb| {
+        ScopeConfig::default()
+            .with_margin(Duration::from_millis(100))
+            .with_heartbeat(Duration::from_millis(hb))
+    };
+    assert!(matches!(
+        claim(config(400)).await,
+        Err(Error::InvalidInput(
+            lease_core::InvalidInput::ScopeTiming { .. }
+        ))
+    ));
+    let record = store.inspect(&r).await.unwrap();
+    assert_eq!(
+        record.fence.get(),
+        0,
+        "a refused configuration claims nothing"
+    );
+    let scope = claim(config(390))
+        .await
+        .expect("a heartbeat with room for a retry");
+    scope.release().await.unwrap();
+}
+
+/// The next renewal is scheduled from the last one's *send*, not its answer: after a slow but
+/// successful renewal, a renewal that is lost still leaves time for a retry before the local
+/// deadline, and the scope keeps its lease.
+pub async fn scope_after_a_slow_renewal_still_has_time_to_retry(factory: &dyn StoreFactory) {
+    let inner = factory.fresh().await;
+    let r = created(&*inner, "slow-then-lost").await;
+    let faulty = FaultyStore::new(inner.clone());
+    // TTL 2 s, margin 200 ms (window 1.8 s), heartbeat 700 ms. Renewal 1 is sent at 0.7 s and
+    // answered at 1.2 s. Renewal 2, sent at 1.4 s (0.7 s after renewal 1 was sent), is lost:
+    // abandoned at 2.1 s, retried at 2.275 s, before the deadline of 0.7 + 1.8 = 2.5 s.
+    // Scheduled from the answer instead, it would go at 1.9 s, be abandoned at 2.6 s and the
+    // scope would be cancelled at 2.5 s.
+    let config = ScopeConfig::default()
+        .with_heartbeat(Duration::from_millis(700))
+        .with_margin(Duration::from_millis(200));
+    let started = Instant::now();
+    let scope = RunScope::claim(
+        Arc::new(faulty.clone()) as Arc<dyn LeaseStore>,
+        &r,
+        &worker("a"),
+        ttl_ms(2_000),
+        config,
+    )
+    .await
+    .unwrap();
+    faulty.set_reply(lease_core::ReplyFault::Delay(Duration::from_millis(500)));
+    tokio::time::sleep_until(started + Duration::from_millis(1_250)).await;
+    assert_eq!(scope.renewals(), 1, "the slow renewal was answered");
+    faulty.set_reply(lease_core::ReplyFault::Lose);
+    tokio::time::sleep_until(started + Duration::from_millis(2_000)).await;
+    faulty.set_reply(lease_core::ReplyFault::Pass);
+    tokio::time::sleep_until(started + Duration::from_millis(2_900)).await;
+    assert!(
+        !scope.is_cancelled(),
+        "cancelled: {:?}",
+        scope.cancel_reason()
+    );
+    assert!(scope.renewals() >= 2, "the retry renewed the lease");
+    scope.release().await.unwrap();
+}

@@ -357,7 +357,8 @@ pub enum InvalidInput {
     /// A [`RunScope`](crate::RunScope) whose heartbeat does not fit inside its deadline window.
     #[error(
         "heartbeat every {heartbeat:?} does not fit a TTL of {ttl:?} with a safety margin of \
-         {margin:?}; the heartbeat must be shorter than TTL minus margin"
+         {margin:?}: a renewal, its timeout (one interval) and a retry (a quarter interval) \
+         must fit before the local deadline, so 2.25 x heartbeat must be below TTL minus margin"
     )]
     ScopeTiming {
         /// The lease's TTL.
@@ -382,6 +383,20 @@ pub enum InvalidInput {
         value: String,
         /// The rule it breaks.
         rule: &'static str,
+    },
+    /// A [`RunScope`](crate::RunScope) safety margin below [`min_margin`](crate::min_margin).
+    #[error(
+        "safety margin {margin:?} is too small for a TTL of {ttl:?}; the minimum is {min:?} \
+         (TTL/20, at least 10ms): below it timer lateness can carry the worker past the store's \
+         expiry"
+    )]
+    MarginTooSmall {
+        /// The lease's TTL.
+        ttl: Duration,
+        /// The margin asked for.
+        margin: Duration,
+        /// The minimum for this TTL.
+        min: Duration,
     },
     /// A state name other than `runnable`, `suspended` or `completed`.
     #[error("unknown run state {state:?}; expected runnable, suspended or completed")]

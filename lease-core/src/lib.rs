@@ -48,7 +48,7 @@ pub use fault::{Fault, FaultyStore, ReplyFault, FAULT_BACKEND};
 pub use heartbeats::{HeartbeatStats, Heartbeats, TickReport};
 pub use id::{RunId, WorkerId, MAX_ID_BYTES};
 pub use memory::MemoryLeaseStore;
-pub use scope::{CancelReason, RunScope, ScopeConfig};
+pub use scope::{min_margin, CancelReason, RunScope, ScopeConfig};
 pub use store::{claim_refusal, fenced_verdict, LeaseStore, LeaseStoreExt};
 pub use types::{
     check_claim_max, check_create_batch, check_end_batch, check_list, check_payload,

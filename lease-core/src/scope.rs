@@ -35,7 +35,7 @@ impl ScopeConfig {
 
     /// Keep `margin` between the local deadline and the earliest instant the store's expiry can
     /// fall, instead of TTL/10. It absorbs the difference in clock *rates* between worker and store
-    /// and the time to stop the run's work.
+    /// and the time to stop the run's work. At least [`min_margin`] (TTL/20, 10 ms at the least).
     pub fn with_margin(mut self, margin: Duration) -> Self {
         self.margin = Some(margin);
         self
@@ -72,8 +72,19 @@ impl ScopeConfig {
             None => self.heartbeat.unwrap_or(ttl / 3),
         };
         let margin = self.margin.unwrap_or(ttl / 10);
+        let least = min_margin(ttl);
+        if margin < least {
+            return Err(InvalidInput::MarginTooSmall {
+                ttl,
+                margin,
+                min: least,
+            });
+        }
         let window = ttl.saturating_sub(margin);
-        if interval.is_zero() || window.is_zero() || interval >= window {
+        // A renewal sent one interval after the last good one may hang for a whole interval
+        // (its timeout) and be retried a quarter interval later: all of that must happen before
+        // the local deadline, so one failed renewal never costs the lease.
+        if interval.is_zero() || window.is_zero() || interval * 9 / 4 >= window {
             return Err(InvalidInput::ScopeTiming {
                 ttl,
                 heartbeat: interval,
@@ -82,6 +93,15 @@ impl ScopeConfig {
         }
         Ok(Timing { interval, window })
     }
+}
+
+/// The smallest safety margin a scope accepts for `ttl`: TTL/20, and never under 10 ms.
+///
+/// The margin absorbs timer lateness (a tokio timer fires up to a millisecond or so late, more
+/// on a loaded host), the time to stop the run's work, and any difference in clock *rate*
+/// between worker and store. Below this the local deadline can fall after the store's expiry.
+pub fn min_margin(ttl: Duration) -> Duration {
+    (ttl / 20).max(Duration::from_millis(10))
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -514,7 +534,9 @@ async fn heartbeat(shared: Arc<Shared>, claim_sent: Instant) {
         match outcome {
             Ok(()) => {
                 last_error = None;
-                next = Instant::now().max(next) + interval;
+                // Scheduled from the send, not the answer: a slow but successful renewal must
+                // not push the next one (and its retry) past the deadline it just set.
+                next = (next + interval).max(Instant::now());
                 next = next.min(shared.deadline());
             }
             Err(e) if e.ends_lease() => {
