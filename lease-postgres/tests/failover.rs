@@ -3,7 +3,8 @@
 //! the primary crashes and the standby is promoted. Without synchronous replication the
 //! promoted standby hands the same fence out again (asserted: the test can see the failure);
 //! with `sync_replicas=1` the claim is never handed out and no fence repeats. A load variant
-//! takes eight workers through a failover.
+//! takes eight workers through a failover. Batches (`end_many`, `create_many`) answer only once
+//! the synchronous standby has their one commit.
 //!
 //! These tests always start their own servers. A server that cannot be started fails the test;
 //! `LEASE_TEST_SKIP_SERVERS=1` skips instead.
@@ -458,4 +459,91 @@ async fn eight_workers_keep_fences_unique_through_a_synchronous_failover() {
 
 fn stop_flag() -> Arc<std::sync::atomic::AtomicBool> {
     Arc::new(std::sync::atomic::AtomicBool::new(false))
+}
+
+/// With `sync_replicas=1`, `end_many` and `create_many` answer only once the synchronous standby
+/// has their commit: with it streaming they succeed, and the standby holds the ends and the
+/// journaled effect; with it cut off, each batch is a retryable `Unavailable` as a whole (its
+/// commit stands on the primary but may be lost on failover), never per-item `Ok`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_replicas_reports_a_batch_only_once_the_standby_has_it() {
+    use lease_core::{End, Ending, RunState};
+    let Some((primary, standby)) = primary_and_standby(true).await else {
+        return;
+    };
+    let schema = unique_namespace("failover_batch");
+    let url = format!("{}?sync_replicas=1", primary.url());
+    let store = PostgresLeaseStore::connect(config(&url, &schema))
+        .await
+        .unwrap();
+    let runs: Vec<RunId> = (0..4).map(|i| id(&format!("batch-{i}"))).collect();
+    let created = store.create_many(&runs).await.unwrap();
+    assert!(created.iter().all(Result::is_ok), "{created:?}");
+    let leases = store
+        .claim_next(&worker("a"), ttl(60_000), 4)
+        .await
+        .unwrap();
+    assert_eq!(leases.len(), 4);
+    let ended = store
+        .end_many(&[
+            Ending::new(leases[0].clone(), End::CompleteWith(b"effect".to_vec())),
+            Ending::new(leases[1].clone(), End::Release),
+        ])
+        .await
+        .unwrap();
+    assert!(ended.iter().all(Result::is_ok), "{ended:?}");
+    // Acknowledged: the standby (read directly, it is read-only) has both ends and the effect.
+    let standby_pool = sqlx::PgPool::connect(&standby.url()).await.unwrap();
+    let states: Vec<(String, String)> = sqlx::query_as(&format!(
+        "SELECT run_id, state FROM \"{schema}\".runs ORDER BY run_id"
+    ))
+    .fetch_all(&standby_pool)
+    .await
+    .unwrap();
+    assert_eq!(states[0], (runs[0].to_string(), "completed".to_owned()));
+    assert_eq!(states[1], (runs[1].to_string(), "runnable".to_owned()));
+    let effects: i64 = sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM \"{schema}\".journal WHERE payload = 'effect'"
+    ))
+    .fetch_one(&standby_pool)
+    .await
+    .unwrap();
+    assert_eq!(effects, 1);
+    standby_pool.close().await;
+
+    standby.stop().unwrap();
+    let started = Instant::now();
+    let err = store
+        .end_many(&[
+            Ending::new(leases[2].clone(), End::Complete),
+            Ending::new(leases[3].clone(), End::Suspend),
+        ])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Unavailable {
+                backend: "postgres",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("synchronous standby"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let err = store.create_many(&[id("batch-new")]).await.unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    // The unacknowledged ends did commit on the primary: a retry recognises them.
+    let primary_only = PostgresLeaseStore::connect(config(&primary.url(), &schema))
+        .await
+        .unwrap();
+    assert_eq!(
+        primary_only.inspect(&runs[2]).await.unwrap().state,
+        RunState::Completed
+    );
 }
