@@ -1,14 +1,41 @@
 -- KEYS[1]: runs hash; KEYS[2]: claimable index (zset)
 -- ARGV[1]: encoded run id; ARGV[2]: worker id; ARGV[3]: TTL in milliseconds
 -- Returns: {'none'}; {'refused', state, owner, expiry, fence, now}; or {'ok', fence, expiry}
-local r = read_run(KEYS[1], ARGV[1])
-if not r then
+-- A hot script, run without the common.lua prelude (whose helpers every call would build
+-- again): it reads and writes the record format common.lua describes; keep them in step.
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if not v then
   return { 'none' }
 end
-local now = now_micros()
-if not claimable(r, now) then
-  return { 'refused', r.s, r.o, r.e, r.f, num(now) }
+local s, f, h, e, m, o = string.match(v, '^(%l+):(%d+):(%d+):(%d*):(%x+):(.*)$')
+if not s then
+  return redis.error_reply('malformed run record for ' .. ARGV[1])
 end
-local expires = now + tonumber(ARGV[3]) * 1000
-local fence = take(KEYS[1], KEYS[2], r, ARGV[2], expires)
-return { 'ok', fence, num(expires) }
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2] -- exact in a double until year 2255
+-- Claimable: runnable, unowned or expired, and not at the last fence (i64::MAX).
+if s ~= 'runnable' or (o ~= '' and tonumber(e) > now) or f == '9223372036854775807' then
+  return { 'refused', s, o, e, f, string.format('%.0f', now) }
+end
+-- The fence plus one, exactly: as a number while that is exact (below 2^53), else digit by digit.
+if #f < 16 then
+  f = string.format('%d', f + 1)
+else
+  local i = #f
+  while i > 0 and string.byte(f, i) == 57 do
+    i = i - 1
+  end
+  if i == 0 then
+    f = '1' .. string.rep('0', #f)
+  else
+    f = string.sub(f, 1, i - 1) .. string.char(string.byte(f, i) + 1) .. string.rep('0', #f - i)
+  end
+end
+local expires = string.format('%.0f', now + ARGV[3] * 1000)
+redis.call('HSET', KEYS[1], ARGV[1], 'runnable:' .. f .. ':' .. h .. ':' .. expires .. ':' .. m .. ':' .. ARGV[2])
+if f == '9223372036854775807' then
+  redis.call('ZREM', KEYS[2], m) -- never claimable again
+else
+  redis.call('ZADD', KEYS[2], expires, m)
+end
+return { 'ok', f, expires }

@@ -4,32 +4,41 @@
 -- Returns: {'none'}; {'verdict', fence, state, owned ('1' or '0')}; {'ok', seq, now} for
 -- append; {'ok'} otherwise
 -- Journal entries are stored as '<fence>:<written_at>:<payload>'; seq is the list position.
+-- A hot script, run without the common.lua prelude (whose helpers every call would build
+-- again): it reads and writes the record format common.lua describes; keep them in step.
 local op = ARGV[1]
 if op ~= 'append' and op ~= 'release' and op ~= 'suspend' and op ~= 'complete' then
   return redis.error_reply('unknown fenced operation ' .. op)
 end
-local r = read_run(KEYS[1], ARGV[2])
-if not r then
+local v = redis.call('HGET', KEYS[1], ARGV[2])
+if not v then
   return { 'none' }
 end
-if not held(r, ARGV[3]) then
-  return { 'verdict', r.f, r.s, owned_flag(r) }
+local s, f, h, m, o = string.match(v, '^(%l+):(%d+):(%d+):%d*:(%x+):(.*)$')
+if not s then
+  return redis.error_reply('malformed run record for ' .. ARGV[2])
 end
-local now = now_micros()
+if f ~= ARGV[3] or s ~= 'runnable' or o == '' then
+  return { 'verdict', f, s, o == '' and '0' or '1' }
+end
 if op == 'append' then
-  local seq = redis.call('RPUSH', KEYS[2], r.f .. ':' .. num(now) .. ':' .. ARGV[4])
-  return { 'ok', tostring(seq), num(now) }
+  local t = redis.call('TIME')
+  local now = t[1] .. string.format('%06d', t[2])
+  local seq = redis.call('RPUSH', KEYS[2], f .. ':' .. now .. ':' .. ARGV[4])
+  return { 'ok', tostring(seq), now }
 end
-r.o = ''
-r.e = ''
 if op == 'release' then
-  index(KEYS[3], r, now)
-elseif op == 'suspend' then
-  r.s = 'suspended'
-  redis.call('ZREM', KEYS[3], r.m)
+  if f == '9223372036854775807' then
+    redis.call('ZREM', KEYS[3], m) -- never claimable again
+  else
+    -- Claimable from now: behind the runs that waited longer.
+    local t = redis.call('TIME')
+    redis.call('ZADD', KEYS[3], t[1] .. string.format('%06d', t[2]), m)
+  end
 else
-  r.s = 'completed'
-  redis.call('ZREM', KEYS[3], r.m)
+  s = op == 'suspend' and 'suspended' or 'completed'
+  redis.call('ZREM', KEYS[3], m)
 end
-write_run(KEYS[1], r)
+-- Owner and expiry cleared.
+redis.call('HSET', KEYS[1], ARGV[2], s .. ':' .. f .. ':' .. h .. '::' .. m .. ':')
 return { 'ok' }

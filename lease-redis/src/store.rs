@@ -30,6 +30,14 @@ macro_rules! lua {
     };
 }
 
+/// A hot script, without the common.lua prelude: building its helpers costs each call more
+/// than the script's own work saves (see `tests/server_cpu.rs`).
+macro_rules! lua_alone {
+    ($file:literal) => {
+        include_str!(concat!("../lua/", $file))
+    };
+}
+
 /// Every script, built once per process; `Script` runs EVALSHA and loads itself on NOSCRIPT.
 struct Scripts {
     create: Script,
@@ -49,10 +57,10 @@ struct Scripts {
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     create: Script::new(lua!("create.lua")),
     create_many: Script::new(lua!("create_many.lua")),
-    claim: Script::new(lua!("claim.lua")),
+    claim: Script::new(lua_alone!("claim.lua")),
     claim_next: Script::new(lua!("claim_next.lua")),
-    renew: Script::new(lua!("renew.lua")),
-    fenced: Script::new(lua!("fenced.lua")),
+    renew: Script::new(lua_alone!("renew.lua")),
+    fenced: Script::new(lua_alone!("fenced.lua")),
     end_many: Script::new(lua!("end_many.lua")),
     resume: Script::new(lua!("resume.lua")),
     force_release: Script::new(lua!("force_release.lua")),

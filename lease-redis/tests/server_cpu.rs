@@ -1,0 +1,245 @@
+//! Measurements, not checks: the Redis server CPU and the throughput of a claim → renew →
+//! release cycle through this adapter, next to the rslock-like cycle (`SET key val NX PX ttl`,
+//! an EVALSHA extend script, an EVALSHA unlock script), on a private durable redis-server
+//! (`appendonly yes`, `appendfsync always`).
+//!
+//! `cargo test -p lease-redis --release --test server_cpu -- --ignored --nocapture`
+//!
+//! Server CPU is `INFO commandstats` usec of the top-level commands (a script's usec includes
+//! the commands it calls; fsync is not counted) divided by the cycles run.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use lease_conformance::fixtures::{unavailable, unique_namespace, RedisServer};
+use lease_core::{LeaseStore, RunId, Ttl, WorkerId};
+use lease_redis::{RedisConfig, RedisLeaseStore};
+use redis::aio::MultiplexedConnection;
+use redis::Script;
+
+const RUNS: usize = 1_000;
+const CYCLES: usize = 5_000;
+const THROUGHPUT_FOR: Duration = Duration::from_secs(3);
+const EXTEND: &str = "if redis.call('get',KEYS[1])==ARGV[1] then return redis.call('pexpire',KEYS[1],ARGV[2]) else return 0 end";
+const UNLOCK: &str =
+    "if redis.call('get',KEYS[1])==ARGV[1] then return redis.call('del',KEYS[1]) else return 0 end";
+
+async fn raw(url: &str) -> MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// `cmdstat_<name>` → (calls, usec), from `INFO commandstats`.
+async fn commandstats(conn: &mut MultiplexedConnection) -> HashMap<String, (u64, u64)> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let field = |key: &str| -> Option<u64> {
+                rest.split(',')
+                    .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))?
+                    .parse()
+                    .ok()
+            };
+            Some((name.to_owned(), (field("calls")?, field("usec")?)))
+        })
+        .collect()
+}
+
+async fn reset(conn: &mut MultiplexedConnection) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(conn)
+        .await
+        .unwrap();
+}
+
+/// Prints the top-level commands' µs per cycle and returns their sum.
+async fn report(label: &str, conn: &mut MultiplexedConnection, top: &[&str], cycles: usize) -> f64 {
+    let stats = commandstats(conn).await;
+    let mut total = 0.0;
+    let mut parts = Vec::new();
+    for name in top {
+        let (calls, usec) = stats.get(*name).copied().unwrap_or((0, 0));
+        total += usec as f64 / cycles as f64;
+        parts.push(format!(
+            "{name}: {calls} calls, {:.2} µs/call",
+            usec as f64 / calls.max(1) as f64
+        ));
+    }
+    let mut nested: Vec<_> = stats
+        .iter()
+        .filter(|(name, _)| !top.contains(&name.as_str()) && *name != "config")
+        .map(|(name, (calls, usec))| format!("{name} {calls}×{:.2}", *usec as f64 / *calls as f64))
+        .collect();
+    nested.sort();
+    println!(
+        "{label}: {total:.2} µs server CPU per cycle ({}); inside: {}",
+        parts.join("; "),
+        nested.join(", ")
+    );
+    total
+}
+
+async fn store(url: &str, namespace: &str) -> RedisLeaseStore {
+    RedisLeaseStore::connect(RedisConfig::from_url(url).with_namespace(namespace))
+        .await
+        .unwrap()
+}
+
+async fn our_cycle(store: &RedisLeaseStore, run: &RunId, worker: &WorkerId, ttl: Ttl) {
+    let lease = store.claim(run, worker, ttl).await.unwrap();
+    let lease = store.renew(&lease).await.unwrap();
+    store.release(&lease).await.unwrap();
+}
+
+async fn rslock_cycle(
+    conn: &mut MultiplexedConnection,
+    extend: &Script,
+    unlock: &Script,
+    key: &str,
+    token: &str,
+) {
+    let set: Option<String> = redis::cmd("SET")
+        .arg(key)
+        .arg(token)
+        .arg("NX")
+        .arg("PX")
+        .arg(30_000)
+        .query_async(conn)
+        .await
+        .unwrap();
+    assert!(set.is_some(), "lock {key} was held");
+    let extended: i64 = extend
+        .key(key)
+        .arg(token)
+        .arg(30_000)
+        .invoke_async(conn)
+        .await
+        .unwrap();
+    assert_eq!(extended, 1);
+    let unlocked: i64 = unlock.key(key).arg(token).invoke_async(conn).await.unwrap();
+    assert_eq!(unlocked, 1);
+}
+
+/// A private durable server (`appendonly yes`, `appendfsync always`).
+fn server() -> Option<RedisServer> {
+    match RedisServer::start() {
+        Ok(server) => Some(server),
+        Err(why) => unavailable("redis-server", why, "install redis-server"),
+    }
+}
+
+fn ids(prefix: &str, n: usize) -> Vec<RunId> {
+    (0..n)
+        .map(|i| RunId::new(format!("{prefix}-{i:05}")).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run with --ignored --nocapture"]
+async fn server_cpu_per_cycle_ours_and_rslock_like() {
+    let Some(server) = server() else {
+        return;
+    };
+    let url = server.url();
+    let mut admin = raw(&url).await;
+    let ttl = Ttl::from_secs(30).unwrap();
+    let worker = WorkerId::new("worker-0").unwrap();
+
+    let ours = store(&url, &unique_namespace("cpu")).await;
+    let runs = ids("run", RUNS);
+    for chunk in runs.chunks(500) {
+        ours.create_many(chunk).await.unwrap();
+    }
+    for run in runs.iter().take(10) {
+        our_cycle(&ours, run, &worker, ttl).await; // loads the scripts
+    }
+    reset(&mut admin).await;
+    for i in 0..CYCLES {
+        our_cycle(&ours, &runs[i % RUNS], &worker, ttl).await;
+    }
+    let ours_us = report("ours", &mut admin, &["evalsha"], CYCLES).await;
+
+    let mut conn = raw(&url).await;
+    let (extend, unlock) = (Script::new(EXTEND), Script::new(UNLOCK));
+    let keys: Vec<String> = (0..RUNS).map(|i| format!("lock:{i:05}")).collect();
+    rslock_cycle(&mut conn, &extend, &unlock, &keys[0], "warm").await;
+    reset(&mut admin).await;
+    for i in 0..CYCLES {
+        let token = format!("token-{i}");
+        rslock_cycle(&mut conn, &extend, &unlock, &keys[i % RUNS], &token).await;
+    }
+    let rslock_us = report("rslock-like", &mut admin, &["set", "evalsha"], CYCLES).await;
+    println!("ours ÷ rslock-like server CPU: {:.2}", ours_us / rslock_us);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run with --ignored --nocapture"]
+async fn cycles_per_second_ours_and_rslock_like() {
+    let Some(server) = server() else {
+        return;
+    };
+    let url = server.url();
+    let ttl = Ttl::from_secs(30).unwrap();
+    for clients in [1, 4, 16] {
+        let ns = unique_namespace("tput");
+        let setup = store(&url, &ns).await;
+        let mut tasks = Vec::new();
+        for c in 0..clients {
+            let runs = ids(&format!("c{c}"), RUNS / clients);
+            setup.create_many(&runs).await.unwrap();
+            let mine = store(&url, &ns).await; // one connection per client, as one per worker
+            let worker = WorkerId::new(format!("worker-{c}")).unwrap();
+            tasks.push(tokio::spawn(async move {
+                let until = Instant::now() + THROUGHPUT_FOR;
+                let mut n = 0usize;
+                while Instant::now() < until {
+                    our_cycle(&mine, &runs[n % runs.len()], &worker, ttl).await;
+                    n += 1;
+                }
+                n
+            }));
+        }
+        let mut ours = 0;
+        for task in tasks {
+            ours += task.await.unwrap();
+        }
+
+        let mut tasks = Vec::new();
+        for c in 0..clients {
+            let mut conn = raw(&url).await;
+            let prefix = unique_namespace("lock");
+            tasks.push(tokio::spawn(async move {
+                let (extend, unlock) = (Script::new(EXTEND), Script::new(UNLOCK));
+                let until = Instant::now() + THROUGHPUT_FOR;
+                let mut n = 0usize;
+                while Instant::now() < until {
+                    let key = format!("{prefix}:{c}:{}", n % RUNS);
+                    let token = format!("token-{n}");
+                    rslock_cycle(&mut conn, &extend, &unlock, &key, &token).await;
+                    n += 1;
+                }
+                n
+            }));
+        }
+        let mut rslock = 0;
+        for task in tasks {
+            rslock += task.await.unwrap();
+        }
+        let per_s = |n: usize| n as f64 / THROUGHPUT_FOR.as_secs_f64();
+        println!(
+            "{clients:>2} clients: ours {:.0} cycles/s, rslock-like {:.0} cycles/s ({:.2}×)",
+            per_s(ours),
+            per_s(rslock),
+            ours as f64 / rslock as f64
+        );
+    }
+}
