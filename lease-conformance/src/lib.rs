@@ -99,6 +99,7 @@ macro_rules! conformance_tests {
             scope_suspend_stops_heartbeats,
             scope_timing_without_room_for_a_retry_is_refused,
             scope_after_a_slow_renewal_still_has_time_to_retry,
+            scope_end_retried_after_a_lost_answer_succeeds,
             hub_cancels_only_the_scope_whose_lease_is_stale,
             hub_over_a_hanging_store_cancels_every_scope_at_its_local_deadline,
             hub_renews_in_chunks_of_at_most_max_batch,

@@ -276,3 +276,62 @@ pub async fn scope_after_a_slow_renewal_still_has_time_to_retry(factory: &dyn St
     assert!(scope.renewals() >= 2, "the retry renewed the lease");
     scope.release().await.unwrap();
 }
+
+/// A scope's end whose answer was lost (applied, but the caller saw `Unavailable`) is retried
+/// by calling it again: the retry recognises its own commit (`LeaseEnded` with the same fence
+/// and the same end) and returns `Ok`; a different end after it still gets the verdict.
+pub async fn scope_end_retried_after_a_lost_answer_succeeds(factory: &dyn StoreFactory) {
+    let inner = factory.fresh().await;
+    let faulty = FaultyStore::new(inner.clone());
+    let store = Arc::new(faulty.clone()) as Arc<dyn LeaseStore>;
+    for (i, end) in ["complete", "suspend", "release"].into_iter().enumerate() {
+        let r = created(&*inner, &format!("lost-{end}")).await;
+        let scope = RunScope::claim(
+            store.clone(),
+            &r,
+            &worker("a"),
+            long(),
+            ScopeConfig::default(),
+        )
+        .await
+        .unwrap();
+
+        faulty.set_reply(lease_core::ReplyFault::Error);
+        let first = end_by(&scope, i).await;
+        assert!(
+            matches!(first, Err(Error::Unavailable { .. })),
+            "{end}: the answer was lost: {first:?}"
+        );
+        faulty.set_reply(lease_core::ReplyFault::Pass);
+        let want = [RunState::Completed, RunState::Suspended, RunState::Runnable][i];
+        let record = inner.inspect(&r).await.unwrap();
+        assert_eq!(
+            (record.state, record.owner),
+            (want, None),
+            "{end} was applied"
+        );
+        end_by(&scope, i)
+            .await
+            .unwrap_or_else(|e| panic!("{end}: the retry must recognise its own commit: {e}"));
+        assert!(scope.is_cancelled(), "{end}: the scope ended");
+        if i == 0 {
+            // Another end after the completion is a verdict, not a success.
+            match scope.suspend().await {
+                Err(Error::LeaseEnded {
+                    fence: 1,
+                    ended: lease_core::Ended::Completed,
+                    ..
+                }) => {}
+                other => panic!("suspend after complete: {other:?}"),
+            }
+        }
+    }
+}
+
+async fn end_by(scope: &RunScope, i: usize) -> lease_core::Result<()> {
+    match i {
+        0 => scope.complete().await,
+        1 => scope.suspend().await,
+        _ => scope.release().await,
+    }
+}

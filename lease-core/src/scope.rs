@@ -174,6 +174,8 @@ pub(crate) struct Shared {
     hub_error: Mutex<Option<Arc<str>>>,
     /// The hub this scope is registered with, and its id there.
     registration: OnceLock<(Weak<Hub>, u64)>,
+    /// An end of the lease that was sent and not answered (it may have been applied).
+    unanswered_end: Mutex<Option<crate::Ended>>,
 }
 
 impl Shared {
@@ -351,6 +353,7 @@ impl RunScope {
             ending: tokio::sync::Mutex::new(()),
             hub_error: Mutex::new(None),
             registration: OnceLock::new(),
+            unanswered_end: Mutex::new(None),
         });
         match &config.heartbeats {
             Some(hub) => {
@@ -439,6 +442,8 @@ impl RunScope {
 
     /// Suspends the run and stops the heartbeat. On a verdict error the scope is cancelled with
     /// it; on an unavailable store the scope keeps heartbeating and the call may be retried.
+    /// A retry that finds the first attempt was applied (the store answers `LeaseEnded` with
+    /// this fence and the same end) returns `Ok(())`.
     ///
     /// # Errors
     /// As [`LeaseStore::suspend`].
@@ -484,7 +489,34 @@ impl RunScope {
         Fut: std::future::Future<Output = Result<()>>,
     {
         let _serial = self.shared.ending.lock().await;
-        let result = write(self.lease()).await;
+        let lease = self.lease();
+        let wanted = match how {
+            CancelReason::Suspended => Some(crate::Ended::Suspended),
+            CancelReason::Completed => Some(crate::Ended::Completed),
+            CancelReason::Released => Some(crate::Ended::Released),
+            _ => None,
+        };
+        let mut result = write(lease.clone()).await;
+        let mut unanswered = self
+            .shared
+            .unanswered_end
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match &result {
+            // A retry of an end whose earlier attempt went unanswered: the store saying the lease
+            // ended this very way under this very fence means that attempt was applied (only
+            // this lease's holder can end the run under its fence).
+            Err(Error::LeaseEnded { fence, ended, .. })
+                if *unanswered == wanted
+                    && wanted == Some(*ended)
+                    && *fence == lease.fence().get() =>
+            {
+                result = Ok(());
+            }
+            Err(e) if !e.is_verdict() => *unanswered = wanted,
+            _ => {}
+        }
+        drop(unanswered);
         match &result {
             Ok(()) => self.shared.cancel(how),
             Err(e) if e.is_verdict() => self

@@ -100,6 +100,12 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     /// Suspends the run (it waits on a human or a webhook): owner and expiry cleared, state
     /// `suspended`, not claimable until [`resume`](LeaseStore::resume). A fenced write.
     ///
+    /// **A retry after an unanswered call** (for example [`Error::Unavailable`]: the call may
+    /// have been applied) that answers [`Error::LeaseEnded`] with the lease's own fence and
+    /// [`Ended::Suspended`](crate::Ended::Suspended) means the first call was applied: only the
+    /// lease's holder can end the run under its fence. [`RunScope::suspend`](crate::RunScope)
+    /// treats that answer as success.
+    ///
     /// # Errors
     /// The fenced-write verdicts of the [contract](LeaseStore#contract).
     async fn suspend(&self, lease: &Lease) -> Result<()>;
@@ -141,6 +147,14 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     async fn resume(&self, run: &RunId) -> Result<RunRecord>;
 
     /// Completes the run: terminal, owner and expiry cleared. A fenced write.
+    ///
+    /// **A retry after an unanswered call** (for example [`Error::Unavailable`]: the call may
+    /// have been applied) that answers [`Error::LeaseEnded`] with the lease's own fence and
+    /// [`Ended::Completed`](crate::Ended::Completed) means the first call was applied: only the
+    /// lease's holder can end the run under its fence. [`RunScope::complete`](crate::RunScope)
+    /// treats that answer as success; so does [`release`](LeaseStore::release) with
+    /// [`Ended::Released`](crate::Ended::Released) (there, an operator's `force_release` answers
+    /// the same, and the run is released either way).
     ///
     /// # Errors
     /// The fenced-write verdicts of the [contract](LeaseStore#contract).
