@@ -22,8 +22,10 @@ ci:
     bash .ci/run
 
 # The benchmark of BENCHMARKS.md (starts private PostgreSQL and Redis servers unless --store URL).
+# The takeover part runs `lease worker` processes, so the `lease` binary is built first.
 bench *ARGS:
-    cargo run --release -p lease-cli -- bench {{ARGS}}
+    cargo build --release -p lease-cli --bin lease
+    cargo run --release -p lease-bench -- {{ARGS}}
 
 # The model-based property test at soak length (100,000 sequences per backend; the test suite
 # runs 1,000). Same as: LEASE_MODEL_CASES=100000 bash scripts/test.sh --release -p lease-conformance -p lease-postgres -p lease-redis --test model_memory --test model

@@ -1,4 +1,4 @@
-//! `lease bench`: the library against the identical raw statement or script, interleaved in
+//! The benchmark: the library against the identical raw statement or script, interleaved in
 //! one run, plus batched heartbeats, claim_next under contention, takeover latency and memory.
 //!
 //! Every measured operation is validated afterwards against the store (fences, heartbeat
@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distribution::{Config, Error, Lease, LeaseStore, RunId, Ttl, WorkerId};
-use lease_conformance::fixtures::{unique_namespace, PostgresServer, RedisServer};
+use lease_conformance::fixtures::{PostgresServer, RedisServer};
 use serde_json::{json, Value};
 use tokio::sync::Barrier;
 use tokio::time::Instant;
@@ -22,7 +22,7 @@ mod raw;
 
 use raw::{Raw, RawConn, Seen};
 
-/// Arguments of `lease bench`.
+/// Arguments of `lease-bench` (besides the store, namespace and pool flags).
 #[derive(clap::Args)]
 pub(crate) struct BenchArgs {
     /// Print the results as JSON instead of tables.
@@ -174,12 +174,22 @@ pub(crate) struct Target {
     pub(crate) kind: Kind,
     pub(crate) url: String,
     pub(crate) raw: RawConn,
+    /// Postgres pool size of both paths (`--max-connections`).
+    pub(crate) pool: u32,
+    /// Prefix of every namespace the bench creates (`--namespace`), with its separator.
+    pub(crate) prefix: String,
 }
 
-/// Pool size of both paths: one connection per client at the most clients measured.
-const POOL: u32 = 16;
+/// Pool size of both paths unless `--max-connections` says otherwise: one connection per client
+/// at the most clients measured.
+const DEFAULT_POOL: u32 = 16;
 
 impl Target {
+    /// A fresh namespace for one measurement, named after `label`.
+    pub(crate) fn namespace(&self, label: &str) -> String {
+        lease_conformance::fixtures::unique_namespace(&format!("{}{label}", self.prefix))
+    }
+
     /// A library store over namespace `ns`.
     pub(crate) async fn lib(&self, ns: &str) -> Result<Arc<dyn LeaseStore>, BenchError> {
         Ok(match self.kind {
@@ -187,7 +197,7 @@ impl Target {
                 distribution::postgres::PostgresLeaseStore::connect(
                     distribution::postgres::PostgresConfig::from_url(&self.url)
                         .with_schema(ns)
-                        .with_max_connections(POOL)
+                        .with_max_connections(self.pool)
                         .with_acquire_timeout(Duration::from_secs(60)),
                 )
                 .await?,
@@ -349,7 +359,7 @@ pub(crate) async fn run(config: &Config, args: BenchArgs) -> Result<(), Failure>
         let backend = target.kind.name();
         if args.parts.contains(&Part::Ops) {
             for op in OPS {
-                let ns = unique_namespace(&format!("bench_{}", op.name().replace(['(', ')'], "")));
+                let ns = target.namespace(&format!("bench_{}", op.name().replace(['(', ')'], "")));
                 let lib = target.lib(&ns).await?;
                 let raw = Arc::new(target.raw.namespace(&ns));
                 for &clients in &args.clients {
@@ -412,18 +422,28 @@ async fn targets(
     keep_alive: &mut (Option<PostgresServer>, Option<RedisServer>),
 ) -> Result<Vec<Target>, BenchError> {
     let url = config.store.clone();
+    let pool = config.max_connections.unwrap_or(DEFAULT_POOL);
+    let prefix = config
+        .namespace
+        .as_ref()
+        .map(|ns| format!("{ns}_"))
+        .unwrap_or_default();
     let mut out = Vec::new();
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         out.push(Target {
             kind: Kind::Postgres,
-            raw: RawConn::postgres(&url, POOL).await?,
+            raw: RawConn::postgres(&url, pool).await?,
             url,
+            pool,
+            prefix,
         });
     } else if url.starts_with("redis://") || url.starts_with("rediss://") {
         out.push(Target {
             kind: Kind::Redis,
             raw: RawConn::redis(&url).await?,
             url,
+            pool,
+            prefix,
         });
     } else {
         eprintln!("bench: no --store given; starting private PostgreSQL and Redis servers");
@@ -439,13 +459,17 @@ async fn targets(
         *keep_alive = (Some(pg), Some(redis));
         out.push(Target {
             kind: Kind::Postgres,
-            raw: RawConn::postgres(&pg_url, POOL).await?,
+            raw: RawConn::postgres(&pg_url, pool).await?,
             url: pg_url,
+            pool,
+            prefix: prefix.clone(),
         });
         out.push(Target {
             kind: Kind::Redis,
             raw: RawConn::redis(&redis_url).await?,
             url: redis_url,
+            pool,
+            prefix,
         });
     }
     Ok(out)

@@ -7,7 +7,6 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use distribution::{Config, ConfigError, Error, RunId, RunState, Ttl};
 
-mod bench;
 mod demo;
 mod ledger;
 mod ops;
@@ -128,9 +127,6 @@ enum Command {
     /// The reference worker: claims a run, heartbeats it, and executes steps sent on stdin,
     /// printing one JSON event per line.
     Worker(worker::WorkerArgs),
-    /// Benchmark the library against the identical raw statements and scripts, batched
-    /// heartbeats, claim_next under contention and takeover latency (see BENCHMARKS.md).
-    Bench(bench::BenchArgs),
 }
 
 /// A failure with the exit code it maps to and a one-sentence message.
@@ -238,7 +234,6 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::Migrate => ops::migrate(&config).await,
         Command::Ledger { run, json } => ops::ledger(&config, &run_id(&run)?, json).await,
         Command::Worker(args) => worker::run(&config, args).await,
-        Command::Bench(args) => bench::run(&config, args).await,
     }
 }
 

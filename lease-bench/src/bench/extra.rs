@@ -10,7 +10,6 @@ use distribution::{
     Heartbeats, JournalEntry, Lease, LeaseStore, ListFilter, Result, RunId, RunRecord, RunScope,
     ScopeConfig, Ttl, WorkerId,
 };
-use lease_conformance::fixtures::unique_namespace;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
@@ -151,7 +150,7 @@ pub(super) async fn heartbeat(
     let tick = Duration::from_secs(10);
     let mut modes = Vec::new();
     for batched in [true, false] {
-        let ns = unique_namespace("bench_hb");
+        let ns = target.namespace("bench_hb");
         let counting = Arc::new(Counting {
             inner: target.lib(&ns).await?,
             calls: Mutex::new(Vec::new()),
@@ -244,7 +243,7 @@ pub(super) async fn contention(
     let ttl_ms = 600_000;
     let mut paths = Vec::new();
     for lib_path in [true, false] {
-        let ns = unique_namespace("bench_cn");
+        let ns = target.namespace("bench_cn");
         let lib = target.lib(&ns).await?;
         let raw = Arc::new(target.raw.namespace(&ns));
         let names: Vec<String> = (0..runs).map(|i| format!("cn-{i:07}")).collect();
@@ -342,7 +341,8 @@ pub(super) async fn contention(
     }))
 }
 
-/// The poll interval of `lease worker --next` while nothing is claimable (see `worker.rs`).
+/// The poll interval of `lease worker --next` while nothing is claimable (see
+/// `lease-cli/src/worker.rs`).
 const WORKER_POLL: Duration = Duration::from_millis(50);
 
 async fn event(
@@ -375,7 +375,7 @@ fn spawn_worker(
     ttl_ms: u64,
     args: &[&str],
 ) -> Result<(Child, Lines<BufReader<ChildStdout>>), BenchError> {
-    let exe = std::env::current_exe().map_err(|e| BenchError::setup(e.to_string()))?;
+    let exe = lease_binary()?;
     let mut child = Command::new(exe)
         .args([
             "--store",
@@ -400,6 +400,25 @@ fn spawn_worker(
     Ok((child, BufReader::new(stdout).lines()))
 }
 
+/// The `lease` binary the takeover trials start: `LEASE_BIN`, or `lease` next to this binary
+/// (`cargo build --release -p lease-cli` puts it there; `just bench` builds it first).
+fn lease_binary() -> Result<std::path::PathBuf, BenchError> {
+    if let Some(path) = std::env::var_os("LEASE_BIN") {
+        return Ok(path.into());
+    }
+    let exe = std::env::current_exe().map_err(|e| BenchError::setup(e.to_string()))?;
+    let sibling = exe.with_file_name(format!("lease{}", std::env::consts::EXE_SUFFIX));
+    if sibling.exists() {
+        Ok(sibling)
+    } else {
+        Err(BenchError::setup(format!(
+            "the takeover part runs `lease worker` processes and found no {}: build it with \
+             `cargo build --release -p lease-cli` (same profile and target dir), or set LEASE_BIN",
+            sibling.display()
+        )))
+    }
+}
+
 /// `trials` times: a `lease worker` process claims a run and is SIGKILLed; another, polling
 /// with `--next`, claims it. Measures kill → claimed, which must be ≤ TTL + one poll interval.
 pub(super) async fn takeover(
@@ -411,7 +430,7 @@ pub(super) async fn takeover(
     let bound = Duration::from_millis(ttl_ms) + WORKER_POLL;
     let limit = Duration::from_secs(30);
     for trial in 0..trials {
-        let ns = unique_namespace("bench_to");
+        let ns = target.namespace("bench_to");
         let run = format!("takeover-{trial}");
         let (mut a, mut a_out) = spawn_worker(
             target,

@@ -10,6 +10,10 @@ use sqlx::Row;
 
 use super::BenchError;
 
+/// `claim_next.sql`'s `$4`, as the adapter binds it (`LAGGING_MOVED_PER_CLAIM` in
+/// `lease-postgres/src/store.rs`).
+const LAGGING_MOVED_PER_CLAIM: i64 = 256;
+
 /// The statements of `lease-postgres/sql`, byte for byte, with `{schema}` spliced in as the
 /// adapter does.
 pub(crate) struct PgSql {
@@ -263,6 +267,7 @@ impl Raw {
                     .bind(worker)
                     .bind(ttl_ms as i64)
                     .bind(max as i64)
+                    .bind(LAGGING_MOVED_PER_CLAIM)
                     .fetch_all(pool)
                     .await?;
                 rows.iter()
