@@ -138,6 +138,33 @@ struct FileConfig {
     max_connections: Option<u64>,
 }
 
+/// The longest namespace: a Postgres identifier's limit.
+pub const MAX_NAMESPACE_BYTES: usize = 63;
+
+/// The one namespace rule of every backend (a Postgres schema, a Redis key prefix): 1 to 63
+/// ASCII letters, digits, `_`, `-` or `.`. Checked by [`Config::backend`], before connecting.
+///
+/// # Errors
+/// [`ConfigError::BadSetting`] for `namespace`, stating the rule.
+pub fn check_namespace(namespace: &str) -> Result<(), ConfigError> {
+    let ok = !namespace.is_empty()
+        && namespace.len() <= MAX_NAMESPACE_BYTES
+        && namespace
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if ok {
+        return Ok(());
+    }
+    let shown: String = namespace.chars().take(80).collect();
+    Err(ConfigError::BadSetting {
+        key: "namespace".to_string(),
+        reason: format!(
+            "{shown:?} is not a valid namespace: it must be 1 to {MAX_NAMESPACE_BYTES} ASCII \
+             letters, digits, '_', '-' or '.' (the same rule on every backend)"
+        ),
+    })
+}
+
 /// The largest pool a configuration may ask for.
 const MAX_POOL: u64 = 1_000;
 
@@ -358,6 +385,9 @@ impl Config {
     /// # Errors
     /// [`ConfigError::UnknownScheme`], [`ConfigError::MalformedUrl`].
     pub fn backend(&self) -> Result<Backend, ConfigError> {
+        if let Some(ns) = &self.namespace {
+            check_namespace(ns)?;
+        }
         if self.store == "memory:" || self.store == "memory" {
             return Ok(Backend::Memory);
         }
@@ -594,6 +624,34 @@ mod tests {
             matches!(&err, ConfigError::BadSetting { key, .. } if key == "LEASE_MAX_CONNECTIONS")
         );
         assert!(Config::default().with_max_connections(0).is_err());
+    }
+
+    #[test]
+    fn one_namespace_rule_on_every_backend() {
+        for store in [
+            "memory:",
+            "postgres://app@db/runs",
+            "redis://127.0.0.1:6379",
+        ] {
+            for bad in ["a}b", "{a}", "a:b", "a b", "", "ünï", &"n".repeat(64)] {
+                let err = Config::default()
+                    .with_store(store)
+                    .with_namespace(bad)
+                    .backend()
+                    .unwrap_err();
+                assert!(
+                    matches!(&err, ConfigError::BadSetting { key, reason } if key == "namespace" && reason.contains("1 to 63 ASCII letters")),
+                    "{store} {bad:?}: {err}"
+                );
+            }
+            for good in ["billing", "tenant-7.prod_eu", &"n".repeat(63)] {
+                Config::default()
+                    .with_store(store)
+                    .with_namespace(good)
+                    .backend()
+                    .unwrap_or_else(|e| panic!("{store} {good:?}: {e}"));
+            }
+        }
     }
 
     #[test]

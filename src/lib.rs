@@ -2,7 +2,10 @@
 
 mod config;
 
-pub use config::{connect, connect_store, redact_url, Backend, Config, ConfigError, Store};
+pub use config::{
+    check_namespace, connect, connect_store, redact_url, Backend, Config, ConfigError, Store,
+    MAX_NAMESPACE_BYTES,
+};
 
 pub use lease_core::*;
 /// The Postgres backend.

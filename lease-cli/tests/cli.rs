@@ -137,6 +137,28 @@ fn bad_input_gets_its_exit_code_and_one_sentence() {
     }
 }
 
+/// A bad namespace is bad input on every backend alike: exit 2 and one sentence naming the
+/// rule, before any connection (the servers named here do not exist).
+#[test]
+fn a_bad_namespace_exits_2_naming_the_rule_on_every_backend() {
+    for store in [
+        "memory:",
+        "redis://127.0.0.1:1",
+        "postgres://app@127.0.0.1:1/runs",
+    ] {
+        for ns in ["a}b", "{a}", "a:b", "a b"] {
+            let out = lease(&["--store", store, "--namespace", ns, "list"]);
+            assert_exit(&out, USAGE);
+            let err = stderr(&out);
+            assert!(
+                err.contains("1 to 63 ASCII letters, digits, '_', '-' or '.'"),
+                "{store} {ns:?}: {err}"
+            );
+            assert_eq!(err.trim().lines().count(), 1, "one sentence: {err}");
+        }
+    }
+}
+
 fn postgres() -> Option<(PostgresServer, String)> {
     match PostgresServer::start() {
         Ok(server) => {
