@@ -51,6 +51,12 @@ pub(crate) async fn force_release(config: &Config, run: &RunId, json: bool) -> R
     let record = store.force_release(run).await?;
     if !json {
         match &before.owner {
+            Some(owner) if before.fence >= distribution::Fence::MAX => println!(
+                "released {run} from {owner} (fence {}, the last fence there is); the run can \
+                 never be claimed again (the next claim is refused as FenceExhausted), and \
+                 {owner}'s writes are refused as LeaseEnded",
+                before.fence
+            ),
             Some(owner) => println!(
                 "released {run} from {owner} (fence {}); the next claim takes fence {} and fences {owner} out",
                 before.fence,

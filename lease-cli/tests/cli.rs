@@ -3,7 +3,7 @@
 
 use std::process::{Command, Output};
 
-use lease_conformance::fixtures::{unavailable, PostgresServer};
+use lease_conformance::fixtures::{unavailable, PostgresServer, RedisServer};
 
 const NOT_FOUND: i32 = 3;
 const REFUSED: i32 = 4;
@@ -266,4 +266,100 @@ fn operator_commands_on_postgres_show_and_hand_over_a_run() {
         !err.contains("not-the-password") && !err.contains(server.password()),
         "{err}"
     );
+}
+
+/// `redis-cli -p PORT ARGS…`, its output trimmed.
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .arg("-p")
+        .arg(port.to_string())
+        .args(args)
+        .output()
+        .expect("run redis-cli");
+    assert!(out.status.success(), "redis-cli {args:?}: {}", stderr(&out));
+    stdout(&out).trim().to_string()
+}
+
+/// Rewrites the fence (the second field) of `run`'s record in the namespace's runs hash.
+fn set_fence(port: u16, namespace: &str, run: &str, fence: &str) {
+    let key = format!("{{lease:{namespace}}}:runs");
+    let field: String = run.bytes().map(|b| format!("{b:02x}")).collect();
+    let value = redis_cli(port, &["HGET", &key, &field]);
+    let mut parts: Vec<&str> = value.splitn(6, ':').collect();
+    assert_eq!(parts.len(), 6, "record {value:?}");
+    parts[1] = fence;
+    redis_cli(port, &["HSET", &key, &field, &parts.join(":")]);
+}
+
+/// Fences are exact up to the last one (i64::MAX) in the reference worker's Redis ledger and in
+/// the operator's messages: an effect written under fence 100000000000001 reads back as that
+/// integer (a Lua number would make it 1e+14), and force-releasing a run at the last fence says
+/// it can never be claimed again instead of naming a fence that does not exist.
+#[test]
+fn fences_stay_exact_to_the_last_one_in_the_redis_ledger_and_messages() {
+    let server = match RedisServer::start() {
+        Ok(server) => server,
+        Err(why) => {
+            return unavailable::<()>(
+                "redis",
+                why,
+                "install redis-server (bash scripts/test.sh does it)",
+            )
+            .unwrap_or(());
+        }
+    };
+    let port = server.port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let base = ["--store", url.as_str(), "--namespace", "cli_fences"];
+    let with = |args: &[&str]| lease(&[&base[..], args].concat());
+    assert_exit(&with(&["create", "order-9"]), 0);
+    set_fence(port, "cli_fences", "order-9", "100000000000000");
+
+    let mut worker = Command::new(env!("CARGO_BIN_EXE_lease"))
+        .args(base)
+        .args([
+            "--ttl-ms", "60000", "worker", "--id", "worker-a", "--run", "order-9",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run the worker");
+    {
+        use std::io::Write;
+        let mut stdin = worker.stdin.take().expect("stdin");
+        stdin.write_all(b"step charge-card\nwait\nexit\n").unwrap();
+    }
+    let worker = worker.wait_with_output().expect("worker output");
+    assert_exit(&worker, 0);
+    assert!(
+        stdout(&worker).contains("\"fence\":100000000000001"),
+        "{}",
+        stdout(&worker)
+    );
+    let ledger = with(&["ledger", "order-9", "--json"]);
+    assert_exit(&ledger, 0);
+    let entries: serde_json::Value = serde_json::from_str(&stdout(&ledger)).expect("ledger JSON");
+    assert_eq!(
+        entries[0]["fence"].as_u64(),
+        Some(100_000_000_000_001),
+        "{entries}"
+    );
+    assert_eq!(entries[0]["effect"], "charge-card");
+
+    // The worker exited holding the run; move it to the last fence and take it back.
+    set_fence(port, "cli_fences", "order-9", "9223372036854775807");
+    let released = with(&["release", "order-9", "--force"]);
+    assert_exit(&released, 0);
+    let said = stdout(&released);
+    assert!(!said.contains("9223372036854775808"), "{said}");
+    assert!(said.contains("never be claimed again"), "{said}");
+    let refused = lease(
+        &[
+            &base[..],
+            &["worker", "--id", "worker-b", "--run", "order-9"],
+        ]
+        .concat(),
+    );
+    assert_exit(&refused, REFUSED);
+    assert!(stderr(&refused).contains("fence"), "{}", stderr(&refused));
 }
