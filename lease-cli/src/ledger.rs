@@ -47,10 +47,17 @@ impl Ledger {
         let mut redis_reader = None;
         match &store {
             Store::Postgres(pg) => {
-                sqlx::query(&sql(include_str!("../sql/ledger_create.sql"), pg.schema()))
-                    .execute(pg.pool())
+                let mut tx = pg.pool().begin().await.map_err(pg_error)?;
+                sqlx::query(include_str!("../sql/ledger_lock.sql"))
+                    .bind(pg.schema())
+                    .execute(&mut *tx)
                     .await
                     .map_err(pg_error)?;
+                sqlx::query(&sql(include_str!("../sql/ledger_create.sql"), pg.schema()))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(pg_error)?;
+                tx.commit().await.map_err(pg_error)?;
             }
             Store::Redis(_) => {
                 // The store connected with this URL a moment ago; errors here are reported
@@ -210,4 +217,39 @@ async fn record_postgres(pg: &PostgresLeaseStore, lease: &Lease, effect: &str) -
         .await
         .map_err(pg_error)?;
     tx.commit().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use distribution::{connect_store, Config};
+    use lease_conformance::fixtures::{unavailable, PostgresServer};
+
+    /// Sixteen workers starting at once on a fresh schema all get their ledger: the table is
+    /// created under an advisory lock, not by racing `CREATE TABLE IF NOT EXISTS`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn workers_starting_at_once_all_create_the_ledger() {
+        let server = match PostgresServer::start() {
+            Ok(server) => server,
+            Err(why) => {
+                return unavailable::<()>("postgres", why, "install postgresql").unwrap_or(());
+            }
+        };
+        for round in 0..5 {
+            let config = Config::default()
+                .with_store(server.url())
+                .with_namespace(format!("ledger_race_{round}"));
+            let store = connect_store(&config).await.expect("connect");
+            let mut starts = tokio::task::JoinSet::new();
+            for _ in 0..16 {
+                let (store, url) = (store.clone(), config.store.clone());
+                starts.spawn(async move { Ledger::new(store, &url).await.map(drop) });
+            }
+            while let Some(started) = starts.join_next().await {
+                started
+                    .expect("task")
+                    .unwrap_or_else(|e| panic!("round {round}: a worker's ledger failed: {e}"));
+            }
+        }
+    }
 }
