@@ -565,7 +565,14 @@ async fn pool_worker_stopped_by_sigterm_releases_its_runs(kind: Kind) {
         60_000,
         None,
         &[
-            "--id", "pool-a", "--pool", "4", "--job-ms", "600000", "--grace-ms", "300",
+            "--id",
+            "pool-a",
+            "--pool",
+            "4",
+            "--job-ms",
+            "600000",
+            "--grace-ms",
+            "300",
         ],
     );
     pool.expect("pool_started", SECS(30)).await;
@@ -578,7 +585,10 @@ async fn pool_worker_stopped_by_sigterm_releases_its_runs(kind: Kind) {
         if held == ids.len() {
             break;
         }
-        assert!(tokio::time::Instant::now() < give_up, "the pool never held its 4 runs");
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "the pool never held its 4 runs"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     pool.signal("TERM");
