@@ -9,7 +9,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distribution::{Config, Error, Lease, LeaseStore, RunId, Ttl, WorkerId};
+use distribution::{Config, End, Ending, Error, Lease, LeaseStore, RunId, Ttl, WorkerId};
 use lease_conformance::fixtures::{PostgresServer, RedisServer};
 use serde_json::{json, Value};
 use tokio::sync::Barrier;
@@ -17,8 +17,11 @@ use tokio::time::Instant;
 
 use crate::Failure;
 
+mod best;
 mod extra;
 mod raw;
+mod sweep;
+mod worker;
 
 use raw::{Raw, RawConn, Seen};
 
@@ -43,13 +46,28 @@ pub(crate) struct BenchArgs {
     /// Measured A/B round pairs per operation and client count (plus one warm-up pair).
     #[arg(long, value_name = "N")]
     pairs: Option<usize>,
-    /// Which parts to run.
+    /// Which parts to run (best, sweep and worker are not in the default run).
     #[arg(
         long,
         value_delimiter = ',',
         default_value = "ops,heartbeat,contention,takeover"
     )]
     parts: Vec<Part>,
+    /// Table sizes of the sweep, in runs; default 10000,1000000 (--quick: 10000,100000).
+    #[arg(long, value_delimiter = ',', value_name = "N,N")]
+    sweep_sizes: Option<Vec<usize>>,
+    /// Held leases in the sweep's held-leases case; default 100000 (--quick: 20000).
+    #[arg(long, value_name = "N")]
+    sweep_held: Option<usize>,
+    /// Backlog each worker row drains; default 20000 (--quick: 5000).
+    #[arg(long, value_name = "N")]
+    worker_jobs: Option<usize>,
+    /// Worker instance counts of the worker rows.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
+    worker_counts: Vec<usize>,
+    /// Runs held by the worker that shuts down in the handover test.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    handover_runs: usize,
     /// Runs drained by 16 workers in the claim_next contention test, per path.
     #[arg(long, value_name = "N")]
     contention_runs: Option<usize>,
@@ -81,6 +99,13 @@ pub(crate) enum Part {
     Contention,
     /// SIGKILL a worker holding a run; time until another worker claims it.
     Takeover,
+    /// The library against the best raw statement for the job (Postgres), and the library's
+    /// claim → renew → release cycle against rslock's (Redis), with server CPU per cycle.
+    Best,
+    /// claim, renew, renew_many(1000) and claim_next(10) at growing table sizes.
+    Sweep,
+    /// The `Worker` runtime draining a backlog (durable servers), and graceful handover.
+    Worker,
 }
 
 /// Why the benchmark stopped.
@@ -223,6 +248,10 @@ enum Op {
     Complete,
     ClaimNext,
     RenewMany,
+    /// claim_next(10).
+    ClaimNextBatch,
+    /// end_many of 100 complete-with ends.
+    EndMany,
 }
 
 const OPS: [Op; 6] = [
@@ -243,9 +272,40 @@ impl Op {
             Op::Complete => "complete",
             Op::ClaimNext => "claim_next",
             Op::RenewMany => "renew_many(1000)",
+            Op::ClaimNextBatch => "claim_next(10)",
+            Op::EndMany => "end_many(100 complete-with)",
+        }
+    }
+
+    /// Runs each call touches.
+    fn width(self) -> usize {
+        match self {
+            Op::RenewMany => RENEW_MANY,
+            Op::ClaimNextBatch => CLAIM_NEXT_BATCH,
+            Op::EndMany => END_MANY,
+            _ => 1,
+        }
+    }
+
+    /// Calls per round for `ops` operations per round: the batch calls are fewer.
+    fn calls(self, ops: usize) -> usize {
+        match self {
+            Op::RenewMany => ops / 25,
+            Op::ClaimNextBatch => ops / 5,
+            Op::EndMany => ops / 10,
+            _ => ops,
         }
     }
 }
+
+/// The operations of the `best` part (Postgres).
+const BEST_OPS: [Op; 5] = [
+    Op::Claim,
+    Op::Renew,
+    Op::RenewMany,
+    Op::ClaimNextBatch,
+    Op::EndMany,
+];
 
 /// Which side of the comparison.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -258,6 +318,8 @@ enum Path {
 const TTL_MS: u64 = 600_000;
 const PAYLOAD: &[u8] = &[b'x'; 64];
 const RENEW_MANY: usize = 1_000;
+const CLAIM_NEXT_BATCH: usize = 10;
+const END_MANY: usize = 100;
 
 /// Latency percentiles and throughput of one path.
 #[derive(Clone, Debug, Default)]
@@ -308,6 +370,7 @@ struct OpResult {
     op: Op,
     clients: usize,
     lib: Summary,
+    /// The raw path: the identical statement, or the best one (`--parts best`).
     raw: Summary,
     validated: String,
 }
@@ -333,6 +396,8 @@ struct ClientWork {
     done: usize,
     /// claim_next: what each call returned.
     claimed: Vec<(String, u64)>,
+    /// end_many: the ends of every call, `END_MANY` per call, built before timing.
+    endings: Vec<Ending>,
 }
 
 struct Sizes {
@@ -354,6 +419,7 @@ pub(crate) async fn run(config: &Config, args: BenchArgs) -> Result<(), Failure>
         "ops_per_round": sizes.ops,
     });
     let mut rows = Vec::new();
+    let mut best_rows = Vec::new();
     let mut extras: Vec<Value> = Vec::new();
     for target in &targets {
         let backend = target.kind.name();
@@ -389,12 +455,91 @@ pub(crate) async fn run(config: &Config, args: BenchArgs) -> Result<(), Failure>
             eprintln!("bench: {backend} takeover, {} trials", args.takeover_trials);
             extras.push(extra::takeover(target, args.takeover_trials, args.takeover_ttl_ms).await?);
         }
+        if args.parts.contains(&Part::Best) {
+            match target.kind {
+                Kind::Postgres => {
+                    for op in BEST_OPS {
+                        let label = format!("best_{}", op.name().split('(').next().unwrap_or(""));
+                        let ns = target.namespace(&label);
+                        let lib = target.lib(&ns).await?;
+                        let raw = Arc::new(target.raw.namespace_best(&ns));
+                        for &clients in &args.clients {
+                            eprintln!("bench: {backend} {} vs best, {clients} clients", op.name());
+                            best_rows
+                                .push(measure(target.kind, op, clients, &lib, &raw, &sizes).await?);
+                        }
+                    }
+                }
+                Kind::Redis => {
+                    eprintln!("bench: {backend} claim → renew → release vs rslock");
+                    extras.push(best::rslock(target, &args.clients, &sizes).await?);
+                }
+            }
+        }
+        if args.parts.contains(&Part::Sweep) {
+            let sizes = args.sweep_sizes.clone().unwrap_or(if args.quick {
+                vec![10_000, 100_000]
+            } else {
+                vec![10_000, 1_000_000]
+            });
+            let held = args
+                .sweep_held
+                .unwrap_or(if args.quick { 20_000 } else { 100_000 });
+            eprintln!("bench: {backend} table-size sweep {sizes:?}, {held} held");
+            extras.push(sweep::sweep(target, &sizes, held, args.quick).await?);
+        }
+        if args.parts.contains(&Part::Worker) {
+            // Durable servers for the worker rows: a private Postgres with fsync and
+            // synchronous_commit on (the shared fixture runs with them off), the Redis fixture
+            // as it is (appendonly yes, appendfsync always). A --store server is used as is and
+            // its settings are reported.
+            let durable = if target.kind == Kind::Postgres && keep_alive.0.is_some() {
+                eprintln!("bench: starting a durable PostgreSQL for the worker rows");
+                let pg = tokio::task::spawn_blocking(PostgresServer::start_durable)
+                    .await
+                    .map_err(|e| BenchError::setup(e.to_string()))?
+                    .map_err(|e| BenchError::setup(format!("durable postgres fixture: {e}")))?;
+                let url = pg.url();
+                let durable_target = Target {
+                    kind: Kind::Postgres,
+                    raw: RawConn::postgres(&url, target.pool).await?,
+                    url,
+                    pool: target.pool,
+                    prefix: target.prefix.clone(),
+                };
+                Some((pg, durable_target))
+            } else {
+                None
+            };
+            let target = durable.as_ref().map_or(target, |(_, t)| t);
+            let jobs = args
+                .worker_jobs
+                .unwrap_or(if args.quick { 5_000 } else { 20_000 });
+            eprintln!("bench: {backend} Worker runtime, {jobs} jobs");
+            extras.push(worker::throughput(target, jobs, &args.worker_counts, args.quick).await?);
+            eprintln!("bench: {backend} Worker graceful handover");
+            extras.push(worker::handover(target, args.handover_runs).await?);
+            // The durable server (if one was started) stops here.
+            drop(durable);
+        }
     }
+
     report["ops"] = Value::Array(
         rows.iter()
             .map(|r| {
                 json!({"backend": r.backend.name(), "op": r.op.name(), "clients": r.clients,
                        "lib": r.lib.json(), "raw": r.raw.json(),
+                       "ratio_ops_per_s": r.ratio(), "ratio_p99": r.p99_ratio(),
+                       "validated": r.validated})
+            })
+            .collect(),
+    );
+    report["best"] = Value::Array(
+        best_rows
+            .iter()
+            .map(|r| {
+                json!({"backend": r.backend.name(), "op": r.op.name(), "clients": r.clients,
+                       "lib": r.lib.json(), "best": r.raw.json(),
                        "ratio_ops_per_s": r.ratio(), "ratio_p99": r.p99_ratio(),
                        "validated": r.validated})
             })
@@ -408,12 +553,28 @@ pub(crate) async fn run(config: &Config, args: BenchArgs) -> Result<(), Failure>
     if args.json {
         println!("{report:#}");
     } else {
-        print_table(&rows);
+        print_table(&rows, "raw");
+        if !best_rows.is_empty() {
+            println!(
+                "\nlibrary ÷ the best statement for the job (ops ratio = lib ops/s ÷ best ops/s)"
+            );
+            print_table(&best_rows, "best");
+        }
         for e in &extras {
-            println!("\n{}", extra::describe(e));
+            println!("\n{}", describe(e));
         }
     }
     Ok(())
+}
+
+/// A human-readable rendering of one extra measurement.
+fn describe(v: &Value) -> String {
+    match v["part"].as_str() {
+        Some("rslock") => best::describe(v),
+        Some("sweep") => sweep::describe(v),
+        Some("worker" | "handover") => worker::describe(v),
+        _ => extra::describe(v),
+    }
 }
 
 /// The servers to run against: the configured store, or private fixture servers.
@@ -506,6 +667,7 @@ async fn prepare(
             leases: Vec::new(),
             done: 0,
             claimed: Vec::new(),
+            endings: Vec::new(),
         };
         let fresh = |n: usize| -> Vec<String> {
             (0..n)
@@ -522,9 +684,16 @@ async fn prepare(
                     .collect::<Result<_, _>>()?;
             }
             Op::ClaimNext => raw.create_all(&fresh(per_round * rounds)).await?,
-            Op::Renew | Op::Append | Op::Complete | Op::RenewMany => {
+            // A tenth more runs than the calls take: the two paths share the table, so one may
+            // take more than its share before the other's last call.
+            Op::ClaimNextBatch => {
+                raw.create_all(&fresh(per_round * rounds * CLAIM_NEXT_BATCH * 11 / 10))
+                    .await?
+            }
+            Op::Renew | Op::Append | Op::Complete | Op::RenewMany | Op::EndMany => {
                 let n = match op {
                     Op::Complete => per_round * rounds,
+                    Op::EndMany => per_round * rounds * END_MANY,
                     Op::RenewMany => RENEW_MANY,
                     _ => 1,
                 };
@@ -536,6 +705,13 @@ async fn prepare(
                         return Err(BenchError::setup("setup claims found nothing claimable"));
                     }
                     client.leases.extend(got);
+                }
+                if op == Op::EndMany {
+                    client.endings = client
+                        .leases
+                        .iter()
+                        .map(|l| Ending::new(l.clone(), End::CompleteWith(PAYLOAD.to_vec())))
+                        .collect();
                 }
             }
         }
@@ -567,11 +743,20 @@ async fn one(
         }
         (Op::Claim, Path::Raw) => {
             let run = client.runs[k].as_str();
-            if raw.claim(run, client.worker.as_str(), TTL_MS).await? != 1 {
+            let fence = if raw.is_best() {
+                raw.best_claim(run, client.worker.as_str(), TTL_MS).await?
+            } else {
+                raw.claim(run, client.worker.as_str(), TTL_MS).await?
+            };
+            if fence != 1 {
                 return Err(BenchError::wrong("raw claim of a fresh run: fence 1"));
             }
         }
         (Op::Renew, Path::Lib) => drop(lib.renew(&client.leases[0]).await?),
+        (Op::Renew, Path::Raw) if raw.is_best() => {
+            let (run, fence, ttl) = batch[0];
+            raw.best_renew(run, fence, ttl).await?
+        }
         (Op::Renew, Path::Raw) => {
             let (run, fence, ttl) = batch[0];
             raw.renew(run, fence, ttl).await?
@@ -611,7 +796,54 @@ async fn one(
                 result?;
             }
         }
+        (Op::RenewMany, Path::Raw) if raw.is_best() => raw.best_renew_many(batch).await?,
         (Op::RenewMany, Path::Raw) => raw.renew_many(batch).await?,
+        (Op::ClaimNextBatch, Path::Lib) => {
+            let got = lib
+                .claim_next(&client.worker, ttl, CLAIM_NEXT_BATCH)
+                .await?;
+            if got.len() != CLAIM_NEXT_BATCH {
+                return Err(BenchError::wrong(format!(
+                    "claim_next({CLAIM_NEXT_BATCH}) returned {} runs",
+                    got.len()
+                )));
+            }
+            claimed.extend(
+                got.iter()
+                    .map(|l| (l.run().as_str().to_owned(), l.fence().get())),
+            );
+        }
+        (Op::ClaimNextBatch, Path::Raw) => {
+            let worker = client.worker.as_str();
+            let got = if raw.is_best() {
+                raw.best_claim_next(worker, TTL_MS, CLAIM_NEXT_BATCH)
+                    .await?
+            } else {
+                raw.claim_next(worker, TTL_MS, CLAIM_NEXT_BATCH).await?
+            };
+            if got.len() != CLAIM_NEXT_BATCH {
+                return Err(BenchError::wrong(format!(
+                    "raw claim_next({CLAIM_NEXT_BATCH}) returned {} runs",
+                    got.len()
+                )));
+            }
+            claimed.extend(got);
+        }
+        (Op::EndMany, Path::Lib) => {
+            let ends = &client.endings[k * END_MANY..(k + 1) * END_MANY];
+            for result in lib.end_many(ends).await? {
+                result?;
+            }
+        }
+        (Op::EndMany, Path::Raw) => {
+            if !raw.is_best() {
+                return Err(BenchError::setup(
+                    "end_many is measured against the best statement only (--parts best)",
+                ));
+            }
+            raw.best_end_many(&batch[k * END_MANY..(k + 1) * END_MANY], PAYLOAD)
+                .await?
+        }
     }
     Ok(())
 }
@@ -714,10 +946,7 @@ async fn measure(
     raw: &Arc<Raw>,
     sizes: &Sizes,
 ) -> Result<OpResult, BenchError> {
-    let total = match op {
-        Op::RenewMany => (sizes.ops / 25).max(clients),
-        _ => sizes.ops,
-    };
+    let total = op.calls(sizes.ops).max(clients);
     let per_round = total.div_ceil(clients).max(1);
     let rounds = sizes.pairs + 1;
     let mut lib_work = prepare(op, Path::Lib, clients, per_round, rounds, lib, raw).await?;
@@ -735,7 +964,7 @@ async fn measure(
     let (lib_secs, raw_secs) = (busy_secs(&lib_lat, clients), busy_secs(&raw_lat, clients));
     let mut checked = validate(op, &lib_work, raw).await?;
     checked += validate(op, &raw_work, raw).await?;
-    if op == Op::ClaimNext {
+    if matches!(op, Op::ClaimNext | Op::ClaimNextBatch) {
         let mut all = std::collections::HashSet::new();
         for c in lib_work.iter().chain(&raw_work) {
             for (run, _) in &c.claimed {
@@ -779,8 +1008,8 @@ async fn validate(op: Op, work: &[ClientWork], raw: &Raw) -> Result<usize, Bench
                     checked += 1;
                 }
             }
-            Op::ClaimNext => {
-                if c.claimed.len() != c.done {
+            Op::ClaimNext | Op::ClaimNextBatch => {
+                if c.claimed.len() != c.done * op.width() {
                     return fail(format!("{} claims for {} calls", c.claimed.len(), c.done));
                 }
                 let names: Vec<String> = c.claimed.iter().map(|(r, _)| r.clone()).collect();
@@ -791,7 +1020,7 @@ async fn validate(op: Op, work: &[ClientWork], raw: &Raw) -> Result<usize, Bench
                     checked += 1;
                 }
             }
-            Op::Renew | Op::Append | Op::RenewMany | Op::Complete => {
+            Op::Renew | Op::Append | Op::RenewMany | Op::Complete | Op::EndMany => {
                 let names: Vec<String> = c
                     .leases
                     .iter()
@@ -803,6 +1032,13 @@ async fn validate(op: Op, work: &[ClientWork], raw: &Raw) -> Result<usize, Bench
                         Op::Renew => s.heartbeats == c.done as u64,
                         Op::RenewMany => s.heartbeats == c.done as u64,
                         Op::Append => s.journal == c.done as u64,
+                        // Completed with its one journal entry, or untouched.
+                        Op::EndMany => {
+                            let ended = i < c.done * END_MANY;
+                            ended == (s.state == "completed")
+                                && s.journal == u64::from(ended)
+                                && s.fence == c.leases[i].fence().get()
+                        }
                         _ => (i < c.done) == (s.state == "completed"),
                     };
                     if !ok {
@@ -810,6 +1046,7 @@ async fn validate(op: Op, work: &[ClientWork], raw: &Raw) -> Result<usize, Bench
                     }
                     checked += match op {
                         Op::Complete => usize::from(i < c.done),
+                        Op::EndMany => usize::from(i < c.done * END_MANY),
                         _ => c.done,
                     };
                 }
@@ -819,12 +1056,15 @@ async fn validate(op: Op, work: &[ClientWork], raw: &Raw) -> Result<usize, Bench
     Ok(checked)
 }
 
-fn print_table(rows: &[OpResult]) {
+/// Prints the rows against the identical statement (`versus` = "raw", with the targets) or
+/// against the best statement for the job (`versus` = "best").
+fn print_table(rows: &[OpResult], versus: &str) {
     if rows.is_empty() {
         return;
     }
+    let v = versus;
     println!(
-        "| backend | operation | clients | lib ops/s | raw ops/s | ops ratio | lib p50 µs | raw p50 µs | lib p99 µs | raw p99 µs | p99 ratio | lib p99.9 µs | raw p99.9 µs | validated |"
+        "| backend | operation | clients | lib ops/s | {v} ops/s | ops ratio | lib p50 µs | {v} p50 µs | lib p99 µs | {v} p99 µs | p99 ratio | lib p99.9 µs | {v} p99.9 µs | validated |"
     );
     println!("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|");
     for r in rows {
@@ -845,6 +1085,9 @@ fn print_table(rows: &[OpResult]) {
             r.raw.p999_us,
             r.validated,
         );
+    }
+    if versus != "raw" {
+        return;
     }
     let misses: Vec<String> = rows
         .iter()

@@ -23,7 +23,7 @@ pub(crate) struct PgSql {
     renew_many: String,
     append: String,
     end_lease: String,
-    quoted: String,
+    pub(super) quoted: String,
 }
 
 impl PgSql {
@@ -110,6 +110,7 @@ impl RawConn {
             RawConn::Pg(pool) => Raw::Pg {
                 pool: pool.clone(),
                 sql: Box::new(PgSql::new(ns)),
+                best: None,
             },
             RawConn::Redis(conn) => Raw::Redis {
                 conn: conn.clone(),
@@ -128,6 +129,8 @@ pub(crate) enum Raw {
         pool: PgPool,
         /// The statements.
         sql: Box<PgSql>,
+        /// The best statements for the job, when this raw path stands for them (`best` part).
+        best: Option<Box<super::best::BestSql>>,
     },
     /// Redis scripts.
     Redis {
@@ -227,7 +230,7 @@ impl Raw {
         ttl_ms: u64,
     ) -> Result<u64, BenchError> {
         match self {
-            Raw::Pg { pool, sql } => {
+            Raw::Pg { pool, sql, .. } => {
                 let row = sqlx::query(&sql.claim)
                     .bind(run)
                     .bind(worker)
@@ -262,7 +265,7 @@ impl Raw {
         max: usize,
     ) -> Result<Vec<(String, u64)>, BenchError> {
         match self {
-            Raw::Pg { pool, sql } => {
+            Raw::Pg { pool, sql, .. } => {
                 let rows = sqlx::query(&sql.claim_next)
                     .bind(worker)
                     .bind(ttl_ms as i64)
@@ -302,7 +305,7 @@ impl Raw {
     /// `renew.sql` / `renew.lua` with one lease.
     pub(crate) async fn renew(&self, run: &str, fence: u64, ttl_ms: u64) -> Result<(), BenchError> {
         match self {
-            Raw::Pg { pool, sql } => {
+            Raw::Pg { pool, sql, .. } => {
                 let row = sqlx::query(&sql.renew)
                     .bind(run)
                     .bind(fence as i64)
@@ -320,7 +323,7 @@ impl Raw {
     /// `renew_many.sql` / `renew.lua`; fails unless every lease was renewed.
     pub(crate) async fn renew_many(&self, leases: &[(&str, u64, u64)]) -> Result<(), BenchError> {
         match self {
-            Raw::Pg { pool, sql } => {
+            Raw::Pg { pool, sql, .. } => {
                 let runs: Vec<&str> = leases.iter().map(|l| l.0).collect();
                 let fences: Vec<i64> = leases.iter().map(|l| l.1 as i64).collect();
                 let ttls: Vec<i64> = leases.iter().map(|l| l.2 as i64).collect();
@@ -366,7 +369,7 @@ impl Raw {
         payload: &[u8],
     ) -> Result<u64, BenchError> {
         match self {
-            Raw::Pg { pool, sql } => {
+            Raw::Pg { pool, sql, .. } => {
                 let row = sqlx::query(&sql.append)
                     .bind(run)
                     .bind(fence as i64)
@@ -388,7 +391,7 @@ impl Raw {
     /// `end_lease.sql 'completed'` / `fenced.lua complete`.
     pub(crate) async fn complete(&self, run: &str, fence: u64) -> Result<(), BenchError> {
         match self {
-            Raw::Pg { pool, sql } => {
+            Raw::Pg { pool, sql, .. } => {
                 sqlx::query(&sql.end_lease)
                     .bind(run)
                     .bind(fence as i64)
@@ -430,7 +433,7 @@ impl Raw {
     /// Setup, not measured: creates `runs` as `create.sql` / `create.lua` would, in bulk.
     pub(crate) async fn create_all(&self, runs: &[String]) -> Result<(), BenchError> {
         match self {
-            Raw::Pg { pool, sql } => {
+            Raw::Pg { pool, sql, .. } => {
                 for chunk in runs.chunks(10_000) {
                     sqlx::query(&format!(
                         "INSERT INTO {}.runs (run_id) SELECT unnest($1::text[])",
@@ -475,7 +478,7 @@ impl Raw {
     pub(crate) async fn seen(&self, runs: &[String]) -> Result<Vec<Seen>, BenchError> {
         let mut out = Vec::with_capacity(runs.len());
         match self {
-            Raw::Pg { pool, sql } => {
+            Raw::Pg { pool, sql, .. } => {
                 for chunk in runs.chunks(10_000) {
                     let rows = sqlx::query(&format!(
                         "SELECT i.ord, r.state, r.lease_owner, r.fence, r.heartbeats, \

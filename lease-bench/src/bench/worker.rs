@@ -1,0 +1,538 @@
+//! The `worker` part: the library's `Worker` runtime draining a backlog (jobs/s with 1, 4 and
+//! 16 instances in one process, each job one fenced durable effect and its completion), and the
+//! graceful handover of a shut-down worker's runs to another.
+//!
+//! Run on durable servers (Postgres with fsync and synchronous_commit on; Redis with
+//! appendonly yes and appendfsync always); the settings are read back and reported.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use distribution::{
+    BoxError, CancellationToken, End, LeaseStore, RunContext, RunId, RunState, Ttl, Worker,
+    WorkerConfig, WorkerId, WorkerReport, MAX_BATCH,
+};
+use serde_json::{json, Value};
+use sqlx::Row;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::raw::RawConn;
+use super::{BenchError, Target};
+
+/// Lease TTL of the worker rows.
+const TTL_S: u64 = 30;
+
+/// A Worker setting tried: handlers per instance, end batch size and delay.
+#[derive(Clone, Copy, Debug)]
+struct Setting {
+    concurrency: usize,
+    batch: usize,
+    delay_ms: u64,
+}
+
+impl Setting {
+    fn config(self) -> Result<WorkerConfig, BenchError> {
+        Ok(WorkerConfig::new(Ttl::from_secs(TTL_S)?)
+            .with_concurrency(self.concurrency)
+            .with_batch(self.batch, Duration::from_millis(self.delay_ms))
+            .with_poll_interval(Duration::from_millis(50)))
+    }
+
+    fn json(self) -> Value {
+        json!({"concurrency": self.concurrency, "batch": self.batch, "delay_ms": self.delay_ms})
+    }
+}
+
+const SETTINGS: [Setting; 4] = [
+    Setting {
+        concurrency: 32,
+        batch: 100,
+        delay_ms: 1,
+    },
+    Setting {
+        concurrency: 64,
+        batch: 250,
+        delay_ms: 2,
+    },
+    Setting {
+        concurrency: 128,
+        batch: 100,
+        delay_ms: 1,
+    },
+    Setting {
+        concurrency: 128,
+        batch: 500,
+        delay_ms: 2,
+    },
+];
+
+/// The server's durability settings, read back.
+async fn durability(target: &Target) -> Result<String, BenchError> {
+    Ok(match &target.raw {
+        RawConn::Pg(pool) => {
+            let fsync: String = sqlx::query("SHOW fsync")
+                .fetch_one(pool)
+                .await?
+                .try_get(0)?;
+            let sync: String = sqlx::query("SHOW synchronous_commit")
+                .fetch_one(pool)
+                .await?
+                .try_get(0)?;
+            format!("fsync={fsync}, synchronous_commit={sync}")
+        }
+        RawConn::Redis(conn) => {
+            let mut conn = conn.clone();
+            let get = |name: &'static str| redis::cmd("CONFIG").arg("GET").arg(name).clone();
+            let aof: Vec<String> = get("appendonly").query_async(&mut conn).await?;
+            let fsync: Vec<String> = get("appendfsync").query_async(&mut conn).await?;
+            format!(
+                "appendonly={}, appendfsync={}",
+                aof.get(1).map_or("?", String::as_str),
+                fsync.get(1).map_or("?", String::as_str)
+            )
+        }
+    })
+}
+
+async fn create_backlog(lib: &Arc<dyn LeaseStore>, names: &[RunId]) -> Result<(), BenchError> {
+    let mut tasks = Vec::new();
+    for (t, chunk) in names.chunks(MAX_BATCH).enumerate() {
+        let (lib, chunk) = (lib.clone(), chunk.to_vec());
+        tasks.push((
+            t,
+            tokio::spawn(async move {
+                for result in lib.create_many(&chunk).await? {
+                    result?;
+                }
+                Ok::<(), BenchError>(())
+            }),
+        ));
+        // At most four calls in flight.
+        if tasks.len() == 4 {
+            for (_, task) in tasks.drain(..) {
+                task.await.map_err(|e| BenchError::setup(e.to_string()))??;
+            }
+        }
+    }
+    for (_, task) in tasks {
+        task.await.map_err(|e| BenchError::setup(e.to_string()))??;
+    }
+    Ok(())
+}
+
+fn effect(run: &RunId, fence: u64) -> Vec<u8> {
+    format!("effect of {run} under fence {fence}").into_bytes()
+}
+
+/// `workers` Worker instances drain `jobs` runs; returns the row, validated.
+async fn drain(
+    target: &Target,
+    workers: usize,
+    setting: Setting,
+    jobs: usize,
+) -> Result<Value, BenchError> {
+    let ns = target.namespace("worker");
+    let lib = target.lib(&ns).await?;
+    let names: Vec<RunId> = (0..jobs)
+        .map(|i| RunId::new(format!("job-{i:07}")))
+        .collect::<Result<_, _>>()?;
+    create_backlog(&lib, &names).await?;
+
+    let completed = Arc::new(AtomicU64::new(0));
+    let all_done = Arc::new(Notify::new());
+    let shutdown = CancellationToken::new();
+    let t0 = Instant::now();
+    let mut tasks = Vec::with_capacity(workers);
+    for w in 0..workers {
+        let (completed, all_done) = (completed.clone(), all_done.clone());
+        let worker = Worker::new(
+            lib.clone(),
+            WorkerId::new(format!("bench-worker-{w}"))?,
+            setting.config()?,
+        )?
+        .on_end(move |report| {
+            // Called after the batch carrying this end committed.
+            if report.result.is_ok() && matches!(report.end, End::CompleteWith(_)) {
+                let n = completed.fetch_add(1, Ordering::Relaxed) + 1;
+                if n == jobs as u64 {
+                    all_done.notify_one();
+                }
+            }
+        });
+        let shutdown = shutdown.clone();
+        tasks.push(tokio::spawn(async move {
+            worker
+                .run(
+                    |ctx: RunContext| async move {
+                        Ok::<_, BoxError>(End::CompleteWith(effect(ctx.run(), ctx.fence().get())))
+                    },
+                    shutdown,
+                )
+                .await
+        }));
+    }
+    let limit = Duration::from_secs(300);
+    let waited = tokio::time::timeout(limit, all_done.notified()).await;
+    let secs = t0.elapsed().as_secs_f64();
+    shutdown.cancel();
+    let mut reports: Vec<WorkerReport> = Vec::with_capacity(workers);
+    for task in tasks {
+        reports.push(task.await.map_err(|e| BenchError::setup(e.to_string()))??);
+    }
+    if waited.is_err() {
+        return Err(BenchError::wrong(format!(
+            "{workers} workers completed {} of {jobs} jobs within {limit:?}",
+            completed.load(Ordering::Relaxed)
+        )));
+    }
+    let sum = |f: fn(&WorkerReport) -> u64| reports.iter().map(f).sum::<u64>();
+    let (done, batches, claimed) = (sum(|r| r.completed), sum(|r| r.batches), sum(|r| r.claimed));
+    let not_ok = sum(|r| r.refused + r.failed + r.handler_errors + r.abandoned);
+    checked_store(target, &ns, &lib, &names).await?;
+    if done != jobs as u64 || not_ok != 0 {
+        return Err(BenchError::wrong(format!(
+            "worker reports: {done} completed of {jobs} jobs in the store, {not_ok} refused, failed or errored"
+        )));
+    }
+    drop_namespace(target, &ns).await?;
+    Ok(json!({
+        "workers": workers,
+        "setting": setting.json(),
+        "jobs": jobs,
+        "secs": secs,
+        "jobs_per_s": jobs as f64 / secs,
+        "claimed": claimed,
+        "batches": batches,
+        "ends_per_batch": done as f64 / batches.max(1) as f64,
+        "validated": format!(
+            "{jobs} runs completed in the store, each with one journal entry under its final fence; reports' completed sum {done}"
+        ),
+    }))
+}
+
+/// Every run is completed with exactly one journal entry, written under its final fence, and
+/// holding the effect its handler returned.
+async fn checked_store(
+    target: &Target,
+    ns: &str,
+    lib: &Arc<dyn LeaseStore>,
+    names: &[RunId],
+) -> Result<(), BenchError> {
+    let raw = target.raw.namespace(ns);
+    let text: Vec<String> = names.iter().map(|r| r.as_str().to_owned()).collect();
+    let seen = raw.seen(&text).await?;
+    let bad = text
+        .iter()
+        .zip(&seen)
+        .find(|(_, s)| s.state != "completed" || s.journal != 1);
+    if let Some((run, s)) = bad {
+        return Err(BenchError::wrong(format!(
+            "worker run {run}: expected completed with one journal entry, store has {s:?}"
+        )));
+    }
+    // The entry's fence and payload, 16 reads in flight.
+    let fences: Arc<Vec<(RunId, u64)>> = Arc::new(
+        names
+            .iter()
+            .cloned()
+            .zip(seen.iter().map(|s| s.fence))
+            .collect(),
+    );
+    let mut tasks = Vec::new();
+    for t in 0..16 {
+        let (lib, fences) = (lib.clone(), fences.clone());
+        tasks.push(tokio::spawn(async move {
+            for (run, fence) in fences.iter().skip(t).step_by(16) {
+                let journal = lib.journal(run).await?;
+                let [entry] = journal.as_slice() else {
+                    return Err(BenchError::wrong(format!(
+                        "{run}: {} entries",
+                        journal.len()
+                    )));
+                };
+                if entry.fence.get() != *fence || entry.payload != effect(run, *fence) {
+                    return Err(BenchError::wrong(format!(
+                        "{run}: entry under fence {} with {:?}, run at fence {fence}",
+                        entry.fence,
+                        String::from_utf8_lossy(&entry.payload)
+                    )));
+                }
+            }
+            Ok::<(), BenchError>(())
+        }));
+    }
+    for task in tasks {
+        task.await.map_err(|e| BenchError::setup(e.to_string()))??;
+    }
+    Ok(())
+}
+
+async fn drop_namespace(target: &Target, ns: &str) -> Result<(), BenchError> {
+    if let RawConn::Pg(pool) = &target.raw {
+        sqlx::query(&format!(
+            "DROP SCHEMA \"{}\" CASCADE",
+            ns.replace('"', "\"\"")
+        ))
+        .execute(pool)
+        .await?;
+    }
+    Ok(())
+}
+
+/// The settings trial at 4 instances, then 1/4/16 instances with the fastest setting.
+pub(super) async fn throughput(
+    target: &Target,
+    jobs: usize,
+    counts: &[usize],
+    quick: bool,
+) -> Result<Value, BenchError> {
+    let durable = durability(target).await?;
+    let trial_jobs = if quick { jobs } else { jobs / 2 };
+    let mut trials = Vec::new();
+    let mut best: Option<(f64, Setting)> = None;
+    for setting in SETTINGS {
+        eprintln!(
+            "bench: {} worker setting {setting:?}, 4 instances, {trial_jobs} jobs",
+            target.kind.name()
+        );
+        let row = drain(target, 4, setting, trial_jobs).await?;
+        let rate = row["jobs_per_s"].as_f64().unwrap_or(0.0);
+        if best.is_none_or(|(b, _)| rate > b) {
+            best = Some((rate, setting));
+        }
+        trials.push(row);
+    }
+    let (_, setting) = best.ok_or_else(|| BenchError::setup("no worker setting tried"))?;
+    let mut rows = Vec::new();
+    for &workers in counts {
+        eprintln!(
+            "bench: {} {workers} workers drain {jobs} jobs",
+            target.kind.name()
+        );
+        rows.push(drain(target, workers, setting, jobs).await?);
+    }
+    Ok(json!({
+        "part": "worker",
+        "backend": target.kind.name(),
+        "durability": durable,
+        "ttl_s": TTL_S,
+        "trials": trials,
+        "best_setting": setting.json(),
+        "rows": rows,
+    }))
+}
+
+/// One handover trial's measurements.
+struct Handover {
+    ms: f64,
+    fences_ok: bool,
+}
+
+/// Worker A holds `runs` runs with handlers that never finish and is shut down with a short
+/// grace; worker B, polling, claims them. Measures shutdown call → B's last claim, three times.
+pub(super) async fn handover(target: &Target, runs: usize) -> Result<Value, BenchError> {
+    let grace = Duration::from_millis(100);
+    let poll = Duration::from_millis(50);
+    let durable = durability(target).await?;
+    let mut trials = Vec::new();
+    for _ in 0..3 {
+        trials.push(handover_once(target, runs, grace, poll).await?);
+    }
+    let mut ms: Vec<f64> = trials.iter().map(|t| t.ms).collect();
+    ms.sort_by(f64::total_cmp);
+    if trials.iter().any(|t| !t.fences_ok) {
+        return Err(BenchError::wrong(
+            "handover: a fence did not move by exactly one",
+        ));
+    }
+    Ok(json!({
+        "part": "handover",
+        "backend": target.kind.name(),
+        "durability": durable,
+        "runs": runs,
+        "grace_ms": grace.as_millis() as u64,
+        "poll_ms": poll.as_millis() as u64,
+        "trials_ms": ms,
+        "median_ms": ms[ms.len() / 2],
+        "max_ms": ms[ms.len() - 1],
+        "fences": "every run's fence under B = its fence under A + 1",
+    }))
+}
+
+async fn handover_once(
+    target: &Target,
+    runs: usize,
+    grace: Duration,
+    poll: Duration,
+) -> Result<Handover, BenchError> {
+    let ns = target.namespace("handover");
+    let lib = target.lib(&ns).await?;
+    let names: Vec<RunId> = (0..runs)
+        .map(|i| RunId::new(format!("held-{i:05}")))
+        .collect::<Result<_, _>>()?;
+    create_backlog(&lib, &names).await?;
+    let ttl = Ttl::from_secs(TTL_S)?;
+    let config = |concurrency: usize| {
+        WorkerConfig::new(ttl)
+            .with_concurrency(concurrency)
+            .with_poll_interval(poll)
+            .with_grace(grace)
+    };
+
+    // A: holds every run; its handlers never finish.
+    let a_fences: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
+    let a_started = Arc::new(Notify::new());
+    let a_stop = CancellationToken::new();
+    let a = Worker::new(lib.clone(), WorkerId::new("handover-a")?, config(runs))?;
+    let a_task = {
+        let (fences, started, stop) = (a_fences.clone(), a_started.clone(), a_stop.clone());
+        tokio::spawn(async move {
+            a.run(
+                move |ctx: RunContext| {
+                    let (fences, started) = (fences.clone(), started.clone());
+                    async move {
+                        let n = {
+                            let mut f = fences.lock().unwrap_or_else(|e| e.into_inner());
+                            f.insert(ctx.run().as_str().to_owned(), ctx.fence().get());
+                            f.len()
+                        };
+                        if n == runs {
+                            started.notify_one();
+                        }
+                        std::future::pending::<()>().await;
+                        Ok::<_, BoxError>(End::Complete)
+                    }
+                },
+                stop,
+            )
+            .await
+        })
+    };
+    tokio::time::timeout(Duration::from_secs(30), a_started.notified())
+        .await
+        .map_err(|_| BenchError::wrong("handover: worker A did not start every handler"))?;
+
+    // B: polling, idle while A holds everything.
+    let b_claims: Arc<Mutex<Vec<(String, u64, Instant)>>> = Arc::default();
+    let b_all = Arc::new(Notify::new());
+    let b_stop = CancellationToken::new();
+    let b = Worker::new(lib.clone(), WorkerId::new("handover-b")?, config(runs))?;
+    let b_task = {
+        let (claims, all, stop) = (b_claims.clone(), b_all.clone(), b_stop.clone());
+        tokio::spawn(async move {
+            b.run(
+                move |ctx: RunContext| {
+                    let (claims, all) = (claims.clone(), all.clone());
+                    async move {
+                        let n = {
+                            let mut c = claims.lock().unwrap_or_else(|e| e.into_inner());
+                            c.push((
+                                ctx.run().as_str().to_owned(),
+                                ctx.fence().get(),
+                                Instant::now(),
+                            ));
+                            c.len()
+                        };
+                        if n == runs {
+                            all.notify_one();
+                        }
+                        Ok::<_, BoxError>(End::Complete)
+                    }
+                },
+                stop,
+            )
+            .await
+        })
+    };
+    // Let B back off to its poll interval.
+    tokio::time::sleep(poll * 6).await;
+    let cut = Instant::now();
+    a_stop.cancel();
+    tokio::time::timeout(Duration::from_secs(30), b_all.notified())
+        .await
+        .map_err(|_| BenchError::wrong("handover: worker B did not claim every run"))?;
+    b_stop.cancel();
+    let a_report = a_task
+        .await
+        .map_err(|e| BenchError::setup(e.to_string()))??;
+    let b_report = b_task
+        .await
+        .map_err(|e| BenchError::setup(e.to_string()))??;
+    let claims = b_claims.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let a_fences = a_fences.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let last = claims.iter().map(|c| c.2).max().unwrap_or(cut);
+    let fences_ok = claims.len() == runs
+        && claims
+            .iter()
+            .all(|(run, fence, _)| a_fences.get(run).is_some_and(|a| a + 1 == *fence));
+    if a_report.released != runs as u64 || b_report.completed != runs as u64 {
+        return Err(BenchError::wrong(format!(
+            "handover: A released {} and B completed {} of {runs}",
+            a_report.released, b_report.completed
+        )));
+    }
+    for run in &names {
+        let record = lib.inspect(run).await?;
+        if record.state != RunState::Completed || record.fence.get() != 2 {
+            return Err(BenchError::wrong(format!("handover: {run} is {record:?}")));
+        }
+    }
+    drop_namespace(target, &ns).await?;
+    Ok(Handover {
+        ms: last.duration_since(cut).as_secs_f64() * 1_000.0,
+        fences_ok,
+    })
+}
+
+/// The worker and handover measurements as tables.
+pub(super) fn describe(v: &Value) -> String {
+    let backend = v["backend"].as_str().unwrap_or("?");
+    let durable = v["durability"].as_str().unwrap_or("?");
+    let f = |x: &Value| x.as_f64().unwrap_or(0.0);
+    if v["part"] == "handover" {
+        return format!(
+            "graceful handover, {backend} ({durable}): worker A holds {} runs (handlers that never finish) and is shut down with {} ms of grace; worker B polls every {} ms; shutdown call → B's last claim: {} ms (median {:.0} ms, max {:.0} ms); {}",
+            v["runs"], v["grace_ms"], v["poll_ms"],
+            v["trials_ms"].as_array().into_iter().flatten().map(|m| format!("{:.0}", f(m))).collect::<Vec<_>>().join(", "),
+            f(&v["median_ms"]), f(&v["max_ms"]), v["fences"].as_str().unwrap_or(""),
+        );
+    }
+    let setting = |s: &Value| {
+        format!(
+            "concurrency {}, batch {}, delay {} ms",
+            s["concurrency"], s["batch"], s["delay_ms"]
+        )
+    };
+    let mut out = format!(
+        "Worker runtime, {backend} ({durable}): each job one effect journaled with its completion (End::CompleteWith, group-committed by end_many); TTL {} s\nsetting trial, 4 instances:\n| setting | jobs | jobs/s | ends per end_many | validated |\n|---|--:|--:|--:|---|",
+        v["ttl_s"]
+    );
+    for r in v["trials"].as_array().into_iter().flatten() {
+        out += &format!(
+            "\n| {} | {} | {:.0} | {:.1} | {} |",
+            setting(&r["setting"]),
+            r["jobs"],
+            f(&r["jobs_per_s"]),
+            f(&r["ends_per_batch"]),
+            r["validated"].as_str().unwrap_or("")
+        );
+    }
+    out += &format!(
+        "\nwith the fastest setting ({}):\n| instances | jobs | jobs/s | ends per end_many | validated |\n|--:|--:|--:|--:|---|",
+        setting(&v["best_setting"])
+    );
+    for r in v["rows"].as_array().into_iter().flatten() {
+        out += &format!(
+            "\n| {} | {} | {:.0} | {:.1} | {} |",
+            r["workers"],
+            r["jobs"],
+            f(&r["jobs_per_s"]),
+            f(&r["ends_per_batch"]),
+            r["validated"].as_str().unwrap_or("")
+        );
+    }
+    out
+}
