@@ -414,6 +414,7 @@ pub(crate) async fn run(config: &Config, args: BenchArgs) -> Result<(), Failure>
     };
     let mut report = json!({
         "machine": extra::machine(),
+        "load_average_start": load_average(),
         "quick": args.quick,
         "pairs": sizes.pairs,
         "ops_per_round": sizes.ops,
@@ -546,6 +547,7 @@ pub(crate) async fn run(config: &Config, args: BenchArgs) -> Result<(), Failure>
             .collect(),
     );
     report["extra"] = Value::Array(extras.clone());
+    report["load_average_end"] = json!(load_average());
     if let Some(path) = &args.json_out {
         std::fs::write(path, format!("{report:#}\n"))
             .map_err(|e| BenchError::setup(format!("cannot write {}: {e}", path.display())))?;
@@ -553,6 +555,15 @@ pub(crate) async fn run(config: &Config, args: BenchArgs) -> Result<(), Failure>
     if args.json {
         println!("{report:#}");
     } else {
+        let m = &report["machine"];
+        println!(
+            "machine: {} × {} ({}); servers and bench share it; load average (1/5/15 min) at start {}, at end {}\n",
+            m["cores"],
+            m["cpu"].as_str().unwrap_or("?"),
+            m["os"].as_str().unwrap_or("?"),
+            report["load_average_start"].as_str().unwrap_or("?"),
+            report["load_average_end"].as_str().unwrap_or("?"),
+        );
         print_table(&rows, "raw");
         if !best_rows.is_empty() {
             println!(
@@ -565,6 +576,16 @@ pub(crate) async fn run(config: &Config, args: BenchArgs) -> Result<(), Failure>
         }
     }
     Ok(())
+}
+
+/// The first three fields of `/proc/loadavg`: other work on the machine during the run.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// A human-readable rendering of one extra measurement.

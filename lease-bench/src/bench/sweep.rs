@@ -67,7 +67,11 @@ pub(super) async fn sweep(
     } else {
         (500, 20, 200)
     };
-    let mut rows = Vec::new();
+    // Every table is loaded first; then each operation runs in rounds that visit the tables in
+    // turn (rotating which goes first), so background work on the shared machine (autovacuum,
+    // an AOF rewrite, other processes) falls on every size alike, as the ops part alternates
+    // library and raw calls.
+    let mut states = Vec::with_capacity(cases.len());
     for case in &cases {
         let ns = target.namespace("sweep");
         let lib = target.lib(&ns).await?;
@@ -77,56 +81,101 @@ pub(super) async fn sweep(
             case.label
         );
         let t0 = Instant::now();
-        let loaded_with = load(target, &ns, &lib, case.runs).await?;
+        // The held runs first, so that claim_next takes exactly them; then the free ones.
         if case.held > 0 {
+            load(target, &ns, &lib, 0..case.held).await?;
             hold(&lib, case.held).await?;
         }
+        let loaded_with = load(target, &ns, &lib, case.held..case.runs).await?;
         let load_secs = t0.elapsed().as_secs_f64();
-        let mut row = measure_case(target, &ns, &lib, case, ops, many_calls, next_calls).await?;
+        states.push(CaseState::new(
+            target,
+            ns,
+            lib,
+            case,
+            ops,
+            loaded_with,
+            load_secs,
+        )?);
+    }
+    let counts = [ops, ops, many_calls, next_calls];
+    for (op, &n) in SWEEP_OPS.iter().zip(&counts) {
+        eprintln!("bench: {} sweep, {}", target.kind.name(), op.name());
+        if *op == SweepOp::RenewMany {
+            for st in &mut states {
+                st.take_batch().await?;
+            }
+        }
+        let per_round = n.div_ceil(ROUNDS);
+        for round in 0..=ROUNDS {
+            let count = if round == 0 { op.warm() } else { per_round };
+            let tables = states.len();
+            for i in 0..tables {
+                let st = &mut states[(i + round) % tables];
+                for _ in 0..count {
+                    let t = Instant::now();
+                    st.one(*op).await?;
+                    if round > 0 {
+                        st.lat[*op as usize].push(t.elapsed().as_nanos() as u64);
+                    }
+                }
+            }
+        }
+    }
+    let mut rows = Vec::new();
+    for (case, st) in cases.iter().zip(states) {
+        let mut row = st.validate().await?;
         row["table"] = json!(case.label);
         row["runs"] = json!(case.runs);
         row["held"] = json!(case.held);
-        row["loaded_with"] = json!(loaded_with);
-        row["load_secs"] = json!(load_secs);
+        drop_namespace(target, row["ns"].as_str().unwrap_or_default()).await?;
         rows.push(row);
-        drop(lib);
-        drop_namespace(target, &ns).await?;
     }
-    // p50 at the largest size ÷ p50 at the smallest, per operation.
+    // p50 at the largest size, and with leases held, ÷ p50 at the smallest size, per operation.
     let plain: Vec<&Value> = rows.iter().filter(|r| r["held"] == 0).collect();
-    let mut growth = json!({});
-    if let (Some(first), Some(last)) = (plain.first(), plain.last()) {
+    let ratio = |from: &Value, to: &Value| {
+        let mut g = json!({"from": from["table"], "to": to["table"]});
         for op in ["claim", "renew", "renew_many", "claim_next"] {
             let p = |r: &Value| r[op]["p50_us"].as_f64().unwrap_or(0.0);
-            growth[op] = json!(p(last) / p(first).max(f64::MIN_POSITIVE));
+            g[op] = json!(p(to) / p(from).max(f64::MIN_POSITIVE));
         }
-        growth["from"] = first["table"].clone();
-        growth["to"] = last["table"].clone();
+        g
+    };
+    let mut growth = Vec::new();
+    if let (Some(first), Some(last)) = (plain.first(), plain.last()) {
+        if plain.len() > 1 {
+            growth.push(ratio(first, last));
+        }
+        if let Some(held) = rows.iter().find(|r| r["held"] != 0) {
+            growth.push(ratio(first, held));
+        }
     }
     Ok(json!({
         "part": "sweep",
         "backend": target.kind.name(),
         "clients": 1,
+        "rounds": ROUNDS,
         "ops": {"claim": ops, "renew": ops, "renew_many": many_calls, "claim_next": next_calls},
         "rows": rows,
         "p50_growth": growth,
     }))
 }
 
-/// Creates runs `sw-00000000` … in creation order; returns how.
+/// Creates runs `sw-<i>` for `i` in `range`; returns how.
 async fn load(
     target: &Target,
     ns: &str,
     lib: &Arc<dyn LeaseStore>,
-    runs: usize,
+    range: std::ops::Range<usize>,
 ) -> Result<String, BenchError> {
-    if let (RawConn::Pg(pool), true) = (&target.raw, runs > LIBRARY_LOAD_MAX) {
+    if let (RawConn::Pg(pool), true) = (&target.raw, range.len() > LIBRARY_LOAD_MAX) {
         let q = quoted(ns);
         sqlx::query(&format!(
             "INSERT INTO {q}.runs (run_id) \
-             SELECT 'sw-' || lpad(g::text, 8, '0') FROM generate_series(0, $1 - 1) AS g"
+             SELECT 'sw-' || lpad(g::text, 8, '0') FROM generate_series($1, $2 - 1) AS g"
         ))
-        .bind(runs as i64)
+        .bind(range.start as i64)
+        .bind(range.end as i64)
         .execute(pool)
         .await?;
         sqlx::query(&format!("VACUUM ANALYZE {q}.runs"))
@@ -135,10 +184,11 @@ async fn load(
         return Ok("raw INSERT … SELECT generate_series, then VACUUM ANALYZE".to_owned());
     }
     // Four calls in flight, each of MAX_BATCH ids, in order within each call.
-    let chunks: Vec<Vec<RunId>> = (0..runs)
+    let chunks: Vec<Vec<RunId>> = range
+        .clone()
         .step_by(MAX_BATCH)
         .map(|start| {
-            (start..(start + MAX_BATCH).min(runs))
+            (start..(start + MAX_BATCH).min(range.end))
                 .map(|i| RunId::new(run_name(i)))
                 .collect::<Result<Vec<_>, _>>()
         })
@@ -226,139 +276,222 @@ async fn drop_namespace(target: &Target, ns: &str) -> Result<(), BenchError> {
     Ok(())
 }
 
-/// Times `n` runs of `body` (with `k` counting from 0), after `warm` untimed ones.
-macro_rules! timed {
-    ($n:expr, $warm:expr, |$k:ident| $body:block) => {{
-        let mut lat = Vec::with_capacity($n);
-        for $k in 0..($warm + $n) {
-            let t = Instant::now();
-            $body
-            if $k >= $warm {
-                lat.push(t.elapsed().as_nanos() as u64);
-            }
-        }
-        let secs = lat.iter().sum::<u64>() as f64 / 1e9;
-        Summary::of(lat, secs)
-    }};
+/// Measured rounds per operation (after one warm-up round).
+const ROUNDS: usize = 5;
+
+/// The operations of the sweep, in the order measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SweepOp {
+    Claim,
+    Renew,
+    RenewMany,
+    ClaimNext,
 }
 
-const WARM: usize = 20;
+const SWEEP_OPS: [SweepOp; 4] = [
+    SweepOp::Claim,
+    SweepOp::Renew,
+    SweepOp::RenewMany,
+    SweepOp::ClaimNext,
+];
 
-/// The four operations on one loaded table, validated afterwards.
-async fn measure_case(
-    target: &Target,
-    ns: &str,
-    lib: &Arc<dyn LeaseStore>,
-    case: &Case,
-    ops: usize,
-    many_calls: usize,
-    next_calls: usize,
-) -> Result<Value, BenchError> {
-    let raw = target.raw.namespace(ns);
-    let worker = WorkerId::new("sweep-worker")?;
-    let ttl = Ttl::from_millis(TTL_MS)?;
-    // claim: runs spread over the free part of the table (the newest 10,000 when leases are
-    // held; the whole table otherwise).
-    let free = case.runs - case.held;
-    let stride = (free / (ops + WARM)).max(1);
-    let claim_ids: Vec<RunId> = (0..ops + WARM)
-        .map(|j| RunId::new(run_name(case.held + j * stride)))
-        .collect::<Result<_, _>>()?;
-    let mut claimed: Vec<Lease> = Vec::with_capacity(ops + WARM);
-    let claim = timed!(ops, WARM, |k| {
-        claimed.push(lib.claim(&claim_ids[k], &worker, ttl).await?);
-    });
-    let lease = claimed[0].clone();
-    let renew = timed!(ops, WARM, |_k| {
-        lib.renew(&lease).await?;
-    });
-    // renew_many: 1,000 leases taken by claim_next (not timed).
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    while batch.len() < MAX_BATCH {
-        let got = lib
-            .claim_next(&worker, ttl, MAX_BATCH - batch.len())
-            .await?;
-        if got.is_empty() {
-            return Err(BenchError::setup("sweep: too few runs for renew_many"));
+impl SweepOp {
+    fn name(self) -> &'static str {
+        match self {
+            SweepOp::Claim => "claim",
+            SweepOp::Renew => "renew",
+            SweepOp::RenewMany => "renew_many",
+            SweepOp::ClaimNext => "claim_next",
         }
-        batch.extend(got);
     }
-    let warm_many = 2;
-    let renew_many = timed!(many_calls, warm_many, |_k| {
-        for result in lib.renew_many(&batch).await? {
-            result?;
-        }
-    });
-    let mut handed: Vec<(String, u64)> = Vec::new();
-    let claim_next = timed!(next_calls, WARM, |_k| {
-        let got = lib.claim_next(&worker, ttl, 10).await?;
-        if got.len() != 10 {
-            return Err(BenchError::wrong(format!(
-                "sweep claim_next(10) returned {}",
-                got.len()
-            )));
-        }
-        handed.extend(
-            got.iter()
-                .map(|l| (l.run().as_str().to_owned(), l.fence().get())),
-        );
-    });
 
-    // Validation: every claim and claim_next landed (fence 1, our worker), distinct; the
-    // renewed lease counted every renewal (it was also claimed: fence 1).
-    let me = Some(worker.as_str().to_owned());
-    let claim_names: Vec<String> = claimed
-        .iter()
-        .map(|l| l.run().as_str().to_owned())
-        .collect();
-    for (run, s) in claim_names.iter().zip(raw.seen(&claim_names).await?) {
-        let heartbeats = if *run == claim_names[0] {
-            ops + WARM
-        } else {
-            0
-        } as u64;
-        if s.fence != 1 || s.owner != me || s.heartbeats != heartbeats {
-            return Err(BenchError::wrong(format!(
-                "sweep claim of {run}: store has {s:?}"
-            )));
+    /// Untimed calls per table in the warm-up round.
+    fn warm(self) -> usize {
+        match self {
+            SweepOp::RenewMany => 2,
+            _ => 20,
         }
     }
-    let many_names: Vec<String> = batch.iter().map(|l| l.run().as_str().to_owned()).collect();
-    for (run, s) in many_names.iter().zip(raw.seen(&many_names).await?) {
-        if s.heartbeats != (many_calls + warm_many) as u64 || s.owner != me {
-            return Err(BenchError::wrong(format!(
-                "sweep renew_many of {run}: store has {s:?}"
-            )));
-        }
+}
+
+/// One loaded table and what the sweep did to it.
+struct CaseState {
+    ns: String,
+    lib: Arc<dyn LeaseStore>,
+    raw: super::raw::Raw,
+    worker: WorkerId,
+    ttl: Ttl,
+    claim_ids: Vec<RunId>,
+    claimed: Vec<Lease>,
+    renewals: u64,
+    batch: Vec<Lease>,
+    batch_renewals: u64,
+    handed: Vec<(String, u64)>,
+    lat: [Vec<u64>; 4],
+    loaded_with: String,
+    load_secs: f64,
+}
+
+impl CaseState {
+    fn new(
+        target: &Target,
+        ns: String,
+        lib: Arc<dyn LeaseStore>,
+        case: &Case,
+        ops: usize,
+        loaded_with: String,
+        load_secs: f64,
+    ) -> Result<CaseState, BenchError> {
+        // claim: runs spread over the free part of the table (the newest 10,000 when leases
+        // are held; the whole table otherwise).
+        let n = ops.div_ceil(ROUNDS) * ROUNDS + SweepOp::Claim.warm();
+        let free = case.runs - case.held;
+        let stride = (free / n).max(1);
+        let claim_ids = (0..n)
+            .map(|j| RunId::new(run_name(case.held + j * stride)))
+            .collect::<Result<_, _>>()?;
+        Ok(CaseState {
+            raw: target.raw.namespace(&ns),
+            ns,
+            lib,
+            worker: WorkerId::new("sweep-worker")?,
+            ttl: Ttl::from_millis(TTL_MS)?,
+            claim_ids,
+            claimed: Vec::new(),
+            renewals: 0,
+            batch: Vec::new(),
+            batch_renewals: 0,
+            handed: Vec::new(),
+            lat: Default::default(),
+            loaded_with,
+            load_secs,
+        })
     }
-    let mut distinct = HashSet::new();
-    let next_names: Vec<String> = handed.iter().map(|(r, _)| r.clone()).collect();
-    for ((run, fence), s) in handed.iter().zip(raw.seen(&next_names).await?) {
-        if !distinct.insert(run.clone()) || s.fence != *fence || *fence != 1 || s.owner != me {
-            return Err(BenchError::wrong(format!(
-                "sweep claim_next handed {run} (fence {fence}): store has {s:?}"
-            )));
+
+    /// 1,000 leases for renew_many, taken by claim_next (not timed).
+    async fn take_batch(&mut self) -> Result<(), BenchError> {
+        while self.batch.len() < MAX_BATCH {
+            let got = self
+                .lib
+                .claim_next(&self.worker, self.ttl, MAX_BATCH - self.batch.len())
+                .await?;
+            if got.is_empty() {
+                return Err(BenchError::setup("sweep: too few runs for renew_many"));
+            }
+            self.batch.extend(got);
         }
+        Ok(())
     }
-    let checked = claim_names.len()
-        + (ops + WARM)
-        + many_names.len() * (many_calls + warm_many)
-        + next_names.len();
-    Ok(json!({
-        "claim": claim.json(),
-        "renew": renew.json(),
-        "renew_many": renew_many.json(),
-        "claim_next": claim_next.json(),
-        "validated": format!("{checked} effects checked"),
-    }))
+
+    async fn one(&mut self, op: SweepOp) -> Result<(), BenchError> {
+        match op {
+            SweepOp::Claim => {
+                let id = self
+                    .claim_ids
+                    .get(self.claimed.len())
+                    .ok_or_else(|| BenchError::setup("sweep: out of runs to claim"))?;
+                let lease = self.lib.claim(id, &self.worker, self.ttl).await?;
+                self.claimed.push(lease);
+            }
+            SweepOp::Renew => {
+                self.lib.renew(&self.claimed[0]).await?;
+                self.renewals += 1;
+            }
+            SweepOp::RenewMany => {
+                for result in self.lib.renew_many(&self.batch).await? {
+                    result?;
+                }
+                self.batch_renewals += 1;
+            }
+            SweepOp::ClaimNext => {
+                let got = self.lib.claim_next(&self.worker, self.ttl, 10).await?;
+                if got.len() != 10 {
+                    return Err(BenchError::wrong(format!(
+                        "sweep claim_next(10) returned {}",
+                        got.len()
+                    )));
+                }
+                self.handed.extend(
+                    got.iter()
+                        .map(|l| (l.run().as_str().to_owned(), l.fence().get())),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks every effect in the store; returns the row.
+    async fn validate(self) -> Result<Value, BenchError> {
+        // Every claim and claim_next landed (fence 1, our worker) and is distinct; the renewed
+        // lease (the first claim) and the batch counted every renewal.
+        let me = Some(self.worker.as_str().to_owned());
+        let raw = &self.raw;
+        let claim_names: Vec<String> = self
+            .claimed
+            .iter()
+            .map(|l| l.run().as_str().to_owned())
+            .collect();
+        for (i, (run, s)) in claim_names
+            .iter()
+            .zip(raw.seen(&claim_names).await?)
+            .enumerate()
+        {
+            let heartbeats = if i == 0 { self.renewals } else { 0 };
+            if s.fence != 1 || s.owner != me || s.heartbeats != heartbeats {
+                return Err(BenchError::wrong(format!(
+                    "sweep claim of {run}: store has {s:?}"
+                )));
+            }
+        }
+        let many_names: Vec<String> = self
+            .batch
+            .iter()
+            .map(|l| l.run().as_str().to_owned())
+            .collect();
+        for (run, s) in many_names.iter().zip(raw.seen(&many_names).await?) {
+            if s.heartbeats != self.batch_renewals || s.owner != me {
+                return Err(BenchError::wrong(format!(
+                    "sweep renew_many of {run}: store has {s:?}"
+                )));
+            }
+        }
+        let mut distinct = HashSet::new();
+        let next_names: Vec<String> = self.handed.iter().map(|(r, _)| r.clone()).collect();
+        for ((run, fence), s) in self.handed.iter().zip(raw.seen(&next_names).await?) {
+            if !distinct.insert(run.clone()) || s.fence != *fence || *fence != 1 || s.owner != me {
+                return Err(BenchError::wrong(format!(
+                    "sweep claim_next handed {run} (fence {fence}): store has {s:?}"
+                )));
+            }
+        }
+        let checked = claim_names.len()
+            + self.renewals as usize
+            + many_names.len() * self.batch_renewals as usize
+            + next_names.len();
+        let summary = |i: usize| {
+            let lat = self.lat[i].clone();
+            let secs = lat.iter().sum::<u64>() as f64 / 1e9;
+            Summary::of(lat, secs).json()
+        };
+        Ok(json!({
+            "ns": self.ns,
+            "loaded_with": self.loaded_with,
+            "load_secs": self.load_secs,
+            "claim": summary(0),
+            "renew": summary(1),
+            "renew_many": summary(2),
+            "claim_next": summary(3),
+            "validated": format!("{checked} effects checked"),
+        }))
+    }
 }
 
 /// The sweep as a table.
 pub(super) fn describe(v: &Value) -> String {
     let backend = v["backend"].as_str().unwrap_or("?");
     let mut out = format!(
-        "table-size sweep, {backend}: library, 1 client; per table {} claims, {} renewals, {} renew_many(1000), {} claim_next(10) (after warm-up); p50 in µs\n| table | loaded with | load s | claim p50 | claim ops/s | renew p50 | renew ops/s | renew_many(1000) p50 | renew_many calls/s | claim_next(10) p50 | claim_next calls/s | validated |\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|",
-        v["ops"]["claim"], v["ops"]["renew"], v["ops"]["renew_many"], v["ops"]["claim_next"]
+        "table-size sweep, {backend}: library, 1 client; per table {} claims, {} renewals, {} renew_many(1000), {} claim_next(10), in {} rounds that visit the tables in turn (after a warm-up round); p50 in µs\n| table | loaded with | load s | claim p50 | claim ops/s | renew p50 | renew ops/s | renew_many(1000) p50 | renew_many calls/s | claim_next(10) p50 | claim_next calls/s | validated |\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|",
+        v["ops"]["claim"], v["ops"]["renew"], v["ops"]["renew_many"], v["ops"]["claim_next"], v["rounds"]
     );
     for r in v["rows"].as_array().into_iter().flatten() {
         let p = |op: &str| r[op]["p50_us"].as_f64().unwrap_or(0.0);
@@ -379,8 +512,8 @@ pub(super) fn describe(v: &Value) -> String {
             r["validated"].as_str().unwrap_or(""),
         );
     }
-    let g = &v["p50_growth"];
-    if let Some(to) = g["to"].as_str() {
+    for g in v["p50_growth"].as_array().into_iter().flatten() {
+        let to = g["to"].as_str().unwrap_or("?");
         let f = |op: &str| g[op].as_f64().unwrap_or(0.0);
         let worst = ["claim", "renew", "renew_many", "claim_next"]
             .iter()
