@@ -79,7 +79,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// List runs, ordered by id.
+    /// List runs, ordered by id, printing each page of 1,000 as it arrives (the store's work
+    /// per call is bounded, so a long listing never stalls other clients). The table's columns
+    /// widen when a later page has longer values; --json prints one JSON array, streamed
+    /// element by element, which is valid only once the command succeeded.
     List {
         /// Only runs in this state: runnable, suspended or completed.
         #[arg(long)]
@@ -87,7 +90,7 @@ enum Command {
         /// Only runs whose lease expired and was not reclaimed.
         #[arg(long)]
         expired: bool,
-        /// At most this many runs.
+        /// At most this many runs in total (any number from 1).
         #[arg(long, default_value_t = 100)]
         limit: usize,
         /// Print JSON instead of a table.

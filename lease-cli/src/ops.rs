@@ -2,7 +2,7 @@
 
 use distribution::{connect, Config, ListFilter, RunId, RunState};
 
-use crate::output::print_records;
+use crate::output::{print_records, RecordStream};
 use crate::{usage, Failure};
 
 pub(crate) async fn create(config: &Config, run: &RunId, json: bool) -> Result<(), Failure> {
@@ -19,6 +19,12 @@ pub(crate) async fn inspect(config: &Config, run: &RunId, json: bool) -> Result<
     Ok(())
 }
 
+/// How many records `lease list` asks the store for at a time; each page is printed as it
+/// arrives.
+const LIST_PAGE: usize = 1_000;
+
+/// Streams the runs that match, ordered by id, page by page (paging with
+/// [`ListFilter::after`]), until `limit` records were printed or the store has no more.
 pub(crate) async fn list(
     config: &Config,
     state: Option<RunState>,
@@ -26,16 +32,36 @@ pub(crate) async fn list(
     limit: usize,
     json: bool,
 ) -> Result<(), Failure> {
+    if limit == 0 {
+        return Err(usage("--limit must be at least 1"));
+    }
     let store = connect(config).await?;
-    let filter = ListFilter {
-        state,
-        expired,
-        after: None,
-        limit,
-    };
-    let records = store.list(&filter).await?;
-    print_records(&records, json, false);
-    Ok(())
+    let mut stream = RecordStream::new(json);
+    let mut out = std::io::stdout();
+    let mut after = None;
+    while stream.printed() < limit {
+        let filter = ListFilter {
+            state,
+            expired,
+            after: after.take(),
+            limit: (limit - stream.printed()).min(LIST_PAGE),
+        };
+        let page = store.list(&filter).await?;
+        stream.page(&mut out, &page).map_err(closed_stdout)?;
+        // A short page is the last: `list` returns fewer than asked only at the end.
+        if page.len() < filter.limit {
+            break;
+        }
+        after = page.last().map(|r| r.run.clone());
+    }
+    stream.finish(&mut out).map_err(closed_stdout)
+}
+
+fn closed_stdout(e: std::io::Error) -> Failure {
+    Failure {
+        code: crate::exit::FAILURE,
+        message: format!("cannot write the listing to stdout: {e}"),
+    }
 }
 
 pub(crate) async fn resume(config: &Config, run: &RunId, json: bool) -> Result<(), Failure> {

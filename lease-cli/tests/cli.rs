@@ -363,3 +363,95 @@ fn fences_stay_exact_to_the_last_one_in_the_redis_ledger_and_messages() {
     assert_exit(&refused, REFUSED);
     assert!(stderr(&refused).contains("fence"), "{}", stderr(&refused));
 }
+
+/// `lease list` pages through the store, 1,000 records a call, and prints every page: past
+/// one page and past the store's 10,000-per-call cap, `--limit` is the total printed, the JSON
+/// is one array in id order without repeats, and a filter matching runs far apart finds each.
+#[test]
+fn list_streams_pages_until_the_limit_or_the_end() {
+    let server = match RedisServer::start() {
+        Ok(server) => server,
+        Err(why) => {
+            return unavailable::<()>(
+                "redis",
+                why,
+                "install redis-server (bash scripts/test.sh does it)",
+            )
+            .unwrap_or(());
+        }
+    };
+    let url = server.url();
+    let runs: Vec<distribution::RunId> = (0..12_345)
+        .map(|i| distribution::RunId::new(format!("run-{i:05}")).unwrap())
+        .collect();
+    let suspended = ["run-00000", "run-04999", "run-12344"];
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let config = distribution::Config::default()
+            .with_store(url.clone())
+            .with_namespace("cli_pages");
+        let store = distribution::connect(&config).await.unwrap();
+        for chunk in runs.chunks(1_000) {
+            for created in store.create_many(chunk).await.unwrap() {
+                created.unwrap();
+            }
+        }
+        let worker = distribution::WorkerId::new("worker-a").unwrap();
+        for run in suspended {
+            let run = distribution::RunId::new(run).unwrap();
+            let lease = store
+                .claim(&run, &worker, distribution::Ttl::from_secs(60).unwrap())
+                .await
+                .unwrap();
+            store.suspend(&lease).await.unwrap();
+        }
+    });
+    let base = ["--store", url.as_str(), "--namespace", "cli_pages"];
+    let with = |args: &[&str]| lease(&[&base[..], args].concat());
+    let ids = |out: &Output| -> Vec<String> {
+        assert_exit(out, 0);
+        let records: Vec<serde_json::Value> = serde_json::from_str(&stdout(out)).unwrap();
+        records
+            .iter()
+            .map(|r| r["run"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let all: Vec<String> = runs.iter().map(ToString::to_string).collect();
+
+    assert_eq!(ids(&with(&["list", "--json"])), all[..100]);
+    assert_eq!(
+        ids(&with(&["list", "--limit", "2500", "--json"])),
+        all[..2500]
+    );
+    assert_eq!(ids(&with(&["list", "--limit", "20000", "--json"])), all);
+    assert_eq!(
+        ids(&with(&["list", "--state", "suspended", "--json"])),
+        suspended
+    );
+    assert_eq!(
+        ids(&with(&[
+            "list",
+            "--state",
+            "suspended",
+            "--limit",
+            "2",
+            "--json"
+        ])),
+        suspended[..2]
+    );
+
+    let out = with(&["list", "--limit", "1001"]);
+    assert_exit(&out, 0);
+    let table = stdout(&out);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 1 + 1001, "a header and 1,001 rows");
+    assert!(lines[0].starts_with("RUN"), "{}", lines[0]);
+    assert!(lines[1001].starts_with("run-01000 "), "{}", lines[1001]);
+
+    let out = with(&["list", "--limit", "0"]);
+    assert_exit(&out, USAGE);
+    assert!(
+        stderr(&out).contains("--limit must be at least 1"),
+        "{}",
+        stderr(&out)
+    );
+}
