@@ -38,6 +38,7 @@ mod fault;
 mod heartbeats;
 mod id;
 mod memory;
+mod redact;
 mod scope;
 mod store;
 mod types;
@@ -48,6 +49,7 @@ pub use fault::{Fault, FaultyStore, ReplyFault, FAULT_BACKEND};
 pub use heartbeats::{HeartbeatStats, Heartbeats, TickReport};
 pub use id::{RunId, WorkerId, MAX_ID_BYTES};
 pub use memory::MemoryLeaseStore;
+pub use redact::{redact_url, REDACTED, UNPARSEABLE_URL};
 pub use scope::{min_margin, CancelReason, RunScope, ScopeConfig};
 pub use store::{claim_refusal, fenced_verdict, LeaseStore, LeaseStoreExt};
 pub use types::{
