@@ -35,3 +35,8 @@ soak CASES="100000":
 # The protocol model, checked over every interleaving (and each deliberate flaw found).
 model:
     cargo test -p lease-model -- --nocapture
+
+# A filtered `list` over 200,000 Redis runs next to a renewing client: the worst and p99
+# renewal latency during the lists, one list's time and script calls (BENCHMARKS.md).
+list-bound:
+    cargo test --release -p lease-redis --test list_bound -- --ignored --nocapture
