@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{InvalidInput, LeaseStore, MemoryLeaseStore, Ttl};
+use lease_core::{redact_url, InvalidInput, LeaseStore, MemoryLeaseStore, Ttl};
 
 /// Where leases live and how long they last: what a worker or the `lease` command needs to start.
 ///
@@ -73,6 +73,17 @@ impl fmt::Debug for Config {
             .field("sync_replicas", &self.sync_replicas)
             .field("max_connections", &self.max_connections)
             .finish()
+    }
+}
+
+/// The store URL (redacted, as [`redact_url`] shows it), TTL and namespace.
+impl fmt::Display for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (TTL {}", redact_url(&self.store), self.ttl)?;
+        if let Some(ns) = &self.namespace {
+            write!(f, ", namespace {ns}")?;
+        }
+        f.write_str(")")
     }
 }
 
@@ -422,7 +433,21 @@ impl Config {
             reason: e.to_string(),
         })?;
         let backend = match url.scheme() {
-            "memory" => Backend::Memory,
+            // `memory:` takes nothing: a parameter here would be ignored, so it is refused.
+            "memory" => {
+                let reason = match url.query_pairs().next() {
+                    Some((key, _)) => format!(
+                        "unknown URL parameter {key:?}: the memory store takes no parameters \
+                         (write memory:)"
+                    ),
+                    None => "the memory store takes no host, path or parameters (write memory:)"
+                        .to_string(),
+                };
+                return Err(ConfigError::MalformedUrl {
+                    url: redact_url(&self.store),
+                    reason,
+                });
+            }
             "postgres" | "postgresql" => Backend::Postgres,
             "redis" | "rediss" => Backend::Redis,
             other => {
@@ -527,25 +552,6 @@ pub async fn connect_store(config: &Config) -> Result<Store, ConfigError> {
             ))
         }
     })
-}
-
-/// `url` with its password, if any, replaced by `******`; an unparseable URL is replaced whole
-/// by a placeholder, since we cannot tell where its password is.
-pub fn redact_url(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut parsed) => {
-            if parsed.password().is_some() {
-                let _ = parsed.set_password(Some("******"));
-            }
-            // Query parameters such as `password=` are dropped from the shown form too.
-            if parsed.query_pairs().any(|(k, _)| k.contains("pass")) {
-                parsed.set_query(Some("******"));
-            }
-            parsed.to_string()
-        }
-        Err(_) if !url.contains('@') && !url.contains("pass") => url.to_string(),
-        Err(_) => "<unparseable URL, not shown>".to_string(),
-    }
 }
 
 #[cfg(test)]
@@ -671,6 +677,102 @@ mod tests {
             Config::from_toml("stroe = \"memory:\""),
             Err(ConfigError::File { .. })
         ));
+    }
+
+    #[test]
+    fn the_leaking_urls_of_issue_14_are_redacted_in_debug_and_display() {
+        for (url, expected) in [
+            (
+                "redis+unix:///tmp/r.sock?pass=hunter2",
+                "redis+unix:///tmp/r.sock?pass=******",
+            ),
+            ("redis://:hun/ter2@h:6379", "redis://:******@h:6379"),
+            ("redis://:hun#ter2@h:6379", "redis://:******"),
+            (
+                "postgres://app@db/x?password=hunter2",
+                "postgres://app@db/x?password=******",
+            ),
+            ("postgres://app:hun/ter2@db/x", "postgres://app:******@db/x"),
+            (
+                "postgres://app@db/x?PASSWORD=hunter2",
+                "postgres://app@db/x?PASSWORD=******",
+            ),
+            (
+                "redis://h:6379?api_token=hunter2",
+                "redis://h:6379?api_token=******",
+            ),
+        ] {
+            let config = Config::default().with_store(url);
+            let debug = format!("{config:?}");
+            assert!(debug.contains(&format!("{expected:?}")), "{debug}");
+            assert!(config.to_string().starts_with(expected), "{config}");
+            let err = config
+                .backend()
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            for shown in [debug, config.to_string(), err] {
+                assert!(!shown.contains("hun"), "{shown}");
+            }
+        }
+    }
+
+    /// Every backend refuses a parameter it does not document, naming it, before any I/O
+    /// (port 1 is never dialled: the URL is refused first).
+    #[tokio::test]
+    async fn unknown_url_parameters_are_refused_by_name_on_every_backend() {
+        let err = Config::default()
+            .with_store("memory:?replicas=1")
+            .backend()
+            .unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::MalformedUrl { reason, .. } if reason.contains("\"replicas\"")),
+            "{err}"
+        );
+        for (store, named) in [
+            (
+                "postgres://app:pw1234@127.0.0.1:1/db?volatle=true",
+                "\"volatle\"",
+            ),
+            ("postgres://app@127.0.0.1:1/db?pass=pw1234", "\"pass\""),
+            (
+                "postgres://app@127.0.0.1:1/db?PASSWORD=pw1234",
+                "\"PASSWORD\"",
+            ),
+            (
+                "postgres://app:pw1234@127.0.0.1:1,127.0.0.2:1/db?replicas=1",
+                "\"replicas\"",
+            ),
+            (
+                "redis://:pw1234@127.0.0.1:1?sync_replicas=1",
+                "\"sync_replicas\"",
+            ),
+            ("redis://127.0.0.1:1?password=pw1234", "\"password\""),
+            (
+                "redis+cluster://:pw1234@127.0.0.1:1,127.0.0.1:2?volatle=true",
+                "\"volatle\"",
+            ),
+            (
+                "redis+sentinel://127.0.0.1:1/svc?api_token=pw1234",
+                "\"api_token\"",
+            ),
+        ] {
+            let err = connect(&Config::default().with_store(store))
+                .await
+                .err()
+                .unwrap_or_else(|| panic!("{store} was accepted"));
+            assert!(
+                matches!(
+                    &err,
+                    ConfigError::Store(lease_core::Error::Misconfigured { .. })
+                ),
+                "{store}: {err:?}"
+            );
+            assert!(!err.is_retryable());
+            let shown = format!("{err} {err:?}");
+            assert!(shown.contains(named), "{store}: {shown}");
+            assert!(!shown.contains("pw1234"), "{store}: {shown}");
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 mod config;
 
 pub use config::{
-    check_namespace, connect, connect_store, redact_url, Backend, Config, ConfigError, Store,
+    check_namespace, connect, connect_store, Backend, Config, ConfigError, Store,
     MAX_NAMESPACE_BYTES,
 };
 

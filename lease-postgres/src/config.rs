@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use sqlx::postgres::PgConnectOptions;
 
-use crate::error::{redact, PgError};
+use lease_core::redact_url;
+
+use crate::error::PgError;
 
 /// The schema a store uses unless told otherwise.
 pub const DEFAULT_SCHEMA: &str = "lease";
@@ -181,9 +183,10 @@ impl PostgresConfig {
         &self.schema
     }
 
-    /// The URL with its password replaced by `******`.
+    /// The URL as [`lease_core::redact_url`] shows it: password, secret-looking parameter
+    /// values and fragment replaced by `******`.
     pub fn redacted_url(&self) -> String {
-        redact(&self.url)
+        redact_url(&self.url)
     }
 
     /// Parses and checks the URL.
@@ -196,11 +199,31 @@ impl PostgresConfig {
             .ok_or_else(|| {
                 PgError::Config(format!("{shown} is not a postgres:// or postgresql:// URL"))
             })?;
+        // Refused rather than guessed: each of these makes the URL mean something else to sqlx
+        // than it may to its author, and the redactor would have to mask far more of it.
+        if rest.contains('#') {
+            return Err(PgError::Config(format!(
+                "{shown}: a '#' is not allowed in a postgres URL; percent-encode it as %23 in a \
+                 password or a parameter value"
+            )));
+        }
         let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+        if query.contains('@') {
+            return Err(PgError::Config(format!(
+                "{shown}: a raw '@' after the '?' is ambiguous; percent-encode it as %40 in a \
+                 parameter value (and a '?' in a password as %3F)"
+            )));
+        }
         let (authority, path) = match rest.find('/') {
             Some(slash) => rest.split_at(slash),
             None => (rest, ""),
         };
+        if path.contains('@') {
+            return Err(PgError::Config(format!(
+                "{shown}: a '/' before the '@' of the user info; percent-encode it as %2F in a \
+                 user name or password (or an '@' in the database name as %40)"
+            )));
+        }
         let (userinfo, host_list) = match authority.rfind('@') {
             Some(at) => (&authority[..=at], &authority[at + 1..]),
             None => ("", authority),
@@ -230,12 +253,18 @@ impl PostgresConfig {
                     passed.push(pair);
                 }
                 other => {
+                    let hint = if other.to_ascii_lowercase().contains("pass") {
+                        " (a password goes in the user info, postgres://user:PASSWORD@host/db, \
+                         or in password=, lower-case)"
+                    } else {
+                        ""
+                    };
                     return Err(PgError::Config(format!(
-                        "unknown URL parameter {other:?} in {shown}: lease-postgres understands {} \
-                         and sqlx's {}",
+                        "unknown URL parameter {other:?} in {shown}{hint}: lease-postgres \
+                         understands {} and sqlx's {}",
                         OWN_PARAMETERS.join(", "),
                         SQLX_PARAMETERS.join(", ")
-                    )))
+                    )));
                 }
             }
         }
@@ -253,7 +282,7 @@ impl PostgresConfig {
             }
             let one = format!("postgres://{userinfo}{host}{path}{query}");
             let options = PgConnectOptions::from_str(&one)
-                .map_err(|e| PgError::Config(format!("{shown}: {}", redact(&e.to_string()))))?;
+                .map_err(|e| PgError::Config(format!("{shown}: {e}")))?;
             hosts.push(options);
         }
         Ok(Parsed {
@@ -298,6 +327,31 @@ mod tests {
         for shown in [format!("{config:?}"), config.to_string()] {
             assert!(!shown.contains("hunter2"), "{shown}");
             assert!(shown.contains("app:******@localhost"), "{shown}");
+        }
+    }
+
+    #[test]
+    fn the_leaking_urls_of_issue_14_are_redacted() {
+        for (url, expected) in [
+            (
+                "postgres://app@db/x?password=hunter2",
+                "postgres://app@db/x?password=******",
+            ),
+            ("postgres://app:hun/ter2@db/x", "postgres://app:******@db/x"),
+            (
+                "postgres://app@db/x?PASSWORD=hunter2",
+                "postgres://app@db/x?PASSWORD=******",
+            ),
+            (
+                "postgres://app@db/x?api_token=hunter2",
+                "postgres://app@db/x?api_token=******",
+            ),
+        ] {
+            let config = PostgresConfig::from_url(url);
+            assert_eq!(config.redacted_url(), expected);
+            for shown in [format!("{config:?}"), config.to_string()] {
+                assert!(!shown.contains("hun"), "{shown}");
+            }
         }
     }
 
@@ -350,6 +404,20 @@ mod tests {
                 "postgres://app:pw1234@h/db?sslmode=disable&lock_wait=5",
                 "\"lock_wait\"",
             ),
+            ("postgres://app@h/db?pass=pw1234", "\"pass\""),
+            ("postgres://app@h/db?PASSWORD=pw1234", "\"PASSWORD\""),
+            ("postgres://app@h/db?api_token=pw1234", "\"api_token\""),
+            ("postgres://app@h/db?secret_key=pw1234", "\"secret_key\""),
+            ("postgres://app@h/db?pass%77ord=pw1234", "\"pass%77ord\""),
+            (
+                "postgres://app:pw1234@h1:1,h2:2/db?volatle=true",
+                "\"volatle\"",
+            ),
+            ("postgres://app:pw1234#x@h/db", "'#'"),
+            ("postgres://app@h/db?password=pw1234#x", "'#'"),
+            ("postgres://app:pw1234/x@h/db", "'/'"),
+            ("postgres://app:pw1234?x@h/db", "'@'"),
+            ("postgres://app@h/db?password=pw1234@x", "'@'"),
         ] {
             let err = PostgresConfig::from_url(url).parse().err().unwrap();
             let err = lease_core::Error::from(err);

@@ -5,8 +5,9 @@ use lease_core::Error;
 /// Tags every error this adapter reports.
 pub(crate) const BACKEND: &str = "postgres";
 
-/// What went wrong talking to Postgres. Messages are redacted of URL passwords before they are
-/// stored, so no error can leak one.
+/// What went wrong talking to Postgres. No message holds a password: URLs are shown through
+/// [`lease_core::redact_url`], and sqlx's own messages never quote the connection URL (its
+/// parse errors name what is wrong, the server names the role, not the password).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum PgError {
     /// The server could not be reached, dropped the connection, or the pool timed out.
@@ -33,7 +34,7 @@ pub(crate) enum PgError {
 
 impl From<sqlx::Error> for PgError {
     fn from(e: sqlx::Error) -> PgError {
-        let message = redact(&e.to_string());
+        let message = e.to_string();
         if let sqlx::Error::Database(db) = &e {
             if db.code().as_deref() == Some("25006") {
                 return PgError::Standby(format!(
@@ -56,7 +57,7 @@ impl From<sqlx::migrate::MigrateError> for PgError {
     fn from(e: sqlx::migrate::MigrateError) -> PgError {
         match e {
             sqlx::migrate::MigrateError::Execute(e) => PgError::from(e),
-            other => PgError::Failed(redact(&format!("migration failed: {other}"))),
+            other => PgError::Failed(format!("migration failed: {other}")),
         }
     }
 }
@@ -118,52 +119,5 @@ fn is_unreachable(e: &sqlx::Error) -> bool {
                 )
         }),
         _ => false,
-    }
-}
-
-/// Replaces the password of every `scheme://user:password@` in `text` with `******`.
-pub(crate) fn redact(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(start) = rest.find("://") {
-        let (head, tail) = rest.split_at(start + 3);
-        out.push_str(head);
-        // The authority ends at the first '/', '?', '#' or whitespace; its userinfo at the last '@'.
-        let end = tail
-            .find(|c: char| matches!(c, '/' | '?' | '#') || c.is_whitespace())
-            .unwrap_or(tail.len());
-        let authority = &tail[..end];
-        match authority.rfind('@') {
-            Some(at) => {
-                let userinfo = &authority[..at];
-                match userinfo.find(':') {
-                    Some(colon) => {
-                        out.push_str(&userinfo[..colon]);
-                        out.push_str(":******");
-                    }
-                    None => out.push_str(userinfo),
-                }
-                out.push_str(&authority[at..]);
-            }
-            None => out.push_str(authority),
-        }
-        rest = &tail[end..];
-    }
-    out.push_str(rest);
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redact;
-
-    #[test]
-    fn redact_hides_url_passwords_only() {
-        assert_eq!(
-            redact("failed: postgres://u:p%40ss@h:5432/db?x=1 and redis://:pw@r/0"),
-            "failed: postgres://u:******@h:5432/db?x=1 and redis://:******@r/0"
-        );
-        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
-        assert_eq!(redact("no url here"), "no url here");
     }
 }

@@ -4,6 +4,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use lease_core::redact_url;
+
 use crate::error::RedisError;
 
 /// Where and how a [`RedisLeaseStore`](crate::RedisLeaseStore) connects.
@@ -26,6 +28,11 @@ use crate::error::RedisError;
 /// | `replica_timeout_ms=T` | how long to wait for those acknowledgements (default 1000) |
 /// | `volatile=true` | accept a server on which an acknowledged claim can be lost; see [`with_volatile`](RedisConfig::with_volatile) |
 /// | `protocol=resp2` or `resp3` | the wire protocol (default RESP2) |
+/// | `db=N`, `user=U`, `pass=P` | socket URLs only (`redis+unix:///path`, `unix:///path`), read by redis-rs: the database and credentials |
+///
+/// A password is percent-encoded in the user info (`/` as `%2F`, `?` as `%3F`, `#` as `%23`,
+/// `@` as `%40`); a raw `/` before the `@`, a `#`, or a raw `@` after the `?` is refused, since
+/// redis-rs would read the URL differently from its author.
 ///
 /// `Debug` and `Display` print the password as `******`.
 ///
@@ -130,6 +137,21 @@ impl RedisConfig {
             Some((body, query)) => (body, query),
             None => (rest, ""),
         };
+        if query.contains('@') {
+            return Err(format!(
+                "{shown}: a raw '@' after the '?' is ambiguous; percent-encode it as %40 in a \
+                 parameter value (and a '?' in a password as %3F)"
+            ));
+        }
+        // A socket URL (`redis+unix:///path`) has no host, and its credentials and database
+        // are parameters that redis-rs reads: `db`, `user`, `pass`.
+        let socket = matches!(scheme, "redis+unix" | "unix");
+        if !socket && body.contains('@') && body[..body.rfind('@').unwrap_or(0)].contains('/') {
+            return Err(format!(
+                "{shown}: a '/' before the '@' of the user info; percent-encode it as %2F in a \
+                 user name or password"
+            ));
+        }
         let mut protocol = None;
         let mut passed = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -161,11 +183,19 @@ impl RedisConfig {
                     });
                     passed.push(pair);
                 }
+                "db" | "user" | "pass" if socket => passed.push(pair),
                 _ => {
+                    let hint = if key.to_ascii_lowercase().contains("pass") {
+                        " (a password goes in the user info: redis://:PASSWORD@host, or \
+                         redis://USER:PASSWORD@host)"
+                    } else {
+                        ""
+                    };
+                    let socket_too = if socket { ", db, user, pass" } else { "" };
                     return Err(format!(
-                        "unknown URL parameter {key:?}: the redis adapter understands replicas, \
-                         replica_timeout_ms, volatile and protocol"
-                    ))
+                        "unknown URL parameter {key:?}{hint}: the redis adapter understands \
+                         replicas, replica_timeout_ms, volatile, protocol{socket_too}"
+                    ));
                 }
             }
         }
@@ -357,7 +387,7 @@ impl RedisConfig {
         crate::keys::check_namespace(&self.namespace)
     }
 
-    /// The URL with any password replaced by `******`.
+    /// The URL as [`lease_core::redact_url`] shows it.
     pub(crate) fn redacted_url(&self) -> String {
         redact_url(&self.given)
     }
@@ -388,53 +418,6 @@ fn split_hosts(hosts: &str, shown: &str) -> Result<Vec<(String, u16)>, String> {
         return Err(format!("{shown}: no host given"));
     }
     Ok(list)
-}
-
-/// `url` with the password of its user info replaced by `******`, and the values of query
-/// parameters that look secret masked too.
-pub(crate) fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        // Not a URL we understand: show nothing of it rather than risk a secret.
-        return "<unparsable url>".to_owned();
-    };
-    // Everything up to the last '@' is user info, wherever '/', '?' or '#' appear in it:
-    // masking too much is harmless, showing a password is not.
-    let (userinfo, tail) = match rest.rsplit_once('@') {
-        Some((userinfo, tail)) => (Some(userinfo), tail),
-        None => (None, rest),
-    };
-    let tail = match tail.split_once('?') {
-        Some((base, query)) => {
-            let query: Vec<String> = query
-                .split('&')
-                .map(|pair| match pair.split_once('=') {
-                    Some((key, _)) if looks_secret(key) => format!("{key}=******"),
-                    _ => pair.to_owned(),
-                })
-                .collect();
-            format!("{base}?{}", query.join("&"))
-        }
-        None => tail.to_owned(),
-    };
-    match userinfo {
-        Some(userinfo) => {
-            let user = userinfo.split_once(':').map_or("", |(user, _)| user);
-            let user = if user.contains(['/', '?', '#']) {
-                ""
-            } else {
-                user
-            };
-            format!("{scheme}://{user}:******@{tail}")
-        }
-        None => format!("{scheme}://{tail}"),
-    }
-}
-
-fn looks_secret(key: &str) -> bool {
-    let key = key.to_ascii_lowercase();
-    ["pass", "secret", "token", "key"]
-        .iter()
-        .any(|word| key.contains(word))
 }
 
 impl fmt::Debug for RedisConfig {
@@ -486,6 +469,37 @@ mod tests {
     }
 
     #[test]
+    fn the_leaking_urls_of_issue_14_are_redacted() {
+        for (url, expected) in [
+            (
+                "redis+unix:///tmp/r.sock?pass=hunter2",
+                "redis+unix:///tmp/r.sock?pass=******",
+            ),
+            ("redis://:hun/ter2@h:6379", "redis://:******@h:6379"),
+            ("redis://:hun#ter2@h:6379", "redis://:******"),
+            (
+                "redis://h:6379?PASSWORD=hunter2",
+                "redis://h:6379?PASSWORD=******",
+            ),
+            (
+                "redis://h:6379?api_token=hunter2",
+                "redis://h:6379?api_token=******",
+            ),
+        ] {
+            let config = RedisConfig::from_url(url);
+            assert_eq!(config.redacted_url(), expected);
+            let err = config
+                .check()
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            for shown in [format!("{config:?}"), config.to_string(), err] {
+                assert!(!shown.contains("hun"), "{shown}");
+            }
+        }
+    }
+
+    #[test]
     fn parameters_are_read_and_unknown_ones_refused() {
         let config = RedisConfig::from_url(
             "redis://h:1/2?volatile=true&protocol=resp3&replicas=2&replica_timeout_ms=300",
@@ -501,6 +515,18 @@ mod tests {
             ("redis://h?volatile=perhaps", "volatile"),
             ("redis://h?volatle=true", "volatle"),
             ("redis://h?password=x", "password"),
+            ("redis://h?pass=x", "\"pass\""),
+            ("redis://h?PASSWORD=x", "\"PASSWORD\""),
+            ("redis://h?api_token=x", "\"api_token\""),
+            ("redis://h?secret_key=x", "\"secret_key\""),
+            ("redis://h?db=1", "\"db\""),
+            ("redis+cluster://h:1,h:2?volatle=true", "\"volatle\""),
+            ("redis+sentinel://h:1/s?replica=1", "\"replica\""),
+            ("redis+unix:///tmp/r.sock?password=x", "\"password\""),
+            ("redis://:a/b@h", "'/'"),
+            ("redis://:a?b@h", "'@'"),
+            ("redis://h?protocol=resp3&x=a@b", "'@'"),
+            ("redis://:a#b@h", "'#'"),
             ("redis://h?replicas=-1", "replicas"),
             ("redis://h?replica_timeout_ms=0", "replica_timeout_ms"),
             ("redis+cluster://h:1/3", "database"),
@@ -511,6 +537,16 @@ mod tests {
             let err = RedisConfig::from_url(bad).check().unwrap_err().to_string();
             assert!(err.contains(named), "{bad}: {err}");
         }
+        for socket in [
+            "redis+unix:///tmp/r.sock?db=2&user=u&pass=p%40w",
+            "unix:///tmp/a@b.sock?pass=x",
+        ] {
+            let config = RedisConfig::from_url(socket);
+            assert!(config.check().is_ok(), "{socket}: {:?}", config.check());
+        }
+        assert!(
+            matches!(RedisConfig::from_url("redis+unix:///tmp/r.sock?pass=x&replicas=1").topology(), Ok(Topology::Single { url }) if url == "redis+unix:///tmp/r.sock?pass=x")
+        );
         assert!(RedisConfig::from_url("redis://h")
             .with_namespace("a{b")
             .check()
