@@ -129,6 +129,60 @@ fn cancel_event(reason: &CancelReason) -> Value {
     }
 }
 
+/// One line of the reference worker's stdin, parsed (see the module's table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Line<'a> {
+    /// A blank line: nothing to do.
+    Blank,
+    /// `step EFFECT` (`delay_ms` 0) or `step-after MS EFFECT`.
+    Step { delay_ms: u64, effect: &'a str },
+    /// `tx-step MS EFFECT`.
+    TxStep { hold_ms: u64, effect: &'a str },
+    /// `wait`.
+    Wait,
+    /// `suspend`, `complete` or `release`: the command word.
+    End(&'a str),
+    /// `exit`.
+    Exit,
+    /// Not a command: what the `unknown_command` event quotes (the whole line for a command
+    /// whose arguments do not parse, the first word otherwise).
+    Unknown(&'a str),
+}
+
+/// Parses one line of stdin. Pure and total: any text gives a [`Line`].
+///
+/// The line is trimmed and split at its first space into a command word and the rest; words
+/// after `wait`, `suspend`, `complete`, `release` and `exit` are ignored; the effect of
+/// `step` is the rest as written (possibly empty); `step-after` and `tx-step` need a whole
+/// number of milliseconds, a space, and the effect.
+pub(crate) fn parse_line(line: &str) -> Line<'_> {
+    let line = line.trim();
+    let (command, rest) = line.split_once(' ').unwrap_or((line, ""));
+    let ms_effect = || match rest.split_once(' ') {
+        Some((ms, effect)) => ms.parse::<u64>().ok().map(|ms| (ms, effect)),
+        None => None,
+    };
+    match command {
+        "" => Line::Blank,
+        "step" => Line::Step {
+            delay_ms: 0,
+            effect: rest,
+        },
+        "step-after" => match ms_effect() {
+            Some((delay_ms, effect)) => Line::Step { delay_ms, effect },
+            None => Line::Unknown(line),
+        },
+        "tx-step" => match ms_effect() {
+            Some((hold_ms, effect)) => Line::TxStep { hold_ms, effect },
+            None => Line::Unknown(line),
+        },
+        "wait" => Line::Wait,
+        "suspend" | "complete" | "release" => Line::End(command),
+        "exit" => Line::Exit,
+        other => Line::Unknown(other),
+    }
+}
+
 async fn claim(
     store: Arc<dyn LeaseStore>,
     args: &WorkerArgs,
@@ -256,23 +310,12 @@ pub(crate) async fn run(config: &Config, args: WorkerArgs) -> Result<(), Failure
         .await
         .map_err(|e| usage(format!("reading stdin: {e}")))?
     {
-        let line = line.trim();
-        let (command, rest) = line.split_once(' ').unwrap_or((line, ""));
-        match command {
-            "" => {}
-            "step" | "step-after" => {
+        match parse_line(&line) {
+            Line::Blank => {}
+            Line::Step { delay_ms, effect } => {
                 // `step-after MS EFFECT`: the effect is decided now, under the current lease, and
                 // written MS later, as a long computation would (or a process paused mid-step).
-                let (delay, effect) = match command {
-                    "step" => (0, rest.to_string()),
-                    _ => match rest.split_once(' ').map(|(ms, e)| (ms.parse::<u64>(), e)) {
-                        Some((Ok(ms), e)) => (ms, e.to_string()),
-                        _ => {
-                            events.emit("unknown_command", json!({"command": line}));
-                            continue;
-                        }
-                    },
-                };
+                let (delay, effect) = (delay_ms, effect.to_string());
                 let lease: Lease = scope.lease();
                 let (ledger, events) = (ledger.clone(), events.clone());
                 if delay > 0 {
@@ -298,14 +341,8 @@ pub(crate) async fn run(config: &Config, args: WorkerArgs) -> Result<(), Failure
                     }
                 });
             }
-            "tx-step" => {
-                let Some((Ok(hold), effect)) = rest
-                    .split_once(' ')
-                    .map(|(ms, e)| (ms.parse::<u64>(), e.to_string()))
-                else {
-                    events.emit("unknown_command", json!({"command": line}));
-                    continue;
-                };
+            Line::TxStep { hold_ms, effect } => {
+                let (hold, effect) = (hold_ms, effect.to_string());
                 let lease: Lease = scope.lease();
                 let (ledger, events) = (ledger.clone(), events.clone());
                 steps.spawn(async move {
@@ -334,11 +371,11 @@ pub(crate) async fn run(config: &Config, args: WorkerArgs) -> Result<(), Failure
                     }
                 });
             }
-            "wait" => {
+            Line::Wait => {
                 while steps.join_next().await.is_some() {}
                 events.emit("idle", json!({}));
             }
-            "suspend" | "complete" | "release" => {
+            Line::End(command) => {
                 let result = match command {
                     "suspend" => scope.suspend().await,
                     "complete" => scope.complete().await,
@@ -361,8 +398,8 @@ pub(crate) async fn run(config: &Config, args: WorkerArgs) -> Result<(), Failure
                     }
                 }
             }
-            "exit" => break,
-            other => events.emit("unknown_command", json!({"command": other})),
+            Line::Exit => break,
+            Line::Unknown(quoted) => events.emit("unknown_command", json!({"command": quoted})),
         }
     }
     while steps.join_next().await.is_some() {}
@@ -373,4 +410,179 @@ pub(crate) async fn run(config: &Config, args: WorkerArgs) -> Result<(), Failure
     drop(scope);
     events.emit("exited", json!({}));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::{parse_line, Line};
+
+    /// The parser as it was written inline in the stdin loop before it became `parse_line`,
+    /// kept as the oracle that the refactoring changed nothing.
+    fn inline_parser(line: &str) -> Line<'_> {
+        let line = line.trim();
+        let (command, rest) = line.split_once(' ').unwrap_or((line, ""));
+        match command {
+            "" => Line::Blank,
+            "step" | "step-after" => match command {
+                "step" => Line::Step {
+                    delay_ms: 0,
+                    effect: rest,
+                },
+                _ => match rest.split_once(' ').map(|(ms, e)| (ms.parse::<u64>(), e)) {
+                    Some((Ok(ms), e)) => Line::Step {
+                        delay_ms: ms,
+                        effect: e,
+                    },
+                    _ => Line::Unknown(line),
+                },
+            },
+            "tx-step" => match rest.split_once(' ').map(|(ms, e)| (ms.parse::<u64>(), e)) {
+                Some((Ok(hold), effect)) => Line::TxStep {
+                    hold_ms: hold,
+                    effect,
+                },
+                _ => Line::Unknown(line),
+            },
+            "wait" => Line::Wait,
+            "suspend" | "complete" | "release" => Line::End(command),
+            "exit" => Line::Exit,
+            other => Line::Unknown(other),
+        }
+    }
+
+    #[test]
+    fn commands_and_their_malformed_neighbours() {
+        let cases: &[(&str, Line<'_>)] = &[
+            ("", Line::Blank),
+            ("  \t ", Line::Blank),
+            (
+                "step charge card",
+                Line::Step {
+                    delay_ms: 0,
+                    effect: "charge card",
+                },
+            ),
+            (
+                "step",
+                Line::Step {
+                    delay_ms: 0,
+                    effect: "",
+                },
+            ),
+            (
+                " step-after 250 e ",
+                Line::Step {
+                    delay_ms: 250,
+                    effect: "e",
+                },
+            ),
+            ("step-after 250", Line::Unknown("step-after 250")),
+            ("step-after -1 e", Line::Unknown("step-after -1 e")),
+            (
+                "step-after 18446744073709551616 e",
+                Line::Unknown("step-after 18446744073709551616 e"),
+            ),
+            (
+                "step-after 18446744073709551615 e",
+                Line::Step {
+                    delay_ms: u64::MAX,
+                    effect: "e",
+                },
+            ),
+            ("step-after  5 e", Line::Unknown("step-after  5 e")),
+            (
+                "tx-step 10 e f",
+                Line::TxStep {
+                    hold_ms: 10,
+                    effect: "e f",
+                },
+            ),
+            ("tx-step x e", Line::Unknown("tx-step x e")),
+            ("wait now", Line::Wait),
+            ("complete", Line::End("complete")),
+            ("release please", Line::End("release")),
+            ("exit", Line::Exit),
+            ("STEP x", Line::Unknown("STEP")),
+            ("step\tx", Line::Unknown("step\tx")),
+        ];
+        for (line, expected) in cases {
+            assert_eq!(parse_line(line), *expected, "{line:?}");
+            assert_eq!(inline_parser(line), *expected, "{line:?}");
+        }
+    }
+
+    /// Lines near the valid ones: a command word (or a near miss), separators, a number of
+    /// milliseconds (or a near miss) and an effect.
+    fn near_valid() -> impl Strategy<Value = String> {
+        let word = prop::sample::select(vec![
+            "step",
+            "step-after",
+            "tx-step",
+            "wait",
+            "suspend",
+            "complete",
+            "release",
+            "exit",
+            "",
+            "Step",
+            "step-afte",
+            "tx_step",
+            "exit\u{0}",
+        ]);
+        let sep = prop::sample::select(vec![" ", "  ", "\t", "", " \u{a0}", "\r\n"]);
+        let ms = prop_oneof![
+            any::<u64>().prop_map(|n| n.to_string()),
+            Just("18446744073709551616".to_owned()),
+            Just("-1".to_owned()),
+            Just("+5".to_owned()),
+            Just("1e3".to_owned()),
+            Just(String::new()),
+            "[0-9]{1,30}",
+            ".{0,4}",
+        ];
+        (word, sep.clone(), ms, sep, any::<String>(), ".{0,3}").prop_map(
+            |(word, s1, ms, s2, effect, tail)| format!("{word}{s1}{ms}{s2}{effect}{tail}"),
+        )
+    }
+
+    fn check(line: &str) -> Result<(), TestCaseError> {
+        let parsed = parse_line(line);
+        prop_assert_eq!(parsed, inline_parser(line));
+        let trimmed = line.trim();
+        match parsed {
+            Line::Blank => prop_assert!(trimmed.is_empty()),
+            Line::Step { effect, .. } | Line::TxStep { effect, .. } => {
+                prop_assert!(trimmed.ends_with(effect));
+            }
+            Line::Unknown(quoted) => {
+                prop_assert!(trimmed.starts_with(quoted) && !quoted.is_empty())
+            }
+            Line::Wait | Line::End(_) | Line::Exit => {}
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+        /// Any text parses to a command or an `Unknown` naming it, never a panic, exactly as
+        /// the inline parser did.
+        #[test]
+        fn any_line_parses_without_panicking(line in any::<String>()) {
+            check(&line)?;
+        }
+
+        /// Bytes off the wire are read as lines of (lossy) UTF-8 text first.
+        #[test]
+        fn any_bytes_parse_without_panicking(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+            check(&String::from_utf8_lossy(&bytes))?;
+        }
+
+        #[test]
+        fn near_valid_lines_parse_without_panicking(line in near_valid()) {
+            check(&line)?;
+        }
+    }
 }
