@@ -388,7 +388,7 @@ impl RedisConfig {
     }
 
     /// The URL as [`lease_core::redact_url`] shows it.
-    pub(crate) fn redacted_url(&self) -> String {
+    pub(crate) fn shown_url(&self) -> String {
         redact_url(&self.given)
     }
 }
@@ -423,7 +423,7 @@ fn split_hosts(hosts: &str, shown: &str) -> Result<Vec<(String, u16)>, String> {
 impl fmt::Debug for RedisConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisConfig")
-            .field("url", &self.redacted_url())
+            .field("url", &self.shown_url())
             .field("namespace", &self.namespace)
             .field("volatile", &self.volatile)
             .field("replicas", &self.replicas)
@@ -436,7 +436,7 @@ impl fmt::Debug for RedisConfig {
 
 impl fmt::Display for RedisConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} (namespace {}", self.redacted_url(), self.namespace)?;
+        write!(f, "{} (namespace {}", self.shown_url(), self.namespace)?;
         if self.replicas > 0 {
             write!(f, ", {} replica acknowledgements", self.replicas)?;
         }
@@ -487,7 +487,7 @@ mod tests {
             ),
         ] {
             let config = RedisConfig::from_url(url);
-            assert_eq!(config.redacted_url(), expected);
+            assert_eq!(config.shown_url(), expected);
             let err = config
                 .check()
                 .err()

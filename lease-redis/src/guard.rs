@@ -41,7 +41,7 @@ impl Guard {
             volatile: config.is_volatile(),
             replicas: config.replicas(),
             replica_timeout: config.replica_timeout(),
-            server: config.redacted_url(),
+            server: config.shown_url(),
             accepted: Mutex::new(Vec::new()),
             warned: AtomicBool::new(false),
         }

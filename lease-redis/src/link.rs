@@ -78,7 +78,7 @@ impl Link {
         let timeouts = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(config.connect_timeout()))
             .set_response_timeout(Some(config.response_timeout()));
-        let shown = config.redacted_url();
+        let shown = config.shown_url();
         let bad_url = |e: redis::RedisError, secret: Option<&str>| {
             RedisError::Config(format!(
                 "cannot use {shown}: {}",
