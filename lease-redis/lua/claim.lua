@@ -13,9 +13,10 @@ if not s then
 end
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2] -- exact in a double until year 2255
+-- string.format('%d', x) prints through a 64-bit integer: exact below 2^53, and cheaper than '%.0f'.
 -- Claimable: runnable, unowned or expired, and not at the last fence (i64::MAX).
 if s ~= 'runnable' or (o ~= '' and tonumber(e) > now) or f == '9223372036854775807' then
-  return { 'refused', s, o, e, f, string.format('%.0f', now) }
+  return { 'refused', s, o, e, f, string.format('%d', now) }
 end
 -- The fence plus one, exactly: as a number while that is exact (below 2^53), else digit by digit.
 if #f < 16 then
@@ -31,7 +32,7 @@ else
     f = string.sub(f, 1, i - 1) .. string.char(string.byte(f, i) + 1) .. string.rep('0', #f - i)
   end
 end
-local expires = string.format('%.0f', now + ARGV[3] * 1000)
+local expires = string.format('%d', now + ARGV[3] * 1000)
 redis.call('HSET', KEYS[1], ARGV[1], 'runnable:' .. f .. ':' .. h .. ':' .. expires .. ':' .. m .. ':' .. ARGV[2])
 if f == '9223372036854775807' then
   redis.call('ZREM', KEYS[2], m) -- never claimable again

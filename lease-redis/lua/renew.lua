@@ -25,7 +25,7 @@ for i = 1, #ARGV, 3 do
         local t = redis.call('TIME')
         now = t[1] * 1000000 + t[2] -- exact in a double until year 2255
       end
-      local e = string.format('%.0f', now + ARGV[i + 2] * 1000)
+      local e = string.format('%d', now + ARGV[i + 2] * 1000)
       -- Heartbeats plus one, exactly: as a number while that is exact, else digit by digit.
       if #h < 16 then
         h = string.format('%d', h + 1)

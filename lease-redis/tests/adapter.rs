@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use lease_conformance::assert_unavailable;
 use lease_conformance::fixtures::{unavailable, unique_namespace, RedisServer};
-use lease_core::{Ended, Error, LeaseStore, ListFilter, RunId, Ttl, WorkerId};
+use lease_core::{
+    End, Ended, Ending, Error, Fence, Lease, LeaseStore, ListFilter, RunId, RunState, Ttl, WorkerId,
+};
 use lease_redis::{FencedScript, RedisConfig, RedisLeaseStore};
 
 const HINT: &str = "install redis-server (apt-get install redis-server)";
@@ -548,5 +550,317 @@ async fn a_run_at_the_last_fence_is_exhausted_and_skipped_by_claim_next() {
     assert_eq!(
         store.inspect(&last).await.unwrap().fence.get(),
         i64::MAX as u64
+    );
+}
+
+/// The raw journal list of `id` in namespace `ns` (the adapter's key layout).
+async fn journal_len(conn: &mut redis::aio::MultiplexedConnection, ns: &str, id: &str) -> i64 {
+    let hex: String = id.bytes().map(|b| format!("{b:02x}")).collect();
+    redis::cmd("LLEN")
+        .arg(format!("{{lease:{ns}}}:j:{hex}"))
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_complete_with_under_a_stale_fence_journals_nothing_and_changes_nothing() {
+    let Some(server) = server(true, None) else {
+        return;
+    };
+    let ns = unique_namespace("stalewith");
+    let store = connect(&server.url(), &ns).await;
+    let r = run("r");
+    store.create(&r).await.unwrap();
+    let a = store.claim(&r, &worker("a"), ttl(20)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    let b = store.claim(&r, &worker("b"), ttl(60_000)).await.unwrap();
+    let before = store.inspect(&r).await.unwrap();
+
+    let results = store
+        .end_many(&[Ending::new(a, End::CompleteWith(b"charged twice".to_vec()))])
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            results[..],
+            [Err(Error::StaleFence {
+                presented: 1,
+                current: 2,
+                ..
+            })]
+        ),
+        "{results:?}"
+    );
+    let mut conn = raw(&server.url()).await;
+    assert_eq!(
+        journal_len(&mut conn, &ns, "r").await,
+        0,
+        "a stale effect was journaled"
+    );
+    assert!(store.journal(&r).await.unwrap().is_empty());
+    let after = store.inspect(&r).await.unwrap();
+    assert_eq!(
+        (
+            after.state,
+            &after.owner,
+            after.expires_at,
+            after.fence,
+            after.heartbeats
+        ),
+        (
+            before.state,
+            &before.owner,
+            before.expires_at,
+            before.fence,
+            before.heartbeats
+        )
+    );
+    // The holder's own complete-with still lands, effect and completion together.
+    let results = store
+        .end_many(&[Ending::new(
+            b.clone(),
+            End::CompleteWith(b"charged".to_vec()),
+        )])
+        .await
+        .unwrap();
+    assert!(matches!(results[..], [Ok(())]), "{results:?}");
+    let journal = store.journal(&r).await.unwrap();
+    assert_eq!(journal.len(), 1);
+    assert_eq!(
+        (journal[0].fence, &journal[0].payload[..]),
+        (b.fence(), &b"charged"[..])
+    );
+    assert_eq!(store.inspect(&r).await.unwrap().state, RunState::Completed);
+}
+
+#[tokio::test]
+async fn a_mixed_end_many_batch_gives_each_item_its_own_verdict() {
+    let Some(server) = server(true, None) else {
+        return;
+    };
+    let ns = unique_namespace("mixed");
+    let store = connect(&server.url(), &ns).await;
+    let ids = ["done", "with", "back", "wait", "stale", "ahead"];
+    for id in ids {
+        store.create(&run(id)).await.unwrap();
+    }
+    let mut leases = Vec::new();
+    for id in ids {
+        leases.push(
+            store
+                .claim(&run(id), &worker("a"), ttl(60_000))
+                .await
+                .unwrap(),
+        );
+    }
+    // "stale": expire a's lease (force-release) and let b take it under fence 2.
+    store.force_release(&run("stale")).await.unwrap();
+    let b = store
+        .claim(&run("stale"), &worker("b"), ttl(60_000))
+        .await
+        .unwrap();
+    let forged = |lease: &Lease, fence: u64| {
+        Lease::new(
+            lease.run().clone(),
+            lease.owner().clone(),
+            Fence::new(fence).unwrap(),
+            lease.ttl(),
+            lease.expires_at(),
+        )
+        .unwrap()
+    };
+    let missing = Lease::new(
+        run("never-created"),
+        worker("a"),
+        Fence::new(1).unwrap(),
+        ttl(60_000),
+        leases[0].expires_at(),
+    )
+    .unwrap();
+    let batch = vec![
+        Ending::new(leases[0].clone(), End::Complete),
+        Ending::new(leases[1].clone(), End::CompleteWith(b"effect".to_vec())),
+        Ending::new(leases[2].clone(), End::Release),
+        Ending::new(leases[3].clone(), End::Suspend),
+        Ending::new(
+            leases[4].clone(),
+            End::CompleteWith(b"stale effect".to_vec()),
+        ),
+        Ending::new(forged(&leases[5], 7), End::Complete),
+        Ending::new(missing, End::Release),
+    ];
+    let results = store.end_many(&batch).await.unwrap();
+    assert_eq!(results.len(), batch.len());
+    assert!(matches!(results[0], Ok(())), "{:?}", results[0]);
+    assert!(matches!(results[1], Ok(())), "{:?}", results[1]);
+    assert!(matches!(results[2], Ok(())), "{:?}", results[2]);
+    assert!(matches!(results[3], Ok(())), "{:?}", results[3]);
+    assert!(
+        matches!(
+            results[4],
+            Err(Error::StaleFence {
+                presented: 1,
+                current: 2,
+                ..
+            })
+        ),
+        "{:?}",
+        results[4]
+    );
+    assert!(
+        matches!(
+            results[5],
+            Err(Error::FenceAhead {
+                presented: 7,
+                current: 1,
+                ..
+            })
+        ),
+        "{:?}",
+        results[5]
+    );
+    assert!(
+        matches!(&results[6], Err(Error::NotFound { run }) if run.as_str() == "never-created"),
+        "{:?}",
+        results[6]
+    );
+
+    let state = |id: &'static str| {
+        let store = store.clone();
+        async move { store.inspect(&run(id)).await.unwrap() }
+    };
+    assert_eq!(state("done").await.state, RunState::Completed);
+    assert_eq!(state("with").await.state, RunState::Completed);
+    assert_eq!(state("wait").await.state, RunState::Suspended);
+    let back = state("back").await;
+    assert_eq!((back.state, back.owner), (RunState::Runnable, None));
+    let stale = state("stale").await;
+    assert_eq!(
+        (stale.owner.as_ref(), stale.fence),
+        (Some(b.owner()), b.fence())
+    );
+    let ahead = state("ahead").await;
+    assert_eq!(
+        (ahead.owner.as_ref(), ahead.fence.get()),
+        (Some(&worker("a")), 1)
+    );
+    assert!(matches!(
+        store.inspect(&run("never-created")).await,
+        Err(Error::NotFound { .. })
+    ));
+
+    let journal = store.journal(&run("with")).await.unwrap();
+    assert_eq!(journal.len(), 1);
+    assert_eq!(
+        (journal[0].fence.get(), &journal[0].payload[..]),
+        (1, &b"effect"[..])
+    );
+    let mut conn = raw(&server.url()).await;
+    assert_eq!(journal_len(&mut conn, &ns, "stale").await, 0);
+    // Only the released run is claimable; the ended ones left the claimable index.
+    let next = store
+        .claim_next(&worker("c"), ttl(60_000), 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        next.iter().map(|l| l.run().as_str()).collect::<Vec<_>>(),
+        ["back"]
+    );
+    assert_eq!(next[0].fence().get(), 2);
+    let indexed: i64 = redis::cmd("ZCARD")
+        .arg(format!("{{lease:{ns}}}:claimable"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(indexed, 3, "back (now held), stale and ahead stay indexed");
+}
+
+#[tokio::test]
+async fn create_many_refuses_existing_and_repeated_ids_and_keeps_input_order() {
+    let Some(server) = server(true, None) else {
+        return;
+    };
+    let store = connect(&server.url(), &unique_namespace("createmany")).await;
+    store.create(&run("old")).await.unwrap();
+    let batch = ["z", "old", "m", "z", "a", "m"].map(run);
+    let results = store.create_many(&batch).await.unwrap();
+    let verdicts: Vec<&str> = results
+        .iter()
+        .map(|r| match r {
+            Ok(()) => "created",
+            Err(Error::AlreadyExists { .. }) => "exists",
+            Err(other) => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        verdicts,
+        ["created", "exists", "created", "exists", "created", "exists"]
+    );
+    for (result, id) in results.iter().zip(&batch) {
+        if let Err(Error::AlreadyExists { run }) = result {
+            assert_eq!(run, id);
+        }
+    }
+    for id in ["z", "m", "a"] {
+        let record = store.inspect(&run(id)).await.unwrap();
+        assert_eq!(
+            (record.state, record.fence.get(), record.heartbeats),
+            (RunState::Runnable, 0, 0)
+        );
+    }
+    // Oldest first, then the batch in input order, not id order.
+    let claimed = store
+        .claim_next(&worker("w"), ttl(60_000), 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        claimed.iter().map(|l| l.run().as_str()).collect::<Vec<_>>(),
+        ["old", "z", "m", "a"]
+    );
+    let listed = store.list(&ListFilter::default()).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|r| r.run.as_str()).collect::<Vec<_>>(),
+        ["a", "m", "old", "z"]
+    );
+    assert!(store.create_many(&[]).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn batches_without_replica_acknowledgement_are_unavailable_as_a_whole() {
+    let Some(server) = server(true, None) else {
+        return;
+    };
+    let ns = unique_namespace("batchwait");
+    let plain = connect(&server.url(), &ns).await;
+    plain.create(&run("r")).await.unwrap();
+    let lease = plain
+        .claim(&run("r"), &worker("a"), ttl(60_000))
+        .await
+        .unwrap();
+    // No replica exists, so WAIT 1 can never be met.
+    let url = format!("{}?replicas=1&replica_timeout_ms=50", server.url());
+    let waiting = connect(&url, &ns).await;
+    let err = waiting
+        .end_many(&[Ending::new(lease.clone(), End::Complete)])
+        .await
+        .unwrap_err();
+    assert_unavailable(&err, "redis");
+    let err = waiting.create_many(&[run("s")]).await.unwrap_err();
+    assert_unavailable(&err, "redis");
+    // A batch that wrote nothing needs no acknowledgement: every item is answered.
+    let results = waiting
+        .end_many(&[Ending::new(lease, End::Complete)])
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            results[..],
+            [Err(Error::LeaseEnded {
+                ended: Ended::Completed,
+                ..
+            })]
+        ),
+        "the unacknowledged end was applied on the primary: {results:?}"
     );
 }

