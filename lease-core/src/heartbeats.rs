@@ -343,7 +343,7 @@ fn route(chunk: Chunk, report: &mut TickReport) {
     for (shared, result) in members.iter().zip(results) {
         match result {
             Ok(lease) => {
-                shared.renewed(sent, lease);
+                shared.renewed("hub", sent, lease);
                 report.renewed += 1;
             }
             // While an end of the lease is in flight its own verdict decides the scope: a renewal

@@ -136,6 +136,21 @@ pub enum CancelReason {
     Shutdown,
 }
 
+impl CancelReason {
+    /// A bounded label for metrics: `rejected`, `deadline`, `released`, `suspended`,
+    /// `completed` or `shutdown`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            CancelReason::Rejected(_) => "rejected",
+            CancelReason::DeadlineExceeded { .. } => "deadline",
+            CancelReason::Released => "released",
+            CancelReason::Suspended => "suspended",
+            CancelReason::Completed => "completed",
+            CancelReason::Shutdown => "shutdown",
+        }
+    }
+}
+
 impl fmt::Display for CancelReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -187,10 +202,16 @@ impl Shared {
         *self.deadline.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Records a successful renewal that was sent at `sent`.
-    pub(crate) fn renewed(&self, sent: Instant, lease: Lease) {
+    /// Records a successful renewal that was sent at `sent`, through `via` (`scope` or `hub`).
+    pub(crate) fn renewed(&self, via: &'static str, sent: Instant, lease: Lease) {
         *self.lease.lock().unwrap_or_else(|e| e.into_inner()) = lease;
         let mut deadline = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        crate::observe::renewal(
+            via,
+            now.saturating_duration_since(sent),
+            deadline.saturating_duration_since(now),
+        );
         // A late answer to an older send must not move the deadline back... or forward past
         // what its send instant justifies.
         *deadline = (*deadline).max(sent + self.timing.window);
@@ -213,6 +234,8 @@ impl Shared {
     pub(crate) fn cancel(&self, reason: CancelReason) {
         let lease = self.lease();
         if self.reason.set((Instant::now(), reason.clone())).is_ok() {
+            metrics::counter!(crate::observe::SCOPE_CANCELLATIONS, "reason" => reason.label())
+                .increment(1);
             match &reason {
                 CancelReason::Rejected(_) | CancelReason::DeadlineExceeded { .. } => {
                     tracing::warn!(run = %lease.run(), fence = %lease.fence(), %reason, "run scope cancelled")
@@ -366,6 +389,7 @@ impl RunScope {
                 tokio::spawn(heartbeat(shared.clone(), sent));
             }
         }
+        metrics::gauge!(crate::observe::LEASES_HELD).increment(1.0);
         Ok(RunScope {
             shared,
             run,
@@ -528,6 +552,12 @@ impl RunScope {
     }
 }
 
+impl Drop for RunScope {
+    fn drop(&mut self) {
+        metrics::gauge!(crate::observe::LEASES_HELD).decrement(1.0);
+    }
+}
+
 impl fmt::Debug for RunScope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RunScope")
@@ -625,7 +655,7 @@ async fn renew_once(shared: &Shared, interval: Duration) -> Result<()> {
     let sent = Instant::now();
     match tokio::time::timeout(interval, shared.store.renew(&lease)).await {
         Ok(Ok(renewed)) => {
-            shared.renewed(sent, renewed);
+            shared.renewed("scope", sent, renewed);
             Ok(())
         }
         Ok(Err(e)) => Err(e),

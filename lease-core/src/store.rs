@@ -200,6 +200,7 @@ pub fn fenced_verdict(
 ) -> Result<()> {
     let (presented, current) = (presented.get(), current.get());
     if presented < current {
+        crate::observe::stale_write_refused();
         return Err(Error::StaleFence {
             run: run.clone(),
             presented,

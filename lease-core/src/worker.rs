@@ -796,6 +796,7 @@ async fn batcher(mut b: Batcher) {
 async fn flush(b: &Batcher, batch: Vec<Pending>) -> Vec<Pending> {
     let ends: Vec<Ending> = batch.iter().map(|p| p.ending.clone()).collect();
     bump(&b.counters.batches);
+    metrics::histogram!(crate::observe::WORKER_BATCH_SIZE).record(batch.len() as f64);
     // Bounded: a call stuck on a dead connection is abandoned (its ends are retried, and a
     // retry recognises an abandoned call that did commit), so a shutdown always finishes.
     let call = tokio::time::timeout(b.give_up_after, b.store.end_many(&ends));
@@ -849,6 +850,13 @@ async fn flush(b: &Batcher, batch: Vec<Pending>) -> Vec<Pending> {
 /// Counts, reports and answers one end the store decided.
 fn decided(b: &Batcher, p: Pending, result: Result<()>) {
     let c = &b.counters;
+    let outcome = match &result {
+        Ok(()) => "committed",
+        Err(e) if e.is_verdict() => "refused",
+        Err(_) => "failed",
+    };
+    metrics::counter!(crate::observe::WORKER_ENDS, "end" => p.ending.end.as_str(), "outcome" => outcome)
+        .increment(1);
     match &result {
         Ok(()) => match p.ending.end.state() {
             crate::RunState::Completed => bump(&c.completed),

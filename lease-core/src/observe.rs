@@ -1,0 +1,391 @@
+//! Metrics and tracing: the names every part of the library reports under, and
+//! [`Instrumented`], a store wrapper that records each call.
+//!
+//! The library reports through the [`metrics`] facade and installs no exporter: an application
+//! that installs a recorder (for example `metrics-exporter-prometheus`) gets the series below;
+//! one that does not pays a relaxed atomic load per call. Label values are bounded: backends,
+//! operation names, verdict reasons, never run or worker ids.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::Instrument;
+
+use crate::error::{Error, Result};
+use crate::id::{RunId, WorkerId};
+use crate::store::LeaseStore;
+use crate::types::{Ending, JournalEntry, Lease, ListFilter, RunRecord, Ttl};
+
+/// Counter: store calls, by `backend`, `operation` and `outcome` (`ok`, or [`reason`] of the
+/// error).
+pub const STORE_OPERATIONS: &str = "lease_store_operations_total";
+/// Histogram (seconds): store call latency, by `backend` and `operation`.
+pub const STORE_DURATION: &str = "lease_store_operation_duration_seconds";
+/// Counter: verdicts the store gave, by `backend` and `reason` (every item of a batch counts).
+pub const VERDICTS: &str = "lease_verdicts_total";
+/// Counter: fenced writes refused because a newer claim moved the fence (`StaleFence`): each is
+/// a double execution that did not happen. Counted where the verdict is decided, so writes
+/// through adapter-specific fenced transactions and scripts count too.
+pub const STALE_WRITES_REFUSED: &str = "lease_stale_writes_refused_total";
+/// Counter: `claim_next` calls that found nothing to claim, by `backend`.
+pub const EMPTY_CLAIMS: &str = "lease_claim_next_empty_total";
+/// Histogram (seconds): a renewal's round trip, send to answer, by `via` (`scope` or `hub`).
+pub const RENEWAL_DURATION: &str = "lease_renewal_duration_seconds";
+/// Histogram (seconds): how much of the local deadline was left when a renewal succeeded —
+/// how close workers run to losing their leases. Near zero means leases are nearly lost.
+pub const RENEWAL_TIME_LEFT: &str = "lease_renewal_time_left_seconds";
+/// Counter: run scopes ended, by `reason` (`rejected`, `deadline`, `released`, `suspended`,
+/// `completed`). `rejected` and `deadline` are leases lost. (A scope cancelled through its
+/// parent token, such as a worker's shutdown grace ending, is not counted here.)
+pub const SCOPE_CANCELLATIONS: &str = "lease_scope_cancellations_total";
+/// Gauge: leases driven by run scopes in this process.
+pub const LEASES_HELD: &str = "lease_leases_held";
+/// Counter: lease ends a [`Worker`](crate::Worker) decided, by `end` (`complete`,
+/// `complete-with`, `release`, `suspend`) and `outcome` (`committed`, `refused`, `failed`).
+pub const WORKER_ENDS: &str = "lease_worker_ends_total";
+/// Histogram: ends per group-committed `end_many` of a [`Worker`](crate::Worker).
+pub const WORKER_BATCH_SIZE: &str = "lease_worker_batch_size";
+
+/// Every series the library reports: (name, type, unit, labels, meaning), for documentation
+/// and for exporters that describe series up front.
+pub const SERIES: &[(&str, &str, &str, &str, &str)] = &[
+    (
+        STORE_OPERATIONS,
+        "counter",
+        "calls",
+        "backend, operation, outcome",
+        "store calls through an Instrumented store, by outcome (ok or the error's reason)",
+    ),
+    (
+        STORE_DURATION,
+        "histogram",
+        "seconds",
+        "backend, operation",
+        "store call latency",
+    ),
+    (
+        VERDICTS,
+        "counter",
+        "verdicts",
+        "backend, reason",
+        "refusals by the store, every batch item counted",
+    ),
+    (
+        STALE_WRITES_REFUSED,
+        "counter",
+        "writes",
+        "",
+        "fenced writes refused with StaleFence: double executions that did not happen",
+    ),
+    (
+        EMPTY_CLAIMS,
+        "counter",
+        "calls",
+        "backend",
+        "claim_next calls that found nothing",
+    ),
+    (
+        RENEWAL_DURATION,
+        "histogram",
+        "seconds",
+        "via",
+        "renewal round trip, send to answer",
+    ),
+    (
+        RENEWAL_TIME_LEFT,
+        "histogram",
+        "seconds",
+        "",
+        "local deadline left when a renewal succeeded",
+    ),
+    (
+        SCOPE_CANCELLATIONS,
+        "counter",
+        "scopes",
+        "reason",
+        "scopes ended; rejected and deadline are lost leases",
+    ),
+    (
+        LEASES_HELD,
+        "gauge",
+        "leases",
+        "",
+        "leases driven by run scopes in this process",
+    ),
+    (
+        WORKER_ENDS,
+        "counter",
+        "ends",
+        "end, outcome",
+        "lease ends a Worker decided",
+    ),
+    (
+        WORKER_BATCH_SIZE,
+        "histogram",
+        "ends",
+        "",
+        "ends per group-committed end_many of a Worker",
+    ),
+];
+
+/// A bounded label for an error: `not_found`, `stale_fence`, `unavailable`, …
+pub fn reason(e: &Error) -> &'static str {
+    match e {
+        Error::NotFound { .. } => "not_found",
+        Error::AlreadyExists { .. } => "already_exists",
+        Error::Held { .. } => "held",
+        Error::Suspended { .. } => "suspended",
+        Error::Completed { .. } => "completed",
+        Error::NotSuspended { .. } => "not_suspended",
+        Error::StaleFence { .. } => "stale_fence",
+        Error::LeaseEnded { .. } => "lease_ended",
+        Error::FenceAhead { .. } => "fence_ahead",
+        Error::FenceExhausted { .. } => "fence_exhausted",
+        Error::InvalidInput(_) => "invalid_input",
+        Error::Unavailable { .. } => "unavailable",
+        Error::Misconfigured { .. } => "misconfigured",
+        Error::Backend { .. } => "backend_error",
+    }
+}
+
+/// Counts a stale write refused; called where the verdict is decided.
+pub(crate) fn stale_write_refused() {
+    metrics::counter!(STALE_WRITES_REFUSED).increment(1);
+}
+
+/// Wraps any store and records every call: the [`STORE_OPERATIONS`] counter and
+/// [`STORE_DURATION`] histogram by backend, operation and outcome, [`VERDICTS`] per item,
+/// [`EMPTY_CLAIMS`], and one `debug` span per call named `store` with the `backend`,
+/// `operation`, `run`, `fence` and `worker` it concerns; each verdict is logged at `info`.
+///
+/// The facade's `connect` wraps every store it returns in one.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+/// use std::sync::Arc;
+/// use lease_core::{Instrumented, LeaseStore, MemoryLeaseStore, RunId};
+///
+/// let store: Arc<dyn LeaseStore> = Instrumented::wrap(Arc::new(MemoryLeaseStore::new()), "memory");
+/// store.create(&RunId::new("order-42")?).await?; // counted and traced
+/// assert_eq!(store.to_string(), "memory:");
+/// # Ok(()) }
+/// ```
+pub struct Instrumented {
+    inner: Arc<dyn LeaseStore>,
+    backend: &'static str,
+}
+
+impl Instrumented {
+    /// `inner`, instrumented under the label `backend` (`memory`, `postgres`, `redis`, …).
+    pub fn wrap(inner: Arc<dyn LeaseStore>, backend: &'static str) -> Arc<dyn LeaseStore> {
+        Arc::new(Instrumented { inner, backend })
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &Arc<dyn LeaseStore> {
+        &self.inner
+    }
+
+    fn finish<T>(&self, op: &'static str, started: Instant, result: &Result<T>) {
+        let outcome = match result {
+            Ok(_) => "ok",
+            Err(e) => {
+                self.verdict(e);
+                reason(e)
+            }
+        };
+        metrics::counter!(STORE_OPERATIONS, "backend" => self.backend, "operation" => op, "outcome" => outcome)
+            .increment(1);
+        metrics::histogram!(STORE_DURATION, "backend" => self.backend, "operation" => op)
+            .record(started.elapsed().as_secs_f64());
+    }
+
+    fn verdict(&self, e: &Error) {
+        if e.is_verdict() {
+            metrics::counter!(VERDICTS, "backend" => self.backend, "reason" => reason(e))
+                .increment(1);
+            tracing::info!(backend = self.backend, reason = reason(e), error = %e, "store verdict");
+        }
+    }
+
+    fn items<T>(&self, result: &Result<Vec<Result<T>>>) {
+        if let Ok(items) = result {
+            for e in items.iter().filter_map(|r| r.as_ref().err()) {
+                self.verdict(e);
+            }
+        }
+    }
+
+    async fn call<T, F>(&self, op: &'static str, span: tracing::Span, f: F) -> Result<T>
+    where
+        F: std::future::Future<Output = Result<T>>,
+    {
+        let started = Instant::now();
+        let result = f.instrument(span).await;
+        self.finish(op, started, &result);
+        result
+    }
+}
+
+fn span(backend: &'static str, op: &'static str) -> tracing::Span {
+    tracing::debug_span!(
+        "store",
+        backend,
+        operation = op,
+        run = tracing::field::Empty,
+        fence = tracing::field::Empty,
+        worker = tracing::field::Empty,
+        items = tracing::field::Empty,
+    )
+}
+
+fn on_run(span: tracing::Span, run: &RunId) -> tracing::Span {
+    span.record("run", tracing::field::display(run));
+    span
+}
+
+fn on_lease(span: tracing::Span, lease: &Lease) -> tracing::Span {
+    span.record("run", tracing::field::display(lease.run()));
+    span.record("fence", lease.fence().get());
+    span.record("worker", tracing::field::display(lease.owner()));
+    span
+}
+
+fn on_worker(span: tracing::Span, worker: &WorkerId) -> tracing::Span {
+    span.record("worker", tracing::field::display(worker));
+    span
+}
+
+fn on_items(span: tracing::Span, n: usize) -> tracing::Span {
+    span.record("items", n);
+    span
+}
+
+impl fmt::Debug for Instrumented {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Instrumented")
+            .field("backend", &self.backend)
+            .field("inner", &self.inner)
+            .finish()
+    }
+}
+
+impl fmt::Display for Instrumented {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.inner, f)
+    }
+}
+
+#[async_trait::async_trait]
+impl LeaseStore for Instrumented {
+    async fn create(&self, run: &RunId) -> Result<RunRecord> {
+        let s = on_run(span(self.backend, "create"), run);
+        self.call("create", s, self.inner.create(run)).await
+    }
+
+    async fn claim(&self, run: &RunId, worker: &WorkerId, ttl: Ttl) -> Result<Lease> {
+        let s = on_worker(on_run(span(self.backend, "claim"), run), worker);
+        let result = self
+            .call("claim", s, self.inner.claim(run, worker, ttl))
+            .await;
+        if let Ok(lease) = &result {
+            tracing::debug!(run = %run, fence = lease.fence().get(), worker = %worker, "claimed");
+        }
+        result
+    }
+
+    async fn claim_next(&self, worker: &WorkerId, ttl: Ttl, max: usize) -> Result<Vec<Lease>> {
+        let s = on_items(on_worker(span(self.backend, "claim_next"), worker), max);
+        let result = self
+            .call("claim_next", s, self.inner.claim_next(worker, ttl, max))
+            .await;
+        if matches!(&result, Ok(leases) if leases.is_empty()) {
+            metrics::counter!(EMPTY_CLAIMS, "backend" => self.backend).increment(1);
+        }
+        result
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        let s = on_lease(span(self.backend, "renew"), lease);
+        self.call("renew", s, self.inner.renew(lease)).await
+    }
+
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+        let s = on_items(span(self.backend, "renew_many"), leases.len());
+        let result = self
+            .call("renew_many", s, self.inner.renew_many(leases))
+            .await;
+        self.items(&result);
+        result
+    }
+
+    async fn append(&self, lease: &Lease, payload: &[u8]) -> Result<JournalEntry> {
+        let s = on_lease(span(self.backend, "append"), lease);
+        self.call("append", s, self.inner.append(lease, payload))
+            .await
+    }
+
+    async fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>> {
+        let s = on_run(span(self.backend, "journal"), run);
+        self.call("journal", s, self.inner.journal(run)).await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        let s = on_lease(span(self.backend, "release"), lease);
+        self.call("release", s, self.inner.release(lease)).await
+    }
+
+    async fn suspend(&self, lease: &Lease) -> Result<()> {
+        let s = on_lease(span(self.backend, "suspend"), lease);
+        self.call("suspend", s, self.inner.suspend(lease)).await
+    }
+
+    async fn end_many(&self, ends: &[Ending]) -> Result<Vec<Result<()>>> {
+        let s = on_items(span(self.backend, "end_many"), ends.len());
+        let result = self.call("end_many", s, self.inner.end_many(ends)).await;
+        self.items(&result);
+        result
+    }
+
+    async fn create_many(&self, runs: &[RunId]) -> Result<Vec<Result<()>>> {
+        let s = on_items(span(self.backend, "create_many"), runs.len());
+        let result = self
+            .call("create_many", s, self.inner.create_many(runs))
+            .await;
+        self.items(&result);
+        result
+    }
+
+    async fn resume(&self, run: &RunId) -> Result<RunRecord> {
+        let s = on_run(span(self.backend, "resume"), run);
+        self.call("resume", s, self.inner.resume(run)).await
+    }
+
+    async fn complete(&self, lease: &Lease) -> Result<()> {
+        let s = on_lease(span(self.backend, "complete"), lease);
+        self.call("complete", s, self.inner.complete(lease)).await
+    }
+
+    async fn inspect(&self, run: &RunId) -> Result<RunRecord> {
+        let s = on_run(span(self.backend, "inspect"), run);
+        self.call("inspect", s, self.inner.inspect(run)).await
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<RunRecord>> {
+        let s = on_items(span(self.backend, "list"), filter.limit);
+        self.call("list", s, self.inner.list(filter)).await
+    }
+
+    async fn force_release(&self, run: &RunId) -> Result<RunRecord> {
+        let s = on_run(span(self.backend, "force_release"), run);
+        self.call("force_release", s, self.inner.force_release(run))
+            .await
+    }
+}
+
+/// Records a renewal that succeeded: its round trip, and the local deadline it had left.
+pub(crate) fn renewal(via: &'static str, took: Duration, left: Duration) {
+    metrics::histogram!(RENEWAL_DURATION, "via" => via).record(took.as_secs_f64());
+    metrics::histogram!(RENEWAL_TIME_LEFT).record(left.as_secs_f64());
+}

@@ -1,0 +1,141 @@
+//! The metrics the library reports, read back through a debugging recorder.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_core::observe::{
+    EMPTY_CLAIMS, LEASES_HELD, RENEWAL_TIME_LEFT, SCOPE_CANCELLATIONS, STALE_WRITES_REFUSED,
+    STORE_OPERATIONS, VERDICTS,
+};
+use lease_core::{
+    Fault, FaultyStore, Instrumented, LeaseStore, MemoryLeaseStore, RunId, RunScope, ScopeConfig,
+    Ttl, WorkerId,
+};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+type Snapshot = Vec<(
+    metrics_util::CompositeKey,
+    Option<metrics::Unit>,
+    Option<metrics::SharedString>,
+    DebugValue,
+)>;
+
+/// The value of series `name` whose labels include every pair of `labels`.
+fn value<'a>(
+    snapshot: &'a Snapshot,
+    name: &str,
+    labels: &[(&str, &str)],
+) -> Option<&'a DebugValue> {
+    snapshot
+        .iter()
+        .find(|(key, _, _, _)| {
+            key.key().name() == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| key.key().labels().any(|l| l.key() == *k && l.value() == *v))
+        })
+        .map(|(_, _, _, value)| value)
+}
+
+fn counter(snapshot: &Snapshot, name: &str, labels: &[(&str, &str)]) -> u64 {
+    match value(snapshot, name, labels) {
+        Some(DebugValue::Counter(n)) => *n,
+        None => 0,
+        Some(other) => panic!("{name} is not a counter: {other:?}"),
+    }
+}
+
+/// A stale write, a lost lease and an empty claim show up as the documented series, labelled
+/// by reason and backend, never by run id.
+#[test]
+fn stale_writes_lost_leases_and_empty_claims_are_counted() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let snapshot: Snapshot = metrics::with_local_recorder(&recorder, || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let memory: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+            let faulty = Arc::new(FaultyStore::new(memory.clone()));
+            let store = Instrumented::wrap(faulty.clone(), "memory");
+            let run = RunId::new("order-1").unwrap();
+            store.create(&run).await.unwrap();
+            let a = WorkerId::new("a").unwrap();
+            let other = RunId::new("order-2").unwrap();
+            store.create(&other).await.unwrap();
+            let kept = RunScope::claim(
+                memory.clone(),
+                &other,
+                &a,
+                Ttl::from_secs(30).unwrap(),
+                ScopeConfig::default(),
+            )
+            .await
+            .unwrap();
+            let config = ScopeConfig::default().with_heartbeat(Duration::from_millis(40));
+            let ttl = Ttl::from_millis(200).unwrap();
+            let scope = RunScope::claim(store.clone(), &run, &a, ttl, config)
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(120)).await; // renewals succeed
+            faulty.set(Fault::Hang); // partitioned: the scope cancels at its local deadline
+            scope.cancelled().await;
+            faulty.set(Fault::Pass);
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            let b = store
+                .claim(
+                    &run,
+                    &WorkerId::new("b").unwrap(),
+                    Ttl::from_secs(30).unwrap(),
+                )
+                .await
+                .unwrap();
+            assert_eq!(b.fence().get(), 2);
+            let late = store.append(&scope.lease(), b"charge").await;
+            assert!(matches!(late, Err(lease_core::Error::StaleFence { .. })));
+            drop(scope);
+            let none = store
+                .claim_next(&WorkerId::new("c").unwrap(), Ttl::from_secs(30).unwrap(), 5)
+                .await
+                .unwrap();
+            assert!(none.is_empty());
+            // `kept` is still held when the snapshot is taken.
+            let snapshot = snapshotter.snapshot().into_vec();
+            drop(kept);
+            snapshot
+        })
+    });
+    assert_eq!(counter(&snapshot, STALE_WRITES_REFUSED, &[]), 1);
+    let stale = [("backend", "memory"), ("reason", "stale_fence")];
+    assert_eq!(counter(&snapshot, VERDICTS, &stale), 1);
+    let append = [
+        ("backend", "memory"),
+        ("operation", "append"),
+        ("outcome", "stale_fence"),
+    ];
+    assert_eq!(counter(&snapshot, STORE_OPERATIONS, &append), 1);
+    let deadline = [("reason", "deadline")];
+    assert_eq!(counter(&snapshot, SCOPE_CANCELLATIONS, &deadline), 1);
+    assert_eq!(
+        counter(&snapshot, EMPTY_CLAIMS, &[("backend", "memory")]),
+        1
+    );
+    assert!(matches!(
+        value(&snapshot, RENEWAL_TIME_LEFT, &[]),
+        Some(DebugValue::Histogram(h)) if !h.is_empty()
+    ));
+    assert!(matches!(
+        value(&snapshot, LEASES_HELD, &[]),
+        Some(DebugValue::Gauge(g)) if g.into_inner() == 1.0
+    ));
+    for (key, _, _, _) in &snapshot {
+        for label in key.key().labels() {
+            assert!(
+                !label.value().contains("order-1") && label.key() != "run",
+                "a run id in a label: {key:?}"
+            );
+        }
+    }
+}
