@@ -129,7 +129,7 @@ fn mark_query_and_fragment(secret: &mut [bool], rest: &str, from: usize) {
         let mut start = from + question + 1;
         for pair in rest[start..query_end].split('&') {
             if let Some(eq) = pair.find('=') {
-                let key: String = form_urlencoded::parse(pair[..eq].as_bytes())
+                let key: String = form_urlencoded::parse(&pair.as_bytes()[..eq])
                     .map(|(k, v)| format!("{k}{v}"))
                     .collect();
                 if looks_secret(&key) {
