@@ -1,54 +1,46 @@
--- $1 run_ids (text[]), $2 fences (bigint[]), $3 ttl_ms (bigint[]); run ids are distinct
--- Returns: one row per input, in input order (ord). Rows locked by another transaction are
--- skipped, never waited for (locked = false, run_exists says whether the run is there); for the
--- others, the new expiry if renewed, else the row (read under our lock) the refusal is judged
--- against. Changes no indexed column (claimable_at only moves back, and only if a renewal
--- brings the expiry before it: see renew.sql), so each renewal can be a HOT update.
--- Linear in the batch under any plan: the row lookups go by primary key, and the per-input
--- answer is assembled by grouping on the ordinal, not by joining the CTEs (a generic plan
--- estimates an unnest of a parameter at 10 rows and would nest-loop such joins: quadratic).
-WITH input AS (
-    SELECT i.run_id, i.fence, i.ttl_ms, i.ord
-    FROM unnest($1::text[], $2::bigint[], $3::bigint[]) WITH ORDINALITY AS i(run_id, fence, ttl_ms, ord)
+-- $1 run_ids (text[]), $2 fences (bigint[]), $3 ttl_ms (one for the statement); run ids are distinct
+-- Returns: one row per renewed lease (run_id, expires_us), in no particular order; nothing for
+-- the others (the caller explains those with renew_many_explain.sql). Rows locked by another
+-- transaction are skipped, never waited for.
+--
+-- Changes no indexed column (claimable_at only moves back, and only if a renewal brings the
+-- expiry before it: see renew.sql), so each renewal can be a HOT update.
+--
+-- Cost linear in the batch and flat in the table size under any plan, because no step leaves
+-- the planner a join to choose (a generic plan estimates an unnest of a parameter at a handful
+-- of rows and would nest-loop a join over the batch; a custom plan on a small table would hash
+-- a scan of the whole table, or of runs_held):
+-- 1. found: one primary-key probe per input, forced by LATERAL … OFFSET 0 (which cannot be
+--    flattened into a join), keeping the rows that would renew (fence, state and owner as of
+--    the statement's snapshot) and their tuple ids.
+-- 2. locked: those tuples, fetched by tid and locked, SKIP LOCKED. A row updated since the
+--    snapshot is locked in its new version, whose tid is not among the found ones.
+-- 3. the update, by the locked tids. It sees only the versions the snapshot sees: a row that
+--    changed since the probe (a new version) is not renewed, so a renewal always applies to
+--    the exact version whose fence, state and owner passed in step 1, now locked by us.
+WITH found AS (
+    SELECT array_agg(f.tid) AS tids
+    FROM unnest($1::text[], $2::bigint[]) AS i(run_id, fence)
+    CROSS JOIN LATERAL (
+        SELECT r.ctid AS tid
+        FROM {schema}.runs r
+        WHERE r.run_id = i.run_id COLLATE "C"
+          AND r.fence = i.fence
+          AND r.state = 'runnable'
+          AND r.lease_owner IS NOT NULL
+        OFFSET 0
+    ) AS f
 ), locked AS (
-    SELECT input.ord, input.fence AS presented, input.ttl_ms,
-           r.run_id, r.state, r.lease_owner, r.fence
-    FROM input
-    JOIN {schema}.runs r ON r.run_id = input.run_id COLLATE "C"
-    FOR UPDATE OF r SKIP LOCKED
-), renewed AS (
-    UPDATE {schema}.runs r
-    SET lease_expires_at = now() + locked.ttl_ms * interval '1 millisecond',
-        claimable_at = least(r.claimable_at, now() + locked.ttl_ms * interval '1 millisecond'),
-        heartbeats = r.heartbeats + 1
-    FROM locked
-    WHERE r.run_id = locked.run_id
-      AND r.fence = locked.presented
-      AND r.state = 'runnable'
-      AND r.lease_owner IS NOT NULL
-    RETURNING locked.ord, r.lease_expires_at
+    SELECT r.ctid AS tid
+    FROM {schema}.runs r
+    WHERE r.ctid = ANY ((SELECT found.tids FROM found)::tid[])
+    FOR NO KEY UPDATE SKIP LOCKED
 )
-SELECT part.ord,
-       max(part.expires_us) AS expires_us,
-       bool_or(part.locked) AS locked,
-       bool_or(part.run_exists) AS run_exists,
-       max(part.state) AS state,
-       max(part.lease_owner) AS lease_owner,
-       max(part.fence) AS fence
-FROM (
-    -- Existence only (a skipped row is not read); no lock, so this never waits.
-    SELECT input.ord, NULL::bigint AS expires_us, false AS locked,
-           EXISTS (SELECT 1 FROM {schema}.runs cur
-                   WHERE cur.run_id = input.run_id COLLATE "C") AS run_exists,
-           NULL::text AS state, NULL::text AS lease_owner, NULL::bigint AS fence
-    FROM input
-    UNION ALL
-    SELECT locked.ord, NULL, true, true, locked.state, locked.lease_owner, locked.fence
-    FROM locked
-    UNION ALL
-    SELECT renewed.ord, (extract(epoch FROM renewed.lease_expires_at) * 1000000)::bigint,
-           true, true, NULL, NULL, NULL
-    FROM renewed
-) AS part
-GROUP BY part.ord
-ORDER BY part.ord
+UPDATE {schema}.runs r
+SET lease_expires_at = now() + $3::bigint * interval '1 millisecond',
+    claimable_at = least(r.claimable_at, now() + $3::bigint * interval '1 millisecond'),
+    heartbeats = r.heartbeats + 1
+WHERE r.ctid = ANY ((SELECT array_agg(locked.tid) FROM locked)::tid[])
+RETURNING r.run_id,
+          (SELECT (extract(epoch FROM now() + $3::bigint * interval '1 millisecond') * 1000000)::bigint)
+              AS expires_us

@@ -1,6 +1,6 @@
 //! [`PostgresLeaseStore`]: the run record as a table, every check in one conditional statement.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,6 +43,7 @@ pub(crate) struct Queries {
     explain: String,
     renew: String,
     renew_many: String,
+    renew_many_explain: String,
     pub(crate) end_many: String,
     pub(crate) create_many: String,
     append: String,
@@ -71,6 +72,7 @@ impl Queries {
             explain: q(include_str!("../sql/explain.sql")),
             renew: q(include_str!("../sql/renew.sql")),
             renew_many: q(include_str!("../sql/renew_many.sql")),
+            renew_many_explain: q(include_str!("../sql/renew_many_explain.sql")),
             end_many: q(include_str!("../sql/end_many.sql")),
             create_many: q(include_str!("../sql/create_many.sql")),
             append: q(include_str!("../sql/append.sql")),
@@ -357,6 +359,95 @@ impl PostgresLeaseStore {
         Err(Self::raced(lease.run()))
     }
 
+    /// `renew_many` of distinct runs: per TTL in the batch (one, as a rule), one
+    /// `sql/renew_many.sql` statement that renews and returns the renewed runs; then, only if
+    /// some lease was not renewed, one read (`sql/renew_many_explain.sql`) that explains those.
+    async fn renew_batch(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+        let index: HashMap<&str, usize> = leases
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (l.run().as_str(), i))
+            .collect();
+        let mut expiries: Vec<Option<i64>> = vec![None; leases.len()];
+        let mut ttls: Vec<i64> = leases.iter().map(|l| ttl_param(l.ttl())).collect();
+        ttls.sort_unstable();
+        ttls.dedup();
+        for ttl in ttls {
+            let (runs, fences): (Vec<&str>, Vec<i64>) = leases
+                .iter()
+                .filter(|l| ttl_param(l.ttl()) == ttl)
+                .map(|l| (l.run().as_str(), fence_param(l.fence())))
+                .unzip();
+            let rows = self
+                .write_all(
+                    sqlx::query(&self.sql.renew_many)
+                        .bind(&runs)
+                        .bind(&fences)
+                        .bind(ttl),
+                )
+                .await?;
+            for row in &rows {
+                let run: &str = get(row, "run_id")?;
+                let Some(&i) = index.get(run) else {
+                    return Err(PgError::Failed(format!(
+                        "renew_many renewed run {run}, which is not in its batch"
+                    ))
+                    .into());
+                };
+                expiries[i] = Some(get(row, "expires_us")?);
+            }
+        }
+        let refused: Vec<&str> = leases
+            .iter()
+            .zip(&expiries)
+            .filter(|(_, expires)| expires.is_none())
+            .map(|(l, _)| l.run().as_str())
+            .collect();
+        let mut current: HashMap<String, PgRow> = HashMap::with_capacity(refused.len());
+        if !refused.is_empty() {
+            let rows = self
+                .read_all(sqlx::query(&self.sql.renew_many_explain).bind(&refused))
+                .await?;
+            for row in rows {
+                current.insert(get(&row, "run_id")?, row);
+            }
+        }
+        let mut results = Vec::with_capacity(leases.len());
+        for (lease, expires) in leases.iter().zip(expiries) {
+            let run = lease.run().as_str();
+            let result = if let Some(expires) = expires {
+                renewed(lease, store_time(expires)?)
+            } else if let Some(row) = current.get(run) {
+                // Refusals are final (a fence never goes back, and an ended lease's fence is
+                // never held again), so a plain read explains them.
+                match fenced_verdict(
+                    lease.run(),
+                    lease.fence(),
+                    fence(get(row, "fence")?)?,
+                    state(get(row, "state")?)?,
+                    get::<Option<String>>(row, "lease_owner")?.is_some(),
+                ) {
+                    Err(refusal) => Err(refusal),
+                    // It would renew, yet was not renewed: its row was locked (skipped, not
+                    // waited for) or changed during the statement. Never reported as renewed;
+                    // the scope keeps its deadline and the next heartbeat tries again.
+                    Ok(()) => Err(PgError::Busy(format!(
+                        "run {run}'s row is locked by another transaction (a fenced \
+                         transaction in progress) or changed during the batch, so its renewal \
+                         was skipped; the next heartbeat tries again"
+                    ))
+                    .into()),
+                }
+            } else {
+                Err(Error::NotFound {
+                    run: lease.run().clone(),
+                })
+            };
+            results.push(result);
+        }
+        Ok(results)
+    }
+
     async fn end(&self, lease: &Lease, to: RunState) -> Result<()> {
         for _ in 0..ATTEMPTS {
             let row = self
@@ -592,60 +683,7 @@ impl LeaseStore for PostgresLeaseStore {
             }
             return Ok(results);
         }
-        let runs: Vec<&str> = leases.iter().map(|l| l.run().as_str()).collect();
-        let fences: Vec<i64> = leases.iter().map(|l| fence_param(l.fence())).collect();
-        let ttls: Vec<i64> = leases.iter().map(|l| ttl_param(l.ttl())).collect();
-        let rows = self
-            .write_all(
-                sqlx::query(&self.sql.renew_many)
-                    .bind(&runs)
-                    .bind(&fences)
-                    .bind(&ttls),
-            )
-            .await?;
-        if rows.len() != leases.len() {
-            return Err(PgError::Failed(format!(
-                "renew_many returned {} rows for {} leases",
-                rows.len(),
-                leases.len()
-            ))
-            .into());
-        }
-        let mut results = Vec::with_capacity(leases.len());
-        for (lease, row) in leases.iter().zip(&rows) {
-            let expires: Option<i64> = get(row, "expires_us")?;
-            let result = if let Some(expires) = expires {
-                renewed(lease, store_time(expires)?)
-            } else if !get::<bool>(row, "run_exists")? {
-                Err(Error::NotFound {
-                    run: lease.run().clone(),
-                })
-            } else if !get::<bool>(row, "locked")? {
-                // Skipped, not waited for: the scope keeps its deadline and tries again.
-                Err(PgError::Busy(format!(
-                    "run {}'s row is locked by another transaction (a fenced transaction in \
-                     progress), so its renewal was skipped; the next heartbeat tries again",
-                    lease.run()
-                ))
-                .into())
-            } else {
-                // Read under our row lock: the refusal is current.
-                let verdict = fenced_verdict(
-                    lease.run(),
-                    lease.fence(),
-                    fence(get(row, "fence")?)?,
-                    state(get(row, "state")?)?,
-                    get::<Option<String>>(row, "lease_owner")?.is_some(),
-                );
-                match verdict {
-                    Err(refusal) => Err(refusal),
-                    // Cannot happen under the lock; decide it alone all the same.
-                    Ok(()) => self.renew_one(lease).await,
-                }
-            };
-            results.push(result);
-        }
-        Ok(results)
+        self.renew_batch(leases).await
     }
 
     async fn append(&self, lease: &Lease, payload: &[u8]) -> Result<JournalEntry> {
