@@ -504,12 +504,14 @@ pub enum Store {
 }
 
 impl Store {
-    /// The store as the backend-neutral trait object.
+    /// The store as the backend-neutral trait object, [instrumented](lease_core::Instrumented):
+    /// every call is counted and traced under the backend's name (`memory`, `postgres`,
+    /// `redis`).
     pub fn as_dyn(&self) -> Arc<dyn LeaseStore> {
         match self {
-            Store::Memory(s) => s.clone(),
-            Store::Postgres(s) => s.clone(),
-            Store::Redis(s) => s.clone(),
+            Store::Memory(s) => lease_core::Instrumented::wrap(s.clone(), "memory"),
+            Store::Postgres(s) => lease_core::Instrumented::wrap(s.clone(), "postgres"),
+            Store::Redis(s) => lease_core::Instrumented::wrap(s.clone(), "redis"),
         }
     }
 }

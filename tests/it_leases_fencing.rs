@@ -94,7 +94,15 @@ async fn start_a(
         namespace,
         ttl,
         heartbeat,
-        &["--id", "worker-a", "--run", run, "--create"],
+        &[
+            "--id",
+            "worker-a",
+            "--run",
+            run,
+            "--create",
+            "--metrics",
+            "127.0.0.1:0",
+        ],
     );
     assert_eq!(fence(&a.expect("claimed", SECS(30)).await), 1);
     a.expect("heartbeat", SECS(5)).await;
@@ -112,6 +120,38 @@ fn spawn_b(server: &Server, namespace: &str, run: &str, ttl: u64) -> Worker {
         None,
         &["--id", "worker-b", "--run", run, "--wait-ms", "20000"],
     )
+}
+
+/// Scrapes a worker's `--metrics` endpoint over HTTP (its address from the worker's `metrics`
+/// event) and returns the Prometheus text.
+fn scrape(worker: &Worker) -> String {
+    use std::io::{Read, Write};
+    let addr = worker
+        .seen
+        .iter()
+        .find(|e| e["event"] == "metrics")
+        .and_then(|e| e["addr"].as_str())
+        .unwrap_or_else(|| panic!("worker {} announced no metrics address", worker.name))
+        .to_string();
+    let mut conn = std::net::TcpStream::connect(&addr).expect("connect to the metrics endpoint");
+    conn.set_read_timeout(Some(SECS(10))).unwrap();
+    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: worker\r\n\r\n")
+        .unwrap();
+    let mut response = String::new();
+    conn.read_to_string(&mut response).expect("read the scrape");
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    response
+}
+
+/// The value of the Prometheus sample `series` (name with its labels, as printed), or 0 when
+/// the series is absent.
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| {
+            let (name, value) = line.rsplit_once(' ')?;
+            (name == series).then(|| value.parse().expect("a number"))
+        })
+        .unwrap_or(0.0)
 }
 
 /// Worker B waits for A's lease to expire, reclaims `run` under fence 2 and charges the card
@@ -236,6 +276,30 @@ async fn partitioned_worker_is_fenced_out(kind: Kind) {
     a.send("step charge-card-again").await;
     let again = next_write_outcome(&mut a, SECS(30)).await;
     assert_stale(&again, 1, 2);
+    // The operator's view of the same events, scraped from A over HTTP: two stale writes
+    // refused (double executions that did not happen) and one scope cancelled by its deadline.
+    let scraped = scrape(&a);
+    assert_eq!(
+        sample(&scraped, "lease_stale_writes_refused_total"),
+        2.0,
+        "{scraped}"
+    );
+    assert_eq!(
+        sample(
+            &scraped,
+            "lease_scope_cancellations_total{reason=\"deadline\"}"
+        ),
+        1.0,
+        "{scraped}"
+    );
+    eprintln!(
+        "scraped from A:\n{}",
+        scraped
+            .lines()
+            .filter(|l| l.starts_with("lease_stale") || l.starts_with("lease_scope"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     b.send("complete").await;
     b.expect("completed", SECS(10)).await;
     let a_events = a.finish().await;

@@ -9,6 +9,7 @@ use distribution::{Config, ConfigError, Error, RunId, RunState, Ttl};
 
 mod demo;
 mod ledger;
+mod metrics;
 mod ops;
 mod output;
 mod pool;
@@ -246,7 +247,10 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("LEASE_LOG")
+            // RUST_LOG (e.g. `RUST_LOG=lease_core=debug` for a span per store call), or the
+            // older LEASE_LOG; errors only by default.
+            tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
+                .or_else(|_| tracing_subscriber::EnvFilter::try_from_env("LEASE_LOG"))
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
         )
         .init();

@@ -56,6 +56,10 @@ pub(crate) struct WorkerArgs {
     /// Keep trying to claim for up to this many milliseconds while the run is held.
     #[arg(long, value_name = "MS", default_value_t = 0)]
     wait_ms: u64,
+    /// Serve the library's metrics in Prometheus text format on this address (for example
+    /// 127.0.0.1:9464; port 0 picks one and the `metrics` event says which).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
     /// Safety margin of the local deadline in milliseconds (default TTL/10).
     #[arg(long, value_name = "MS")]
     margin_ms: Option<u64>,
@@ -247,6 +251,13 @@ async fn claim(
 
 pub(crate) async fn run(config: &Config, args: WorkerArgs) -> Result<(), Failure> {
     let worker = WorkerId::new(&args.id)?;
+    if let Some(addr) = &args.metrics {
+        let bound = crate::metrics::serve(addr).await?;
+        Events::stdout().emit(
+            "metrics",
+            json!({"addr": bound.to_string(), "path": "/metrics"}),
+        );
+    }
     if let Some(n) = args.pool {
         return crate::pool::run(config, worker, n, &args.pool_args, args.margin_ms).await;
     }
@@ -565,7 +576,11 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(2_000))]
+        #![proptest_config(ProptestConfig {
+            cases: 2_000,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
 
         /// Any text parses to a command or an `Unknown` naming it, never a panic, exactly as
         /// the inline parser did.

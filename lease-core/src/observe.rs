@@ -129,6 +129,22 @@ pub const SERIES: &[(&str, &str, &str, &str, &str)] = &[
     ),
 ];
 
+/// Describes every series to the installed recorder (help text and unit), so an exporter can
+/// print them before they are first reported. Call once after installing a recorder.
+pub fn describe() {
+    for (name, kind, unit, _, help) in SERIES {
+        let unit = match *unit {
+            "seconds" => metrics::Unit::Seconds,
+            _ => metrics::Unit::Count,
+        };
+        match *kind {
+            "counter" => metrics::describe_counter!(*name, unit, *help),
+            "gauge" => metrics::describe_gauge!(*name, unit, *help),
+            _ => metrics::describe_histogram!(*name, unit, *help),
+        }
+    }
+}
+
 /// A bounded label for an error: `not_found`, `stale_fence`, `unavailable`, …
 pub fn reason(e: &Error) -> &'static str {
     match e {
