@@ -12,3 +12,16 @@ pub use lease_core::*;
 pub use lease_postgres as postgres;
 /// The Redis backend.
 pub use lease_redis as redis;
+
+#[cfg(test)]
+mod tests {
+    /// The README's metrics table lists every series the library reports, with its type.
+    #[test]
+    fn every_metric_is_in_the_readme_table() {
+        let readme = include_str!("../README.md");
+        for (name, kind, ..) in lease_core::observe::SERIES {
+            let row = format!("| `{name}` | {kind} |");
+            assert!(readme.contains(&row), "README lacks the row {row}");
+        }
+    }
+}
