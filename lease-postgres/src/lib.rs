@@ -3,6 +3,8 @@
 mod batch;
 mod config;
 mod error;
+#[cfg(test)]
+mod fuzz_url;
 mod route;
 mod store;
 mod transaction;

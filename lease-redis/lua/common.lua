@@ -1,4 +1,5 @@
--- Shared helpers, prepended to every script of this crate (not a script by itself).
+-- Shared helpers, prepended to every script of this crate except the hot ones (claim.lua,
+-- renew.lua, fenced.lua), which repeat the record format below; not a script by itself.
 -- KEYS[1]: none (each script declares its own keys below this prelude)
 -- ARGV[1]: none
 -- Returns: nothing; defines local helpers.

@@ -2,6 +2,8 @@
 
 mod config;
 mod error;
+#[cfg(test)]
+mod fuzz_url;
 mod guard;
 mod keys;
 mod link;
