@@ -400,3 +400,39 @@ pub async fn create_many_refuses_existing_ids_alone_and_keeps_order(factory: &dy
         "a refused batch creates nothing"
     );
 }
+
+/// A batch whose effects together exceed `MAX_BATCH_PAYLOAD_BYTES` (each within its own
+/// limit) is refused as a whole before any write, and the same leases end in smaller batches.
+pub async fn end_many_refuses_a_batch_whose_effects_are_too_large_together(
+    factory: &dyn StoreFactory,
+) {
+    let store = factory.fresh().await;
+    let each = lease_core::MAX_PAYLOAD_BYTES;
+    let n = lease_core::MAX_BATCH_PAYLOAD_BYTES / each + 1;
+    let mut leases = Vec::new();
+    for i in 0..n {
+        let r = created(&*store, &format!("big-{i:03}")).await;
+        leases.push(store.claim(&r, &worker("a"), long()).await.unwrap());
+    }
+    let batch: Vec<Ending> = leases
+        .iter()
+        .map(|l| Ending::new(l.clone(), End::CompleteWith(vec![b'x'; each])))
+        .collect();
+    match store.end_many(&batch).await {
+        Err(Error::InvalidInput(InvalidInput::BatchPayloadTooLarge { len, max })) => {
+            assert_eq!((len, max), (n * each, lease_core::MAX_BATCH_PAYLOAD_BYTES));
+        }
+        other => panic!("expected BatchPayloadTooLarge, got {other:?}"),
+    }
+    for lease in &leases {
+        let record = store.inspect(lease.run()).await.unwrap();
+        assert_eq!(record.state, RunState::Runnable, "nothing was written");
+        assert!(store.journal(lease.run()).await.unwrap().is_empty());
+    }
+    let (first, second) = batch.split_at(n / 2);
+    for half in [first, second] {
+        let results = store.end_many(half).await.unwrap();
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+    }
+    assert_eq!(count_state(&*store, RunState::Completed).await, n);
+}

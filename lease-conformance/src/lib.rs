@@ -88,6 +88,7 @@ macro_rules! conformance_tests {
             a_retried_end_many_answers_lease_ended_with_its_own_fence,
             end_many_refuses_a_bad_batch_and_changes_nothing,
             full_batches_of_ends_commit_every_item,
+            end_many_refuses_a_batch_whose_effects_are_too_large_together,
             create_many_refuses_existing_ids_alone_and_keeps_order,
             worker_runs_at_most_its_concurrency_limit,
             worker_handler_ignoring_its_token_is_still_fenced,

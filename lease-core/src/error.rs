@@ -346,6 +346,17 @@ pub enum InvalidInput {
         /// The maximum.
         max: usize,
     },
+    /// An [`end_many`](crate::LeaseStore::end_many) batch whose effects together exceed
+    /// [`MAX_BATCH_PAYLOAD_BYTES`](crate::MAX_BATCH_PAYLOAD_BYTES).
+    #[error(
+        "a batch carrying {len} bytes of effects is larger than the maximum of {max}; split it"
+    )]
+    BatchPayloadTooLarge {
+        /// The batch's payload bytes.
+        len: usize,
+        /// The maximum.
+        max: usize,
+    },
     /// A list limit of 0 or over [`MAX_LIST`](crate::MAX_LIST).
     #[error("list limit {limit} is out of range; it must be 1 to {max}")]
     ListLimit {

@@ -57,7 +57,7 @@ pub use store::{claim_refusal, fenced_verdict, LeaseStore, LeaseStoreExt};
 pub use types::{
     check_claim_max, check_create_batch, check_end_batch, check_list, check_payload,
     check_renew_batch, End, Ending, Fence, JournalEntry, Lease, ListFilter, RunRecord, RunState,
-    StoreTime, Ttl, MAX_BATCH, MAX_LIST, MAX_PAYLOAD_BYTES,
+    StoreTime, Ttl, MAX_BATCH, MAX_BATCH_PAYLOAD_BYTES, MAX_LIST, MAX_PAYLOAD_BYTES,
 };
 pub use worker::{
     EndReport, Handler, HandlerFuture, RunContext, Worker, WorkerConfig, WorkerReport,

@@ -294,6 +294,11 @@ pub const MAX_PAYLOAD_BYTES: usize = 1 << 20;
 /// The most leases one `claim_next` or `renew_many` call handles.
 pub const MAX_BATCH: usize = 1_000;
 
+/// The most payload bytes one [`end_many`](crate::LeaseStore::end_many) batch may carry in
+/// total (its complete-with effects together): 64 MiB, well inside what one Postgres message
+/// or one Redis command may hold, so a batch is decided item by item instead of failing whole.
+pub const MAX_BATCH_PAYLOAD_BYTES: usize = 64 << 20;
+
 /// One entry of a run's journal.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JournalEntry {
@@ -412,24 +417,33 @@ impl Ending {
 }
 
 /// Validates an [`end_many`](crate::LeaseStore::end_many) batch: at most [`MAX_BATCH`] items,
-/// every payload within [`MAX_PAYLOAD_BYTES`], each run at most once. Backends call it before any
+/// every payload within [`MAX_PAYLOAD_BYTES`] and all of them within
+/// [`MAX_BATCH_PAYLOAD_BYTES`], each run at most once. Backends call it before any
 /// I/O.
 ///
 /// # Errors
-/// [`InvalidInput::BatchTooLarge`], [`InvalidInput::PayloadTooLarge`] or
-/// [`InvalidInput::DuplicateRun`].
+/// [`InvalidInput::BatchTooLarge`], [`InvalidInput::PayloadTooLarge`],
+/// [`InvalidInput::BatchPayloadTooLarge`] or [`InvalidInput::DuplicateRun`].
 pub fn check_end_batch(ends: &[Ending]) -> Result<(), InvalidInput> {
     check_batch(ends.len())?;
     let mut seen = std::collections::HashSet::with_capacity(ends.len());
+    let mut total = 0usize;
     for ending in ends {
         if let End::CompleteWith(payload) = &ending.end {
             check_payload(payload)?;
+            total += payload.len();
         }
         if !seen.insert(ending.lease.run()) {
             return Err(InvalidInput::DuplicateRun {
                 run: ending.lease.run().clone(),
             });
         }
+    }
+    if total > MAX_BATCH_PAYLOAD_BYTES {
+        return Err(InvalidInput::BatchPayloadTooLarge {
+            len: total,
+            max: MAX_BATCH_PAYLOAD_BYTES,
+        });
     }
     Ok(())
 }
