@@ -12,7 +12,10 @@
 -- a scan of the whole table, or of runs_held):
 -- 1. found: one primary-key probe per input, forced by LATERAL … OFFSET 0 (which cannot be
 --    flattened into a join), keeping the rows that would renew (fence, state and owner as of
---    the statement's snapshot) and their tuple ids.
+--    the statement's snapshot) and their tuple ids. The state and owner tests stay outside the
+--    subquery (OFFSET 0 keeps them from being pushed into it): inside, they would imply the
+--    runs_held predicate, and a planner whose statistics predate the claims (no held rows)
+--    walks runs_held for each probe, a scan of every held lease per lease.
 -- 2. locked: those tuples, fetched by tid and locked, SKIP LOCKED. A row updated since the
 --    snapshot is locked in its new version, whose tid is not among the found ones.
 -- 3. the update, by the locked tids. It sees only the versions the snapshot sees: a row that
@@ -22,14 +25,14 @@ WITH found AS (
     SELECT array_agg(f.tid) AS tids
     FROM unnest($1::text[], $2::bigint[]) AS i(run_id, fence)
     CROSS JOIN LATERAL (
-        SELECT r.ctid AS tid
+        SELECT r.ctid AS tid, r.fence, r.state, r.lease_owner
         FROM {schema}.runs r
         WHERE r.run_id = i.run_id COLLATE "C"
-          AND r.fence = i.fence
-          AND r.state = 'runnable'
-          AND r.lease_owner IS NOT NULL
         OFFSET 0
     ) AS f
+    WHERE f.fence = i.fence
+      AND f.state = 'runnable'
+      AND f.lease_owner IS NOT NULL
 ), locked AS (
     SELECT r.ctid AS tid
     FROM {schema}.runs r
