@@ -793,8 +793,16 @@ async fn batcher(mut b: Batcher) {
 }
 
 /// Commits one batch; returns the ends to retry (failed without an answer, still young enough).
-async fn flush(b: &Batcher, batch: Vec<Pending>) -> Vec<Pending> {
-    let ends: Vec<Ending> = batch.iter().map(|p| p.ending.clone()).collect();
+async fn flush(b: &Batcher, mut batch: Vec<Pending>) -> Vec<Pending> {
+    // The ends (and their effects' payloads) move into the call and back: a payload is never
+    // copied on this path.
+    let ends: Vec<Ending> = batch
+        .iter_mut()
+        .map(|p| {
+            let end = std::mem::replace(&mut p.ending.end, End::Complete);
+            Ending::new(p.ending.lease.clone(), end)
+        })
+        .collect();
     bump(&b.counters.batches);
     metrics::histogram!(crate::observe::WORKER_BATCH_SIZE).record(batch.len() as f64);
     // Bounded: a call stuck on a dead connection is abandoned (its ends are retried, and a
@@ -806,6 +814,9 @@ async fn flush(b: &Batcher, batch: Vec<Pending>) -> Vec<Pending> {
             format!("end_many did not answer within {:?}", b.give_up_after),
         ))
     });
+    for (p, sent) in batch.iter_mut().zip(ends) {
+        p.ending.end = sent.end;
+    }
     let results = match answer {
         Ok(results) if results.len() == batch.len() => results,
         Ok(results) => {
