@@ -133,6 +133,20 @@ struct Run {
     journal: Vec<(u64, Vec<u8>)>,
 }
 
+impl Run {
+    /// A run as `create` leaves it: runnable, unowned, fence 0, no heartbeats, no journal.
+    fn created() -> Run {
+        Run {
+            state: RunState::Runnable,
+            owner: None,
+            fence: 0,
+            heartbeats: 0,
+            window: None,
+            journal: Vec::new(),
+        }
+    }
+}
+
 /// What the model knows of a lease's liveness at an operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Liveness {
@@ -294,17 +308,7 @@ async fn apply(
             };
             expect_same(what, &got, &want);
             if got.is_ok() {
-                model.runs.insert(
-                    id.clone(),
-                    Run {
-                        state: RunState::Runnable,
-                        owner: None,
-                        fence: 0,
-                        heartbeats: 0,
-                        window: None,
-                        journal: Vec::new(),
-                    },
-                );
+                model.runs.insert(id.clone(), Run::created());
             }
         }
         Step::Claim(r, w, short) => {
@@ -516,17 +520,7 @@ async fn apply(
                 };
                 expect_same(what, &one, &want);
                 if one.is_ok() {
-                    model.runs.insert(
-                        id.clone(),
-                        Run {
-                            state: RunState::Runnable,
-                            owner: None,
-                            fence: 0,
-                            heartbeats: 0,
-                            window: None,
-                            journal: Vec::new(),
-                        },
-                    );
+                    model.runs.insert(id.clone(), Run::created());
                 }
             }
         }
