@@ -218,7 +218,8 @@ fn heartbeat_setting(key: &str, ms: u64) -> Result<Duration, ConfigError> {
 
 impl Config {
     /// The defaults overlaid with a TOML document (keys `store`, `ttl_ms`, `heartbeat_ms`,
-    /// `namespace`; unknown keys are refused).
+    /// `namespace`, `replicas`, `replica_timeout_ms`, `sync_replicas`, `max_connections`;
+    /// unknown keys are refused).
     ///
     /// # Errors
     /// [`ConfigError::File`] for bad TOML, [`ConfigError::BadSetting`] for bad values.
@@ -236,6 +237,28 @@ impl Config {
             reason: e.to_string(),
         })?;
         Config::default().merge_toml(&text, &path.display().to_string())
+    }
+
+    /// The configuration as the `lease` command builds it before reading its flags: the
+    /// defaults, then the TOML file at `path` when one is given ([`Config::from_file`]), then
+    /// the process environment ([`Config::with_env`]).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), distribution::ConfigError> {
+    /// let config = distribution::Config::load(None)?;
+    /// println!("{config:?}"); // passwords redacted
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Config::from_file`] and [`Config::with_env`].
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        match path {
+            Some(path) => Config::from_file(path)?,
+            None => Config::default(),
+        }
+        .with_env()
     }
 
     fn merge_toml(mut self, text: &str, origin: &str) -> Result<Config, ConfigError> {
@@ -581,6 +604,26 @@ mod tests {
         );
         let flags = env.with_store("memory:");
         assert_eq!(flags.backend().unwrap(), Backend::Memory);
+    }
+
+    #[test]
+    fn load_reads_the_file_when_given_and_names_a_missing_one() {
+        let path = std::env::temp_dir().join(format!("lease-load-{}.toml", std::process::id()));
+        std::fs::write(&path, "max_connections = 7\nttl_ms = 4321\n").unwrap();
+        let loaded = Config::load(Some(&path));
+        std::fs::remove_file(&path).unwrap();
+        let loaded = loaded.unwrap();
+        // The environment may override these only through LEASE_* variables, unset in tests.
+        assert_eq!(
+            (loaded.max_connections, loaded.ttl.as_millis()),
+            (Some(7), 4321)
+        );
+        match Config::load(Some(&path)) {
+            Err(ConfigError::File { path: named, .. }) => {
+                assert_eq!(named, path.display().to_string())
+            }
+            other => panic!("a missing file must be ConfigError::File, got {other:?}"),
+        }
     }
 
     #[test]

@@ -70,11 +70,7 @@ impl From<ConfigError> for Failure {
 /// The configuration as `lease` builds it: defaults, then the file, then the environment, then
 /// flags.
 fn config(cli: &Cli) -> Result<Config, Failure> {
-    let mut config = match &cli.config {
-        Some(path) => Config::from_file(path)?,
-        None => Config::default(),
-    }
-    .with_env()?;
+    let mut config = Config::load(cli.config.as_deref())?;
     if let Some(store) = &cli.store {
         config = config.with_store(store.clone());
     }

@@ -183,11 +183,7 @@ pub(crate) fn usage(message: impl Into<String>) -> Failure {
 
 /// The configuration: defaults, then the file, then the environment, then flags.
 fn config(cli: &Cli) -> Result<Config, Failure> {
-    let mut config = match &cli.config {
-        Some(path) => Config::from_file(path)?,
-        None => Config::default(),
-    }
-    .with_env()?;
+    let mut config = Config::load(cli.config.as_deref())?;
     if let Some(store) = &cli.store {
         config = config.with_store(store.clone());
     }
