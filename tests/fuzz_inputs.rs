@@ -9,21 +9,8 @@
 use std::time::Duration;
 
 use distribution::{check_namespace, Backend, Config, ConfigError, InvalidInput, RunId, WorkerId};
+use lease_conformance::fuzz;
 use proptest::prelude::*;
-
-/// Cases per property: 1,000, or `PROPTEST_CASES`.
-fn config() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000);
-    ProptestConfig {
-        cases,
-        // A failure prints its minimal input; nothing is written into the source tree.
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
-}
 
 /// The identifier rule of DESIGN.md, written independently of `lease-core`'s check.
 fn valid_id(id: &str) -> bool {
@@ -150,96 +137,48 @@ fn toml_document() -> impl Strategy<Value = String> {
     })
 }
 
-/// Store URLs near the valid ones: a scheme (or a near miss), user info, one or several hosts,
-/// a path and parameters, each with stray characters.
+/// Schemes of every backend, and near misses.
+const SCHEMES: &[&str] = &[
+    "memory:",
+    "memory",
+    "memory://",
+    "postgres://",
+    "postgresql://",
+    "redis://",
+    "rediss://",
+    "redis+cluster://",
+    "rediss+cluster://",
+    "redis+sentinel://",
+    "rediss+sentinel://",
+    "redis+unix://",
+    "unix://",
+    "mysql://",
+    "REDIS://",
+    "redis:/",
+    "",
+];
+
+/// Parameters of both adapters, and near misses.
+const PARAMETERS: &[&str] = &[
+    "volatile",
+    "replicas",
+    "replica_timeout_ms",
+    "protocol",
+    "sync_replicas",
+    "sync_timeout_ms",
+    "lock_wait_ms",
+    "sslmode",
+    "password",
+    "pass",
+    "db",
+    "options[a]",
+    "volatle",
+    "",
+];
+
+/// Store URLs near the valid ones, for every backend.
 fn url() -> impl Strategy<Value = String> {
-    let scheme = prop::sample::select(vec![
-        "memory:",
-        "memory",
-        "memory://",
-        "postgres://",
-        "postgresql://",
-        "redis://",
-        "rediss://",
-        "redis+cluster://",
-        "rediss+cluster://",
-        "redis+sentinel://",
-        "rediss+sentinel://",
-        "redis+unix://",
-        "unix://",
-        "mysql://",
-        "REDIS://",
-        "redis:/",
-        "",
-    ]);
-    let userinfo = prop_oneof![
-        Just(String::new()),
-        "[a-z]{1,5}@",
-        "[a-z]{0,5}:[^@]{0,8}@",
-        ".{0,6}@",
-    ];
-    let host = prop_oneof![
-        Just("127.0.0.1".to_owned()),
-        Just("[::1]".to_owned()),
-        Just("[::1".to_owned()),
-        "[a-z]{1,8}",
-        ".{0,6}",
-    ];
-    let port = prop_oneof![
-        Just(String::new()),
-        (0u32..70_000).prop_map(|p| format!(":{p}")),
-        Just(":".to_owned()),
-        ":[a-z]{1,3}",
-    ];
-    let hosts = prop::collection::vec((host, port), 1..4).prop_map(|hosts| {
-        hosts
-            .into_iter()
-            .map(|(h, p)| format!("{h}{p}"))
-            .collect::<Vec<_>>()
-            .join(",")
-    });
-    let path = prop_oneof![
-        Just(String::new()),
-        "/[a-z0-9]{0,6}",
-        "/.{0,6}",
-        "/[a-z]{1,4}/[0-9a-z]{0,3}/x"
-    ];
-    let param = prop::sample::select(vec![
-        "volatile",
-        "replicas",
-        "replica_timeout_ms",
-        "protocol",
-        "sync_replicas",
-        "sync_timeout_ms",
-        "lock_wait_ms",
-        "sslmode",
-        "password",
-        "pass",
-        "db",
-        "options[a]",
-        "volatle",
-        "",
-    ]);
-    let value = prop_oneof![
-        Just(String::new()),
-        Just("true".to_owned()),
-        Just("resp3".to_owned()),
-        any::<u64>().prop_map(|n| n.to_string()),
-        ".{0,6}",
-    ];
-    let query = prop::collection::vec((param, value), 0..3).prop_map(|pairs| {
-        if pairs.is_empty() {
-            String::new()
-        } else {
-            let pairs: Vec<String> = pairs.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
-            format!("?{}", pairs.join("&"))
-        }
-    });
-    (scheme, userinfo, hosts, path, query, ".{0,2}").prop_map(
-        |(scheme, userinfo, hosts, path, query, tail)| {
-            format!("{scheme}{userinfo}{hosts}{path}{query}{tail}")
-        },
-    )
+    fuzz::near_valid_url(SCHEMES, PARAMETERS)
 }
 
 fn check_store(store: &str) -> Result<(), TestCaseError> {
@@ -266,7 +205,7 @@ fn check_store(store: &str) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(fuzz::proptest_config())]
 
     #[test]
     fn any_text_as_an_id_is_refused_by_its_rule_or_kept(id in any::<String>()) {

@@ -17,6 +17,7 @@ use lease_core::{Error, LeaseStore};
 mod batch_scenarios;
 mod fault_scenarios;
 pub mod fixtures;
+pub mod fuzz;
 mod hub_scenarios;
 pub mod model_check;
 mod scenarios;

@@ -3,6 +3,7 @@
 //! [`Error::Misconfigured`]) or a topology that redis-rs's own URL parser then reads without
 //! panicking; `Display` and `Debug` never panic either.
 
+use lease_conformance::fuzz;
 use lease_core::Error;
 use proptest::prelude::*;
 use redis::IntoConnectionInfo;
@@ -40,89 +41,8 @@ const PARAMETERS: &[&str] = &[
     "",
 ];
 
-/// Store URLs near the valid ones: a scheme (or a near miss), user info with stray characters,
-/// one or several hosts with ports, a path, parameters known and unknown, and a tail.
 fn near_valid_url() -> impl Strategy<Value = String> {
-    let scheme = prop::sample::select(SCHEMES.to_vec());
-    let userinfo = prop_oneof![
-        Just(String::new()),
-        "[a-z]{1,5}@",
-        "[a-z]{0,5}:[^@]{0,8}@",
-        "[a-z]{0,3}:[a-z/#?%@:]{0,6}@",
-        ".{0,6}@",
-    ];
-    let host = prop_oneof![
-        Just("127.0.0.1".to_owned()),
-        Just("[::1]".to_owned()),
-        Just("[::1".to_owned()),
-        Just("::1".to_owned()),
-        Just("/tmp/s.sock".to_owned()),
-        Just(String::new()),
-        "[a-z]{1,8}",
-        ".{0,6}",
-    ];
-    let port = prop_oneof![
-        Just(String::new()),
-        (0u32..70_000).prop_map(|p| format!(":{p}")),
-        Just(":".to_owned()),
-        Just(":99999999999999999999".to_owned()),
-        ":[a-z]{1,3}",
-    ];
-    let hosts = prop::collection::vec((host, port), 1..4).prop_map(|hosts| {
-        hosts
-            .into_iter()
-            .map(|(h, p)| format!("{h}{p}"))
-            .collect::<Vec<_>>()
-            .join(",")
-    });
-    let path = prop_oneof![
-        Just(String::new()),
-        Just("/".to_owned()),
-        "/[a-z0-9]{0,6}",
-        "/-?[0-9]{1,25}",
-        "/.{0,6}",
-        "/[a-z]{1,4}/[0-9a-z]{0,3}(/x)?",
-    ];
-    let key = prop::sample::select(PARAMETERS.to_vec());
-    let value = prop_oneof![
-        Just(String::new()),
-        Just("true".to_owned()),
-        Just("resp3".to_owned()),
-        Just("require".to_owned()),
-        Just("18446744073709551616".to_owned()),
-        any::<u64>().prop_map(|n| n.to_string()),
-        any::<i64>().prop_map(|n| n.to_string()),
-        ".{0,6}",
-    ];
-    let query = prop::collection::vec((key, value, prop::bool::ANY), 0..4).prop_map(|pairs| {
-        if pairs.is_empty() {
-            return String::new();
-        }
-        let pairs: Vec<String> = pairs
-            .into_iter()
-            .map(|(k, v, eq)| if eq { format!("{k}={v}") } else { k.to_owned() })
-            .collect();
-        format!("?{}", pairs.join("&"))
-    });
-    (scheme, userinfo, hosts, path, query, ".{0,2}").prop_map(
-        |(scheme, userinfo, hosts, path, query, tail)| {
-            format!("{scheme}{userinfo}{hosts}{path}{query}{tail}")
-        },
-    )
-}
-
-/// Cases per property: 1,000, or `PROPTEST_CASES`.
-fn config() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000);
-    ProptestConfig {
-        cases,
-        // A failure prints its minimal input; nothing is written into the source tree.
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
+    fuzz::near_valid_url(SCHEMES, PARAMETERS)
 }
 
 fn check(url: &str) -> Result<(), TestCaseError> {
@@ -154,7 +74,7 @@ fn check(url: &str) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(fuzz::proptest_config())]
 
     #[test]
     fn any_text_as_a_redis_url_is_read_or_refused_as_misconfigured(url in any::<String>()) {
