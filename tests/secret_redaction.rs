@@ -16,7 +16,7 @@ use distribution::{redact_url, Config, LeaseStore, RunId, Ttl, WorkerId};
 use lease_conformance::fixtures::{
     required, unavailable, unique_namespace, PostgresServer, RedisOptions, RedisServer, REDIS_HINT,
 };
-use proptest::prelude::*;
+use lease_conformance::fuzz::secret;
 use proptest::test_runner::{Config as RunnerConfig, TestRunner};
 
 /// Everything logged in this test process, by `tracing` and by `log`, at every level.
@@ -82,35 +82,6 @@ fn capture() -> Captured {
             captured
         })
         .clone()
-}
-
-/// A secret and the words it is made of: words of 6 to 8 letters (so none is in an output by
-/// chance) joined by the characters that confuse URL readers.
-fn secret() -> impl Strategy<Value = (String, Vec<String>)> {
-    let word = "[A-Za-z0-9éß雪ж]{6,8}";
-    let sep = prop_oneof![
-        Just("/"),
-        Just("#"),
-        Just("@"),
-        Just("?"),
-        Just(":"),
-        Just("%2F"),
-        Just("%40"),
-        Just("%"),
-        Just("🔑"),
-    ];
-    proptest::collection::vec((sep, word), 0..4).prop_flat_map(move |rest| {
-        word.prop_map(move |first| {
-            let mut secret = first.clone();
-            let mut words = vec![first];
-            for (sep, word) in &rest {
-                secret.push_str(sep);
-                secret.push_str(word);
-                words.push(word.clone());
-            }
-            (secret, words)
-        })
-    })
 }
 
 fn encoded(s: &str) -> String {

@@ -92,3 +92,35 @@ pub fn near_valid_url(
         },
     )
 }
+
+/// A secret and the words it is made of: words of 6 to 8 letters (so none appears in an output
+/// by chance) joined by the characters that confuse URL readers (`/ # @ ? :`, percent escapes,
+/// a lone `%`, non-ASCII). A test that finds none of the words in an output knows the secret,
+/// raw or in pieces, did not leak.
+pub fn secret() -> impl Strategy<Value = (String, Vec<String>)> {
+    let word = "[A-Za-z0-9éß雪ж]{6,8}";
+    let sep = prop_oneof![
+        Just("/"),
+        Just("#"),
+        Just("@"),
+        Just("?"),
+        Just(":"),
+        Just("%2F"),
+        Just("%40"),
+        Just("%25"),
+        Just("%"),
+        Just("🔑"),
+    ];
+    proptest::collection::vec((sep, word), 0..4).prop_flat_map(move |rest| {
+        word.prop_map(move |first| {
+            let mut secret = first.clone();
+            let mut words = vec![first];
+            for (sep, word) in &rest {
+                secret.push_str(sep);
+                secret.push_str(word);
+                words.push(word.clone());
+            }
+            (secret, words)
+        })
+    })
+}

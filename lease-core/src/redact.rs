@@ -175,6 +175,7 @@ fn render(rest: &str, secret: &[bool]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lease_conformance::fuzz::secret;
     use proptest::prelude::*;
 
     #[test]
@@ -277,36 +278,6 @@ mod tests {
         ] {
             assert_eq!(redact_url(url), UNPARSEABLE_URL, "{url:?}");
         }
-    }
-
-    /// A secret: words of 6 to 8 letters (so a leaked word cannot be there by chance), joined
-    /// by the characters that confuse URL readers.
-    fn secret() -> impl Strategy<Value = (String, Vec<String>)> {
-        let word = "[A-Za-z0-9éß雪ж]{6,8}";
-        let sep = prop_oneof![
-            Just("/"),
-            Just("#"),
-            Just("@"),
-            Just("?"),
-            Just(":"),
-            Just("%2F"),
-            Just("%40"),
-            Just("%25"),
-            Just("%"),
-            Just("🔑"),
-        ];
-        proptest::collection::vec((sep, word), 0..4).prop_flat_map(move |rest| {
-            word.prop_map(move |first| {
-                let mut secret = first.clone();
-                let mut words = vec![first];
-                for (sep, word) in &rest {
-                    secret.push_str(sep);
-                    secret.push_str(word);
-                    words.push(word.clone());
-                }
-                (secret, words)
-            })
-        })
     }
 
     fn encoded(s: &str) -> String {
