@@ -743,10 +743,19 @@ mod tests {
                 "postgres://app@db/x?PASSWORD=******",
             ),
             (
+                "postgres://app@db/x?api_token=hunter2",
+                "postgres://app@db/x?api_token=******",
+            ),
+            (
                 "redis://h:6379?api_token=hunter2",
                 "redis://h:6379?api_token=******",
             ),
+            (
+                "redis://h:6379?PASSWORD=hunter2",
+                "redis://h:6379?PASSWORD=******",
+            ),
         ] {
+            assert_eq!(redact_url(url), expected, "{url}");
             let config = Config::default().with_store(url);
             let debug = format!("{config:?}");
             assert!(debug.contains(&format!("{expected:?}")), "{debug}");
