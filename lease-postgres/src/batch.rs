@@ -2,13 +2,11 @@
 
 use std::time::Instant;
 
-use lease_core::{
-    check_create_batch, check_end_batch, fenced_verdict, End, Ending, Error, Result, RunId,
-};
+use lease_core::{check_create_batch, check_end_batch, End, Ending, Error, Result, RunId};
 use sqlx::postgres::PgRow;
 
 use crate::error::PgError;
-use crate::store::{fence, fence_param, get, state, PostgresLeaseStore};
+use crate::store::{fence_param, get, row_verdict, PostgresLeaseStore};
 
 impl PostgresLeaseStore {
     /// [`LeaseStore::end_many`](lease_core::LeaseStore::end_many): `sql/end_many.sql`, one
@@ -58,13 +56,7 @@ impl PostgresLeaseStore {
                 }
             } else {
                 // Read under our row lock: the refusal is current.
-                match fenced_verdict(
-                    lease.run(),
-                    lease.fence(),
-                    fence(get(row, "fence")?)?,
-                    state(get(row, "state")?)?,
-                    get::<Option<String>>(row, "lease_owner")?.is_some(),
-                ) {
+                match row_verdict(lease, row)? {
                     Err(refusal) => Err(refusal),
                     // Cannot happen under the lock. Not retried alone: the batch is one commit.
                     Ok(()) => Err(PgError::Failed(format!(

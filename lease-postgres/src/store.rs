@@ -420,13 +420,7 @@ impl PostgresLeaseStore {
             } else if let Some(row) = current.get(run) {
                 // Refusals are final (a fence never goes back, and an ended lease's fence is
                 // never held again), so a plain read explains them.
-                match fenced_verdict(
-                    lease.run(),
-                    lease.fence(),
-                    fence(get(row, "fence")?)?,
-                    state(get(row, "state")?)?,
-                    get::<Option<String>>(row, "lease_owner")?.is_some(),
-                ) {
+                match row_verdict(lease, row)? {
                     Err(refusal) => Err(refusal),
                     // It would renew, yet was not renewed: its row was locked (skipped, not
                     // waited for) or changed during the statement. Never reported as renewed;
@@ -511,6 +505,18 @@ impl Explained {
             remaining: remaining.map(|us| Duration::from_micros(us.max(0) as u64)),
         })
     }
+}
+
+/// The verdict on `lease` of a row holding its run's `fence`, `state` and `lease_owner`:
+/// `Ok(Err(refusal))`, or `Ok(Ok(()))` when the row allows the lease's writes.
+pub(crate) fn row_verdict(lease: &Lease, row: &PgRow) -> Result<Result<()>, PgError> {
+    Ok(fenced_verdict(
+        lease.run(),
+        lease.fence(),
+        fence(get(row, "fence")?)?,
+        state(get(row, "state")?)?,
+        get::<Option<String>>(row, "lease_owner")?.is_some(),
+    ))
 }
 
 pub(crate) fn get<'r, T>(row: &'r PgRow, column: &str) -> Result<T, PgError>
