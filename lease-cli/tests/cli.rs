@@ -173,6 +173,19 @@ fn postgres() -> Option<(PostgresServer, String)> {
     }
 }
 
+fn redis() -> Option<RedisServer> {
+    RedisServer::start().map_or_else(
+        |why| {
+            unavailable(
+                "redis",
+                why,
+                "install redis-server (bash scripts/test.sh does it)",
+            )
+        },
+        Some,
+    )
+}
+
 #[test]
 fn operator_commands_on_postgres_show_and_hand_over_a_run() {
     let Some((server, url)) = postgres() else {
@@ -297,16 +310,8 @@ fn set_fence(port: u16, namespace: &str, run: &str, fence: &str) {
 /// it can never be claimed again instead of naming a fence that does not exist.
 #[test]
 fn fences_stay_exact_to_the_last_one_in_the_redis_ledger_and_messages() {
-    let server = match RedisServer::start() {
-        Ok(server) => server,
-        Err(why) => {
-            return unavailable::<()>(
-                "redis",
-                why,
-                "install redis-server (bash scripts/test.sh does it)",
-            )
-            .unwrap_or(());
-        }
+    let Some(server) = redis() else {
+        return;
     };
     let port = server.port();
     let url = format!("redis://127.0.0.1:{port}");
@@ -369,16 +374,8 @@ fn fences_stay_exact_to_the_last_one_in_the_redis_ledger_and_messages() {
 /// is one array in id order without repeats, and a filter matching runs far apart finds each.
 #[test]
 fn list_streams_pages_until_the_limit_or_the_end() {
-    let server = match RedisServer::start() {
-        Ok(server) => server,
-        Err(why) => {
-            return unavailable::<()>(
-                "redis",
-                why,
-                "install redis-server (bash scripts/test.sh does it)",
-            )
-            .unwrap_or(());
-        }
+    let Some(server) = redis() else {
+        return;
     };
     let url = server.url();
     let runs: Vec<distribution::RunId> = (0..12_345)
