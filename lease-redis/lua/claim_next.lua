@@ -1,14 +1,19 @@
 -- KEYS[1]: runs hash; KEYS[2]: claimable index (zset, score = instant claimable in
 -- microseconds, member = 16 hex digits of creation order followed by the encoded run id)
--- ARGV[1]: worker id; ARGV[2]: TTL in milliseconds; ARGV[3]: most runs to claim
--- Returns: flat {encoded id, fence, expiry, encoded id, fence, expiry, ...}, longest claimable
--- first
--- Renewals do not move index entries: an entry found early for a lease that is still held is
--- moved to the lease's expiry here, so the index is corrected lazily and renewals stay cheap.
+-- ARGV[1]: worker id; ARGV[2]: TTL in milliseconds; ARGV[3]: most runs to claim; ARGV[4]:
+-- most index entries to examine that turn out not to be claimable
+-- Returns: flat {more, encoded id, fence, expiry, encoded id, fence, expiry, ...}, longest
+-- claimable first, where more is '1' if the examination budget ran out before `max` runs were
+-- claimed or the due entries ran out (call again), else '0'.
+-- Claims, renewals and ends keep the index exact, so a due entry is normally claimable. An
+-- entry that is not (its run gone or ended, or held: an index written by an older version of
+-- this adapter, whose renewals left it behind) is removed or moved to the lease's expiry; at
+-- most ARGV[4] of them per call, so one call's work is bounded however many there are.
 local now = now_micros()
 local expires = now + tonumber(ARGV[2]) * 1000
 local max = tonumber(ARGV[3])
-local out = {}
+local budget = tonumber(ARGV[4])
+local out = { '0' }
 local taken = 0
 while taken < max do
   local members = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', num(now), 'LIMIT', 0, max - taken)
@@ -16,6 +21,10 @@ while taken < max do
     break
   end
   for _, m in ipairs(members) do
+    if budget <= 0 then
+      out[1] = '1'
+      return out
+    end
     local r = read_run(KEYS[1], string.sub(m, 17))
     if r and r.m == m and claimable(r, now) then
       local fence = take(KEYS[1], KEYS[2], r, ARGV[1], expires)
@@ -23,12 +32,15 @@ while taken < max do
       out[#out + 1] = fence
       out[#out + 1] = num(expires)
       taken = taken + 1
-    elseif r and r.m == m and r.s == 'runnable' and r.f ~= FENCE_MAX and r.o ~= '' then
-      -- Held and not expired: the index lagged behind a renewal; move it to the expiry.
-      redis.call('ZADD', KEYS[2], r.e, m)
     else
-      -- Gone, ended or exhausted: never claimable from the index.
-      redis.call('ZREM', KEYS[2], m)
+      budget = budget - 1
+      if r and r.m == m and r.s == 'runnable' and r.f ~= FENCE_MAX and r.o ~= '' then
+        -- Held and not expired: the index lagged behind a renewal; move it to the expiry.
+        redis.call('ZADD', KEYS[2], r.e, m)
+      else
+        -- Gone, ended or exhausted: never claimable from the index.
+        redis.call('ZREM', KEYS[2], m)
+      end
     end
   end
 end

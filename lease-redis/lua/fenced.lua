@@ -1,8 +1,11 @@
--- KEYS[1]: runs hash; KEYS[2]: the run's journal (list); KEYS[3]: claimable index (zset)
+-- KEYS[1]: runs hash; KEYS[2]: the run's journal (list); KEYS[3]: claimable index (zset);
+-- KEYS[4]: the run's applied calls (hash: 'f' = their fence, call id -> first result)
 -- ARGV[1]: operation: 'append', 'release', 'suspend' or 'complete'; ARGV[2]: encoded run id;
--- ARGV[3]: presented fence; ARGV[4]: journal payload (append only; binary-safe)
+-- ARGV[3]: presented fence; ARGV[4]: journal payload (append only; binary-safe); ARGV[5]:
+-- this call's id
 -- Returns: {'none'}; {'verdict', fence, state, owned ('1' or '0')}; {'ok', seq, now} for
--- append; {'ok'} otherwise
+-- append; {'ok'} otherwise. A call whose id is recorded under the presented fence was
+-- applied already (a resend): it answers its first result and changes nothing.
 -- Journal entries are stored as '<fence>:<written_at>:<payload>'; seq is the list position.
 -- A hot script, run without the common.lua prelude (whose helpers every call would build
 -- again): it reads and writes the record format common.lua describes; keep them in step.
@@ -18,13 +21,30 @@ local s, f, h, m, o = string.match(v, '^(%l+):(%d+):(%d+):%d*:(%x+):(.*)$')
 if not s then
   return redis.error_reply('malformed run record for ' .. ARGV[2])
 end
-if f ~= ARGV[3] or s ~= 'runnable' or o == '' then
+if f ~= ARGV[3] then
+  return { 'verdict', f, s, o == '' and '0' or '1' }
+end
+-- The fence check comes first: a resend under a fence that has moved is refused like any
+-- stale write.
+local calls = redis.call('HMGET', KEYS[4], 'f', ARGV[5])
+if calls[1] == f and calls[2] then
+  if op == 'append' then
+    local seq, at = string.match(calls[2], '^(%d+):(%d+)$')
+    return { 'ok', seq, at }
+  end
+  return { 'ok' }
+end
+if s ~= 'runnable' or o == '' then
   return { 'verdict', f, s, o == '' and '0' or '1' }
 end
 if op == 'append' then
   local t = redis.call('TIME')
   local now = t[1] .. string.format('%06d', t[2])
   local seq = redis.call('RPUSH', KEYS[2], f .. ':' .. now .. ':' .. ARGV[4])
+  if calls[1] ~= f then
+    redis.call('DEL', KEYS[4]) -- the calls of an earlier fence
+  end
+  redis.call('HSET', KEYS[4], 'f', f, ARGV[5], seq .. ':' .. now)
   return { 'ok', tostring(seq), now }
 end
 if op == 'release' then
@@ -41,4 +61,8 @@ else
 end
 -- Owner and expiry cleared.
 redis.call('HSET', KEYS[1], ARGV[2], s .. ':' .. f .. ':' .. h .. '::' .. m .. ':')
+-- The lease is over: nothing else can be applied under this fence, so only the end's own
+-- call is kept, to answer its resend.
+redis.call('DEL', KEYS[4])
+redis.call('HSET', KEYS[4], 'f', f, ARGV[5], '')
 return { 'ok' }

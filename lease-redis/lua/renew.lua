@@ -1,9 +1,11 @@
--- KEYS[1]: runs hash
+-- KEYS[1]: runs hash; KEYS[2]: claimable index (zset)
 -- ARGV[3i-2]: encoded run id of lease i; ARGV[3i-1]: its presented fence; ARGV[3i]: its TTL
 -- in milliseconds
 -- Returns: one array per lease, in order: {'ok', expiry}; {'none'}; or
 -- {'verdict', fence, state, owned ('1' or '0')}
--- The claimable index is not touched: claim_next corrects a lagging entry when it meets it.
+-- The run's entry in the claimable index moves to the new expiry (ZADD XX: a run at the last
+-- fence has no entry and gets none), so the index never lags behind a renewal and claim_next
+-- never walks held leases to find a claimable run.
 -- A hot script, run without the common.lua prelude (whose helpers every call would build
 -- again): it reads and writes the record format common.lua describes; keep them in step.
 local now
@@ -41,6 +43,7 @@ for i = 1, #ARGV, 3 do
         end
       end
       redis.call('HSET', KEYS[1], id, 'runnable:' .. f .. ':' .. h .. ':' .. e .. ':' .. m .. ':' .. o)
+      redis.call('ZADD', KEYS[2], 'XX', e, m)
       out[#out + 1] = { 'ok', e }
     end
   end

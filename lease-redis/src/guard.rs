@@ -2,7 +2,8 @@
 //! a fence is never issued twice, unless the user accepted that risk (`volatile=true`).
 //!
 //! Read with one `CONFIG GET` at connect and on every new connection (after a reconnect, or a
-//! Sentinel failover), and every few seconds on a Cluster.
+//! Sentinel failover), and every half second on a Cluster, where only the master serving the
+//! namespace's slot is read: a dead or unsafe master elsewhere stops only its own slots.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -74,26 +75,73 @@ impl Guard {
         self.settle(risks)
     }
 
-    /// Checks every primary of a Cluster.
+    /// The risks of the topology itself, known from the URL: a Sentinel-managed primary is
+    /// there to be failed over, and a promoted replica misses every claim it had not
+    /// received unless replicas acknowledge each one.
+    pub(crate) fn check_topology(&self, sentinel: bool) -> Result<(), RedisError> {
+        if !sentinel || self.replicas > 0 {
+            return Ok(());
+        }
+        self.settle(vec![Risk {
+            setting: "replicas=0 behind Sentinel".to_owned(),
+            sentence: format!(
+                "{} is a Sentinel-managed primary, which Sentinel fails over to a replica, and \
+                 with replicas=0 a claim is acknowledged before any replica has it: the promoted \
+                 replica would issue its fence again; add ?replicas=N (N replicas acknowledge \
+                 every lease and write), or accept the risk with ?volatile=true",
+                self.server
+            ),
+        }])
+    }
+
+    /// Checks the Cluster master that serves `key`'s slot (the namespace's one shard), and
+    /// whether the cluster has replicas that a failover could promote.
     pub(crate) async fn check_cluster(
         &self,
         conn: &mut ClusterConnection,
+        key: &str,
         secret: Option<&str>,
     ) -> Result<(), RedisError> {
-        let risks = match crate::link::config_get_all(conn, query()).await {
-            Ok(replies) => {
-                let mut risks = Vec::new();
-                for (node, reply) in replies {
-                    let reply = match reply {
-                        Value::ServerError(e) => Err(redis::RedisError::from(e)),
-                        value => Ok(value),
-                    };
-                    risks.extend(self.judge(&node, reply, false, secret)?);
-                }
-                risks
-            }
-            Err(e) => self.judge(&self.server, Err(e), false, secret)?,
+        let fail = |e: redis::RedisError| RedisError::from_cluster(&e, secret);
+        let reply = crate::link::on_home_node(conn, query(), key).await;
+        let node = format!("the node serving {key}");
+        let reply = match reply {
+            Ok(Value::ServerError(e)) => Err(redis::RedisError::from(e)),
+            other => other,
         };
+        let mut risks = self.judge(&node, reply, false, secret)?;
+        if self.replicas == 0 {
+            let mut nodes = redis::cmd("CLUSTER");
+            nodes.arg("NODES");
+            let listing = crate::link::on_home_node(conn, nodes, key)
+                .await
+                .map_err(fail)?;
+            let listing = match listing {
+                Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+                Value::VerbatimString { text, .. } => text,
+                Value::SimpleString(s) => s,
+                other => {
+                    return Err(RedisError::Reply {
+                        script: "CLUSTER NODES",
+                        detail: format!("expected the node table, got {other:?}"),
+                    })
+                }
+            };
+            let replicas = cluster_replicas(&listing);
+            if replicas > 0 {
+                risks.push(Risk {
+                    setting: "replicas=0 on a Cluster with replicas".to_owned(),
+                    sentence: format!(
+                        "the Redis Cluster at {} has {replicas} replica node(s), which it \
+                         promotes when a master fails, and with replicas=0 a claim is \
+                         acknowledged before any replica has it: the promoted replica would \
+                         issue its fence again; add ?replicas=N (N replicas acknowledge every \
+                         lease and write), or accept the risk with ?volatile=true",
+                        self.server
+                    ),
+                });
+            }
+        }
         self.settle(risks)
     }
 
@@ -145,17 +193,34 @@ impl Guard {
                      accept the risk with ?volatile=true"
                 ),
             });
-        } else if get("appendfsync") != "always" && self.replicas == 0 {
+        } else {
+            // Replicas do not waive this: a primary that restarts faster than a failover is
+            // declared comes back without its unsynced tail, and its replicas resync from it.
             let value = get("appendfsync");
-            risks.push(Risk {
-                setting: format!("appendfsync {value}"),
-                sentence: format!(
-                    "redis at {node} syncs its append-only file to disk {value:?}, not always: \
-                     an OS crash or power loss can drop the last acknowledged claims and their \
-                     fences would be issued again; set appendfsync always, require replica \
-                     acknowledgement with ?replicas=N, or accept the risk with ?volatile=true"
-                ),
-            });
+            if value != "always" {
+                risks.push(Risk {
+                    setting: format!("appendfsync {value}"),
+                    sentence: format!(
+                        "redis at {node} syncs its append-only file to disk {value:?}, not \
+                         always: an OS crash or power loss can drop the last acknowledged claims \
+                         and their fences would be issued again (replicas do not cover it: a \
+                         primary that restarts before a failover comes back without them and its \
+                         replicas resync from it); set appendfsync always, or accept the risk \
+                         with ?volatile=true"
+                    ),
+                });
+            }
+            if get("no-appendfsync-on-rewrite") == "yes" {
+                risks.push(Risk {
+                    setting: "no-appendfsync-on-rewrite yes".to_owned(),
+                    sentence: format!(
+                        "redis at {node} skips fsync while it rewrites its append-only file \
+                         (no-appendfsync-on-rewrite yes), so claims acknowledged during a \
+                         rewrite can be lost in an OS crash and their fences issued again; set \
+                         no-appendfsync-on-rewrite no, or accept the risk with ?volatile=true"
+                    ),
+                });
+            }
         }
         let policy = get("maxmemory-policy");
         if policy.starts_with("allkeys-") {
@@ -208,6 +273,7 @@ fn query() -> redis::Cmd {
         .arg("appendonly")
         .arg("appendfsync")
         .arg("maxmemory-policy")
+        .arg("no-appendfsync-on-rewrite")
         .arg("cluster-enabled");
     cmd
 }
@@ -239,4 +305,38 @@ fn settings(value: Value) -> Option<HashMap<String, String>> {
     // An empty answer means CONFIG GET was answered by something that is not Redis's CONFIG
     // (or every parameter was unknown): treat it as unreadable.
     (!map.is_empty()).then_some(map)
+}
+
+/// How many nodes of a `CLUSTER NODES` listing are replicas (flag `slave`), failed or not:
+/// each is a node the cluster may promote.
+fn cluster_replicas(listing: &str) -> usize {
+    listing
+        .lines()
+        .filter(|line| {
+            line.split_whitespace()
+                .nth(2)
+                .is_some_and(|flags| flags.split(',').any(|f| f == "slave" || f == "replica"))
+        })
+        .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cluster_replicas;
+
+    #[test]
+    fn replicas_are_counted_from_the_node_table() {
+        let masters_only = "\
+07c37dfeb235213a872192d90877d0cd55635b91 127.0.0.1:30004@31004 myself,master - 0 0 4 connected 0-5460
+67ed2db8d677e59ec4a4cefb06858cf2a1a89fa1 127.0.0.1:30002@31002 master - 0 1426238316232 2 connected 5461-10922
+";
+        assert_eq!(cluster_replicas(masters_only), 0);
+        let with_replicas = format!(
+            "{masters_only}\
+292f8b365bb7edb5e285caf0b7e6ddc7265d2f4f 127.0.0.1:30003@31003 slave 07c37dfeb235213a872192d90877d0cd55635b91 0 1426238317741 4 connected
+824fe116063bc5fcf9f4ffd895bc17aee7731ac3 127.0.0.1:30006@31006 slave,fail 67ed2db8d677e59ec4a4cefb06858cf2a1a89fa1 0 1426238316232 2 disconnected
+"
+        );
+        assert_eq!(cluster_replicas(&with_replicas), 2);
+    }
 }

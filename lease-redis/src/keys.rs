@@ -10,6 +10,8 @@
 //! | `{lease:ns}:claimable` | zset | runnable runs scored by the instant (µs) they become claimable |
 //! | `{lease:ns}:ids` | zset | every run id, score 0, so members sort by id |
 //! | `{lease:ns}:seq` | string | the creation counter (claimable-index tiebreak) |
+//! | `{lease:ns}:k:<id>` | hash | the run's applied fenced writes under its latest fence: `f` = that fence, then call id → first result, so a resent write answers its first result |
+//! | `{lease:ns}:barrier` | string | a counter written after each write that must be acknowledged by replicas, so `WAIT` confirms what the write saw |
 //! | `{lease:ns}:u:<id>:<name>` | any | callers' keys for [fenced scripts](crate::FencedScript) |
 //!
 //! The records share one hash so that every script declares every key it touches, including
@@ -110,6 +112,16 @@ impl Keys {
 
     pub(crate) fn counter(&self) -> String {
         format!("{}:seq", self.tag)
+    }
+
+    /// The run's applied fenced writes under its latest fence (call id → first result).
+    pub(crate) fn calls(&self, run: &RunId) -> String {
+        format!("{}:k:{}", self.tag, encode(run.as_str()))
+    }
+
+    /// The counter written after a write that replicas must acknowledge.
+    pub(crate) fn barrier(&self) -> String {
+        format!("{}:barrier", self.tag)
     }
 
     /// A caller's key for `run`, in the run's slot.

@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod call;
 mod config;
 mod error;
 #[cfg(test)]

@@ -1,18 +1,19 @@
 //! The connection to Redis, whatever the topology: one server, a Cluster, or the primary a set
 //! of Sentinels names. Runs the durability guard on every new connection, and waits for
-//! replica acknowledgements on the connection that carried the write.
+//! replica acknowledgements on the connection that carried the write, in the same pipeline.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{
-    MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
-};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use redis::{AsyncConnectionConfig, Cmd, IntoConnectionInfo, ScriptInvocation, Value};
+use redis::{AsyncConnectionConfig, Cmd, IntoConnectionInfo, Pipeline, Value};
+
+use crate::call::{Ack, Call, Lua};
 
 use crate::config::{Protocol, RedisConfig, Topology};
 use crate::error::{scrub, RedisError};
@@ -26,12 +27,24 @@ const CLUSTER_RECHECK: Duration = Duration::from_millis(500);
 /// The "last checked" value that makes the next call re-check.
 const FORCE_RECHECK: u64 = u64::MAX;
 
+/// The most connections carrying acknowledged writes at once (`replicas > 0`). A `WAIT`
+/// blocks its connection until the replicas answer, so each such write has a connection of
+/// its own; a write finding all of them busy waits at most the response timeout.
+pub(crate) const ACKED_CONNECTIONS: usize = 32;
+
 /// The connection, shared by every clone of a store.
 pub(crate) struct Link {
     kind: Kind,
     guard: Guard,
     /// The password, only to scrub it from driver messages; never printed.
     secret: Option<String>,
+    /// A key in the namespace's slot (its barrier): routes the Cluster guard's reads, and
+    /// the barrier write before each `WAIT`, to the node that serves the namespace.
+    home: String,
+    /// Idle connections for acknowledged writes, and permits bounding how many exist.
+    acked_idle: Mutex<Vec<Conn>>,
+    acked_permits: tokio::sync::Semaphore,
+    response_timeout: Duration,
 }
 
 #[allow(clippy::large_enum_variant)] // one per store, never moved after connect
@@ -45,8 +58,11 @@ enum Kind {
         generation: AtomicU64,
         reconnecting: tokio::sync::Mutex<()>,
     },
-    /// A Cluster: redis-rs follows the slot map, redirections and failovers.
+    /// A Cluster: redis-rs follows the slot map and failovers, and never resends a command
+    /// (its retries are off: a resent write could be applied twice, and a resent `WAIT`
+    /// would confirm nothing).
     Cluster {
+        client: ClusterClient,
         conn: ClusterConnection,
         /// When the guard last passed, in ms since `epoch`.
         checked_ms: AtomicU64,
@@ -60,21 +76,20 @@ enum Source {
     Sentinel(tokio::sync::Mutex<SentinelClient>),
 }
 
-/// The connection one operation uses for its script and, when replicas must acknowledge, for
-/// the `WAIT` after it: `WAIT` counts the writes of the connection it is sent on.
-pub(crate) struct Session<'a> {
-    link: &'a Link,
-    conn: Conn,
-}
-
+/// One connection: to one server, or a Cluster connection (one per node, routed by slot).
+#[derive(Clone)]
 enum Conn {
-    Direct(u64, MultiplexedConnection),
+    Direct(MultiplexedConnection),
     Cluster(ClusterConnection),
 }
 
 impl Link {
     /// Connects as `config` says and runs the guard.
-    pub(crate) async fn connect(config: &RedisConfig, guard: Guard) -> Result<Link, RedisError> {
+    pub(crate) async fn connect(
+        config: &RedisConfig,
+        guard: Guard,
+        home: String,
+    ) -> Result<Link, RedisError> {
         let timeouts = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(config.connect_timeout()))
             .set_response_timeout(Some(config.response_timeout()));
@@ -85,7 +100,9 @@ impl Link {
                 scrub(&e.to_string(), secret)
             ))
         };
-        let (kind, secret) = match config.topology()? {
+        let topology = config.topology()?;
+        guard.check_topology(matches!(topology, Topology::Sentinel { .. }))?;
+        let (kind, secret) = match topology {
             Topology::Single { url } => {
                 let client = redis::Client::open(url.as_str())
                     .map_err(|e| bad_url(e, Some(url.as_str())))?;
@@ -141,8 +158,10 @@ impl Link {
                 let mut builder = redis::cluster::ClusterClientBuilder::new(nodes.clone())
                     .connection_timeout(config.connect_timeout())
                     .response_timeout(config.response_timeout())
-                    .retries(2)
-                    .max_retry_wait(500);
+                    // No resends: a write resent after a lost reply could apply twice, and a
+                    // `WAIT` resent on a new connection would confirm nothing. A redirection
+                    // or a lost connection is reported (retryable) and the slot map refreshed.
+                    .retries(0);
                 if let Some(protocol) = protocol {
                     builder = builder.use_protocol(protocol_version(*protocol));
                 }
@@ -150,10 +169,11 @@ impl Link {
                 let conn = client
                     .get_async_connection()
                     .await
-                    .map_err(|e| RedisError::from_driver(&e, secret.as_deref()))?;
+                    .map_err(|e| RedisError::from_cluster(&e, secret.as_deref()))?;
                 let kind = Kind::Cluster {
+                    client,
                     conn,
-                    checked_ms: AtomicU64::new(0),
+                    checked_ms: AtomicU64::new(FORCE_RECHECK),
                     epoch: Instant::now(),
                     rechecking: tokio::sync::Mutex::new(()),
                 };
@@ -164,22 +184,13 @@ impl Link {
             kind,
             guard,
             secret,
+            home,
+            acked_idle: Mutex::new(Vec::new()),
+            acked_permits: tokio::sync::Semaphore::new(ACKED_CONNECTIONS),
+            response_timeout: config.response_timeout(),
         };
         // Connect now, so that an unreachable or unsafe server is reported by `connect`.
-        match &link.kind {
-            Kind::Direct { .. } => drop(link.session().await?),
-            Kind::Cluster {
-                conn,
-                checked_ms,
-                epoch,
-                ..
-            } => {
-                link.guard
-                    .check_cluster(&mut conn.clone(), link.secret())
-                    .await?;
-                checked_ms.store(elapsed_ms(*epoch), Ordering::Relaxed);
-            }
-        }
+        drop(link.shared().await?);
         Ok(link)
     }
 
@@ -191,8 +202,95 @@ impl Link {
         &self.guard
     }
 
-    /// A connection for one operation: the current one, or a new one that passed the guard.
-    pub(crate) async fn session(&self) -> Result<Session<'_>, RedisError> {
+    /// Runs a script that writes nothing, or whose writes need no replica acknowledgement,
+    /// on the shared connection (which never carries a `WAIT`, so a frozen replica never
+    /// delays it).
+    pub(crate) async fn read(&self, call: &Call<'_>) -> Result<Value, RedisError> {
+        let (id, mut conn) = self.shared().await?;
+        eval(&mut conn, call, &self.home)
+            .await
+            .map_err(|e| self.failed(&e, id))
+    }
+
+    /// Runs a write. Without replicas to wait for, as [`read`](Link::read). With
+    /// `replicas=N`, on a connection of its own, as one pipeline: the script, a write of the
+    /// namespace's barrier, and `WAIT N timeout`. The replication stream is ordered, so once
+    /// the replicas acknowledged the barrier they hold everything the script wrote **or
+    /// saw**: a verdict such as "already ended under your fence" is confirmed like a fresh
+    /// write. The three travel together, so no reconnect can come between the write and its
+    /// `WAIT`; a connection lost on the way fails the call (retryable), and is not reused.
+    pub(crate) async fn write(&self, call: &Call<'_>) -> Result<(Value, Ack), RedisError> {
+        let wanted = self.guard.replicas();
+        if wanted == 0 {
+            return Ok((self.read(call).await?, Ack::none()));
+        }
+        let timeout = self.guard.replica_timeout();
+        let _permit = tokio::time::timeout(self.response_timeout, self.acked_permits.acquire())
+            .await
+            .map_err(|_| {
+                RedisError::Unreachable(format!(
+                    "all {ACKED_CONNECTIONS} connections for acknowledged writes stayed busy \
+                     waiting for replicas for {:?}",
+                    self.response_timeout
+                ))
+            })?
+            .map_err(|_| RedisError::Unreachable("the store is closing".to_owned()))?;
+        let idle = lock(&self.acked_idle).pop();
+        let mut conn = match idle {
+            Some(conn) => {
+                // A Cluster's guard is re-read on its schedule whichever connection writes.
+                if matches!(self.kind, Kind::Cluster { .. }) {
+                    drop(self.shared().await?);
+                }
+                conn
+            }
+            None => self.acked_connection().await?,
+        };
+        let answer = eval_acked(
+            &mut conn,
+            call,
+            &self.home,
+            wanted,
+            timeout.as_millis() as u64,
+        )
+        .await;
+        match answer {
+            Ok((value, acked)) => {
+                lock(&self.acked_idle).push(conn);
+                Ok((value, Ack::new(wanted, acked, timeout.as_millis())))
+            }
+            // The connection is dropped: whatever it was doing is not to be trusted again.
+            Err(e) => Err(self.failed(&e, 0)),
+        }
+    }
+
+    /// A new connection for acknowledged writes, checked by the guard like the shared one.
+    async fn acked_connection(&self) -> Result<Conn, RedisError> {
+        match &self.kind {
+            Kind::Direct { source, config, .. } => {
+                let mut conn = open(source, config)
+                    .await
+                    .map_err(|e| RedisError::from_driver(&e, self.secret()))?;
+                self.guard.check_direct(&mut conn, self.secret()).await?;
+                Ok(Conn::Direct(conn))
+            }
+            Kind::Cluster { client, .. } => {
+                // The guard reads the namespace's node through the shared connection, on
+                // its schedule; this connection reaches the same nodes.
+                drop(self.shared().await?);
+                let conn = client
+                    .get_async_connection()
+                    .await
+                    .map_err(|e| RedisError::from_cluster(&e, self.secret()))?;
+                Ok(Conn::Cluster(conn))
+            }
+        }
+    }
+
+    /// The shared connection: the current one, or a new one that passed the guard (and on a
+    /// Cluster, the guard re-read when it is due). The id names a direct connection, to drop
+    /// it after a failure.
+    async fn shared(&self) -> Result<(u64, Conn), RedisError> {
         match &self.kind {
             Kind::Direct {
                 source,
@@ -202,49 +300,29 @@ impl Link {
                 reconnecting,
             } => {
                 if let Some((id, conn)) = lock(current).clone() {
-                    return Ok(Session {
-                        link: self,
-                        conn: Conn::Direct(id, conn),
-                    });
+                    return Ok((id, Conn::Direct(conn)));
                 }
                 let _one_at_a_time = reconnecting.lock().await;
                 if let Some((id, conn)) = lock(current).clone() {
-                    return Ok(Session {
-                        link: self,
-                        conn: Conn::Direct(id, conn),
-                    });
+                    return Ok((id, Conn::Direct(conn)));
                 }
-                let mut conn = match source {
-                    Source::Client(client) => {
-                        client
-                            .get_multiplexed_async_connection_with_config(config)
-                            .await
-                    }
-                    Source::Sentinel(client) => {
-                        client
-                            .lock()
-                            .await
-                            .get_async_connection_with_config(config)
-                            .await
-                    }
-                }
-                .map_err(|e| RedisError::from_driver(&e, self.secret()))?;
+                let mut conn = open(source, config)
+                    .await
+                    .map_err(|e| RedisError::from_driver(&e, self.secret()))?;
                 self.guard.check_direct(&mut conn, self.secret()).await?;
                 let id = generation.fetch_add(1, Ordering::Relaxed) + 1;
                 *lock(current) = Some((id, conn.clone()));
                 if id > 1 {
                     tracing::info!("reconnected to redis; durability settings checked again");
                 }
-                Ok(Session {
-                    link: self,
-                    conn: Conn::Direct(id, conn),
-                })
+                Ok((id, Conn::Direct(conn)))
             }
             Kind::Cluster {
                 conn,
                 checked_ms,
                 epoch,
                 rechecking,
+                ..
             } => {
                 let stale = |checked: u64| {
                     checked == FORCE_RECHECK
@@ -255,134 +333,178 @@ impl Link {
                     let _one_at_a_time = rechecking.lock().await;
                     if stale(checked_ms.load(Ordering::Relaxed)) {
                         self.guard
-                            .check_cluster(&mut conn.clone(), self.secret())
+                            .check_cluster(&mut conn.clone(), &self.home, self.secret())
                             .await?;
                         checked_ms.store(elapsed_ms(*epoch), Ordering::Relaxed);
                     }
                 }
-                Ok(Session {
-                    link: self,
-                    conn: Conn::Cluster(conn.clone()),
-                })
+                Ok((0, Conn::Cluster(conn.clone())))
             }
         }
     }
 
-    /// Makes the next call on a Cluster re-read every primary's durability settings first.
-    fn force_recheck(&self) {
-        if let Kind::Cluster { checked_ms, .. } = &self.kind {
-            checked_ms.store(FORCE_RECHECK, Ordering::Relaxed);
-        }
-    }
-
-    /// Forgets the direct connection `id` after it failed, so the next operation makes a new
-    /// one (and checks it). A newer connection is kept.
-    fn drop_connection(&self, id: u64) {
-        if let Kind::Direct { current, .. } = &self.kind {
-            let mut current = lock(current);
-            if current.as_ref().is_some_and(|(held, _)| *held == id) {
-                *current = None;
+    /// Classifies a failure. One that calls for a new connection also drops the shared
+    /// direct connection `id` (a newer one is kept) and the idle acknowledged-write
+    /// connections, or makes a Cluster's next call re-read the guard first (a node may be
+    /// coming back with other settings).
+    fn failed(&self, e: &redis::RedisError, id: u64) -> RedisError {
+        if RedisError::needs_reconnect(e) {
+            lock(&self.acked_idle).clear();
+            match &self.kind {
+                Kind::Direct { current, .. } => {
+                    let mut current = lock(current);
+                    if id == 0 || current.as_ref().is_some_and(|(held, _)| *held == id) {
+                        *current = None;
+                    }
+                }
+                Kind::Cluster { checked_ms, .. } => {
+                    checked_ms.store(FORCE_RECHECK, Ordering::Relaxed);
+                }
             }
+        }
+        match &self.kind {
+            Kind::Direct { .. } => RedisError::from_driver(e, self.secret()),
+            Kind::Cluster { .. } => RedisError::from_cluster(e, self.secret()),
         }
     }
 }
 
-impl Session<'_> {
-    /// Runs a script (EVALSHA, loading it on NOSCRIPT).
-    pub(crate) async fn invoke(
-        &mut self,
-        call: &ScriptInvocation<'_>,
-    ) -> Result<Value, RedisError> {
-        let result = match &mut self.conn {
-            Conn::Direct(_, conn) => call.invoke_async(conn).await,
-            Conn::Cluster(conn) => call.invoke_async(conn).await,
-        };
-        result.map_err(|e| self.failed(&e))
+impl Conn {
+    async fn query(&mut self, cmd: &Cmd) -> redis::RedisResult<Value> {
+        match self {
+            Conn::Direct(conn) => cmd.query_async(conn).await,
+            Conn::Cluster(conn) => cmd.query_async(conn).await,
+        }
     }
 
-    /// Runs one command on this session's connection (routed like `key` on a Cluster).
-    pub(crate) async fn command(&mut self, cmd: Cmd, key: &str) -> Result<Value, RedisError> {
-        let result = match &mut self.conn {
-            Conn::Direct(_, conn) => cmd.query_async(conn).await,
+    /// Loads `script` (`SCRIPT LOAD`) on the server, or on a Cluster on the master serving
+    /// `key` only: the driver would send it to every master, and one dead master elsewhere
+    /// would fail a call that never needed it.
+    async fn load(&mut self, script: &Lua, key: &str) -> redis::RedisResult<()> {
+        let mut load = redis::cmd("SCRIPT");
+        load.arg("LOAD").arg(script.source());
+        match self {
+            Conn::Direct(conn) => load.query_async::<Value>(conn).await.map(drop),
+            Conn::Cluster(conn) => on_home_node(conn, load, key)
+                .await?
+                .extract_error()
+                .map(drop),
+        }
+    }
+
+    /// Sends `pipe` as one unit on one connection (on a Cluster, to the master serving
+    /// `key`), and returns one value per command, errors included as values.
+    async fn pipeline(&mut self, pipe: Pipeline, key: &str) -> redis::RedisResult<Vec<Value>> {
+        let count = pipe.len();
+        match self {
+            Conn::Direct(conn) => conn.req_packed_commands(&pipe, 0, count).await,
             Conn::Cluster(conn) => {
                 let route = Route::with_key(key, SlotAddr::Master);
-                conn.route_command(
-                    cmd,
-                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
-                )
-                .await
-            }
-        };
-        result.map_err(|e| self.failed(&e))
-    }
-
-    /// Waits until the configured number of replicas acknowledged every write this
-    /// connection sent so far (`WAIT`), or fails with [`RedisError::Replicas`].
-    pub(crate) async fn replicated(&mut self, key: &str) -> Result<(), RedisError> {
-        let wanted = self.link.guard.replicas();
-        if wanted == 0 {
-            return Ok(());
-        }
-        let timeout = self.link.guard.replica_timeout();
-        let mut wait = redis::cmd("WAIT");
-        wait.arg(wanted).arg(timeout.as_millis() as u64);
-        let acked = match self.command(wait, key).await? {
-            Value::Int(n) => n,
-            other => {
-                return Err(RedisError::Reply {
-                    script: "WAIT",
-                    detail: format!("expected a count of replicas, got {other:?}"),
-                })
-            }
-        };
-        if acked >= i64::from(wanted) {
-            Ok(())
-        } else {
-            Err(RedisError::Replicas {
-                acked,
-                wanted,
-                timeout_ms: timeout.as_millis(),
-            })
-        }
-    }
-
-    fn failed(&self, e: &redis::RedisError) -> RedisError {
-        if RedisError::needs_reconnect(e) {
-            match &self.conn {
-                Conn::Direct(id, _) => self.link.drop_connection(*id),
-                // A node may be coming back with other settings: check before the next call.
-                Conn::Cluster(_) => self.link.force_recheck(),
+                conn.route_pipeline(pipe, 0, count, SingleNodeRoutingInfo::SpecificNode(route))
+                    .await
             }
         }
-        RedisError::from_driver(e, self.link.secret())
     }
 }
 
-/// Runs `CONFIG GET` on every primary of a Cluster: one reply per node.
-pub(crate) async fn config_get_all(
+/// Runs `call` (`EVALSHA`, loading the script on `NOSCRIPT`).
+async fn eval(conn: &mut Conn, call: &Call<'_>, home: &str) -> redis::RedisResult<Value> {
+    let cmd = call.cmd();
+    match conn.query(&cmd).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            conn.load(call.script(), home).await?;
+            conn.query(&cmd).await
+        }
+        other => other,
+    }
+}
+
+/// Runs `call`, then `INCR barrier`, then `WAIT wanted timeout_ms`, as one pipeline; returns
+/// the script's value and the number of replicas that acknowledged.
+async fn eval_acked(
+    conn: &mut Conn,
+    call: &Call<'_>,
+    barrier: &str,
+    wanted: u32,
+    timeout_ms: u64,
+) -> redis::RedisResult<(Value, i64)> {
+    let mut loaded = false;
+    loop {
+        let mut pipe = redis::pipe();
+        pipe.add_command(call.cmd())
+            .cmd("INCR")
+            .arg(barrier)
+            .cmd("WAIT")
+            .arg(wanted)
+            .arg(timeout_ms);
+        let values = conn.pipeline(pipe, barrier).await?;
+        let [script, barrier_reply, wait]: [Value; 3] = values.try_into().map_err(|v| {
+            redis::RedisError::from((
+                redis::ErrorKind::Parse,
+                "expected three replies to script, INCR, WAIT",
+                format!("{v:?}"),
+            ))
+        })?;
+        let script = match script.extract_error() {
+            Err(e)
+                if !loaded
+                    && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                // The script did not run; the barrier and WAIT that followed are harmless.
+                conn.load(call.script(), barrier).await?;
+                loaded = true;
+                continue;
+            }
+            other => other?,
+        };
+        barrier_reply.extract_error()?;
+        let acked = match wait.extract_error()? {
+            Value::Int(n) => n,
+            other => {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::Parse,
+                    "expected a count of replicas from WAIT",
+                    format!("{other:?}"),
+                )))
+            }
+        };
+        return Ok((script, acked));
+    }
+}
+
+/// Runs `cmd` on the Cluster master that serves `key`'s slot.
+pub(crate) async fn on_home_node(
     conn: &mut ClusterConnection,
     cmd: Cmd,
-) -> redis::RedisResult<Vec<(String, Value)>> {
-    let reply = conn
-        .route_command(
-            cmd,
-            RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None)),
-        )
-        .await?;
-    Ok(match reply {
-        Value::Map(pairs) => pairs
-            .into_iter()
-            .map(|(node, value)| {
-                let node = match node {
-                    Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
-                    Value::SimpleString(s) => s,
-                    other => format!("{other:?}"),
-                };
-                (node, value)
-            })
-            .collect(),
-        single => vec![("cluster".to_owned(), single)],
-    })
+    key: &str,
+) -> redis::RedisResult<Value> {
+    let route = Route::with_key(key, SlotAddr::Master);
+    conn.route_command(
+        cmd,
+        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+    )
+    .await
+}
+
+/// A new multiplexed connection to the server `source` names.
+async fn open(
+    source: &Source,
+    config: &AsyncConnectionConfig,
+) -> redis::RedisResult<MultiplexedConnection> {
+    match source {
+        Source::Client(client) => {
+            client
+                .get_multiplexed_async_connection_with_config(config)
+                .await
+        }
+        Source::Sentinel(client) => {
+            client
+                .lock()
+                .await
+                .get_async_connection_with_config(config)
+                .await
+        }
+    }
 }
 
 fn direct(source: Source, config: AsyncConnectionConfig) -> Kind {

@@ -8,8 +8,9 @@ use lease_core::{
     check_renew_batch, claim_refusal, fenced_verdict, End, Ending, Error, JournalEntry, Lease,
     LeaseStore, ListFilter, Result, RunId, RunRecord, RunState, StoreTime, Ttl, WorkerId,
 };
-use redis::{FromRedisValue, Script, ScriptInvocation, ToRedisArgs, Value};
+use redis::{FromRedisValue, ToRedisArgs, Value};
 
+use crate::call::{call_id, Ack, Call, Lua};
 use crate::config::RedisConfig;
 use crate::error::RedisError;
 use crate::guard::Guard;
@@ -20,6 +21,14 @@ use crate::reply::Reply;
 /// How many run ids one `list` script call examines at most, whatever its filter keeps: the
 /// bound on the work one call asks of the server.
 const LIST_SCAN: usize = 1000;
+
+/// How many index entries one `claim_next` script call may examine that turn out not to be
+/// claimable (stale entries it removes or moves): the bound on one call's extra work.
+const CLAIM_NEXT_SCAN: usize = 256;
+
+/// How many payload bytes one `journal` script call returns at most (beyond its last entry):
+/// the bound on one call's copy of a long journal.
+const JOURNAL_PAGE_BYTES: usize = 4 << 20;
 
 macro_rules! lua {
     ($file:literal) => {
@@ -38,35 +47,35 @@ macro_rules! lua_alone {
     };
 }
 
-/// Every script, built once per process; `Script` runs EVALSHA and loads itself on NOSCRIPT.
+/// Every script, built once per process; a call runs EVALSHA and loads it on NOSCRIPT.
 struct Scripts {
-    create: Script,
-    create_many: Script,
-    claim: Script,
-    claim_next: Script,
-    renew: Script,
-    fenced: Script,
-    end_many: Script,
-    resume: Script,
-    force_release: Script,
-    inspect: Script,
-    journal: Script,
-    list: Script,
+    create: Lua,
+    create_many: Lua,
+    claim: Lua,
+    claim_next: Lua,
+    renew: Lua,
+    fenced: Lua,
+    end_many: Lua,
+    resume: Lua,
+    force_release: Lua,
+    inspect: Lua,
+    journal: Lua,
+    list: Lua,
 }
 
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    create: Script::new(lua!("create.lua")),
-    create_many: Script::new(lua!("create_many.lua")),
-    claim: Script::new(lua_alone!("claim.lua")),
-    claim_next: Script::new(lua!("claim_next.lua")),
-    renew: Script::new(lua_alone!("renew.lua")),
-    fenced: Script::new(lua_alone!("fenced.lua")),
-    end_many: Script::new(lua!("end_many.lua")),
-    resume: Script::new(lua!("resume.lua")),
-    force_release: Script::new(lua!("force_release.lua")),
-    inspect: Script::new(lua!("inspect.lua")),
-    journal: Script::new(lua!("journal.lua")),
-    list: Script::new(lua!("list.lua")),
+    create: Lua::new(lua!("create.lua")),
+    create_many: Lua::new(lua!("create_many.lua")),
+    claim: Lua::new(lua_alone!("claim.lua")),
+    claim_next: Lua::new(lua!("claim_next.lua")),
+    renew: Lua::new(lua_alone!("renew.lua")),
+    fenced: Lua::new(lua_alone!("fenced.lua")),
+    end_many: Lua::new(lua!("end_many.lua")),
+    resume: Lua::new(lua!("resume.lua")),
+    force_release: Lua::new(lua!("force_release.lua")),
+    inspect: Lua::new(lua!("inspect.lua")),
+    journal: Lua::new(lua!("journal.lua")),
+    list: Lua::new(lua!("list.lua")),
 });
 
 /// A caller's Lua snippet that [`RedisLeaseStore::fenced_script`] runs atomically after the
@@ -78,24 +87,28 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 ///
 /// Redis does not roll back a script that raises an error half-way, so check before writing.
 ///
+/// A resend of the same call (after a lost reply) does not run the snippet again: the
+/// adapter records each call's result with the run, under the lease's fence, until the lease
+/// ends, and answers a resend with it. The result is kept with `cmsgpack`, so keep it small.
+///
 /// ```
 /// use lease_redis::FencedScript;
-/// let push = FencedScript::new("return redis.call('RPUSH', KEYS[1], ARGV[1])");
+/// let push = FencedLua::new("return redis.call('RPUSH', KEYS[1], ARGV[1])");
 /// ```
 pub struct FencedScript {
-    script: Script,
+    script: Lua,
 }
 
 impl FencedScript {
     /// Wraps `lua`, the snippet to run after the fence check.
     pub fn new(lua: &str) -> FencedScript {
         let source = format!(
-            "{}{}{lua}\nend)({{unpack(KEYS, 2)}}, {{unpack(ARGV, 3)}})\nreturn {{ 'ok', lease_result }}\n",
+            "{}{}{lua}\nend)({{unpack(KEYS, 3)}}, {{unpack(ARGV, 4)}})\nreturn {{ 'ok', lease_record(lease_result) }}\n",
             include_str!("../lua/common.lua"),
             include_str!("../lua/fenced_prelude.lua"),
         );
         FencedScript {
-            script: Script::new(&source),
+            script: Lua::new(source),
         }
     }
 }
@@ -103,7 +116,7 @@ impl FencedScript {
 impl fmt::Debug for FencedScript {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FencedScript")
-            .field("sha", &self.script.get_hash())
+            .field("sha", &self.script.hash())
             .finish()
     }
 }
@@ -138,10 +151,11 @@ impl RedisLeaseStore {
     /// [`Error::Backend`] for a rejected password.
     pub async fn connect(config: RedisConfig) -> Result<RedisLeaseStore> {
         config.check()?;
-        let link = Link::connect(&config, Guard::new(&config)).await?;
+        let keys = Keys::new(config.namespace());
+        let link = Link::connect(&config, Guard::new(&config), keys.barrier()).await?;
         Ok(RedisLeaseStore {
             link: Arc::new(link),
-            keys: Keys::new(config.namespace()),
+            keys,
             config,
         })
     }
@@ -200,37 +214,42 @@ impl RedisLeaseStore {
             ))
             .into());
         }
-        let runs = self.keys.runs();
-        let mut call = script.script.key(&runs);
-        call.arg(keys::encode(lease.run().as_str()))
-            .arg(lease.fence().get());
+        let mut call = Call::new(&script.script);
+        call.key(self.keys.runs())
+            .key(self.keys.calls(lease.run()))
+            .arg(keys::encode(lease.run().as_str()))
+            .arg(lease.fence().get())
+            .arg(call_id());
         for key in keys {
             call.key(key.as_ref());
         }
         for arg in args {
             call.arg(arg);
         }
-        let (reply, mut session) = self.run("fenced script", &call).await?;
-        self.fenced_status(lease, &reply)?;
-        session.replicated(&runs).await?;
+        let (reply, ack) = self.write("fenced script", &call).await?;
+        self.confirmed(self.status(lease, &reply), &ack)?;
         let value = reply.into_items().into_iter().nth(1).unwrap_or(Value::Nil);
         T::from_redis_value(value).map_err(|e| Error::backend(crate::error::BACKEND, e.to_string()))
     }
 
-    /// Runs a script; returns its reply and the session it ran on, for
-    /// [`replicated`](crate::link::Session::replicated) after a write.
-    async fn run(
-        &self,
-        script: &'static str,
-        call: &ScriptInvocation<'_>,
-    ) -> Result<(Reply, crate::link::Session<'_>), RedisError> {
-        let mut session = self.link.session().await?;
-        let value = session.invoke(call).await?;
-        Ok((Reply::new(script, value)?, session))
+    /// Runs a script that writes nothing (or nothing replicas must confirm).
+    async fn read(&self, script: &'static str, call: &Call<'_>) -> Result<Reply, RedisError> {
+        Reply::new(script, self.link.read(call).await?)
     }
 
-    /// Turns a fenced script's `none` / `verdict` reply into the contract's error.
-    fn fenced_status(&self, lease: &Lease, reply: &Reply) -> Result<()> {
+    /// Runs a writing script; returns its reply and what the replicas acknowledged, to
+    /// [`confirm`](Ack::confirm) before any answer is reported.
+    async fn write(
+        &self,
+        script: &'static str,
+        call: &Call<'_>,
+    ) -> Result<(Reply, Ack), RedisError> {
+        let (value, ack) = self.link.write(call).await?;
+        Ok((Reply::new(script, value)?, ack))
+    }
+
+    /// Turns a fenced script's `ok` / `none` / `verdict` reply into the contract's answer.
+    fn status(&self, lease: &Lease, reply: &Reply) -> Result<()> {
         match reply.status()? {
             "ok" => Ok(()),
             "none" => Err(Error::NotFound {
@@ -253,6 +272,17 @@ impl RedisLeaseStore {
         }
     }
 
+    /// `answer`, once the replicas hold what it reports, if it reports something about the
+    /// caller's own fence: a write applied (now, or by an earlier attempt whose reply was
+    /// lost) or a lease ended under that fence, which a retrying caller takes as its own
+    /// commit. A retry never confirms less than the first attempt.
+    fn confirmed<T>(&self, answer: Result<T>, ack: &Ack) -> Result<T> {
+        if needs_ack(&answer) {
+            ack.confirm()?;
+        }
+        answer
+    }
+
     fn lease(
         &self,
         run: RunId,
@@ -273,17 +303,18 @@ impl RedisLeaseStore {
 
     async fn fenced(&self, lease: &Lease, op: &str, payload: &[u8]) -> Result<Reply> {
         let run = lease.run();
-        let runs = self.keys.runs();
-        let mut call = SCRIPTS.fenced.key(&runs);
-        call.key(self.keys.journal(run))
+        let mut call = Call::new(&SCRIPTS.fenced);
+        call.key(self.keys.runs())
+            .key(self.keys.journal(run))
             .key(self.keys.claimable())
+            .key(self.keys.calls(run))
             .arg(op)
             .arg(keys::encode(run.as_str()))
             .arg(lease.fence().get())
-            .arg(payload);
-        let (reply, mut session) = self.run("fenced", &call).await?;
-        self.fenced_status(lease, &reply)?;
-        session.replicated(&runs).await?;
+            .arg(payload)
+            .arg(call_id());
+        let (reply, ack) = self.write("fenced", &call).await?;
+        self.confirmed(self.status(lease, &reply), &ack)?;
         Ok(reply)
     }
 
@@ -320,16 +351,16 @@ impl fmt::Display for RedisLeaseStore {
 #[async_trait::async_trait]
 impl LeaseStore for RedisLeaseStore {
     async fn create(&self, run: &RunId) -> Result<RunRecord> {
-        let runs = self.keys.runs();
-        let mut call = SCRIPTS.create.key(&runs);
-        call.key(self.keys.claimable())
+        let mut call = Call::new(&SCRIPTS.create);
+        call.key(self.keys.runs())
+            .key(self.keys.claimable())
             .key(self.keys.ids())
             .key(self.keys.counter())
             .arg(keys::encode(run.as_str()));
-        let (reply, mut session) = self.run("create", &call).await?;
+        let (reply, ack) = self.write("create", &call).await?;
         match reply.status()? {
             "ok" => {
-                session.replicated(&runs).await?;
+                ack.confirm()?;
                 Ok(RunRecord {
                     run: run.clone(),
                     state: RunState::Runnable,
@@ -346,17 +377,17 @@ impl LeaseStore for RedisLeaseStore {
     }
 
     async fn claim(&self, run: &RunId, worker: &WorkerId, ttl: Ttl) -> Result<Lease> {
-        let runs = self.keys.runs();
-        let mut call = SCRIPTS.claim.key(&runs);
-        call.key(self.keys.claimable())
+        let mut call = Call::new(&SCRIPTS.claim);
+        call.key(self.keys.runs())
+            .key(self.keys.claimable())
             .arg(keys::encode(run.as_str()))
             .arg(worker.as_str())
             .arg(ttl.as_millis());
-        let (reply, mut session) = self.run("claim", &call).await?;
+        let (reply, ack) = self.write("claim", &call).await?;
         match reply.status()? {
             "ok" => {
                 let lease = self.lease(run.clone(), worker, ttl, &reply, 1)?;
-                session.replicated(&runs).await?;
+                ack.confirm()?;
                 Ok(lease)
             }
             "none" => Err(Error::NotFound { run: run.clone() }),
@@ -383,27 +414,41 @@ impl LeaseStore for RedisLeaseStore {
 
     async fn claim_next(&self, worker: &WorkerId, ttl: Ttl, max: usize) -> Result<Vec<Lease>> {
         check_claim_max(max)?;
-        let runs = self.keys.runs();
-        let mut call = SCRIPTS.claim_next.key(&runs);
-        call.key(self.keys.claimable())
-            .arg(worker.as_str())
-            .arg(ttl.as_millis())
-            .arg(max);
-        let (reply, mut session) = self.run("claim_next", &call).await?;
-        if reply.len() % 3 != 0 {
-            return Err(reply.bad("expected triples of id, fence, expiry").into());
+        let mut leases = Vec::new();
+        // Each script call examines a bounded number of stale index entries; calls continue
+        // while one ran out of that budget, so a claimable run is never missed.
+        loop {
+            let mut call = Call::new(&SCRIPTS.claim_next);
+            call.key(self.keys.runs())
+                .key(self.keys.claimable())
+                .arg(worker.as_str())
+                .arg(ttl.as_millis())
+                .arg(max - leases.len())
+                .arg(CLAIM_NEXT_SCAN);
+            let (reply, ack) = self.write("claim_next", &call).await?;
+            if reply.len() % 3 != 1 {
+                return Err(reply
+                    .bad("expected a flag, then triples of id, fence, expiry")
+                    .into());
+            }
+            let more = reply.str(0)? == "1";
+            let claimed = (1..reply.len())
+                .step_by(3)
+                .map(|i| {
+                    let run = keys::decode(reply.str(i)?)?;
+                    self.lease(run, worker, ttl, &reply, i + 1)
+                })
+                .collect::<Result<Vec<Lease>>>()?;
+            if !claimed.is_empty() {
+                // Unconfirmed leases are never handed out; those of earlier calls are
+                // withheld too (they expire by their TTL, their fences never reused).
+                ack.confirm()?;
+            }
+            leases.extend(claimed);
+            if !more || leases.len() >= max {
+                return Ok(leases);
+            }
         }
-        let leases = (0..reply.len())
-            .step_by(3)
-            .map(|i| {
-                let run = keys::decode(reply.str(i)?)?;
-                self.lease(run, worker, ttl, &reply, i + 1)
-            })
-            .collect::<Result<Vec<Lease>>>()?;
-        if !leases.is_empty() {
-            session.replicated(&runs).await?;
-        }
-        Ok(leases)
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
@@ -418,14 +463,14 @@ impl LeaseStore for RedisLeaseStore {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
-        let runs = self.keys.runs();
-        let mut call = SCRIPTS.renew.key(&runs);
+        let mut call = Call::new(&SCRIPTS.renew);
+        call.key(self.keys.runs()).key(self.keys.claimable());
         for lease in leases {
             call.arg(keys::encode(lease.run().as_str()))
                 .arg(lease.fence().get())
                 .arg(lease.ttl().as_millis());
         }
-        let (reply, mut session) = self.run("renew", &call).await?;
+        let (reply, ack) = self.write("renew", &call).await?;
         if reply.len() != leases.len() {
             return Err(reply.bad("expected one result per lease").into());
         }
@@ -434,7 +479,7 @@ impl LeaseStore for RedisLeaseStore {
             .enumerate()
             .map(|(i, lease)| {
                 let one = reply.nested(i)?;
-                self.fenced_status(lease, &one)?;
+                self.status(lease, &one)?;
                 Lease::new(
                     lease.run().clone(),
                     lease.owner().clone(),
@@ -445,9 +490,9 @@ impl LeaseStore for RedisLeaseStore {
                 .map_err(Error::from)
             })
             .collect();
-        if results.iter().any(Result::is_ok) {
+        if results.iter().any(needs_ack) {
             // A renewal a failover could lose is no renewal: the local deadline must not move.
-            session.replicated(&runs).await?;
+            ack.confirm()?;
         }
         Ok(results)
     }
@@ -464,38 +509,31 @@ impl LeaseStore for RedisLeaseStore {
     }
 
     async fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>> {
-        let mut call = SCRIPTS.journal.key(self.keys.runs());
-        call.key(self.keys.journal(run))
-            .arg(keys::encode(run.as_str()));
-        let (reply, _) = self.run("journal", &call).await?;
-        match reply.status()? {
-            "ok" => {}
-            "none" => return Err(Error::NotFound { run: run.clone() }),
-            other => return Err(reply.bad(format!("unknown status {other:?}")).into()),
+        let mut entries = Vec::new();
+        // Paged: each script call copies at most about JOURNAL_PAGE_BYTES.
+        let mut from = 0usize;
+        loop {
+            let mut call = Call::new(&SCRIPTS.journal);
+            call.key(self.keys.runs())
+                .key(self.keys.journal(run))
+                .arg(keys::encode(run.as_str()))
+                .arg(from)
+                .arg(JOURNAL_PAGE_BYTES);
+            let reply = self.read("journal", &call).await?;
+            match reply.status()? {
+                "ok" => {}
+                "none" => return Err(Error::NotFound { run: run.clone() }),
+                other => return Err(reply.bad(format!("unknown status {other:?}")).into()),
+            }
+            for i in 2..reply.len() {
+                entries.push(journal_entry(&reply, i, entries.len() as u64 + 1)?);
+            }
+            let next = reply.str(1)?;
+            if next.is_empty() {
+                return Ok(entries);
+            }
+            from = reply.parse(1)?;
         }
-        (1..reply.len())
-            .map(|i| {
-                let raw = reply.bytes(i)?;
-                let mut parts = raw.splitn(3, |b| *b == b':');
-                let (Some(fence), Some(at), Some(payload)) =
-                    (parts.next(), parts.next(), parts.next())
-                else {
-                    return Err(reply.bad(format!("journal entry {i} is malformed")).into());
-                };
-                let number = |b: &[u8]| -> Result<u64> {
-                    std::str::from_utf8(b)
-                        .ok()
-                        .and_then(|s| s.parse().ok())
-                        .ok_or_else(|| reply.bad(format!("journal entry {i} is malformed")).into())
-                };
-                Ok(JournalEntry {
-                    seq: i as u64,
-                    fence: lease_core::Fence::new(number(fence)?)?,
-                    payload: payload.to_vec(),
-                    written_at: StoreTime::from_micros(number(at)?),
-                })
-            })
-            .collect()
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {
@@ -511,35 +549,35 @@ impl LeaseStore for RedisLeaseStore {
         if ends.is_empty() {
             return Ok(Vec::new());
         }
-        let runs = self.keys.runs();
-        let mut call = SCRIPTS.end_many.key(&runs);
-        call.key(self.keys.claimable());
+        let mut call = Call::new(&SCRIPTS.end_many);
+        call.key(self.keys.runs())
+            .key(self.keys.claimable())
+            .arg(call_id());
         for Ending { lease, end } in ends {
             let payload: &[u8] = match end {
-                End::CompleteWith(payload) => {
-                    // Declared, like every key a script touches, even if the item is refused.
-                    call.key(self.keys.journal(lease.run()));
-                    payload
-                }
+                End::CompleteWith(payload) => payload,
                 End::Complete | End::Release | End::Suspend => b"",
             };
-            call.arg(end.as_str())
+            // Declared, like every key a script touches, even if the item is refused.
+            call.key(self.keys.calls(lease.run()))
+                .key(self.keys.journal(lease.run()))
+                .arg(end.as_str())
                 .arg(keys::encode(lease.run().as_str()))
                 .arg(lease.fence().get())
                 .arg(payload);
         }
-        let (reply, mut session) = self.run("end_many", &call).await?;
+        let (reply, ack) = self.write("end_many", &call).await?;
         if reply.len() != ends.len() {
             return Err(reply.bad("expected one result per item").into());
         }
         let results: Vec<Result<()>> = ends
             .iter()
             .enumerate()
-            .map(|(i, ending)| self.fenced_status(&ending.lease, &reply.nested(i)?))
+            .map(|(i, ending)| self.status(&ending.lease, &reply.nested(i)?))
             .collect();
-        if results.iter().any(Result::is_ok) {
+        if results.iter().any(needs_ack) {
             // One WAIT acknowledges the whole batch; without it no item is reported ended.
-            session.replicated(&runs).await?;
+            ack.confirm()?;
         }
         Ok(results)
     }
@@ -549,15 +587,15 @@ impl LeaseStore for RedisLeaseStore {
         if runs.is_empty() {
             return Ok(Vec::new());
         }
-        let records = self.keys.runs();
-        let mut call = SCRIPTS.create_many.key(&records);
-        call.key(self.keys.claimable())
+        let mut call = Call::new(&SCRIPTS.create_many);
+        call.key(self.keys.runs())
+            .key(self.keys.claimable())
             .key(self.keys.ids())
             .key(self.keys.counter());
         for run in runs {
             call.arg(keys::encode(run.as_str()));
         }
-        let (reply, mut session) = self.run("create_many", &call).await?;
+        let (reply, ack) = self.write("create_many", &call).await?;
         if reply.len() != runs.len() {
             return Err(reply.bad("expected one result per run").into());
         }
@@ -571,20 +609,20 @@ impl LeaseStore for RedisLeaseStore {
             })
             .collect::<Vec<Result<()>>>();
         if results.iter().any(Result::is_ok) {
-            session.replicated(&records).await?;
+            ack.confirm()?;
         }
         Ok(results)
     }
 
     async fn resume(&self, run: &RunId) -> Result<RunRecord> {
-        let runs = self.keys.runs();
-        let mut call = SCRIPTS.resume.key(&runs);
-        call.key(self.keys.claimable())
+        let mut call = Call::new(&SCRIPTS.resume);
+        call.key(self.keys.runs())
+            .key(self.keys.claimable())
             .arg(keys::encode(run.as_str()));
-        let (reply, mut session) = self.run("resume", &call).await?;
+        let (reply, ack) = self.write("resume", &call).await?;
         match reply.status()? {
             "ok" => {
-                session.replicated(&runs).await?;
+                ack.confirm()?;
                 self.record(run, &reply)
             }
             "none" => Err(Error::NotFound { run: run.clone() }),
@@ -601,9 +639,9 @@ impl LeaseStore for RedisLeaseStore {
     }
 
     async fn inspect(&self, run: &RunId) -> Result<RunRecord> {
-        let mut call = SCRIPTS.inspect.key(self.keys.runs());
-        call.arg(keys::encode(run.as_str()));
-        let (reply, _) = self.run("inspect", &call).await?;
+        let mut call = Call::new(&SCRIPTS.inspect);
+        call.key(self.keys.runs()).arg(keys::encode(run.as_str()));
+        let reply = self.read("inspect", &call).await?;
         match reply.status()? {
             "ok" => self.record(run, &reply),
             "none" => Err(Error::NotFound { run: run.clone() }),
@@ -622,14 +660,15 @@ impl LeaseStore for RedisLeaseStore {
         // Page through the ids, LIST_SCAN at a time, so no one script call scans the whole
         // namespace however selective the filter is.
         while out.len() < filter.limit {
-            let mut call = SCRIPTS.list.key(self.keys.ids());
-            call.key(self.keys.runs())
+            let mut call = Call::new(&SCRIPTS.list);
+            call.key(self.keys.ids())
+                .key(self.keys.runs())
                 .arg(&after)
                 .arg(filter.limit - out.len())
                 .arg(filter.state.map_or("", RunState::as_str))
                 .arg(if filter.expired { "1" } else { "0" })
                 .arg(LIST_SCAN);
-            let (reply, _) = self.run("list", &call).await?;
+            let reply = self.read("list", &call).await?;
             let now = reply.time(0)?;
             if reply.len() < 2 || (reply.len() - 2) % 6 != 0 {
                 return Err(reply
@@ -649,14 +688,14 @@ impl LeaseStore for RedisLeaseStore {
     }
 
     async fn force_release(&self, run: &RunId) -> Result<RunRecord> {
-        let runs = self.keys.runs();
-        let mut call = SCRIPTS.force_release.key(&runs);
-        call.key(self.keys.claimable())
+        let mut call = Call::new(&SCRIPTS.force_release);
+        call.key(self.keys.runs())
+            .key(self.keys.claimable())
             .arg(keys::encode(run.as_str()));
-        let (reply, mut session) = self.run("force_release", &call).await?;
+        let (reply, ack) = self.write("force_release", &call).await?;
         match reply.status()? {
             "ok" => {
-                session.replicated(&runs).await?;
+                ack.confirm()?;
                 self.record(run, &reply)
             }
             "none" => Err(Error::NotFound { run: run.clone() }),
@@ -668,4 +707,37 @@ impl LeaseStore for RedisLeaseStore {
             other => Err(reply.bad(format!("unknown status {other:?}")).into()),
         }
     }
+}
+
+/// Whether `answer` reports something under the caller's own fence, which must be confirmed
+/// by the replicas before it is reported: success, or the lease ended under that fence (a
+/// retry's "already applied").
+fn needs_ack<T>(answer: &Result<T>) -> bool {
+    matches!(answer, Ok(_) | Err(Error::LeaseEnded { .. }))
+}
+
+/// Journal entry `i` of a journal reply, `'<fence>:<written_at>:<payload>'`, numbered `seq`.
+fn journal_entry(reply: &Reply, i: usize, seq: u64) -> Result<JournalEntry> {
+    let raw = reply.bytes(i)?;
+    let malformed = || -> Error {
+        reply
+            .bad(format!("journal entry {seq} is malformed"))
+            .into()
+    };
+    let mut parts = raw.splitn(3, |b| *b == b':');
+    let (Some(fence), Some(at), Some(payload)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(malformed());
+    };
+    let number = |b: &[u8]| -> Result<u64> {
+        std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(malformed)
+    };
+    Ok(JournalEntry {
+        seq,
+        fence: lease_core::Fence::new(number(fence)?)?,
+        payload: payload.to_vec(),
+        written_at: StoreTime::from_micros(number(at)?),
+    })
 }

@@ -848,9 +848,19 @@ async fn batches_without_replica_acknowledgement_are_unavailable_as_a_whole() {
     assert_unavailable(&err, "redis");
     let err = waiting.create_many(&[run("s")]).await.unwrap_err();
     assert_unavailable(&err, "redis");
-    // A batch that wrote nothing needs no acknowledgement: every item is answered.
-    let results = waiting
-        .end_many(&[Ending::new(lease, End::Complete)])
+    // The retry answers "already ended under your fence": a retrying caller would take that
+    // for its commit, so it is withheld like the first answer until replicas hold it.
+    let err = waiting
+        .end_many(&[Ending::new(lease.clone(), End::Complete)])
+        .await
+        .unwrap_err();
+    assert_unavailable(&err, "redis");
+    assert!(err.to_string().contains("replicas"), "{err}");
+    let err = waiting.complete(&lease).await.unwrap_err();
+    assert_unavailable(&err, "redis");
+    // The end was applied on the primary all the same (a failover could lose it).
+    let results = plain
+        .end_many(&[Ending::new(lease.clone(), End::Complete)])
         .await
         .unwrap();
     assert!(
@@ -862,5 +872,28 @@ async fn batches_without_replica_acknowledgement_are_unavailable_as_a_whole() {
             })]
         ),
         "the unacknowledged end was applied on the primary: {results:?}"
+    );
+    // A refusal under a fence that moved on reports nothing of the caller's: answered.
+    plain.create(&run("t")).await.unwrap();
+    let first = plain.claim(&run("t"), &worker("a"), ttl(1)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    plain
+        .claim(&run("t"), &worker("b"), ttl(60_000))
+        .await
+        .unwrap();
+    let results = waiting
+        .end_many(&[Ending::new(first, End::Complete)])
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            results[..],
+            [Err(Error::StaleFence {
+                presented: 1,
+                current: 2,
+                ..
+            })]
+        ),
+        "{results:?}"
     );
 }

@@ -291,12 +291,13 @@ async fn a_cluster_down_is_retryable_and_fences_move_on_after_the_node_returns()
 }
 
 /// A cluster master restarted without AOF under running stores (its data gone, its slots
-/// kept): the guard, read again on a Cluster every few seconds, stops every store of the
-/// cluster with the durability error naming `appendonly`, including stores whose namespace
-/// lives on another master. (What the stores saw in between is printed: the Cluster's
-/// re-check interval is a window the adapter documents.)
+/// kept): the guard, read again on a Cluster every half second from the master that serves
+/// the store's namespace, stops the store whose namespace lives there with the durability
+/// error naming `appendonly`; a store whose namespace lives on another master is not that
+/// node's business and keeps renewing throughout. (What the stopped store saw in between is
+/// printed: the re-check interval is a window the adapter documents.)
 #[tokio::test]
-async fn a_cluster_node_restarted_without_aof_stops_the_stores() {
+async fn a_cluster_node_restarted_without_aof_stops_only_the_stores_it_serves() {
     let Some(mut cluster) = required("Redis Cluster", RedisCluster::start(), REDIS_CLUSTER_HINT)
     else {
         return;
@@ -306,10 +307,11 @@ async fn a_cluster_node_restarted_without_aof_stops_the_stores() {
     let elsewhere = namespace_on(&cluster, port, false).await;
     let r = run("r");
     let mut stores = Vec::new();
+    let mut leases = Vec::new();
     for ns in [&on_node, &elsewhere] {
         let store = connect(&cluster.url(), ns).await.unwrap();
         store.create(&r).await.unwrap();
-        store.claim(&r, &worker("a"), ttl(60_000)).await.unwrap();
+        leases.push(store.claim(&r, &worker("a"), ttl(60_000)).await.unwrap());
         stores.push(store);
     }
 
@@ -319,34 +321,115 @@ async fn a_cluster_node_restarted_without_aof_stops_the_stores() {
     node.restart().unwrap();
     let restarted = Instant::now();
 
-    for (store, ns) in stores.iter().zip([&on_node, &elsewhere]) {
-        let mut before = Vec::new();
-        let err = loop {
-            match store.inspect(&r).await {
-                Err(e @ lease_core::Error::Misconfigured { .. }) => break e,
-                other => {
-                    let seen = format!("{other:?}");
-                    if !before.contains(&seen) {
-                        before.push(seen);
-                    }
-                    assert!(
-                        restarted.elapsed() < Duration::from_secs(10),
-                        "{ns}: no durability error 10 s after the restart; saw {before:?}"
-                    );
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut before = Vec::new();
+    let err = loop {
+        match stores[0].inspect(&r).await {
+            Err(e @ lease_core::Error::Misconfigured { .. }) => break e,
+            other => {
+                let seen = format!("{other:?}");
+                if !before.contains(&seen) {
+                    before.push(seen);
                 }
+                assert!(
+                    restarted.elapsed() < Duration::from_secs(10),
+                    "{on_node}: no durability error 10 s after the restart; saw {before:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
-        };
-        assert_misconfigured(&err, "appendonly");
-        let err = store
-            .claim(&r, &worker("b"), ttl(60_000))
+        }
+    };
+    assert_misconfigured(&err, "appendonly");
+    let err = stores[0]
+        .claim(&r, &worker("b"), ttl(60_000))
+        .await
+        .unwrap_err();
+    assert_misconfigured(&err, "appendonly");
+    say(&format!(
+        "cluster node restarted without AOF: namespace {on_node} refused {:?} after the \
+         restart (before that: {before:?}): {err}",
+        restarted.elapsed()
+    ));
+    // Well past several re-checks, the other namespace's lease still renews every time.
+    let mut renewed = 0;
+    while restarted.elapsed() < Duration::from_secs(3) {
+        let lease = stores[1]
+            .renew(&leases[1])
             .await
-            .unwrap_err();
-        assert_misconfigured(&err, "appendonly");
-        say(&format!(
-            "cluster node restarted without AOF: namespace {ns} refused {:?} after the \
-             restart (before that: {before:?}): {err}",
-            restarted.elapsed()
-        ));
+            .unwrap_or_else(|e| panic!("{elsewhere}, served by another master: {e:?}"));
+        assert_eq!(lease.fence(), leases[1].fence());
+        renewed += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    say(&format!(
+        "namespace {elsewhere} on another master: {renewed} renewals, none refused"
+    ));
+}
+
+/// A master that does not serve the namespace is SIGKILLed: before the cluster notices
+/// (the node timeout), every renewal of the namespace's leases keeps succeeding, and a scope
+/// heartbeating through the same store is never cancelled: one dead node stalls only its own
+/// slots. (Until the adapter read only the namespace's own master, every call of every
+/// namespace failed while any master was unreachable.)
+#[tokio::test]
+async fn a_dead_master_elsewhere_leaves_the_namespace_renewing() {
+    let Some(mut cluster) = required(
+        "Redis Cluster",
+        RedisCluster::start_with(3, Duration::from_secs(15)),
+        REDIS_CLUSTER_HINT,
+    ) else {
+        return;
+    };
+    let dead = cluster.ports()[0];
+    let ns = namespace_on(&cluster, dead, false).await;
+    let store = std::sync::Arc::new(connect(&cluster.url(), &ns).await.unwrap());
+    let leases: Vec<lease_core::Lease> = {
+        let runs: Vec<lease_core::RunId> = (0..20).map(|i| run(&format!("r{i}"))).collect();
+        store.create_many(&runs).await.unwrap();
+        store
+            .claim_next(&worker("a"), ttl(3_000), 20)
+            .await
+            .unwrap()
+    };
+    assert_eq!(leases.len(), 20);
+    store.create(&run("scoped")).await.unwrap();
+    let scope = lease_core::RunScope::claim(
+        store.clone(),
+        &run("scoped"),
+        &worker("a"),
+        ttl(3_000),
+        lease_core::ScopeConfig::default(),
+    )
+    .await
+    .unwrap();
+
+    cluster.node_mut(0).stop(); // SIGKILL
+    let killed = Instant::now();
+    let mut rounds = 0;
+    while killed.elapsed() < Duration::from_secs(5) {
+        let results = store
+            .renew_many(&leases)
+            .await
+            .unwrap_or_else(|e| panic!("{:?} after the kill: {e:?}", killed.elapsed()));
+        for result in results {
+            result.unwrap_or_else(|e| panic!("{:?} after the kill: {e:?}", killed.elapsed()));
+        }
+        rounds += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        !scope.is_cancelled(),
+        "the scope was cancelled: {:?}",
+        scope.cancel_reason()
+    );
+    assert!(
+        scope.renewals() >= 3,
+        "the scope renewed {} times",
+        scope.renewals()
+    );
+    say(&format!(
+        "master {dead} killed: namespace {ns} renewed 20 leases {rounds} times in 5 s without \
+         a failure; its scope renewed {} times",
+        scope.renewals()
+    ));
+    scope.complete().await.unwrap();
 }

@@ -185,8 +185,9 @@ async fn with_replicas_0_the_same_failover_issues_a_fence_twice() {
     );
 }
 
-/// A store connected through Sentinel (`redis+sentinel://…/svc`) keeps working through a
-/// failover, as a worker sees it: from the instant the primary is killed until Sentinel has
+/// A store connected through Sentinel (`redis+sentinel://…/svc`) is refused without
+/// `replicas=N` (accepted with `volatile=true`, shown), and with `replicas=1` keeps working
+/// through a failover, as a worker sees it: from the instant the primary is killed until Sentinel has
 /// promoted the replica every error is retryable (never a verdict or a fatal backend error), a
 /// scope heartbeating through it is not cancelled and renews again on the new primary, and the
 /// same store object, not rebuilt, creates and claims a new run there.
@@ -198,9 +199,14 @@ async fn a_sentinel_store_follows_the_new_primary_after_a_failover() {
     let Some(replica) = server(RedisOptions::default().with_replicaof(primary.port())) else {
         return;
     };
-    replica
-        .wait_synced_to(&primary, Duration::from_secs(10))
-        .unwrap();
+    // A second replica, which Sentinel points at the promoted one: with `replicas=1` the new
+    // primary needs a replica of its own before writes are acknowledged again.
+    let Some(second) = server(RedisOptions::default().with_replicaof(primary.port())) else {
+        return;
+    };
+    for r in [&replica, &second] {
+        r.wait_synced_to(&primary, Duration::from_secs(10)).unwrap();
+    }
     let Some(sentinel) = required(
         "redis-server --sentinel",
         RedisSentinel::start(
@@ -214,12 +220,24 @@ async fn a_sentinel_store_follows_the_new_primary_after_a_failover() {
         return;
     };
     sentinel
-        .wait_for_replicas(1, Duration::from_secs(15))
+        .wait_for_replicas(2, Duration::from_secs(15))
         .unwrap();
     assert_eq!(sentinel.primary_port(), Ok(primary.port()));
 
     let ns = unique_namespace("sentinel");
-    let store: Arc<RedisLeaseStore> = Arc::new(connect(&sentinel.url(), &ns).await.unwrap());
+    // Without replica acknowledgement a Sentinel topology is refused: Sentinel exists to
+    // promote a replica, which would issue again the fences it never received.
+    let err = connect(&sentinel.url(), &ns).await.unwrap_err();
+    super::assert_misconfigured(&err, "replicas=");
+    say(&format!("sentinel with replicas=0: refused: {err}"));
+    let volatile = connect(&format!("{}?volatile=true", sentinel.url()), &ns)
+        .await
+        .unwrap();
+    assert_eq!(volatile.accepted_risks(), ["replicas=0 behind Sentinel"]);
+    assert!(volatile.to_string().contains("volatile"), "{volatile}");
+    drop(volatile);
+    let url = format!("{}?replicas=1&replica_timeout_ms=1000", sentinel.url());
+    let store: Arc<RedisLeaseStore> = Arc::new(connect(&url, &ns).await.unwrap());
     let (before, kept) = (run("before"), run("kept"));
     store.create(&before).await.unwrap();
     store.create(&kept).await.unwrap();
@@ -263,7 +281,11 @@ async fn a_sentinel_store_follows_the_new_primary_after_a_failover() {
         }
     }
     let recovered = killed.elapsed();
-    assert_eq!(sentinel.primary_port(), Ok(replica.port()));
+    let promoted = sentinel.primary_port().unwrap();
+    assert!(
+        [replica.port(), second.port()].contains(&promoted),
+        "sentinel promoted {promoted}, not one of the replicas"
+    );
     let lease = store
         .claim(&after, &worker("b"), ttl(60_000))
         .await
@@ -294,7 +316,7 @@ async fn a_sentinel_store_follows_the_new_primary_after_a_failover() {
     assert!(store.inspect(&kept).await.unwrap().heartbeats > 0);
     scope.complete().await.unwrap();
     // Behind the adapter: the new run is on the promoted replica.
-    let mut direct = raw(&replica.url()).await;
+    let mut direct = raw(&format!("redis://127.0.0.1:{promoted}")).await;
     let present: bool = redis::cmd("HEXISTS")
         .arg(format!("{{lease:{ns}}}:runs"))
         .arg(hex("after"))
@@ -310,7 +332,7 @@ async fn a_sentinel_store_follows_the_new_primary_after_a_failover() {
          {recovered:?} (retryable failures on the way: {failures:?}) and claimed 'after' at \
          fence {} there; the scope kept its lease",
         primary.port(),
-        replica.port(),
+        promoted,
         lease.fence()
     ));
 }

@@ -66,10 +66,12 @@ async fn an_allkeys_eviction_policy_is_refused_and_noeviction_accepted() {
     }
 }
 
-/// `appendfsync everysec` without replica acknowledgement is refused, naming the setting;
-/// accepted with `volatile=true` (and `Display` says so) or with `replicas=1`.
+/// `appendfsync everysec` is refused, naming the setting, with or without replica
+/// acknowledgement (a primary that restarts before a failover is declared comes back without
+/// its unsynced tail, and its replicas resync from it); accepted only with `volatile=true`,
+/// and `Display` says so.
 #[tokio::test]
-async fn appendfsync_everysec_is_refused_without_replicas_unless_volatile() {
+async fn appendfsync_everysec_is_refused_even_with_replicas_unless_volatile() {
     let Some(server) = server(RedisOptions::default().with_appendfsync("everysec")) else {
         return;
     };
@@ -78,6 +80,17 @@ async fn appendfsync_everysec_is_refused_without_replicas_unless_volatile() {
     assert_misconfigured(&err, "appendfsync");
     assert!(err.to_string().contains("everysec"), "{err}");
     say(&format!("appendfsync everysec: refused: {err}"));
+
+    let err = connect(
+        &format!("{}?replicas=1&replica_timeout_ms=100", server.url()),
+        &ns,
+    )
+    .await
+    .unwrap_err();
+    assert_misconfigured(&err, "appendfsync always");
+    say(&format!(
+        "appendfsync everysec with replicas=1: refused: {err}"
+    ));
 
     let store = connect(&format!("{}?volatile=true", server.url()), &ns)
         .await
@@ -89,19 +102,36 @@ async fn appendfsync_everysec_is_refused_without_replicas_unless_volatile() {
     );
     assert_eq!(store.accepted_risks(), ["appendfsync everysec"]);
     say(&format!("appendfsync everysec with volatile=true: {shown}"));
+}
 
-    // Replica acknowledgement covers the fsync window: accepted at connect (and every write
-    // then waits for a replica, which this lone server does not have).
-    let replicated = connect(
-        &format!("{}?replicas=1&replica_timeout_ms=100", server.url()),
-        &ns,
-    )
-    .await
-    .unwrap();
-    assert!(replicated.accepted_risks().is_empty(), "{replicated}");
-    let err = replicated.create(&run("r")).await.unwrap_err();
-    lease_conformance::assert_unavailable(&err, "redis");
-    assert!(err.to_string().contains("replica"), "{err}");
+/// `no-appendfsync-on-rewrite yes` (Redis skips fsync while it rewrites the append-only
+/// file) is refused under `appendfsync always`, naming the setting; accepted with
+/// `volatile=true` and shown.
+#[tokio::test]
+async fn no_appendfsync_on_rewrite_is_refused_unless_volatile() {
+    let Some(unsafe_server) =
+        server(RedisOptions::default().with_args(&["--no-appendfsync-on-rewrite", "yes"]))
+    else {
+        return;
+    };
+    let ns = unique_namespace("rewrite");
+    let err = connect(&unsafe_server.url(), &ns).await.unwrap_err();
+    assert_misconfigured(&err, "no-appendfsync-on-rewrite");
+    say(&format!("no-appendfsync-on-rewrite yes: refused: {err}"));
+    let store = connect(&format!("{}?volatile=true", unsafe_server.url()), &ns)
+        .await
+        .unwrap();
+    assert_eq!(store.accepted_risks(), ["no-appendfsync-on-rewrite yes"]);
+    assert!(
+        store.to_string().contains("no-appendfsync-on-rewrite"),
+        "{store}"
+    );
+    // The server the fixture starts by default passes.
+    let Some(safe) = server(RedisOptions::default()) else {
+        return;
+    };
+    let store = connect(&safe.url(), &ns).await.unwrap();
+    assert!(store.accepted_risks().is_empty(), "{store}");
 }
 
 /// Size of the live append-only file.
