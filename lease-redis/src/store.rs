@@ -24,7 +24,7 @@ const LIST_SCAN: usize = 1000;
 
 /// How many index entries one `claim_next` script call may examine that turn out not to be
 /// claimable (stale entries it removes or moves): the bound on one call's extra work.
-const CLAIM_NEXT_SCAN: usize = 256;
+const CLAIM_NEXT_SCAN: usize = 128;
 
 /// How many payload bytes one `journal` script call returns at most (beyond its last entry):
 /// the bound on one call's copy of a long journal.

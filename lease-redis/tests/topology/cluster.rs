@@ -433,3 +433,101 @@ async fn a_dead_master_elsewhere_leaves_the_namespace_renewing() {
     ));
     scope.complete().await.unwrap();
 }
+
+/// A Cluster whose namespace's master has a replica can fail over, so `replicas=0` is refused
+/// at connect naming `replicas=` (accepted with `volatile=true`, shown). With `replicas=1`,
+/// the claim and its `WAIT` travel on one connection: with the replica frozen (SIGSTOP: no
+/// acknowledgements) the claim blocks in `WAIT`, and when that client connection is killed on
+/// the master (`CLIENT KILL`) no lease is returned: a `WAIT` sent again on a new connection
+/// would confirm nothing (it made no write) and answer at once.
+#[tokio::test]
+async fn a_cluster_with_replicas_needs_acknowledgement_and_a_wait_is_never_resent() {
+    let Some(mut cluster) = required(
+        "Redis Cluster",
+        RedisCluster::start_with(3, Duration::from_secs(15)),
+        REDIS_CLUSTER_HINT,
+    ) else {
+        return;
+    };
+    let master = cluster.ports()[0];
+    let ns = namespace_on(&cluster, master, true).await;
+    let replica = cluster
+        .add_replica(
+            0,
+            lease_conformance::fixtures::RedisOptions::default().with_bind(&["127.0.0.1"]),
+        )
+        .unwrap();
+
+    let err = connect(&cluster.url(), &ns).await.unwrap_err();
+    assert_misconfigured(&err, "replicas=");
+    say(&format!(
+        "cluster with a replica, replicas=0: refused: {err}"
+    ));
+    let volatile = connect(&format!("{}?volatile=true", cluster.url()), &ns)
+        .await
+        .unwrap();
+    assert_eq!(
+        volatile.accepted_risks(),
+        ["replicas=0 on a Cluster with replicas"]
+    );
+    drop(volatile);
+
+    let config = lease_redis::RedisConfig::from_url(format!(
+        "{}?replicas=1&replica_timeout_ms=4000",
+        cluster.url()
+    ))
+    .with_namespace(&ns)
+    .with_response_timeout(Duration::from_secs(8));
+    let store = std::sync::Arc::new(lease_redis::RedisLeaseStore::connect(config).await.unwrap());
+    let r = run("r");
+    store.create(&r).await.unwrap();
+    let first = store.claim(&r, &worker("a"), ttl(1)).await.unwrap();
+    assert_eq!(
+        first.fence().get(),
+        1,
+        "acknowledged while the replica follows"
+    );
+    tokio::time::sleep(Duration::from_millis(10)).await;
+
+    let pid = cluster.nodes()[replica].pid().unwrap().to_string();
+    let signal = |sig: &str| {
+        let status = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    let claiming = {
+        let (store, r) = (store.clone(), r.clone());
+        tokio::spawn(async move { store.claim(&r, &worker("b"), ttl(60_000)).await })
+    };
+    let node = &cluster.nodes()[0];
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let killed = loop {
+        let clients = node.command(&["CLIENT", "LIST"]).unwrap();
+        let waiting = clients
+            .lines()
+            .find(|line| line.contains("cmd=wait"))
+            .and_then(|line| line.split_whitespace().next())
+            .and_then(|field| field.strip_prefix("id="))
+            .map(str::to_owned);
+        if let Some(id) = waiting {
+            node.command(&["CLIENT", "KILL", "ID", &id]).unwrap();
+            break id;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no client blocked in WAIT: {clients}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let answer = claiming.await.unwrap();
+    signal("-CONT");
+    say(&format!(
+        "cluster, replica frozen, client {killed} killed while blocked in WAIT: claim answered \
+         {answer:?}"
+    ));
+    let err = answer.expect_err("a lease was handed out without its replica");
+    assert!(err.is_retryable(), "{err:?}");
+}

@@ -9,11 +9,13 @@
 //! `REDIS_CLUSTER_URL`), and fails saying what to install when it cannot
 //! (`LEASE_TEST_SKIP_SERVERS=1` skips).
 
+mod acked;
 mod cluster;
 mod failover;
 mod guard;
 mod load;
 mod replies;
+mod resend;
 
 use std::future::Future;
 use std::time::{Duration, Instant};

@@ -1,0 +1,225 @@
+//! `claim_next` does bounded work on the server however many leases are held.
+//!
+//! On a private durable server, 200,000 runs are claimed and their leases renewed (in batches
+//! of 1,000) for longer than their TTL, with no `claim_next` in between, as when every slot of
+//! a fleet is busy. Then one run is created and `claim_next(1)` must return it with each of
+//! its script calls under [`BOUND`] of server time, read from `SLOWLOG`. Renewals keep the
+//! claimable index at each lease's expiry, so the call finds the new run first instead of
+//! walking 200,000 index entries left at their claim-time expiries.
+//!
+//! A second part stands in for an index an older version of the adapter left behind (entries
+//! of held leases due long ago): `claim_next` still returns the claimable run, and no one of
+//! its script calls exceeds the bound, because each examines at most a fixed number of stale
+//! entries and the adapter calls again.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lease_conformance::fixtures::{unavailable, unique_namespace, RedisOptions, RedisServer};
+use lease_core::{Lease, LeaseStore, RunId, Ttl, WorkerId};
+use lease_redis::{RedisConfig, RedisLeaseStore};
+use redis::aio::MultiplexedConnection;
+use redis::Value;
+
+/// Held leases.
+const RUNS: usize = 200_000;
+/// The server time one `claim_next` script call may take.
+const BOUND: Duration = Duration::from_millis(10);
+/// The leases' TTL; the renewals run every third of it.
+const TTL: Duration = Duration::from_secs(10);
+
+fn server() -> Option<RedisServer> {
+    match RedisServer::start_options(RedisOptions::default()) {
+        Ok(server) => Some(server),
+        Err(why) => unavailable(
+            "redis-server",
+            why,
+            "install redis-server (bash scripts/test.sh does it)",
+        ),
+    }
+}
+
+/// The `SLOWLOG` entries (duration in µs) of the commands that carry `marker` as an argument.
+async fn slowlog_of(conn: &mut MultiplexedConnection, marker: &str) -> Vec<u64> {
+    let entries: Value = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(10_000)
+        .query_async(conn)
+        .await
+        .unwrap();
+    let Value::Array(entries) = entries else {
+        panic!("SLOWLOG GET: {entries:?}")
+    };
+    entries
+        .into_iter()
+        .filter_map(|entry| {
+            let Value::Array(fields) = entry else {
+                return None;
+            };
+            let micros = match fields.get(2) {
+                Some(Value::Int(n)) => *n as u64,
+                _ => return None,
+            };
+            let Some(Value::Array(args)) = fields.get(3) else {
+                return None;
+            };
+            let marked = args
+                .iter()
+                .any(|a| matches!(a, Value::BulkString(b) if b == marker.as_bytes()));
+            marked.then_some(micros)
+        })
+        .collect()
+}
+
+async fn slowlog_everything(conn: &mut MultiplexedConnection, on: bool) {
+    let threshold = if on { "0" } else { "10000" };
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-log-slower-than")
+        .arg(threshold)
+        .query_async(conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-max-len")
+        .arg(10_000)
+        .query_async(conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SLOWLOG")
+        .arg("RESET")
+        .query_async(conn)
+        .await
+        .unwrap();
+}
+
+/// Renews every lease once, in batches of 1,000, four batches in flight at a time.
+async fn renew_all(store: &Arc<RedisLeaseStore>, leases: &Arc<Vec<Lease>>) -> Duration {
+    let started = Instant::now();
+    let lanes: Vec<_> = (0..4)
+        .map(|lane| {
+            let (store, leases) = (store.clone(), leases.clone());
+            tokio::spawn(async move {
+                for chunk in leases.chunks(1_000).skip(lane).step_by(4) {
+                    for result in store.renew_many(chunk).await.unwrap() {
+                        result.unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for lane in lanes {
+        lane.await.unwrap();
+    }
+    started.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_next_stays_bounded_with_200_000_leases_held_and_renewed() {
+    let Some(server) = server() else {
+        return;
+    };
+    let ns = unique_namespace("bound");
+    let store = Arc::new(
+        RedisLeaseStore::connect(RedisConfig::from_url(server.url()).with_namespace(&ns))
+            .await
+            .unwrap(),
+    );
+    let mut admin = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let ids: Vec<RunId> = (0..RUNS)
+        .map(|i| RunId::new(format!("run-{i:06}")).unwrap())
+        .collect();
+    for chunk in ids.chunks(1_000) {
+        store.create_many(chunk).await.unwrap();
+    }
+    let ttl = Ttl::from_millis(TTL.as_millis() as u64).unwrap();
+    let holder = WorkerId::new("holder").unwrap();
+    let mut leases = Vec::with_capacity(RUNS);
+    while leases.len() < RUNS {
+        leases.extend(store.claim_next(&holder, ttl, 1_000).await.unwrap());
+    }
+    let claimed = Instant::now();
+    let leases = Arc::new(leases);
+
+    // Renewed on schedule for longer than the TTL, with no claim_next at all.
+    let mut rounds = Vec::new();
+    while claimed.elapsed() < TTL + TTL / 3 {
+        rounds.push(renew_all(&store, &leases).await);
+        tokio::time::sleep((TTL / 3).saturating_sub(*rounds.last().unwrap())).await;
+    }
+    let fresh = RunId::new("fresh").unwrap();
+    store.create(&fresh).await.unwrap();
+    slowlog_everything(&mut admin, true).await;
+    let probe = WorkerId::new("probe-after-renewals").unwrap();
+    let got = store.claim_next(&probe, ttl, 1).await.unwrap();
+    let calls = slowlog_of(&mut admin, probe.as_str()).await;
+    slowlog_everything(&mut admin, false).await;
+    eprintln!(
+        "claim_next_bound: {RUNS} leases held and renewed for {:?} (renewal rounds {rounds:?}); \
+         claim_next(1) took {calls:?} µs of server time in {} script call(s)",
+        claimed.elapsed(),
+        calls.len()
+    );
+    assert_eq!(
+        got.iter().map(|l| l.run().as_str()).collect::<Vec<_>>(),
+        ["fresh"],
+        "claim_next must return the one claimable run"
+    );
+    assert!(!calls.is_empty(), "SLOWLOG recorded no claim_next call");
+    for micros in &calls {
+        assert!(
+            Duration::from_micros(*micros) <= BOUND,
+            "one claim_next script call took {micros} µs with {RUNS} leases held"
+        );
+    }
+
+    // An index left behind: 20,000 held leases' entries due long ago, before a claimable run.
+    let index = format!("{{lease:{ns}}}:claimable");
+    let members: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&index)
+        .arg(0)
+        .arg(19_999)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    for chunk in members.chunks(1_000) {
+        let mut zadd = redis::cmd("ZADD");
+        zadd.arg(&index);
+        for member in chunk {
+            zadd.arg(1).arg(member);
+        }
+        let _: i64 = zadd.query_async(&mut admin).await.unwrap();
+    }
+    let later = RunId::new("later").unwrap();
+    store.create(&later).await.unwrap();
+    slowlog_everything(&mut admin, true).await;
+    let probe = WorkerId::new("probe-after-lag").unwrap();
+    let got = store.claim_next(&probe, ttl, 1).await.unwrap();
+    let calls = slowlog_of(&mut admin, probe.as_str()).await;
+    slowlog_everything(&mut admin, false).await;
+    assert_eq!(
+        got.iter().map(|l| l.run().as_str()).collect::<Vec<_>>(),
+        ["later"],
+        "behind 20,000 stale entries claim_next must still return the claimable run"
+    );
+    let worst = calls.iter().max().copied().unwrap_or(0);
+    eprintln!(
+        "claim_next_bound: behind 20,000 stale index entries claim_next(1) made {} script \
+         calls, the longest {worst} µs, {} µs in all",
+        calls.len(),
+        calls.iter().sum::<u64>()
+    );
+    assert!(
+        calls.len() > 1,
+        "20,000 stale entries should take more than one bounded call: {calls:?}"
+    );
+    assert!(
+        Duration::from_micros(worst) <= BOUND,
+        "one claim_next script call took {worst} µs"
+    );
+}
