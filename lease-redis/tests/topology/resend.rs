@@ -82,7 +82,7 @@ async fn forward(mut client: TcpStream, target: u16, mode: Arc<Mutex<Mode>>) {
                     Mode::Reset => {
                         // The server runs the script; its reply never reaches the client.
                         tokio::time::sleep(Duration::from_millis(200)).await;
-                        let _ = client.set_linger(Some(Duration::ZERO));
+                        let _ = client.set_zero_linger();
                         return;
                     }
                     Mode::Resend => {
