@@ -300,9 +300,10 @@ impl RedisConfig {
 
     /// Accepts (`true`) or refuses (`false`, the default) a server on which an acknowledged
     /// claim can be lost, so that **a fence may be issued twice after a crash, an eviction or a
-    /// failover**: AOF off, `appendfsync` other than `always` without replica
-    /// acknowledgement, an `allkeys-*` eviction policy, or a `CONFIG` command the adapter may
-    /// not run (so it cannot tell). With `true` the store connects anyway, logs one warning
+    /// failover**: AOF off, `appendfsync` other than `always`, `no-appendfsync-on-rewrite
+    /// yes`, an `allkeys-*` eviction policy, a `CONFIG` command the adapter may not run (so it
+    /// cannot tell), or a topology that fails over (Sentinel, a Cluster with replicas) without
+    /// [`with_replicas`](RedisConfig::with_replicas). With `true` the store connects anyway, logs one warning
     /// naming the settings it accepted, and shows them in its `Display`.
     pub fn with_volatile(mut self, volatile: bool) -> RedisConfig {
         self.volatile = volatile;
@@ -315,7 +316,10 @@ impl RedisConfig {
     /// [`Error::Unavailable`](lease_core::Error::Unavailable) and the caller never gets the
     /// lease. `0` (the default) waits for no replica. With `1` or more, a replica promoted
     /// after a failover has every lease that was handed out, so it never issues a fence twice
-    /// (as long as fewer than `replicas` replicas are lost together).
+    /// (as long as fewer than `replicas` replicas are lost together). An answer about the
+    /// caller's own fence that a retry would take for its commit (the lease already ended
+    /// under it) is confirmed the same way. Required (or `volatile`) behind Sentinel and on a
+    /// Cluster that has replicas.
     pub fn with_replicas(mut self, replicas: u32) -> RedisConfig {
         self.replicas = replicas;
         self

@@ -93,7 +93,7 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 ///
 /// ```
 /// use lease_redis::FencedScript;
-/// let push = FencedLua::new("return redis.call('RPUSH', KEYS[1], ARGV[1])");
+/// let push = FencedScript::new("return redis.call('RPUSH', KEYS[1], ARGV[1])");
 /// ```
 pub struct FencedScript {
     script: Lua,
