@@ -127,7 +127,19 @@ impl Guard {
                     })
                 }
             };
-            let replicas = cluster_replicas(&listing);
+            // The master's own count covers a replica attached a moment ago, before gossip
+            // has told the node table what it is.
+            let mut info = redis::cmd("INFO");
+            info.arg("replication");
+            let attached = match crate::link::on_home_node(conn, info, key)
+                .await
+                .map_err(fail)?
+            {
+                Value::BulkString(b) => connected_replicas(&String::from_utf8_lossy(&b)),
+                Value::VerbatimString { text, .. } => connected_replicas(&text),
+                _ => 0,
+            };
+            let replicas = cluster_replicas(&listing).max(attached);
             if replicas > 0 {
                 risks.push(Risk {
                     setting: "replicas=0 on a Cluster with replicas".to_owned(),
@@ -320,9 +332,26 @@ fn cluster_replicas(listing: &str) -> usize {
         .count()
 }
 
+/// `connected_slaves` of an `INFO replication` reply (0 when absent).
+fn connected_replicas(info: &str) -> usize {
+    info.lines()
+        .find_map(|line| line.trim().strip_prefix("connected_slaves:"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::cluster_replicas;
+    use super::{cluster_replicas, connected_replicas};
+
+    #[test]
+    fn attached_replicas_are_read_from_info() {
+        assert_eq!(
+            connected_replicas("# Replication\r\nrole:master\r\nconnected_slaves:2\r\n"),
+            2
+        );
+        assert_eq!(connected_replicas("# Replication\r\nrole:master\r\n"), 0);
+    }
 
     #[test]
     fn replicas_are_counted_from_the_node_table() {
