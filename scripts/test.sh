@@ -63,7 +63,8 @@ if [ -z "${DATABASE_URL:-}" ] && [ -n "$pg_bin" ]; then
   as_pg "$pg_bin/initdb" -D "$pg_data" -U postgres --auth=trust -E UTF8 >"$work/initdb.log" 2>&1
   as_pg "$pg_bin/pg_ctl" -D "$pg_data" -l "$pg_data/server.log" -w -t 60 start \
     -o "-p $pg_port -k $pg_data -c listen_addresses=127.0.0.1,127.0.0.2,127.0.0.3 -c max_connections=400 -c fsync=off" >/dev/null
-  export DATABASE_URL="postgres://postgres@127.0.0.1:$pg_port/postgres"
+  # fsync=off for speed, which the store refuses unless told: the tests accept it explicitly.
+  export DATABASE_URL="postgres://postgres@127.0.0.1:$pg_port/postgres?volatile=true"
   log "PostgreSQL on 127.0.0.1:$pg_port"
 fi
 

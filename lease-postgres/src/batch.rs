@@ -2,8 +2,9 @@
 
 use std::time::Instant;
 
-use lease_core::{check_create_batch, check_end_batch, End, Ending, Error, Result, RunId};
+use lease_core::{End, Ending, Error, Result, RunId};
 use sqlx::postgres::PgRow;
+use sqlx::PgConnection;
 
 use crate::error::PgError;
 use crate::store::{fence_param, get, row_verdict, PostgresLeaseStore};
@@ -11,11 +12,11 @@ use crate::store::{fence_param, get, row_verdict, PostgresLeaseStore};
 impl PostgresLeaseStore {
     /// [`LeaseStore::end_many`](lease_core::LeaseStore::end_many): `sql/end_many.sql`, one
     /// statement (so one commit) for the whole batch.
-    pub(crate) async fn end_batch(&self, ends: &[Ending]) -> Result<Vec<Result<()>>> {
-        check_end_batch(ends)?;
-        if ends.is_empty() {
-            return Ok(Vec::new());
-        }
+    pub(crate) async fn end_batch(
+        &self,
+        conn: &mut PgConnection,
+        ends: &[Ending],
+    ) -> Result<Vec<Result<()>>> {
         let runs: Vec<&str> = ends.iter().map(|e| e.lease.run().as_str()).collect();
         let fences: Vec<i64> = ends.iter().map(|e| fence_param(e.lease.fence())).collect();
         let states: Vec<&str> = ends.iter().map(|e| e.end.state().as_str()).collect();
@@ -32,7 +33,7 @@ impl PostgresLeaseStore {
             .bind(&states)
             .bind(&payloads);
         let rows = self
-            .write_batch(query, ends.len(), "end_many", |row| get(row, "ended"))
+            .write_batch(conn, query, ends.len(), "end_many", |row| get(row, "ended"))
             .await?;
         let mut results = Vec::with_capacity(ends.len());
         for (Ending { lease, end }, row) in ends.iter().zip(&rows) {
@@ -70,21 +71,29 @@ impl PostgresLeaseStore {
             };
             results.push(result);
         }
+        if results
+            .iter()
+            .any(|r| matches!(r, Err(Error::LeaseEnded { .. })))
+        {
+            // "Already ended under your fence": a retry takes it for its commit, so the
+            // standbys must hold it, as they must hold a fresh end.
+            self.route.confirm_on(conn, Instant::now()).await?;
+        }
         Ok(results)
     }
 
     /// [`LeaseStore::create_many`](lease_core::LeaseStore::create_many): `sql/create_many.sql`,
     /// one statement for the whole batch.
-    pub(crate) async fn create_batch(&self, runs: &[RunId]) -> Result<Vec<Result<()>>> {
-        check_create_batch(runs)?;
-        if runs.is_empty() {
-            return Ok(Vec::new());
-        }
+    pub(crate) async fn create_batch(
+        &self,
+        conn: &mut PgConnection,
+        runs: &[RunId],
+    ) -> Result<Vec<Result<()>>> {
         let ids: Vec<&str> = runs.iter().map(RunId::as_str).collect();
         let query = sqlx::query(&self.sql.create_many).bind(&ids);
         // One row per created run, none for the others.
         let rows = self
-            .write_batch(query, 0, "create_many", |_| Ok(true))
+            .write_batch(conn, query, 0, "create_many", |_| Ok(true))
             .await?;
         let mut results: Vec<Result<()>> = runs
             .iter()
@@ -112,13 +121,14 @@ impl PostgresLeaseStore {
     /// (as every single write is). `rows`, when not 0, is the number of rows it must return.
     async fn write_batch(
         &self,
+        conn: &mut PgConnection,
         query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
         rows: usize,
         what: &str,
         applied: impl Fn(&PgRow) -> Result<bool, PgError>,
     ) -> Result<Vec<PgRow>> {
         let sent = Instant::now();
-        let answer = self.route.bounded(query.fetch_all(self.pool())).await?;
+        let answer = self.route.bounded(query.fetch_all(&mut *conn)).await?;
         if rows != 0 && answer.len() != rows {
             return Err(PgError::Failed(format!(
                 "{what} returned {} rows for {rows} items",
@@ -134,7 +144,7 @@ impl PostgresLeaseStore {
             }
         }
         if wrote {
-            self.route.confirm(sent).await?;
+            self.route.confirm_on(conn, sent).await?;
         }
         Ok(answer)
     }

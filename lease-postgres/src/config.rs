@@ -15,7 +15,13 @@ use crate::error::PgError;
 pub const DEFAULT_SCHEMA: &str = "lease";
 
 /// The URL parameters this adapter reads itself (see [`PostgresConfig::from_url`]).
-const OWN_PARAMETERS: [&str; 3] = ["sync_replicas", "sync_timeout_ms", "lock_wait_ms"];
+const OWN_PARAMETERS: [&str; 5] = [
+    "sync_replicas",
+    "sync_timeout_ms",
+    "lock_wait_ms",
+    "call_timeout_ms",
+    "volatile",
+];
 
 /// The URL parameters sqlx 0.8 documents and reads; every other parameter is refused.
 const SQLX_PARAMETERS: [&str; 18] = [
@@ -62,6 +68,8 @@ pub struct PostgresConfig {
     pub(crate) sync_replicas: Option<u32>,
     pub(crate) sync_timeout: Option<Duration>,
     pub(crate) lock_wait: Option<Duration>,
+    pub(crate) call_timeout: Option<Duration>,
+    pub(crate) volatile: Option<bool>,
     pub(crate) transaction_floor: Duration,
     pub(crate) transaction_cap: Duration,
 }
@@ -73,6 +81,8 @@ pub(crate) struct Parsed {
     pub(crate) sync_replicas: u32,
     pub(crate) sync_timeout: Duration,
     pub(crate) lock_wait: Duration,
+    pub(crate) call_timeout: Duration,
+    pub(crate) volatile: bool,
 }
 
 impl PostgresConfig {
@@ -94,6 +104,8 @@ impl PostgresConfig {
     /// | `sync_replicas=N` | as [`with_sync_replicas`](Self::with_sync_replicas) | 0 |
     /// | `sync_timeout_ms=MS` | as [`with_sync_timeout`](Self::with_sync_timeout) | 2000 |
     /// | `lock_wait_ms=MS` | as [`with_lock_wait`](Self::with_lock_wait) | 1000 |
+    /// | `call_timeout_ms=MS` | as [`with_call_timeout`](Self::with_call_timeout) | 5000 |
+    /// | `volatile=true` | as [`with_volatile`](Self::with_volatile) | false |
     pub fn from_url(url: impl Into<String>) -> PostgresConfig {
         PostgresConfig {
             url: url.into(),
@@ -104,6 +116,8 @@ impl PostgresConfig {
             sync_replicas: None,
             sync_timeout: None,
             lock_wait: None,
+            call_timeout: None,
+            volatile: None,
             transaction_floor: Duration::from_millis(250),
             transaction_cap: Duration::from_secs(60),
         }
@@ -170,6 +184,30 @@ impl PostgresConfig {
         self
     }
 
+    /// The most time any one call of the store may take, from asking for a connection to the
+    /// answer, default 5 s; overrides the URL's `call_timeout_ms`. A call that gets no answer
+    /// in time (a server or network that stopped answering without closing the connection)
+    /// fails with a retryable [`Unavailable`](lease_core::Error::Unavailable) instead of
+    /// waiting for TCP to give up (about 15 minutes), and its connection is closed, never
+    /// reused. Such a write may or may not have committed, as any unanswered write. Keep it
+    /// well inside your leases' TTL (a renewal must fail in time for a retry), and above the
+    /// [sync timeout](Self::with_sync_timeout) under `sync_replicas`, which connecting checks.
+    pub fn with_call_timeout(mut self, timeout: Duration) -> PostgresConfig {
+        self.call_timeout = Some(timeout);
+        self
+    }
+
+    /// Accepts (`true`) or refuses (`false`, the default) a server on which an acknowledged
+    /// claim can be lost, so that **a fence may be issued twice after a crash**: `fsync = off`,
+    /// or a session `synchronous_commit` the store cannot set to `on`. With `true` the store
+    /// connects anyway, logs one warning naming what it accepted, and shows it in its
+    /// `Display`; overrides the URL's `volatile`. The same word and meaning as the Redis
+    /// adapter's `volatile=true`.
+    pub fn with_volatile(mut self, volatile: bool) -> PostgresConfig {
+        self.volatile = Some(volatile);
+        self
+    }
+
     /// The floor and cap of a fenced transaction's bound (defaults 250 ms and 60 s); see
     /// [`PostgresLeaseStore::fenced_transaction`](crate::PostgresLeaseStore::fenced_transaction).
     pub fn with_transaction_bound(mut self, floor: Duration, cap: Duration) -> PostgresConfig {
@@ -231,6 +269,8 @@ impl PostgresConfig {
         let mut sync_replicas = 0;
         let mut sync_timeout = Duration::from_secs(2);
         let mut lock_wait = Duration::from_secs(1);
+        let mut call_timeout = Duration::from_secs(5);
+        let mut volatile = false;
         let mut passed = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -249,6 +289,18 @@ impl PostgresConfig {
                 }
                 "sync_timeout_ms" => sync_timeout = Duration::from_millis(number()?.max(1)),
                 "lock_wait_ms" => lock_wait = Duration::from_millis(number()?.max(1)),
+                "call_timeout_ms" => call_timeout = Duration::from_millis(number()?.max(1)),
+                "volatile" => {
+                    volatile = match value {
+                        "true" | "1" | "yes" => true,
+                        "false" | "0" | "no" => false,
+                        _ => {
+                            return Err(PgError::Config(format!(
+                                "volatile={value:?}: expected true or false"
+                            )))
+                        }
+                    }
+                }
                 k if SQLX_PARAMETERS.contains(&k) || k.starts_with("options[") => {
                     passed.push(pair);
                 }
@@ -285,12 +337,23 @@ impl PostgresConfig {
                 .map_err(|e| PgError::Config(format!("{shown}: {e}")))?;
             hosts.push(options);
         }
-        Ok(Parsed {
+        let parsed = Parsed {
             hosts,
             sync_replicas: self.sync_replicas.unwrap_or(sync_replicas),
             sync_timeout: self.sync_timeout.unwrap_or(sync_timeout),
             lock_wait: self.lock_wait.unwrap_or(lock_wait),
-        })
+            call_timeout: self.call_timeout.unwrap_or(call_timeout),
+            volatile: self.volatile.unwrap_or(volatile),
+        };
+        if parsed.sync_replicas > 0 && parsed.call_timeout <= parsed.sync_timeout {
+            return Err(PgError::Config(format!(
+                "call_timeout_ms={} is not above sync_timeout_ms={}: a write waiting for its \
+                 standbys would be abandoned before its wait is bounded; raise the call timeout",
+                parsed.call_timeout.as_millis(),
+                parsed.sync_timeout.as_millis()
+            )));
+        }
+        Ok(parsed)
     }
 }
 
@@ -305,6 +368,8 @@ impl fmt::Debug for PostgresConfig {
             .field("sync_replicas", &self.sync_replicas)
             .field("sync_timeout", &self.sync_timeout)
             .field("lock_wait", &self.lock_wait)
+            .field("call_timeout", &self.call_timeout)
+            .field("volatile", &self.volatile)
             .field("transaction_floor", &self.transaction_floor)
             .field("transaction_cap", &self.transaction_cap)
             .finish()

@@ -74,8 +74,9 @@ impl From<PgError> for Error {
     }
 }
 
-/// Explains a server error that ends a wait this adapter bounded, or a write sent to a standby:
-/// each is retryable, and says what happened.
+/// Explains a server error after which a retry on the **same server** can succeed (a wait this
+/// adapter bounded, the server short of disk, memory or connections, a serialization failure
+/// or deadlock): retryable, without moving to another host, and saying what happened.
 fn bounded(e: &sqlx::Error) -> Option<&'static str> {
     let sqlx::Error::Database(db) = e else {
         return None;
@@ -97,6 +98,21 @@ fn bounded(e: &sqlx::Error) -> Option<&'static str> {
             "the transaction was already aborted by an earlier error; nothing it wrote \
                     was committed"
         }
+        "57P05" => {
+            "the server closed this idle session (idle_session_timeout); the next call \
+                    opens a new one"
+        }
+        "53100" => "the server's disk is full; nothing this statement wrote was committed",
+        "53200" => "the server is out of memory; nothing this statement wrote was committed",
+        "53300" => "the server has no connection slot free (max_connections); retry later",
+        "40001" => {
+            "a serialization failure; nothing this statement wrote was committed, retry \
+                    on the same server"
+        }
+        "40P01" => {
+            "the statement was chosen as a deadlock victim; nothing it wrote was \
+                    committed, retry on the same server"
+        }
         _ => return None,
     })
 }
@@ -110,14 +126,85 @@ fn is_unreachable(e: &sqlx::Error) -> bool {
         | sqlx::Error::PoolClosed
         | sqlx::Error::WorkerCrashed => true,
         sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-            // 08: connection exception; 57P01-03: shutdown / cannot connect now;
-            // 53300: too many connections; 40001/40P01: serialization failure, deadlock.
-            code.starts_with("08")
-                || matches!(
-                    &*code,
-                    "57P01" | "57P02" | "57P03" | "53300" | "40001" | "40P01"
-                )
+            // 08: connection exception; 57P01-03: shutdown / cannot connect now.
+            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03")
         }),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A database error with `code`, as the server would send it.
+    #[derive(Debug)]
+    struct Coded(&'static str);
+
+    impl std::fmt::Display for Coded {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "server error {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Coded {}
+
+    impl sqlx::error::DatabaseError for Coded {
+        fn message(&self) -> &str {
+            "server error"
+        }
+        fn code(&self) -> Option<std::borrow::Cow<'_, str>> {
+            Some(self.0.into())
+        }
+        fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+            self
+        }
+        fn kind(&self) -> sqlx::error::ErrorKind {
+            sqlx::error::ErrorKind::Other
+        }
+    }
+
+    fn classify(code: &'static str) -> PgError {
+        PgError::from(sqlx::Error::Database(Box::new(Coded(code))))
+    }
+
+    #[test]
+    fn each_server_error_says_whether_to_retry_and_where() {
+        // (SQLSTATE, class): Busy is retryable on the same server, Unreachable is retryable
+        // after moving to another host, Standby moves too, Failed is not retryable.
+        let table = [
+            ("57P05", "busy"), // idle_session_timeout
+            ("53100", "busy"), // disk full
+            ("53200", "busy"), // out of memory
+            ("53300", "busy"), // too many connections
+            ("40001", "busy"), // serialization failure
+            ("40P01", "busy"), // deadlock detected
+            ("55P03", "busy"), // lock_timeout
+            ("57014", "busy"), // statement_timeout
+            ("25P03", "busy"), // idle_in_transaction_session_timeout
+            ("08006", "unreachable"),
+            ("57P01", "unreachable"), // admin shutdown
+            ("25006", "standby"),
+            ("23505", "failed"), // unique violation
+            ("42P01", "failed"), // undefined table
+        ];
+        for (code, class) in table {
+            let ours = classify(code);
+            let seen = match &ours {
+                PgError::Busy(_) => "busy",
+                PgError::Unreachable(_) => "unreachable",
+                PgError::Standby(_) => "standby",
+                _ => "failed",
+            };
+            assert_eq!(seen, class, "{code}: {ours}");
+            let core = Error::from(ours);
+            assert_eq!(core.is_retryable(), class != "failed", "{code}: {core}");
+        }
     }
 }

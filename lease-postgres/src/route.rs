@@ -2,7 +2,7 @@
 //! new connection, and — under `sync_replicas` — whether a commit reached its standbys.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -29,6 +29,20 @@ pub(crate) struct Route {
     refusal: Mutex<Option<PgError>>,
     /// This store's `application_name`, to find its own sessions waiting on a standby.
     app_name: String,
+    /// Accept a server that can lose an acknowledged commit (`volatile=true`).
+    volatile: bool,
+    /// The settings accepted under `volatile`, for `Display` and the one warning.
+    accepted: Mutex<Vec<String>>,
+    warned: AtomicBool,
+    /// Whether a connection ever passed the checks: a setting that goes missing afterwards
+    /// (a promoted standby without `synchronous_standby_names`) is a retryable state of the
+    /// server, not a configuration the store was pointed at.
+    worked: AtomicBool,
+    /// How many times the store moved to another host: a confirmation is valid only on the
+    /// server that committed.
+    switches: AtomicU64,
+    /// The bound on one call of the store.
+    pub(crate) call_timeout: Duration,
 }
 
 impl Route {
@@ -47,10 +61,15 @@ impl Route {
             .map(|host| {
                 // Session settings ride in the startup packet: no round trip. Every statement's
                 // wait for a row lock is bounded; fenced transactions tighten it with SET LOCAL.
-                let host = host.options([("lock_timeout", lock_wait.as_str())]);
+                // synchronous_commit = on whatever the server, database or role says: a
+                // commit is acknowledged only once its WAL is flushed (and, under
+                // sync_replicas, on the standbys). Checked on every new connection.
+                let host = host.options([
+                    ("lock_timeout", lock_wait.as_str()),
+                    ("synchronous_commit", "on"),
+                ]);
                 if parsed.sync_replicas > 0 {
-                    host.options([("synchronous_commit", "on")])
-                        .application_name(&app_name)
+                    host.application_name(&app_name)
                 } else {
                     host
                 }
@@ -91,6 +110,12 @@ impl Route {
                 sync_timeout: parsed.sync_timeout,
                 refusal: Mutex::new(None),
                 app_name,
+                volatile: parsed.volatile,
+                accepted: Mutex::new(Vec::new()),
+                warned: AtomicBool::new(false),
+                worked: AtomicBool::new(false),
+                switches: AtomicU64::new(0),
+                call_timeout: parsed.call_timeout,
             }
         })
     }
@@ -106,7 +131,26 @@ impl Route {
             sync_timeout: Duration::from_secs(2),
             refusal: Mutex::new(None),
             app_name: String::new(),
+            volatile: false,
+            accepted: Mutex::new(Vec::new()),
+            warned: AtomicBool::new(false),
+            worked: AtomicBool::new(false),
+            switches: AtomicU64::new(0),
+            call_timeout: Duration::from_secs(5),
         })
+    }
+
+    /// The unsafe settings accepted because the store is volatile; empty otherwise.
+    pub(crate) fn accepted(&self) -> Vec<String> {
+        self.accepted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// How many times the store moved hosts so far.
+    pub(crate) fn switches(&self) -> u64 {
+        self.switches.load(Ordering::Acquire)
     }
 
     fn since_switch(&self) -> Duration {
@@ -138,6 +182,7 @@ impl Route {
 
     fn use_host(&self, index: usize) {
         self.current.store(index, Ordering::Release);
+        self.switches.fetch_add(1, Ordering::AcqRel);
         *self.switched_at.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
         self.pool.set_connect_options(self.hosts[index].clone());
         tracing::warn!(
@@ -211,6 +256,8 @@ impl Route {
         let in_recovery: bool = row.try_get("in_recovery")?;
         let names: String = row.try_get("standby_names")?;
         let streaming: i64 = row.try_get("sync_standbys")?;
+        let fsync: String = row.try_get("fsync")?;
+        let synchronous_commit: String = row.try_get("synchronous_commit")?;
         let index = self.current.load(Ordering::Acquire);
         let host = &self.hosts[index % self.hosts.len()];
         let at = format!("{}:{}", host.get_host(), host.get_port());
@@ -221,13 +268,22 @@ impl Route {
                 "{at} is a standby (pg_is_in_recovery() is true), not the primary; retry once a \
                  primary is reachable"
             )))
+        } else if let Some(unsafe_setting) = self.durability(&at, &fsync, &synchronous_commit) {
+            Some(unsafe_setting)
         } else if self.sync_replicas > 0 && names.trim().is_empty() {
-            Some(PgError::Config(format!(
+            let message = format!(
                 "sync_replicas={} but synchronous_standby_names is empty on {at}, so no commit \
                  waits for a standby: set synchronous_standby_names (for example 'ANY {} (*)') on \
                  the primary, or drop sync_replicas",
                 self.sync_replicas, self.sync_replicas
-            )))
+            );
+            // At connect a configuration mistake; later (a standby promoted without the
+            // setting) a state the server can leave: each write is withheld, retryably.
+            Some(if self.worked.load(Ordering::Acquire) {
+                PgError::Busy(message)
+            } else {
+                PgError::Config(message)
+            })
         } else if i64::from(self.sync_replicas) > streaming {
             Some(PgError::Busy(format!(
                 "sync_replicas={} but only {streaming} synchronous standby(s) stream from {at} \
@@ -242,6 +298,7 @@ impl Route {
         match refusal {
             None => {
                 *slot = None;
+                self.worked.store(true, Ordering::Release);
                 Ok(())
             }
             Some(refusal) => {
@@ -250,6 +307,67 @@ impl Route {
                 Err(sqlx::Error::Protocol(message))
             }
         }
+    }
+
+    /// The refusal for a server on which an acknowledged commit can be lost, unless the store
+    /// is volatile (then the settings are recorded and warned about once).
+    fn durability(&self, at: &str, fsync: &str, synchronous_commit: &str) -> Option<PgError> {
+        let mut risks = Vec::new();
+        if fsync != "on" {
+            risks.push((
+                "fsync off".to_owned(),
+                format!(
+                    "{at} runs with fsync = {fsync}: a crash of the machine can lose commits it \
+                     acknowledged, and a lost claim's fence would be issued again; set fsync = \
+                     on, or accept the risk with ?volatile=true"
+                ),
+            ));
+        }
+        let waits = match synchronous_commit {
+            "on" | "remote_apply" => true,
+            // Not even the local flush is waited for under `off`; under `local` and
+            // `remote_write` the standbys' flush is not.
+            "local" | "remote_write" => self.sync_replicas == 0,
+            _ => false,
+        };
+        if !waits {
+            risks.push((
+                format!("synchronous_commit {synchronous_commit}"),
+                format!(
+                    "the store's sessions on {at} see synchronous_commit = {synchronous_commit} \
+                     although the store sets it to on (an options parameter or a server override \
+                     changed it), so a commit can be acknowledged before it is flushed{}; remove \
+                     that setting, or accept the risk with ?volatile=true",
+                    if self.sync_replicas > 0 {
+                        " on the synchronous standbys"
+                    } else {
+                        ""
+                    }
+                ),
+            ));
+        }
+        if risks.is_empty() {
+            return None;
+        }
+        if !self.volatile {
+            let sentences: Vec<String> = risks.into_iter().map(|(_, s)| s).collect();
+            return Some(PgError::Config(sentences.join("; also, ")));
+        }
+        let mut accepted = self.accepted.lock().unwrap_or_else(|e| e.into_inner());
+        for (setting, _) in risks {
+            if !accepted.contains(&setting) {
+                accepted.push(setting);
+            }
+        }
+        if !self.warned.swap(true, Ordering::AcqRel) {
+            tracing::warn!(
+                server = %at,
+                accepted = %accepted.join(", "),
+                "volatile mode: accepting postgres settings under which an acknowledged commit \
+                 can be lost, so a fence may be issued twice after a crash"
+            );
+        }
+        None
     }
 
     /// Folds a driver error into the adapter's, moving to another host when this one failed or
@@ -326,11 +444,17 @@ impl Route {
         }
     }
 
-    /// Under `sync_replicas = N`: returns once N synchronous standbys flushed everything this
-    /// server had flushed when the call began (so every commit that returned before it), or
-    /// fails with a retryable error once the sync timeout, counted from `since` (when the
-    /// write was sent), has passed; it looks at least once. Without `sync_replicas`, at once.
-    pub(crate) async fn confirm(&self, since: Instant) -> Result<(), PgError> {
+    /// Under `sync_replicas = N`: returns once N synchronous standbys of the server behind
+    /// `conn` flushed everything it had flushed when the call began (so every commit that
+    /// returned, or that the caller read, before it), or fails with a retryable error once
+    /// the sync timeout, counted from `since` (when the write was sent), has passed; it looks
+    /// at least once. Run on the connection that committed (or read) what it confirms, so no
+    /// host switch can make another server answer. Without `sync_replicas`, at once.
+    pub(crate) async fn confirm_on(
+        &self,
+        conn: &mut PgConnection,
+        since: Instant,
+    ) -> Result<(), PgError> {
         if self.sync_replicas == 0 {
             return Ok(());
         }
@@ -339,7 +463,7 @@ impl Route {
         loop {
             let row = sqlx::query(SYNC_ACKED)
                 .bind(target.as_deref())
-                .fetch_one(&self.pool)
+                .fetch_one(&mut *conn)
                 .await
                 .map_err(|e| self.fail(e))?;
             let acked: i64 = row.try_get("acked").map_err(PgError::from)?;
@@ -358,5 +482,25 @@ impl Route {
             target = Some(lsn);
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
+    }
+
+    /// [`confirm_on`](Route::confirm_on) after a commit whose connection is gone (a fenced
+    /// transaction's): on a pooled connection, valid only if the store did not move hosts
+    /// since `switches` was read before the commit.
+    pub(crate) async fn confirm_after(&self, since: Instant, switches: u64) -> Result<(), PgError> {
+        if self.sync_replicas == 0 {
+            return Ok(());
+        }
+        let mut conn = self.pool.acquire().await.map_err(|e| self.fail(e))?;
+        self.confirm_on(&mut conn, since).await?;
+        if self.switches() != switches {
+            return Err(PgError::Busy(
+                "the store moved to another host between the commit and its confirmation, so \
+                 the standbys of the server that committed could not be asked; not reported \
+                 as done"
+                    .to_owned(),
+            ));
+        }
+        Ok(())
     }
 }

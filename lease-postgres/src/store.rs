@@ -14,12 +14,42 @@ use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgArguments, PgPool, PgPoolOptions, PgRow};
 use sqlx::query::Query;
 use sqlx::Postgres;
-use sqlx::Row;
+use sqlx::{PgConnection, Row};
 
 use crate::config::PostgresConfig;
 use crate::error::PgError;
 use crate::route::Route;
 use crate::transaction::FencedTransaction;
+
+/// Runs `$body` with `$conn`, one pooled connection, the whole call (acquiring the connection
+/// included) bounded by the store's call timeout. On timeout the connection is detached from
+/// the pool and closed: a connection whose answer never came is never reused (sqlx would
+/// otherwise ping it on release, waiting for TCP to give up).
+macro_rules! call {
+    ($store:expr, |$conn:ident| $body:expr) => {{
+        let store: &PostgresLeaseStore = $store;
+        let started = std::time::Instant::now();
+        let limit = store.route.call_timeout;
+        let mut pooled = match tokio::time::timeout(limit, store.pool().acquire()).await {
+            Ok(Ok(pooled)) => pooled,
+            Ok(Err(e)) => return Err(store.route.fail(e).into()),
+            Err(_) => return Err(store.timed_out(limit).into()),
+        };
+        let left = limit.saturating_sub(started.elapsed());
+        let answer = tokio::time::timeout(left, async {
+            let $conn: &mut sqlx::PgConnection = &mut pooled;
+            $body
+        })
+        .await;
+        match answer {
+            Ok(result) => result,
+            Err(_) => {
+                drop(pooled.detach());
+                Err(store.timed_out(limit).into())
+            }
+        }
+    }};
+}
 
 /// The embedded migrations; they run unqualified with `search_path` set to the store's schema.
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
@@ -236,41 +266,83 @@ impl PostgresLeaseStore {
     }
 
     /// A statement that writes, returning at most one row: its wait for synchronous standbys
-    /// is bounded, and a row (a write done) is reported only once durable as configured.
-    async fn write_opt(&self, query: Query<'_, Postgres, PgArguments>) -> Result<Option<PgRow>> {
+    /// is bounded, and a row (a write done) is reported only once durable as configured,
+    /// confirmed on the same connection.
+    async fn write_opt(
+        &self,
+        conn: &mut PgConnection,
+        query: Query<'_, Postgres, PgArguments>,
+    ) -> Result<Option<PgRow>> {
         let sent = std::time::Instant::now();
-        let row = self
-            .route
-            .bounded(query.fetch_optional(self.pool()))
-            .await?;
+        let row = self.route.bounded(query.fetch_optional(&mut *conn)).await?;
         if row.is_some() {
-            self.route.confirm(sent).await?;
+            self.route.confirm_on(conn, sent).await?;
         }
         Ok(row)
     }
 
     /// As [`write_opt`](Self::write_opt), for statements returning many rows.
-    async fn write_all(&self, query: Query<'_, Postgres, PgArguments>) -> Result<Vec<PgRow>> {
+    async fn write_all(
+        &self,
+        conn: &mut PgConnection,
+        query: Query<'_, Postgres, PgArguments>,
+    ) -> Result<Vec<PgRow>> {
         let sent = std::time::Instant::now();
-        let rows = self.route.bounded(query.fetch_all(self.pool())).await?;
+        let rows = self.route.bounded(query.fetch_all(&mut *conn)).await?;
         if !rows.is_empty() {
-            self.route.confirm(sent).await?;
+            self.route.confirm_on(conn, sent).await?;
         }
         Ok(rows)
     }
 
-    async fn read_opt(&self, query: Query<'_, Postgres, PgArguments>) -> Result<Option<PgRow>> {
+    async fn read_opt(
+        &self,
+        conn: &mut PgConnection,
+        query: Query<'_, Postgres, PgArguments>,
+    ) -> Result<Option<PgRow>> {
         Ok(query
-            .fetch_optional(self.pool())
+            .fetch_optional(conn)
             .await
             .map_err(|e| self.route.fail(e))?)
     }
 
-    async fn read_all(&self, query: Query<'_, Postgres, PgArguments>) -> Result<Vec<PgRow>> {
+    async fn read_all(
+        &self,
+        conn: &mut PgConnection,
+        query: Query<'_, Postgres, PgArguments>,
+    ) -> Result<Vec<PgRow>> {
         Ok(query
-            .fetch_all(self.pool())
+            .fetch_all(conn)
             .await
             .map_err(|e| self.route.fail(e))?)
+    }
+
+    /// The error of a call that outlived the call timeout.
+    pub(crate) fn timed_out(&self, limit: Duration) -> PgError {
+        PgError::Unreachable(format!(
+            "no answer from postgres within the call timeout ({limit:?}); the connection is \
+             closed, and a write it carried may or may not have committed"
+        ))
+    }
+
+    /// `verdict`, once the standbys hold what it reports when it reports a lease ended under
+    /// the caller's own fence: a retrying caller takes that answer for its own commit, so it
+    /// is confirmed like a fresh write (on `conn`, which read it). A retry never confirms less
+    /// than the first attempt.
+    async fn confirmed<T>(&self, conn: &mut PgConnection, verdict: Result<T>) -> Result<T> {
+        if matches!(verdict, Err(Error::LeaseEnded { .. })) {
+            self.route
+                .confirm_on(conn, std::time::Instant::now())
+                .await?;
+        }
+        verdict
+    }
+
+    /// The unsafe durability settings this store accepted because it is
+    /// [volatile](PostgresConfig::with_volatile) (for example `fsync off`); empty when the
+    /// server is safe. Also shown by `Display`.
+    pub fn accepted_risks(&self) -> Vec<String> {
+        self.route.accepted()
     }
 
     /// The schema holding the store's tables.
@@ -308,27 +380,29 @@ impl PostgresLeaseStore {
         FencedTransaction::begin(self, lease).await
     }
 
-    /// Explains a refused fenced write of `lease`: `Err(verdict)`, or `Ok(())` when the row
-    /// now allows it (it changed since the write), in which case the caller tries again.
-    async fn fenced_refusal(&self, lease: &Lease) -> Result<()> {
-        let row = self.explain(lease.run()).await?;
+    /// Explains a refused fenced write of `lease`: `Err(verdict)` (a lease ended under its
+    /// own fence confirmed first), or `Ok(())` when the row now allows it (it changed since
+    /// the write), in which case the caller tries again.
+    async fn fenced_refusal(&self, conn: &mut PgConnection, lease: &Lease) -> Result<()> {
+        let row = self.explain(conn, lease.run()).await?;
         let Some(row) = row else {
             return Err(Error::NotFound {
                 run: lease.run().clone(),
             });
         };
-        fenced_verdict(
+        let verdict = fenced_verdict(
             lease.run(),
             lease.fence(),
             row.fence,
             row.state,
             row.owner.is_some(),
-        )
+        );
+        self.confirmed(conn, verdict).await
     }
 
-    async fn explain(&self, run: &RunId) -> Result<Option<Explained>> {
+    async fn explain(&self, conn: &mut PgConnection, run: &RunId) -> Result<Option<Explained>> {
         let row = self
-            .read_opt(sqlx::query(&self.sql.explain).bind(run.as_str()))
+            .read_opt(conn, sqlx::query(&self.sql.explain).bind(run.as_str()))
             .await?;
         Ok(row.map(|row| Explained::from_row(&row)).transpose()?)
     }
@@ -340,10 +414,11 @@ impl PostgresLeaseStore {
         .into()
     }
 
-    async fn renew_one(&self, lease: &Lease) -> Result<Lease> {
+    async fn renew_one(&self, conn: &mut PgConnection, lease: &Lease) -> Result<Lease> {
         for _ in 0..ATTEMPTS {
             let row = self
                 .write_opt(
+                    conn,
                     sqlx::query(&self.sql.renew)
                         .bind(lease.run().as_str())
                         .bind(fence_param(lease.fence()))
@@ -354,7 +429,7 @@ impl PostgresLeaseStore {
                 let expires_at = store_time(get(&row, "expires_us")?)?;
                 return renewed(lease, expires_at);
             }
-            self.fenced_refusal(lease).await?;
+            self.fenced_refusal(conn, lease).await?;
         }
         Err(Self::raced(lease.run()))
     }
@@ -362,7 +437,11 @@ impl PostgresLeaseStore {
     /// `renew_many` of distinct runs: per TTL in the batch (one, as a rule), one
     /// `sql/renew_many.sql` statement that renews and returns the renewed runs; then, only if
     /// some lease was not renewed, one read (`sql/renew_many_explain.sql`) that explains those.
-    async fn renew_batch(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+    async fn renew_batch(
+        &self,
+        conn: &mut PgConnection,
+        leases: &[Lease],
+    ) -> Result<Vec<Result<Lease>>> {
         let index: HashMap<&str, usize> = leases
             .iter()
             .enumerate()
@@ -380,6 +459,7 @@ impl PostgresLeaseStore {
                 .unzip();
             let rows = self
                 .write_all(
+                    conn,
                     sqlx::query(&self.sql.renew_many)
                         .bind(&runs)
                         .bind(&fences)
@@ -406,7 +486,10 @@ impl PostgresLeaseStore {
         let mut current: HashMap<String, PgRow> = HashMap::with_capacity(refused.len());
         if !refused.is_empty() {
             let rows = self
-                .read_all(sqlx::query(&self.sql.renew_many_explain).bind(&refused))
+                .read_all(
+                    conn,
+                    sqlx::query(&self.sql.renew_many_explain).bind(&refused),
+                )
                 .await?;
             for row in rows {
                 current.insert(get(&row, "run_id")?, row);
@@ -439,13 +522,22 @@ impl PostgresLeaseStore {
             };
             results.push(result);
         }
+        if results
+            .iter()
+            .any(|r| matches!(r, Err(Error::LeaseEnded { .. })))
+        {
+            self.route
+                .confirm_on(conn, std::time::Instant::now())
+                .await?;
+        }
         Ok(results)
     }
 
-    async fn end(&self, lease: &Lease, to: RunState) -> Result<()> {
+    async fn end(&self, conn: &mut PgConnection, lease: &Lease, to: RunState) -> Result<()> {
         for _ in 0..ATTEMPTS {
             let row = self
                 .write_opt(
+                    conn,
                     sqlx::query(&self.sql.end_lease)
                         .bind(lease.run().as_str())
                         .bind(fence_param(lease.fence()))
@@ -455,7 +547,7 @@ impl PostgresLeaseStore {
             if row.is_some() {
                 return Ok(());
             }
-            self.fenced_refusal(lease).await?;
+            self.fenced_refusal(conn, lease).await?;
         }
         Err(Self::raced(lease.run()))
     }
@@ -464,16 +556,19 @@ impl PostgresLeaseStore {
     /// by `refusal` from the current record (or `None` if the run is missing).
     async fn record_write(
         &self,
+        conn: &mut PgConnection,
         sql: &str,
         run: &RunId,
         refusal: impl Fn(Option<&RunRecord>) -> Option<Error>,
     ) -> Result<RunRecord> {
         for _ in 0..ATTEMPTS {
-            let row = self.write_opt(sqlx::query(sql).bind(run.as_str())).await?;
+            let row = self
+                .write_opt(conn, sqlx::query(sql).bind(run.as_str()))
+                .await?;
             if let Some(row) = row {
                 return Ok(record(&row)?);
             }
-            let current = self.inspect(run).await;
+            let current = self.inspect_on(conn, run).await;
             let current = match current {
                 Ok(record) => Some(record),
                 Err(Error::NotFound { .. }) => None,
@@ -484,6 +579,16 @@ impl PostgresLeaseStore {
             }
         }
         Err(Self::raced(run))
+    }
+
+    async fn inspect_on(&self, conn: &mut PgConnection, run: &RunId) -> Result<RunRecord> {
+        let row = self
+            .read_opt(conn, sqlx::query(&self.sql.inspect).bind(run.as_str()))
+            .await?;
+        match row {
+            Some(row) => Ok(record(&row)?),
+            None => Err(Error::NotFound { run: run.clone() }),
+        }
     }
 }
 
@@ -607,59 +712,75 @@ impl fmt::Debug for PostgresLeaseStore {
 
 impl fmt::Display for PostgresLeaseStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.shown)
+        f.write_str(&self.shown)?;
+        let accepted = self.accepted_risks();
+        if !accepted.is_empty() {
+            write!(
+                f,
+                " [volatile: accepts {}; a fence may be issued twice]",
+                accepted.join(", ")
+            )?;
+        }
+        Ok(())
     }
 }
 
 #[async_trait::async_trait]
 impl LeaseStore for PostgresLeaseStore {
     async fn create(&self, run: &RunId) -> Result<RunRecord> {
-        self.record_write(&self.sql.create, run, |_| {
-            Some(Error::AlreadyExists { run: run.clone() })
+        call!(self, |conn| {
+            self.record_write(conn, &self.sql.create, run, |_| {
+                Some(Error::AlreadyExists { run: run.clone() })
+            })
+            .await
         })
-        .await
     }
 
     async fn claim(&self, run: &RunId, worker: &WorkerId, ttl: Ttl) -> Result<Lease> {
-        for _ in 0..ATTEMPTS {
-            let row = self
-                .write_opt(
-                    sqlx::query(&self.sql.claim)
-                        .bind(run.as_str())
-                        .bind(worker.as_str())
-                        .bind(ttl_param(ttl)),
-                )
-                .await?;
-            if let Some(row) = row {
-                let fence = fence(get(&row, "fence")?)?;
-                let expires_at = store_time(get(&row, "expires_us")?)?;
-                return leased(run, worker, fence, ttl, expires_at);
+        call!(self, |conn| {
+            for _ in 0..ATTEMPTS {
+                let row = self
+                    .write_opt(
+                        conn,
+                        sqlx::query(&self.sql.claim)
+                            .bind(run.as_str())
+                            .bind(worker.as_str())
+                            .bind(ttl_param(ttl)),
+                    )
+                    .await?;
+                if let Some(row) = row {
+                    let fence = fence(get(&row, "fence")?)?;
+                    let expires_at = store_time(get(&row, "expires_us")?)?;
+                    return leased(run, worker, fence, ttl, expires_at);
+                }
+                // The read only explains the refusal; if the row now allows a claim (the
+                // lease expired in between), the claim itself is tried again.
+                let Some(row) = self.explain(conn, run).await? else {
+                    return Err(Error::NotFound { run: run.clone() });
+                };
+                if let Some(refusal) =
+                    claim_refusal(run, row.state, row.owner.as_ref(), row.remaining, row.fence)
+                {
+                    return Err(refusal);
+                }
             }
-            // The read only explains the refusal; if the row now allows a claim (the lease
-            // expired in between), the claim itself is tried again.
-            let Some(row) = self.explain(run).await? else {
-                return Err(Error::NotFound { run: run.clone() });
-            };
-            if let Some(refusal) =
-                claim_refusal(run, row.state, row.owner.as_ref(), row.remaining, row.fence)
-            {
-                return Err(refusal);
-            }
-        }
-        Err(Self::raced(run))
+            Err(Self::raced(run))
+        })
     }
 
     async fn claim_next(&self, worker: &WorkerId, ttl: Ttl, max: usize) -> Result<Vec<Lease>> {
         check_claim_max(max)?;
-        let rows = self
-            .write_all(
+        let rows = call!(self, |conn| {
+            self.write_all(
+                conn,
                 sqlx::query(&self.sql.claim_next)
                     .bind(worker.as_str())
                     .bind(ttl_param(ttl))
                     .bind(max as i64)
                     .bind(LAGGING_MOVED_PER_CLAIM),
             )
-            .await?;
+            .await
+        })?;
         rows.iter()
             .map(|row| {
                 let run = RunId::new(get::<String>(row, "run_id")?).map_err(corrupt)?;
@@ -671,7 +792,7 @@ impl LeaseStore for PostgresLeaseStore {
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
-        self.renew_one(lease).await
+        call!(self, |conn| self.renew_one(conn, lease).await)
     }
 
     async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
@@ -683,44 +804,50 @@ impl LeaseStore for PostgresLeaseStore {
         if !leases.iter().all(|lease| seen.insert(lease.run())) {
             // One statement updates a row once; repeated runs are renewed one by one, in order,
             // as the memory store does.
-            let mut results = Vec::with_capacity(leases.len());
-            for lease in leases {
-                results.push(self.renew_one(lease).await);
-            }
-            return Ok(results);
+            return call!(self, |conn| {
+                let mut results = Vec::with_capacity(leases.len());
+                for lease in leases {
+                    results.push(self.renew_one(conn, lease).await);
+                }
+                Ok(results)
+            });
         }
-        self.renew_batch(leases).await
+        call!(self, |conn| self.renew_batch(conn, leases).await)
     }
 
     async fn append(&self, lease: &Lease, payload: &[u8]) -> Result<JournalEntry> {
         check_payload(payload)?;
-        for _ in 0..ATTEMPTS {
-            let row = self
-                .write_opt(
-                    sqlx::query(&self.sql.append)
-                        .bind(lease.run().as_str())
-                        .bind(fence_param(lease.fence()))
-                        .bind(payload),
-                )
-                .await?;
-            if let Some(row) = row {
-                let seq: i64 = get(&row, "seq")?;
-                return Ok(JournalEntry {
-                    seq: u64::try_from(seq).map_err(corrupt)?,
-                    fence: fence(get(&row, "fence")?)?,
-                    payload: payload.to_vec(),
-                    written_at: store_time(get(&row, "written_us")?)?,
-                });
+        call!(self, |conn| {
+            for _ in 0..ATTEMPTS {
+                let row = self
+                    .write_opt(
+                        conn,
+                        sqlx::query(&self.sql.append)
+                            .bind(lease.run().as_str())
+                            .bind(fence_param(lease.fence()))
+                            .bind(payload),
+                    )
+                    .await?;
+                if let Some(row) = row {
+                    let seq: i64 = get(&row, "seq")?;
+                    return Ok(JournalEntry {
+                        seq: u64::try_from(seq).map_err(corrupt)?,
+                        fence: fence(get(&row, "fence")?)?,
+                        payload: payload.to_vec(),
+                        written_at: store_time(get(&row, "written_us")?)?,
+                    });
+                }
+                self.fenced_refusal(conn, lease).await?;
             }
-            self.fenced_refusal(lease).await?;
-        }
-        Err(Self::raced(lease.run()))
+            Err(Self::raced(lease.run()))
+        })
     }
 
     async fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>> {
-        let rows = self
-            .read_all(sqlx::query(&self.sql.journal).bind(run.as_str()))
-            .await?;
+        let rows = call!(self, |conn| {
+            self.read_all(conn, sqlx::query(&self.sql.journal).bind(run.as_str()))
+                .await
+        })?;
         if rows.is_empty() {
             return Err(Error::NotFound { run: run.clone() });
         }
@@ -740,72 +867,89 @@ impl LeaseStore for PostgresLeaseStore {
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {
-        self.end(lease, RunState::Runnable).await
+        call!(self, |conn| self.end(conn, lease, RunState::Runnable).await)
     }
 
     async fn suspend(&self, lease: &Lease) -> Result<()> {
-        self.end(lease, RunState::Suspended).await
+        call!(self, |conn| self
+            .end(conn, lease, RunState::Suspended)
+            .await)
     }
 
     async fn resume(&self, run: &RunId) -> Result<RunRecord> {
-        self.record_write(&self.sql.resume, run, |current| match current {
-            None => Some(Error::NotFound { run: run.clone() }),
-            Some(r) if r.state != RunState::Suspended => Some(Error::NotSuspended {
-                run: run.clone(),
-                state: r.state,
-            }),
-            Some(_) => None,
+        call!(self, |conn| {
+            self.record_write(conn, &self.sql.resume, run, |current| match current {
+                None => Some(Error::NotFound { run: run.clone() }),
+                Some(r) if r.state != RunState::Suspended => Some(Error::NotSuspended {
+                    run: run.clone(),
+                    state: r.state,
+                }),
+                Some(_) => None,
+            })
+            .await
         })
-        .await
     }
 
     async fn complete(&self, lease: &Lease) -> Result<()> {
-        self.end(lease, RunState::Completed).await
+        call!(self, |conn| self
+            .end(conn, lease, RunState::Completed)
+            .await)
     }
 
     async fn inspect(&self, run: &RunId) -> Result<RunRecord> {
-        let row = self
-            .read_opt(sqlx::query(&self.sql.inspect).bind(run.as_str()))
-            .await?;
-        match row {
-            Some(row) => Ok(record(&row)?),
-            None => Err(Error::NotFound { run: run.clone() }),
-        }
+        call!(self, |conn| self.inspect_on(conn, run).await)
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<RunRecord>> {
         check_list(filter)?;
-        let rows = self
-            .read_all(
+        let rows = call!(self, |conn| {
+            self.read_all(
+                conn,
                 sqlx::query(&self.sql.list)
                     .bind(filter.state.map(RunState::as_str))
                     .bind(filter.expired)
                     .bind(filter.after.as_ref().map(RunId::as_str))
                     .bind(filter.limit as i64),
             )
-            .await?;
+            .await
+        })?;
         Ok(rows.iter().map(record).collect::<Result<_, _>>()?)
     }
 
     async fn end_many(&self, ends: &[Ending]) -> Result<Vec<Result<()>>> {
-        self.end_batch(ends).await
+        lease_core::check_end_batch(ends)?;
+        if ends.is_empty() {
+            return Ok(Vec::new());
+        }
+        call!(self, |conn| self.end_batch(conn, ends).await)
     }
 
     async fn create_many(&self, runs: &[RunId]) -> Result<Vec<Result<()>>> {
-        self.create_batch(runs).await
+        lease_core::check_create_batch(runs)?;
+        if runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        call!(self, |conn| self.create_batch(conn, runs).await)
     }
 
     async fn force_release(&self, run: &RunId) -> Result<RunRecord> {
-        self.record_write(&self.sql.force_release, run, |current| match current {
-            None => Some(Error::NotFound { run: run.clone() }),
-            Some(r) if r.state == RunState::Suspended => {
-                Some(Error::Suspended { run: run.clone() })
-            }
-            Some(r) if r.state == RunState::Completed => {
-                Some(Error::Completed { run: run.clone() })
-            }
-            Some(_) => None,
+        call!(self, |conn| {
+            self.record_write(
+                conn,
+                &self.sql.force_release,
+                run,
+                |current| match current {
+                    None => Some(Error::NotFound { run: run.clone() }),
+                    Some(r) if r.state == RunState::Suspended => {
+                        Some(Error::Suspended { run: run.clone() })
+                    }
+                    Some(r) if r.state == RunState::Completed => {
+                        Some(Error::Completed { run: run.clone() })
+                    }
+                    Some(_) => None,
+                },
+            )
+            .await
         })
-        .await
     }
 }

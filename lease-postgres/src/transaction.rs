@@ -28,6 +28,14 @@ pub struct FencedTransaction {
 
 impl FencedTransaction {
     pub(crate) async fn begin(store: &PostgresLeaseStore, lease: &Lease) -> Result<Self> {
+        let limit = store.route.call_timeout;
+        match tokio::time::timeout(limit, Self::lock(store, lease)).await {
+            Ok(result) => result,
+            Err(_) => Err(store.timed_out(limit).into()),
+        }
+    }
+
+    async fn lock(store: &PostgresLeaseStore, lease: &Lease) -> Result<Self> {
         let mut tx = store
             .pool()
             .begin()
@@ -92,8 +100,14 @@ impl FencedTransaction {
     pub async fn commit(self) -> Result<()> {
         let FencedTransaction { tx, store, .. } = self;
         let sent = std::time::Instant::now();
-        store.route.bounded(tx.commit()).await?;
-        Ok(store.route.confirm(sent).await?)
+        let switches = store.route.switches();
+        let limit = store.route.call_timeout;
+        let committed = tokio::time::timeout(limit, store.route.bounded(tx.commit())).await;
+        match committed {
+            Ok(result) => result?,
+            Err(_) => return Err(store.timed_out(limit).into()),
+        }
+        Ok(store.route.confirm_after(sent, switches).await?)
     }
 
     /// Rolls everything back and releases the run's row.

@@ -115,8 +115,10 @@ fn both(primary: &PostgresServer, standby: &PostgresServer, query: &str) -> Stri
     )
 }
 
+/// The fixture servers run with `fsync` off for speed: the tests accept that explicitly.
 fn config(url: &str, schema: &str) -> PostgresConfig {
     PostgresConfig::from_url(url)
+        .with_volatile(true)
         .with_schema(schema)
         .with_acquire_timeout(Duration::from_secs(1))
         .with_sync_timeout(Duration::from_secs(1))
@@ -253,7 +255,15 @@ async fn sync_replicas_never_hands_out_a_fence_a_promotion_can_lose() {
     );
 
     // The refused claim's fence died with the old primary; nobody ever held it. An operator
-    // who accepts running without a standby now gets the next fence, which was never issued.
+    // who accepts running without a standby (synchronous_standby_names cleared, or every
+    // commit would wait for a standby that is not there) now gets the next fence, which was
+    // never issued.
+    execute(
+        &standby.url(),
+        "ALTER SYSTEM SET synchronous_standby_names = ''",
+    )
+    .await;
+    execute(&standby.url(), "SELECT pg_reload_conf()").await;
     let plain = PostgresLeaseStore::connect(config(&standby.url(), &schema))
         .await
         .unwrap();
@@ -472,7 +482,7 @@ async fn sync_replicas_reports_a_batch_only_once_the_standby_has_it() {
         return;
     };
     let schema = unique_namespace("failover_batch");
-    let url = format!("{}?sync_replicas=1", primary.url());
+    let url = lease_conformance::fixtures::with_params(&primary.url(), "sync_replicas=1");
     let store = PostgresLeaseStore::connect(config(&url, &schema))
         .await
         .unwrap();

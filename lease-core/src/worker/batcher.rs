@@ -1,0 +1,398 @@
+//! The batcher: the ends of many leases committed by one `end_many`.
+//!
+//! - A batch closes at its size, at [`MAX_BATCH_PAYLOAD_BYTES`] of effects, or after its
+//!   delay, whichever comes first; it never holds two ends of one run (the later waits for the
+//!   next batch), so the store never refuses a batch the worker built.
+//! - One batch is in flight at a time; the ends that arrive during a commit form the next.
+//! - A batch that fails without an answer is retried, each end until its lease's local
+//!   deadline: until then the store cannot have let anyone, this worker included, claim the
+//!   run again, so an end still being retried never meets a new lease of its own run. An
+//!   end that answers [`Error::LeaseEnded`] with its own fence and end on a retry was
+//!   committed by an earlier attempt.
+//! - A batch the store refuses as invalid ([`Error::InvalidInput`]: a bug, never a lease
+//!   loss) is logged as an error and its ends are tried again one by one.
+//! - Once `stop` (the end of the shutdown grace) is cancelled, an attempt in flight is
+//!   abandoned and every waiting end gets one last attempt, without further retries: a
+//!   shutdown takes at most one more call of the store.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::context::{bump, Counters, EndReport, Observer};
+use crate::error::{Error, Result};
+use crate::store::LeaseStore;
+use crate::types::{End, Ending, MAX_BATCH_PAYLOAD_BYTES};
+
+/// The least time one attempt is given, whatever its ends' deadlines: a store's own call
+/// timeout usually ends it sooner.
+const LAST_ATTEMPT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// An end waiting for its batch.
+pub(super) struct Pending {
+    ending: Ending,
+    by_handler: bool,
+    queued: Instant,
+    /// When to stop retrying it: its lease's local deadline.
+    give_up_at: Instant,
+    /// Attempts that failed without an answer: a later `LeaseEnded` with the same fence and
+    /// end means one of them committed.
+    unanswered: u32,
+    /// Sent in a batch of its own: its batch was refused as invalid.
+    alone: bool,
+    /// Its last attempt after the stop was made.
+    last_chance: bool,
+    reply: oneshot::Sender<Result<()>>,
+}
+
+impl Pending {
+    fn payload_len(&self) -> usize {
+        match &self.ending.end {
+            End::CompleteWith(payload) => payload.len(),
+            _ => 0,
+        }
+    }
+}
+
+/// Queues `ending` and waits for its verdict; retried (when unanswered) until `give_up_at`.
+pub(super) async fn submit(
+    ends: &mpsc::UnboundedSender<Pending>,
+    ending: Ending,
+    by_handler: bool,
+    give_up_at: Instant,
+) -> Result<()> {
+    let (reply, answer) = oneshot::channel();
+    let pending = Pending {
+        ending,
+        by_handler,
+        queued: Instant::now(),
+        give_up_at,
+        unanswered: 0,
+        alone: false,
+        last_chance: false,
+        reply,
+    };
+    if ends.send(pending).is_err() {
+        return Err(Error::backend("worker", "the batcher stopped"));
+    }
+    answer
+        .await
+        .unwrap_or_else(|_| Err(Error::backend("worker", "the batcher dropped an end")))
+}
+
+pub(super) struct Batcher {
+    pub(super) store: Arc<dyn LeaseStore>,
+    pub(super) rx: mpsc::UnboundedReceiver<Pending>,
+    pub(super) size: usize,
+    pub(super) delay: std::time::Duration,
+    /// Cancelled when the shutdown's grace ends.
+    pub(super) stop: CancellationToken,
+    pub(super) counters: Arc<Counters>,
+    pub(super) observers: Vec<Observer>,
+}
+
+/// Collects ends into batches and commits each with one `end_many` (see the module docs).
+pub(super) async fn batcher(mut b: Batcher) {
+    let mut queue: VecDeque<Pending> = VecDeque::new();
+    let mut open = true;
+    let mut retry_pause = std::time::Duration::ZERO;
+    loop {
+        if queue.is_empty() {
+            if !open {
+                break;
+            }
+            match b.rx.recv().await {
+                Some(p) => queue.push_back(p),
+                None => break,
+            }
+        }
+        let close_at = queue
+            .front()
+            .map(|p| p.queued + b.delay)
+            .unwrap_or_else(Instant::now);
+        while open && queue.len() < b.size {
+            match b.rx.try_recv() {
+                Ok(p) => {
+                    queue.push_back(p);
+                    continue;
+                }
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    open = false;
+                    break;
+                }
+                Err(mpsc::error::TryRecvError::Empty) => {}
+            }
+            if b.stop.is_cancelled() {
+                break; // the shutdown does not wait for a batch to fill
+            }
+            match tokio::time::timeout_at(close_at, b.rx.recv()).await {
+                Ok(Some(p)) => queue.push_back(p),
+                Ok(None) => open = false,
+                Err(_) => break,
+            }
+        }
+        if !retry_pause.is_zero() && !b.stop.is_cancelled() {
+            tokio::select! {
+                () = tokio::time::sleep(retry_pause) => {}
+                () = b.stop.cancelled() => {}
+            }
+        }
+        let batch = take_batch(&mut queue, b.size);
+        let retry = flush(&b, batch).await;
+        retry_pause = if retry.is_empty() {
+            std::time::Duration::ZERO
+        } else {
+            (retry_pause * 2).clamp(
+                std::time::Duration::from_millis(5),
+                std::time::Duration::from_secs(1),
+            )
+        };
+        // Retried ends go first: they are the oldest.
+        for p in retry.into_iter().rev() {
+            queue.push_front(p);
+        }
+    }
+}
+
+/// The next batch from the front of `queue`: at most `size` ends, at most
+/// [`MAX_BATCH_PAYLOAD_BYTES`] of effects together, one end per run. An end refused as part
+/// of an invalid batch goes alone. The ends left out keep their order.
+fn take_batch(queue: &mut VecDeque<Pending>, size: usize) -> Vec<Pending> {
+    let mut batch: Vec<Pending> = Vec::new();
+    let mut runs = HashSet::new();
+    let mut bytes = 0usize;
+    let mut rest = VecDeque::with_capacity(queue.len());
+    while let Some(p) = queue.pop_front() {
+        let full = batch.len() >= size || batch.first().is_some_and(|first| first.alone);
+        let fits = !full
+            && (batch.is_empty() || !p.alone)
+            && (batch.is_empty() || bytes + p.payload_len() <= MAX_BATCH_PAYLOAD_BYTES)
+            && !runs.contains(p.ending.lease.run());
+        if fits {
+            bytes += p.payload_len();
+            runs.insert(p.ending.lease.run().clone());
+            batch.push(p);
+        } else {
+            rest.push_back(p);
+        }
+    }
+    *queue = rest;
+    batch
+}
+
+/// Commits one batch; returns the ends to try again.
+async fn flush(b: &Batcher, mut batch: Vec<Pending>) -> Vec<Pending> {
+    if batch.is_empty() {
+        return batch;
+    }
+    // The ends (and their effects' payloads) move into the call and back: a payload is never
+    // copied on this path.
+    let ends: Vec<Ending> = batch
+        .iter_mut()
+        .map(|p| {
+            let end = std::mem::replace(&mut p.ending.end, End::Complete);
+            Ending::new(p.ending.lease.clone(), end)
+        })
+        .collect();
+    bump(&b.counters.batches);
+    metrics::histogram!(crate::observe::WORKER_BATCH_SIZE).record(batch.len() as f64);
+    let stopped = b.stop.is_cancelled();
+    if stopped {
+        for p in &mut batch {
+            p.last_chance = true;
+        }
+    }
+    // Bounded by the latest deadline in the batch (a call stuck on a dead connection is
+    // abandoned, and a retry recognises an abandoned call that did commit), and, before the
+    // stop, cut short by it: the shutdown then makes its last attempt at once.
+    let latest = batch
+        .iter()
+        .map(|p| p.give_up_at)
+        .max()
+        .unwrap_or_else(Instant::now)
+        // Every end gets an attempt, even one whose deadline passed while it waited.
+        .max(Instant::now() + LAST_ATTEMPT);
+    let call = tokio::time::timeout_at(latest, b.store.end_many(&ends));
+    let answer = tokio::select! {
+        answer = call => answer.unwrap_or_else(|_| {
+            Err(Error::unavailable("worker", "end_many did not answer before the leases' deadlines"))
+        }),
+        () = b.stop.cancelled(), if !stopped => {
+            Err(Error::unavailable("worker", "end_many abandoned at the end of the shutdown grace"))
+        }
+    };
+    for (p, sent) in batch.iter_mut().zip(ends) {
+        p.ending.end = sent.end;
+    }
+    let results = match answer {
+        Ok(results) if results.len() == batch.len() => results,
+        Ok(results) => {
+            let why = format!(
+                "end_many returned {} results for {} ends",
+                results.len(),
+                batch.len()
+            );
+            tracing::error!(%why, "malformed batch answer; treating the batch as unanswered");
+            let e = Error::unavailable("worker", why);
+            batch.iter().map(|_| Err(e.duplicate())).collect()
+        }
+        Err(Error::InvalidInput(why)) if batch.len() > 1 => {
+            // The worker built a batch the store must refuse: a bug, not a lease loss. Nothing
+            // was written; each end is tried again on its own.
+            tracing::error!(error = %why, ends = batch.len(), "end_many refused the batch as invalid; trying its ends one by one");
+            for p in &mut batch {
+                p.alone = true;
+            }
+            return batch;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, ends = batch.len(), "batch of ends failed");
+            batch.iter().map(|_| Err(e.duplicate())).collect()
+        }
+    };
+    let now = Instant::now();
+    let mut retry = Vec::new();
+    for (mut p, result) in batch.into_iter().zip(results) {
+        let result = match result {
+            // A retry of an end whose earlier attempt went unanswered: the same fence and the
+            // same end mean that attempt committed (only this lease can end the run under it).
+            Err(Error::LeaseEnded { fence, ended, .. })
+                if p.unanswered > 0
+                    && fence == p.ending.lease.fence().get()
+                    && ended == p.ending.end.ended() =>
+            {
+                Ok(())
+            }
+            Err(e)
+                if e.is_retryable()
+                    && !p.last_chance
+                    && (now < p.give_up_at || b.stop.is_cancelled()) =>
+            {
+                p.unanswered += 1;
+                retry.push(p);
+                continue;
+            }
+            other => other,
+        };
+        decided(b, p, result);
+    }
+    retry
+}
+
+/// Counts, reports and answers one end the store decided.
+fn decided(b: &Batcher, p: Pending, result: Result<()>) {
+    let c = &b.counters;
+    let outcome = match &result {
+        Ok(()) => "committed",
+        Err(e) if e.is_verdict() => "refused",
+        Err(_) => "failed",
+    };
+    metrics::counter!(crate::observe::WORKER_ENDS, "end" => p.ending.end.as_str(), "outcome" => outcome)
+        .increment(1);
+    match &result {
+        Ok(()) => match p.ending.end.state() {
+            crate::RunState::Completed => bump(&c.completed),
+            crate::RunState::Suspended => bump(&c.suspended),
+            crate::RunState::Runnable => bump(&c.released),
+        },
+        Err(e) if e.is_verdict() => {
+            tracing::warn!(run = %p.ending.lease.run(), fence = %p.ending.lease.fence(), end = p.ending.end.as_str(), error = %e, "end refused: the lease was lost");
+            bump(&c.refused);
+        }
+        Err(e) => {
+            tracing::error!(run = %p.ending.lease.run(), fence = %p.ending.lease.fence(), end = p.ending.end.as_str(), error = %e, "end not committed; the lease will expire");
+            bump(&c.failed);
+        }
+    }
+    let report = EndReport {
+        lease: &p.ending.lease,
+        end: &p.ending.end,
+        result: &result,
+        by_handler: p.by_handler,
+    };
+    for observer in &b.observers {
+        observer(&report);
+    }
+    let _ = p.reply.send(result);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Lease, RunId, StoreTime, Ttl, WorkerId, MAX_PAYLOAD_BYTES};
+
+    fn pending(run: &str, end: End) -> Pending {
+        let lease = Lease::new(
+            RunId::new(run).unwrap(),
+            WorkerId::new("w").unwrap(),
+            crate::Fence::new(1).unwrap(),
+            Ttl::from_secs(30).unwrap(),
+            StoreTime::from_micros(0),
+        )
+        .unwrap();
+        Pending {
+            ending: Ending::new(lease, end),
+            by_handler: true,
+            queued: Instant::now(),
+            give_up_at: Instant::now(),
+            unanswered: 0,
+            alone: false,
+            last_chance: false,
+            reply: oneshot::channel().0,
+        }
+    }
+
+    fn runs(batch: &[Pending]) -> Vec<&str> {
+        batch
+            .iter()
+            .map(|p| p.ending.lease.run().as_str())
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_is_cut_by_effect_bytes_and_never_holds_one_run_twice() {
+        let big = || End::CompleteWith(vec![0; MAX_PAYLOAD_BYTES]);
+        let mut queue: VecDeque<Pending> =
+            (0..70).map(|i| pending(&format!("r{i}"), big())).collect();
+        let first = take_batch(&mut queue, 100);
+        assert_eq!(first.len(), MAX_BATCH_PAYLOAD_BYTES / MAX_PAYLOAD_BYTES);
+        let ends: Vec<Ending> = first
+            .iter()
+            .map(|p| Ending::new(p.ending.lease.clone(), p.ending.end.clone()))
+            .collect();
+        crate::check_end_batch(&ends).expect("a batch the store accepts");
+        assert_eq!(queue.len(), 70 - first.len());
+        assert_eq!(
+            queue.front().map(|p| p.ending.lease.run().as_str()),
+            Some("r64")
+        );
+
+        let mut queue: VecDeque<Pending> = ["a", "b", "a", "c", "a"]
+            .iter()
+            .map(|r| pending(r, End::Complete))
+            .collect();
+        assert_eq!(runs(&take_batch(&mut queue, 100)), ["a", "b", "c"]);
+        assert_eq!(runs(&take_batch(&mut queue, 100)), ["a"]);
+        assert_eq!(runs(&take_batch(&mut queue, 100)), ["a"]);
+        assert!(queue.is_empty());
+    }
+
+    #[test]
+    fn an_end_refused_in_an_invalid_batch_goes_alone() {
+        let mut queue: VecDeque<Pending> = ["a", "b", "c"]
+            .iter()
+            .map(|r| pending(r, End::Complete))
+            .collect();
+        for p in &mut queue {
+            p.alone = true;
+        }
+        queue.push_back(pending("d", End::Complete));
+        assert_eq!(runs(&take_batch(&mut queue, 100)), ["a"]);
+        assert_eq!(runs(&take_batch(&mut queue, 100)), ["b"]);
+        assert_eq!(runs(&take_batch(&mut queue, 100)), ["c"]);
+        assert_eq!(runs(&take_batch(&mut queue, 100)), ["d"]);
+    }
+}

@@ -1,0 +1,188 @@
+//! What a handler sees and returns, and what a [`Worker`](super::Worker) reports.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{BoxError, Result};
+use crate::id::RunId;
+use crate::scope::RunScope;
+use crate::store::LeaseStore;
+use crate::types::{End, Fence, JournalEntry, Lease};
+
+/// What a handler is given for one claimed run: the run, its lease and fence, the cancellation
+/// token it must observe, and fenced writes under the lease.
+///
+/// The context does not end the lease: the handler returns an [`End`] and the worker ends it
+/// in its next batch.
+#[derive(Clone)]
+pub struct RunContext {
+    pub(super) scope: Arc<RunScope>,
+}
+
+impl RunContext {
+    /// The run.
+    pub fn run(&self) -> &RunId {
+        self.scope.run()
+    }
+
+    /// The lease as of its latest renewal.
+    pub fn lease(&self) -> Lease {
+        self.scope.lease()
+    }
+
+    /// The fence every write under this lease presents.
+    pub fn fence(&self) -> Fence {
+        self.scope.fence()
+    }
+
+    /// Cancelled when the lease may be lost (a refused renewal, the local deadline) or when a
+    /// shutdown's grace period ends. Stop work when it is.
+    pub fn token(&self) -> CancellationToken {
+        self.scope.token()
+    }
+
+    /// Whether the token is cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.scope.is_cancelled()
+    }
+
+    /// Completes when the token is cancelled. Cancel safe.
+    pub async fn cancelled(&self) {
+        self.scope.cancelled().await
+    }
+
+    /// Appends to the run's journal under the lease's fence; the store's verdict is returned.
+    ///
+    /// # Errors
+    /// As [`LeaseStore::append`].
+    pub async fn append(&self, payload: &[u8]) -> Result<JournalEntry> {
+        self.scope.append(payload).await
+    }
+
+    /// The store, for an adapter's own fenced writes (present [`RunContext::lease`]).
+    pub fn store(&self) -> &Arc<dyn LeaseStore> {
+        self.scope.store()
+    }
+}
+
+impl fmt::Debug for RunContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunContext")
+            .field("run", self.run())
+            .field("fence", &self.fence())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A boxed handler future.
+pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<End, BoxError>> + Send>>;
+
+/// The work a [`Worker`] runs for each claimed run. Implemented for every
+/// `Fn(RunContext) -> impl Future<Output = Result<End, BoxError>>`.
+///
+/// An `Err` (or a panic) releases the run for a retry, with the reason logged.
+pub trait Handler: Send + Sync + 'static {
+    /// Runs the job; returns how its lease ends.
+    fn call(&self, ctx: RunContext) -> HandlerFuture;
+}
+
+impl<F, Fut> Handler for F
+where
+    F: Fn(RunContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<End, BoxError>> + Send + 'static,
+{
+    fn call(&self, ctx: RunContext) -> HandlerFuture {
+        Box::pin(self(ctx))
+    }
+}
+
+/// The end of one lease as the store decided it, handed to [`Worker::on_end`] observers after
+/// the batch that carried it returned.
+#[derive(Debug)]
+pub struct EndReport<'a> {
+    /// The lease that ended (or failed to).
+    pub lease: &'a Lease,
+    /// What the worker asked for.
+    pub end: &'a End,
+    /// `Ok(())` once the end is committed; otherwise the store's verdict or the last failure.
+    pub result: &'a Result<()>,
+    /// Whether the handler asked for this end (`false`: the worker released the run because
+    /// the handler failed, panicked, or outlived the shutdown grace).
+    pub by_handler: bool,
+}
+
+pub(super) type Observer = Arc<dyn Fn(&EndReport<'_>) + Send + Sync>;
+
+/// Totals of a [`Worker::run`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkerReport {
+    /// Leases claimed.
+    pub claimed: u64,
+    /// Handlers started.
+    pub started: u64,
+    /// Runs completed (with or without an effect), counted after their batch committed.
+    pub completed: u64,
+    /// Runs released, by their handler's choice, its failure, or the shutdown.
+    pub released: u64,
+    /// Runs suspended.
+    pub suspended: u64,
+    /// Handlers that returned an error or panicked (their runs were released).
+    pub handler_errors: u64,
+    /// Handlers still running when the shutdown grace ended (cancelled, their runs released).
+    pub abandoned: u64,
+    /// Ends the store refused with a verdict (the lease was lost: someone else holds the run).
+    pub refused: u64,
+    /// Ends that could not be committed (the store stayed unavailable); those leases expire.
+    pub failed: u64,
+    /// Leases whose scope was cancelled before their handler could start (not run).
+    pub not_started: u64,
+    /// `claim_next` calls that found nothing.
+    pub empty_polls: u64,
+    /// `end_many` round trips.
+    pub batches: u64,
+}
+
+#[derive(Default)]
+pub(super) struct Counters {
+    pub(super) claimed: AtomicU64,
+    pub(super) started: AtomicU64,
+    pub(super) completed: AtomicU64,
+    pub(super) released: AtomicU64,
+    pub(super) suspended: AtomicU64,
+    pub(super) handler_errors: AtomicU64,
+    pub(super) abandoned: AtomicU64,
+    pub(super) refused: AtomicU64,
+    pub(super) failed: AtomicU64,
+    pub(super) not_started: AtomicU64,
+    pub(super) empty_polls: AtomicU64,
+    pub(super) batches: AtomicU64,
+}
+
+impl Counters {
+    pub(super) fn report(&self) -> WorkerReport {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        WorkerReport {
+            claimed: get(&self.claimed),
+            started: get(&self.started),
+            completed: get(&self.completed),
+            released: get(&self.released),
+            suspended: get(&self.suspended),
+            handler_errors: get(&self.handler_errors),
+            abandoned: get(&self.abandoned),
+            refused: get(&self.refused),
+            failed: get(&self.failed),
+            not_started: get(&self.not_started),
+            empty_polls: get(&self.empty_polls),
+            batches: get(&self.batches),
+        }
+    }
+}
+
+pub(super) fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}

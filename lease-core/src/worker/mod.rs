@@ -1,0 +1,440 @@
+//! `Worker`: the claim → handle → end loop every user of the store needs, on top of
+//! [`RunScope`] and one [`Heartbeats`] hub, with the ends of leases group-committed.
+//!
+//! Split by role: [`config`] (how it runs), [`context`] (what a handler sees, what the worker
+//! reports), [`batcher`] (the group-committed ends), and here the claim loop and the jobs.
+
+mod batcher;
+mod config;
+mod context;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, Semaphore};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::error::{InvalidInput, Result};
+use crate::heartbeats::Heartbeats;
+use crate::id::WorkerId;
+use crate::scope::{CancelReason, RunScope, ScopeConfig};
+use crate::store::LeaseStore;
+use crate::types::{End, Ending, MAX_BATCH};
+
+use batcher::{batcher, submit, Batcher, Pending};
+pub use config::WorkerConfig;
+use context::{bump, Counters, Observer};
+pub use context::{EndReport, Handler, HandlerFuture, RunContext, WorkerReport};
+
+/// Runs a handler for every run it can claim, up to a concurrency limit, and ends each lease
+/// as its handler says, in group-committed batches.
+///
+/// - It claims with [`claim_next`](LeaseStore::claim_next) sized to its free slots, and backs
+///   off (1 ms doubling up to the poll interval) while there is nothing to claim.
+/// - Every held lease is driven by a [`RunScope`] renewed through one [`Heartbeats`] hub; a
+///   handler whose scope is already cancelled is never started.
+/// - A handler returns an [`End`]: complete, complete with an effect (the effect's journal
+///   entry and the completion are one write), release, or suspend. An error or a panic
+///   releases the run. The ends of many handlers go to the store in one
+///   [`end_many`](LeaseStore::end_many) (one round trip, one commit); a batch closes at its
+///   size or after its delay. **No end is reported before the batch that carries it
+///   committed** ([`Worker::on_end`], [`WorkerReport`]).
+/// - A batch that fails without an answer is retried while its oldest lease is younger than
+///   the TTL; an item that answers [`Error::LeaseEnded`] with its own fence and end on a
+///   retry was committed by the first attempt and counts as done.
+/// - On `shutdown` it stops claiming, lets running handlers finish for up to the grace period,
+///   then cancels the rest and **releases** their runs, so another worker claims them at once
+///   instead of after the TTL; it returns when every lease it held is ended or given up.
+///
+/// A handler that ignores its token and writes after its lease was lost is refused by the
+/// store's fence, not merely late.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+/// use std::sync::Arc;
+/// use lease_core::{
+///     CancellationToken, End, LeaseStore, LeaseStoreExt, MemoryLeaseStore, RunContext, RunId,
+///     RunState, Ttl, Worker, WorkerConfig, WorkerId,
+/// };
+///
+/// let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+/// let ids: Vec<RunId> = (0..20).map(|i| RunId::new(format!("job-{i}"))).collect::<Result<_, _>>()?;
+/// store.create_many(&ids).await?;
+///
+/// let config = WorkerConfig::new(Ttl::from_secs(30)?).with_concurrency(4);
+/// let worker = Worker::new(store.clone(), WorkerId::new("worker-a")?, config)?;
+/// let shutdown = CancellationToken::new();
+/// let stop = shutdown.clone();
+/// let report = worker
+///     .run(
+///         move |ctx: RunContext| {
+///             let stop = stop.clone();
+///             async move {
+///                 if ctx.run().as_str() == "job-19" {
+///                     stop.cancel(); // the last job asks the worker to shut down
+///                 }
+///                 // The job's effect and its completion commit together.
+///                 Ok(End::CompleteWith(format!("done {}", ctx.run()).into_bytes()))
+///             }
+///         },
+///         shutdown,
+///     )
+///     .await?;
+/// assert_eq!(report.completed, 20);
+/// let record = store.inspect(&RunId::new("job-7")?).await?;
+/// assert_eq!(record.state, RunState::Completed);
+/// assert_eq!(store.journal(&record.run).await?[0].payload, b"done job-7");
+/// # Ok(()) }
+/// ```
+pub struct Worker {
+    store: Arc<dyn LeaseStore>,
+    id: WorkerId,
+    config: WorkerConfig,
+    observers: Vec<Observer>,
+}
+
+impl fmt::Debug for Worker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Worker")
+            .field("store", &self.store)
+            .field("id", &self.id)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Worker {
+    /// A worker claiming as `id` from `store`.
+    ///
+    /// # Errors
+    /// [`InvalidInput::WorkerSetting`] or [`InvalidInput::ScopeTiming`] for a configuration out
+    /// of range.
+    pub fn new(
+        store: Arc<dyn LeaseStore>,
+        id: WorkerId,
+        config: WorkerConfig,
+    ) -> Result<Worker, InvalidInput> {
+        config.check()?;
+        Ok(Worker {
+            store,
+            id,
+            config,
+            observers: Vec::new(),
+        })
+    }
+
+    /// Calls `observer` for every lease end once the store decided it (after its batch
+    /// committed, or after the last attempt failed). Keep it quick: it runs on the batcher.
+    pub fn on_end(mut self, observer: impl Fn(&EndReport<'_>) + Send + Sync + 'static) -> Worker {
+        self.observers.push(Arc::new(observer));
+        self
+    }
+
+    /// The worker's id.
+    pub fn id(&self) -> &WorkerId {
+        &self.id
+    }
+
+    /// Runs until `shutdown` is cancelled and every held lease is ended, or until the store
+    /// reports a configuration it cannot be used with.
+    ///
+    /// # Errors
+    /// [`Error::Misconfigured`] (or another non-retryable error) from `claim_next`, after the
+    /// same graceful shutdown.
+    pub async fn run(
+        &self,
+        handler: impl Handler,
+        shutdown: CancellationToken,
+    ) -> Result<WorkerReport> {
+        let span = tracing::info_span!("worker", worker = %self.id, store = %self.store);
+        self.run_in_span(Arc::new(handler), shutdown)
+            .instrument(span)
+            .await
+    }
+
+    async fn run_in_span(
+        &self,
+        handler: Arc<dyn Handler>,
+        shutdown: CancellationToken,
+    ) -> Result<WorkerReport> {
+        let counters = Arc::new(Counters::default());
+        let hub = Heartbeats::new(self.store.clone(), self.config.heartbeat())?;
+        let mut scope_config = ScopeConfig::default().with_heartbeats(hub.clone());
+        if let Some(margin) = self.config.margin {
+            scope_config = scope_config.with_margin(margin);
+        }
+        // Cancelled when the grace period ends: every scope's parent.
+        let abandon = CancellationToken::new();
+        scope_config = scope_config.with_parent(abandon.clone());
+
+        let (ends_tx, ends_rx) = mpsc::unbounded_channel();
+        let batcher = tokio::spawn(batcher(Batcher {
+            store: self.store.clone(),
+            rx: ends_rx,
+            size: self.config.batch_size,
+            delay: self.config.batch_delay,
+            stop: abandon.clone(),
+            counters: counters.clone(),
+            observers: self.observers.clone(),
+        }));
+
+        let slots = Arc::new(Semaphore::new(self.config.concurrency));
+        let mut jobs = JoinSet::new();
+        let mut idle = Duration::ZERO;
+        let mut fatal = None;
+        // A claim in flight when the shutdown came: it runs to its end (a claim dropped
+        // mid-flight would leave runs held until their TTL) while the shutdown goes on.
+        let mut in_flight = None;
+        tracing::info!(concurrency = self.config.concurrency, ttl = ?self.config.ttl.as_duration(), "worker started");
+        while !shutdown.is_cancelled() {
+            // Reap finished jobs so the set does not grow.
+            while jobs.try_join_next().is_some() {}
+            let first = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => break,
+                permit = slots.clone().acquire_owned() => permit.expect("semaphore never closed"),
+            };
+            let mut permits = vec![first];
+            while permits.len() < MAX_BATCH {
+                match slots.clone().try_acquire_owned() {
+                    Ok(p) => permits.push(p),
+                    Err(_) => break,
+                }
+            }
+            let sent = Instant::now();
+            let claim = {
+                let (store, id, ttl, max) = (
+                    self.store.clone(),
+                    self.id.clone(),
+                    self.config.ttl,
+                    permits.len(),
+                );
+                tokio::spawn(async move { store.claim_next(&id, ttl, max).await })
+            };
+            let mut claim = claim;
+            let claimed = tokio::select! {
+                biased;
+                joined = &mut claim => joined.unwrap_or_else(|e| {
+                    Err(crate::Error::backend("worker", format!("claim_next task failed: {e}")))
+                }),
+                _ = shutdown.cancelled() => {
+                    in_flight = Some(claim);
+                    break;
+                }
+            };
+            let leases = match claimed {
+                Ok(leases) => leases,
+                Err(e) if e.is_retryable() => {
+                    tracing::warn!(error = %e, "claim_next failed; backing off");
+                    idle = backoff(idle, self.config.poll_interval);
+                    drop(permits);
+                    pause(idle, &shutdown).await;
+                    continue;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "claim_next refused; the worker stops");
+                    fatal = Some(e);
+                    break;
+                }
+            };
+            if leases.is_empty() {
+                bump(&counters.empty_polls);
+                idle = backoff(idle, self.config.poll_interval);
+                drop(permits);
+                pause(idle, &shutdown).await;
+                continue;
+            }
+            idle = Duration::ZERO;
+            for (lease, permit) in leases.into_iter().zip(permits.drain(..)) {
+                bump(&counters.claimed);
+                let scope = match RunScope::from_lease(
+                    self.store.clone(),
+                    lease.clone(),
+                    sent,
+                    scope_config.clone(),
+                ) {
+                    Ok(scope) => Arc::new(scope),
+                    Err(e) => {
+                        // Checked in Worker::new; a store returning a lease of another TTL.
+                        tracing::error!(run = %lease.run(), error = %e, "cannot drive lease");
+                        let end = Ending::new(lease, End::Release);
+                        let give_up_at = sent + self.config.ttl.as_duration();
+                        let _ = submit(&ends_tx, end, false, give_up_at).await;
+                        continue;
+                    }
+                };
+                jobs.spawn(job(Job {
+                    scope,
+                    handler: handler.clone(),
+                    ends: ends_tx.clone(),
+                    counters: counters.clone(),
+                    shutdown: shutdown.clone(),
+                    abandon: abandon.clone(),
+                    _slot: permit,
+                }));
+            }
+        }
+
+        // Shutdown: no more claims. Let handlers finish for the grace period, then cancel the
+        // rest; their jobs release the runs.
+        tracing::info!(running = jobs.len(), grace = ?self.config.grace, "worker stopping");
+        let grace_end = Instant::now() + self.config.grace;
+        loop {
+            tokio::select! {
+                joined = jobs.join_next() => if joined.is_none() { break },
+                _ = tokio::time::sleep_until(grace_end), if !abandon.is_cancelled() => {
+                    tracing::warn!(running = jobs.len(), "grace period over; cancelling handlers and releasing their runs");
+                    abandon.cancel();
+                }
+            }
+        }
+        // The claim that was in flight, if any: its runs are given back. It is bounded by
+        // the store's own call timeout; past the grace it is abandoned (anything it claimed
+        // then expires by its TTL, its fence never reused).
+        if let Some(mut claim) = in_flight {
+            tokio::select! {
+                joined = &mut claim => {
+                    if let Ok(Ok(leases)) = joined {
+                        for lease in leases {
+                            bump(&counters.claimed);
+                            bump(&counters.not_started);
+                            let ends = ends_tx.clone();
+                            let give_up_at = Instant::now() + self.config.ttl.as_duration();
+                            tokio::spawn(async move {
+                                let _ = submit(&ends, Ending::new(lease, End::Release), false, give_up_at).await;
+                            });
+                        }
+                    }
+                }
+                () = tokio::time::sleep_until(grace_end) => claim.abort(),
+            }
+        }
+        drop(ends_tx);
+        // The last ends are retried until the grace ends; then each gets one last attempt,
+        // so the shutdown takes at most one more store call past the grace.
+        let mut batcher = batcher;
+        let finished = tokio::select! {
+            joined = &mut batcher => Some(joined),
+            () = tokio::time::sleep_until(grace_end) => None,
+        };
+        let finished = match finished {
+            Some(joined) => joined,
+            None => {
+                abandon.cancel();
+                batcher.await
+            }
+        };
+        if let Err(e) = finished {
+            tracing::error!(error = %e, "the batcher task failed");
+        }
+        drop(hub);
+        let report = counters.report();
+        tracing::info!(?report, "worker stopped");
+        match fatal {
+            Some(e) => Err(e),
+            None => Ok(report),
+        }
+    }
+}
+
+/// The next idle pause: 1 ms, doubling, at most `max`.
+fn backoff(current: Duration, max: Duration) -> Duration {
+    (current * 2).clamp(Duration::from_millis(1), max)
+}
+
+async fn pause(by: Duration, shutdown: &CancellationToken) {
+    tokio::select! {
+        _ = shutdown.cancelled() => {}
+        _ = tokio::time::sleep(by) => {}
+    }
+}
+
+struct Job {
+    scope: Arc<RunScope>,
+    handler: Arc<dyn Handler>,
+    ends: mpsc::UnboundedSender<Pending>,
+    counters: Arc<Counters>,
+    shutdown: CancellationToken,
+    /// Cancelled when the shutdown's grace period ends.
+    abandon: CancellationToken,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// One claimed run: its handler (unless its scope is already cancelled, or the worker is
+/// shutting down), then the end of its lease through the batcher.
+async fn job(job: Job) {
+    let Job {
+        scope,
+        handler,
+        ends,
+        counters,
+        shutdown,
+        abandon,
+        _slot,
+    } = job;
+    let run = scope.run().clone();
+    let fence = scope.fence();
+    let (end, by_handler) = if scope.is_cancelled() || shutdown.is_cancelled() {
+        // Never start work on a lease that may be lost, or after the shutdown began; give the
+        // run back (a fenced write: refused harmlessly if the lease is gone).
+        bump(&counters.not_started);
+        (End::Release, false)
+    } else {
+        bump(&counters.started);
+        let ctx = RunContext {
+            scope: scope.clone(),
+        };
+        let mut task = tokio::spawn(handler.call(ctx));
+        // A handler whose lease is lost is cancelled through its token and may finish (its
+        // writes are fenced); one still running when the shutdown's grace ends is stopped.
+        let outcome = tokio::select! {
+            joined = &mut task => joined,
+            _ = abandon.cancelled() => {
+                task.abort();
+                task.await
+            }
+        };
+        match outcome {
+            Ok(Ok(end)) => (end, true),
+            Ok(Err(e)) => {
+                bump(&counters.handler_errors);
+                tracing::warn!(%run, %fence, error = %e, "handler failed; releasing the run");
+                (End::Release, false)
+            }
+            Err(e) if e.is_panic() => {
+                bump(&counters.handler_errors);
+                tracing::error!(%run, %fence, "handler panicked; releasing the run");
+                (End::Release, false)
+            }
+            Err(_) => {
+                bump(&counters.abandoned);
+                tracing::warn!(%run, %fence, "handler outlived the shutdown grace; releasing the run");
+                (End::Release, false)
+            }
+        }
+    };
+    drop(_slot);
+    if let Some(CancelReason::Rejected(e)) = scope.cancel_reason().map(|(_, r)| r) {
+        // The store already said the lease is gone; an end would only be refused again.
+        tracing::debug!(%run, %fence, error = %e, "lease lost before its end; not ending it");
+        bump(&counters.refused);
+        return;
+    }
+    let how = match end.state() {
+        crate::RunState::Completed => CancelReason::Completed,
+        crate::RunState::Suspended => CancelReason::Suspended,
+        crate::RunState::Runnable => CancelReason::Released,
+    };
+    // Retried until the lease's local deadline: before it, nobody (this worker included)
+    // can claim the run again.
+    let give_up_at = scope.deadline();
+    let _ = scope
+        .end_with(how, |lease| {
+            submit(&ends, Ending::new(lease, end), by_handler, give_up_at)
+        })
+        .await;
+}
