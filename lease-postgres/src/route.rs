@@ -427,20 +427,25 @@ impl Route {
         )))
     }
 
-    /// Cancels this store's waits for standbys, on a direct connection: the pool's new
-    /// connections are refused while the standbys are missing.
+    /// Cancels this store's waits for standbys, on a direct connection to every host (the
+    /// pool's new connections are refused while the standbys are missing, and the waiting
+    /// write may be on a host the store has since moved away from). Only this store's own
+    /// sessions (its `application_name`) waiting on a standby are touched.
     async fn cancel_sync_waits(&self) {
         use sqlx::{ConnectOptions, Connection};
         let bound = self.sync_timeout.as_millis() as i64;
-        let options = self.current_options();
-        // Best effort: if this fails too, the write's own connection is gone or will be.
-        if let Ok(Ok(mut conn)) = tokio::time::timeout(self.sync_timeout, options.connect()).await {
-            let _ = sqlx::query(CANCEL_SYNC_WAITS)
-                .bind(&self.app_name)
-                .bind(bound)
-                .fetch_all(&mut conn)
-                .await;
-            let _ = conn.close().await;
+        for options in &self.hosts {
+            // Best effort: if this fails too, the write's own connection is gone or will be.
+            if let Ok(Ok(mut conn)) =
+                tokio::time::timeout(self.sync_timeout, options.connect()).await
+            {
+                let _ = sqlx::query(CANCEL_SYNC_WAITS)
+                    .bind(&self.app_name)
+                    .bind(bound)
+                    .fetch_all(&mut conn)
+                    .await;
+                let _ = conn.close().await;
+            }
         }
     }
 

@@ -1,0 +1,355 @@
+//! `sync_replicas=1` with the standby's link cut (a real partition, by iptables, not a stopped
+//! standby): nothing is reported done that the promoted standby does not hold, a retry's
+//! "already ended under your fence" included; and a confirmation asks the server that
+//! committed, even when the store moves to another host between the commit and the check.
+//!
+//! These tests start their own servers. A server that cannot be started fails the test;
+//! `LEASE_TEST_SKIP_SERVERS=1` skips instead.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lease_conformance::assert_unavailable;
+use lease_conformance::fixtures::{
+    required, unique_namespace, with_params, LinkCut, PostgresServer, LINK_CUT_HINT,
+};
+use lease_core::{
+    End, LeaseStore, RunContext, RunScope, RunState, ScopeConfig, Worker, WorkerConfig,
+};
+use lease_postgres::{sqlx, PostgresConfig, PostgresLeaseStore};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+mod support;
+use support::{caught_up, execute, id, or_fail, ttl, worker};
+
+/// The primary's address the standby replicates through: cutting it cuts that link alone.
+const LINK: &str = "127.0.0.2";
+
+fn config(url: &str, schema: &str) -> PostgresConfig {
+    PostgresConfig::from_url(url)
+        .with_schema(schema)
+        .with_acquire_timeout(Duration::from_secs(2))
+}
+
+/// A primary requiring a synchronous standby (`synchronous_standby_names = '*'`), and that
+/// standby, replicating through [`LINK`], caught up.
+async fn primary_and_sync_standby() -> Option<(PostgresServer, PostgresServer)> {
+    let primary = or_fail(PostgresServer::start(), "a primary")?;
+    execute(
+        &primary.url(),
+        "ALTER SYSTEM SET synchronous_standby_names = '*'",
+    )
+    .await;
+    execute(&primary.url(), "SELECT pg_reload_conf()").await;
+    let standby = or_fail(PostgresServer::standby_of_via(&primary, LINK), "a standby")?;
+    caught_up(&primary.url(), 1).await;
+    Some((primary, standby))
+}
+
+/// Cuts the standby's link and proves it is cut: WAL written now does not reach the standby's
+/// flush position within 500 ms.
+async fn cut_standby(primary: &PostgresServer) -> Option<LinkCut> {
+    use sqlx::Connection;
+    let cut = required(
+        "iptables",
+        LinkCut::cut_to(LINK, primary.port()),
+        LINK_CUT_HINT,
+    )?;
+    let mut conn = sqlx::PgConnection::connect(&primary.url()).await.unwrap();
+    for sql in [
+        "SET synchronous_commit = local",
+        "CREATE TABLE IF NOT EXISTS public.cut_probe (at TIMESTAMPTZ NOT NULL)",
+        "INSERT INTO public.cut_probe VALUES (now())",
+    ] {
+        sqlx::query(sql).execute(&mut conn).await.unwrap();
+    }
+    let target: String = sqlx::query_scalar("SELECT pg_current_wal_flush_lsn()::text")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let flushed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_replication WHERE flush_lsn >= $1::pg_lsn",
+    )
+    .bind(&target)
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(flushed, 0, "the standby still flushes: the link is not cut");
+    conn.close().await.unwrap();
+    Some(cut)
+}
+
+/// With `sync_replicas=1&sync_timeout_ms=300` and the standby's link cut, a `Worker` completing
+/// a job reports it committed only if the standby has it: its first `end_many` is not
+/// confirmed, and its retries answer "already completed under your fence", which must be
+/// confirmed like the first write and is not. After the primary is killed and the standby
+/// promoted, every run the Worker reported committed is `Completed` there. A job completed
+/// before the cut is the control (reported committed, completed on the standby). The same for
+/// `complete` called directly and retried, and for a `RunScope`'s complete and its retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_reported_committed_is_missing_after_the_standby_is_promoted() {
+    let Some((primary, standby)) = primary_and_sync_standby().await else {
+        return;
+    };
+    let schema = unique_namespace("acked");
+    let url = with_params(&primary.url(), "sync_replicas=1&sync_timeout_ms=300");
+    let store: Arc<dyn LeaseStore> = Arc::new(
+        PostgresLeaseStore::connect(config(&url, &schema))
+            .await
+            .unwrap(),
+    );
+    let (direct, scoped) = (id("direct"), id("scoped"));
+    store.create(&direct).await.unwrap();
+    store.create(&scoped).await.unwrap();
+    let direct_lease = store
+        .claim(&direct, &worker("d"), ttl(60_000))
+        .await
+        .unwrap();
+    let scope = RunScope::claim(
+        store.clone(),
+        &scoped,
+        &worker("s"),
+        ttl(60_000),
+        ScopeConfig::default(),
+    )
+    .await
+    .unwrap();
+
+    let cut_made = Arc::new(Notify::new());
+    let started = Arc::new(Notify::new());
+    let reports: Arc<Mutex<Vec<(String, u64, bool)>>> = Arc::default();
+    let seen = reports.clone();
+    let pool = Worker::new(
+        store.clone(),
+        worker("w"),
+        WorkerConfig::new(ttl(3_000))
+            .with_concurrency(2)
+            .with_poll_interval(Duration::from_millis(20))
+            .with_batch(10, Duration::from_millis(5))
+            .with_grace(Duration::from_secs(1)),
+    )
+    .unwrap()
+    .on_end(move |report| {
+        seen.lock().unwrap().push((
+            report.lease.run().to_string(),
+            report.lease.fence().get(),
+            report.result.is_ok(),
+        ));
+    });
+    let handler = {
+        let (cut_made, started) = (cut_made.clone(), started.clone());
+        move |ctx: RunContext| {
+            let (cut_made, started) = (cut_made.clone(), started.clone());
+            async move {
+                if ctx.run().as_str() == "during" {
+                    started.notify_one();
+                    cut_made.notified().await;
+                }
+                Ok(End::CompleteWith(
+                    format!("effect of {}", ctx.run()).into_bytes(),
+                ))
+            }
+        }
+    };
+    let shutdown = CancellationToken::new();
+    let running = {
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move { pool.run(handler, shutdown).await })
+    };
+    store.create(&id("before")).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !reports
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|(r, _, _)| r == "before")
+    {
+        assert!(Instant::now() < deadline, "'before' was never reported");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    caught_up(&primary.url(), 1).await; // the control's completion is on the standby
+    store.create(&id("during")).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), started.notified())
+        .await
+        .expect("the worker started 'during'");
+
+    let Some(cut) = cut_standby(&primary).await else {
+        return;
+    };
+    cut_made.notify_one();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !reports
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|(r, _, _)| r == "during")
+    {
+        assert!(Instant::now() < deadline, "'during' was never reported");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let first = store.complete(&direct_lease).await.unwrap_err();
+    assert_unavailable(&first, "postgres");
+    let retried = store.complete(&direct_lease).await.unwrap_err();
+    assert!(
+        retried.is_retryable(),
+        "a retry's 'already completed' must wait for the standby too, got {retried:?}"
+    );
+    let first = scope.complete().await.unwrap_err();
+    assert_unavailable(&first, "postgres");
+    let retried = scope.complete().await;
+    assert!(
+        matches!(&retried, Err(e) if e.is_retryable()),
+        "the scope's retried complete reported {retried:?} without the standby"
+    );
+
+    shutdown.cancel();
+    let report = tokio::time::timeout(Duration::from_secs(20), running)
+        .await
+        .expect("the worker stops")
+        .unwrap()
+        .unwrap();
+    primary.kill().unwrap();
+    standby.promote().unwrap();
+    drop(cut);
+
+    let promoted =
+        PostgresLeaseStore::connect(config(&standby.url(), &schema).with_migrations(false))
+            .await
+            .unwrap();
+    let reports = reports.lock().unwrap().clone();
+    let mut seen = Vec::new();
+    for (name, fence, committed) in &reports {
+        let record = promoted.inspect(&id(name)).await.unwrap();
+        seen.push(format!(
+            "{name}: reported {} under fence {fence}; on the promoted standby {} at fence {}",
+            if *committed {
+                "committed"
+            } else {
+                "not committed"
+            },
+            record.state,
+            record.fence
+        ));
+        if *committed {
+            assert_eq!(
+                record.state,
+                RunState::Completed,
+                "{name} was reported committed but the promoted standby has {record:?}"
+            );
+        }
+    }
+    for (name, fence) in [("direct", direct_lease.fence()), ("scoped", scope.fence())] {
+        let record = promoted.inspect(&id(name)).await.unwrap();
+        assert_eq!(record.fence, fence, "{name}");
+        seen.push(format!(
+            "{name}: complete refused twice; on the promoted standby {} at fence {}",
+            record.state, record.fence
+        ));
+    }
+    eprintln!(
+        "sync_replicas=1, standby cut off, then promoted: {}; worker {report:?}",
+        seen.join("; ")
+    );
+    assert!(
+        reports.iter().any(|(r, _, ok)| r == "before" && *ok),
+        "the control job before the cut was committed: {reports:?}"
+    );
+    assert!(
+        reports.iter().any(|(r, _, ok)| r == "during" && !*ok),
+        "the job ended during the cut cannot have been confirmed: {reports:?}"
+    );
+}
+
+/// Two primaries, A and B, each with a synchronous standby; the store lists both hosts and
+/// works on A. With A's standby cut off, a `complete` waits for it and is then committed on A
+/// alone; while it waits, the store's idle connections to A are terminated and a concurrent
+/// call moves the store to B, whose standby is streaming. The completion's confirmation must
+/// still ask A (on the connection that committed) and refuse, never find B's standby caught up
+/// with B's own WAL and report the completion done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confirmation_asks_the_server_that_committed_even_after_a_host_switch() {
+    let Some((a, _a_standby)) = primary_and_sync_standby().await else {
+        return;
+    };
+    let Some(b) = or_fail(PostgresServer::start(), "a second primary") else {
+        return;
+    };
+    execute(&b.url(), "ALTER SYSTEM SET synchronous_standby_names = '*'").await;
+    execute(&b.url(), "SELECT pg_reload_conf()").await;
+    let Some(_b_standby) = or_fail(PostgresServer::standby_of(&b), "a standby of B") else {
+        return;
+    };
+    caught_up(&b.url(), 1).await;
+
+    let schema = unique_namespace("confirm_host");
+    // The same schema on B, so the store can work there once it moves.
+    let on_b = PostgresLeaseStore::connect(config(&b.url(), &schema))
+        .await
+        .unwrap();
+    drop(on_b);
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?volatile=true&sync_replicas=1&sync_timeout_ms=1500",
+        a.port(),
+        b.port()
+    );
+    let store = Arc::new(
+        PostgresLeaseStore::connect(config(&url, &schema).with_max_connections(4))
+            .await
+            .unwrap(),
+    );
+    let run = id("r");
+    store.create(&run).await.unwrap();
+    let lease = store.claim(&run, &worker("a"), ttl(60_000)).await.unwrap();
+    // Idle connections in the pool, to be terminated.
+    for _ in 0..3 {
+        store.inspect(&run).await.unwrap();
+    }
+
+    let Some(_cut) = cut_standby(&a).await else {
+        return;
+    };
+    let completing = {
+        let (store, lease) = (store.clone(), lease.clone());
+        tokio::spawn(async move { store.complete(&lease).await })
+    };
+    // Let the completion reach its wait for A's standby, then kill the store's other
+    // sessions on A and make a call on one of them: it fails and the store moves to B.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    execute(
+        &a.url(),
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE application_name LIKE 'lease-postgres %' AND wait_event IS DISTINCT FROM 'SyncRep' \
+         AND pid <> pg_backend_pid()",
+    )
+    .await;
+    let mut moved = false;
+    for _ in 0..10 {
+        match store.inspect(&run).await {
+            Err(e) if e.is_retryable() => {
+                moved = true;
+                break;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+    let answer = completing.await.unwrap();
+    eprintln!(
+        "host switch during a sync wait (a call failed on A: {moved}): complete answered \
+         {answer:?}"
+    );
+    let err = answer.expect_err("a completion A's standby never flushed was reported done");
+    assert!(err.is_retryable(), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("only 0 of sync_replicas=1 synchronous standbys flushed it"),
+        "the confirmation, asked of A, must be what refused: {err}"
+    );
+    // What B says: the run is not there at all, so nothing was confirmed there.
+    let b_store = PostgresLeaseStore::connect(config(&b.url(), &schema).with_migrations(false))
+        .await
+        .unwrap();
+    assert!(b_store.inspect(&run).await.is_err());
+}
