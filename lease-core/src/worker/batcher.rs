@@ -84,10 +84,15 @@ pub(super) async fn submit(
 }
 
 pub(super) struct Batcher {
-    pub(super) store: Arc<dyn LeaseStore>,
+    pub(super) shared: Arc<Shared>,
     pub(super) rx: mpsc::UnboundedReceiver<Pending>,
     pub(super) size: usize,
     pub(super) delay: std::time::Duration,
+}
+
+/// What every attempt needs, shared with the last attempts, which run side by side.
+pub(super) struct Shared {
+    pub(super) store: Arc<dyn LeaseStore>,
     /// Cancelled when the shutdown's grace ends.
     pub(super) stop: CancellationToken,
     pub(super) counters: Arc<Counters>,
@@ -99,6 +104,9 @@ pub(super) async fn batcher(mut b: Batcher) {
     let mut queue: VecDeque<Pending> = VecDeque::new();
     let mut open = true;
     let mut retry_pause = std::time::Duration::ZERO;
+    // After the stop: the last attempts, side by side, so ends that arrive one by one as
+    // their handlers stop do not wait for one another.
+    let mut last = tokio::task::JoinSet::new();
     loop {
         if queue.is_empty() {
             if !open {
@@ -125,7 +133,7 @@ pub(super) async fn batcher(mut b: Batcher) {
                 }
                 Err(mpsc::error::TryRecvError::Empty) => {}
             }
-            if b.stop.is_cancelled() {
+            if b.shared.stop.is_cancelled() {
                 break; // the shutdown does not wait for a batch to fill
             }
             match tokio::time::timeout_at(close_at, b.rx.recv()).await {
@@ -134,14 +142,21 @@ pub(super) async fn batcher(mut b: Batcher) {
                 Err(_) => break,
             }
         }
-        if !retry_pause.is_zero() && !b.stop.is_cancelled() {
+        if b.shared.stop.is_cancelled() {
+            while !queue.is_empty() {
+                let batch = take_batch(&mut queue, b.size);
+                last.spawn(last_attempt(b.shared.clone(), batch));
+            }
+            continue;
+        }
+        if !retry_pause.is_zero() {
             tokio::select! {
                 () = tokio::time::sleep(retry_pause) => {}
-                () = b.stop.cancelled() => {}
+                () = b.shared.stop.cancelled() => {}
             }
         }
         let batch = take_batch(&mut queue, b.size);
-        let retry = flush(&b, batch).await;
+        let retry = flush(&b.shared, batch).await;
         retry_pause = if retry.is_empty() {
             std::time::Duration::ZERO
         } else {
@@ -153,6 +168,18 @@ pub(super) async fn batcher(mut b: Batcher) {
         // Retried ends go first: they are the oldest.
         for p in retry.into_iter().rev() {
             queue.push_front(p);
+        }
+    }
+    while last.join_next().await.is_some() {}
+}
+
+/// The last attempt of a batch after the stop; the ends of a batch refused as invalid get
+/// theirs one by one. Nothing is retried after it.
+async fn last_attempt(shared: Arc<Shared>, batch: Vec<Pending>) {
+    for p in flush(&shared, batch).await {
+        for q in flush(&shared, vec![p]).await {
+            let why = Error::unavailable("worker", "no attempt left after the shutdown's grace");
+            decided(&shared, q, Err(why));
         }
     }
 }
@@ -184,7 +211,7 @@ fn take_batch(queue: &mut VecDeque<Pending>, size: usize) -> Vec<Pending> {
 }
 
 /// Commits one batch; returns the ends to try again.
-async fn flush(b: &Batcher, mut batch: Vec<Pending>) -> Vec<Pending> {
+async fn flush(b: &Shared, mut batch: Vec<Pending>) -> Vec<Pending> {
     if batch.is_empty() {
         return batch;
     }
@@ -283,7 +310,7 @@ async fn flush(b: &Batcher, mut batch: Vec<Pending>) -> Vec<Pending> {
 }
 
 /// Counts, reports and answers one end the store decided.
-fn decided(b: &Batcher, p: Pending, result: Result<()>) {
+fn decided(b: &Shared, p: Pending, result: Result<()>) {
     let c = &b.counters;
     let outcome = match &result {
         Ok(()) => "committed",

@@ -25,7 +25,7 @@ use crate::scope::{CancelReason, RunScope, ScopeConfig};
 use crate::store::LeaseStore;
 use crate::types::{End, Ending, MAX_BATCH};
 
-use batcher::{batcher, submit, Batcher, Pending};
+use batcher::{batcher, submit, Batcher, Pending, Shared};
 pub use config::WorkerConfig;
 use context::{bump, Counters, Observer};
 pub use context::{EndReport, Handler, HandlerFuture, RunContext, WorkerReport};
@@ -173,13 +173,15 @@ impl Worker {
 
         let (ends_tx, ends_rx) = mpsc::unbounded_channel();
         let batcher = tokio::spawn(batcher(Batcher {
-            store: self.store.clone(),
+            shared: Arc::new(Shared {
+                store: self.store.clone(),
+                stop: abandon.clone(),
+                counters: counters.clone(),
+                observers: self.observers.clone(),
+            }),
             rx: ends_rx,
             size: self.config.batch_size,
             delay: self.config.batch_delay,
-            stop: abandon.clone(),
-            counters: counters.clone(),
-            observers: self.observers.clone(),
         }));
 
         let slots = Arc::new(Semaphore::new(self.config.concurrency));
