@@ -361,13 +361,21 @@ impl PostgresLeaseStore {
     /// 60 s by default; see [`PostgresConfig::with_transaction_bound`]) as its transaction-local
     /// `lock_timeout`, `statement_timeout` and `idle_in_transaction_session_timeout`. The time
     /// left is the row's `lease_expires_at - now()`. The server enforces these by itself, even
-    /// when the client is frozen or partitioned: a transaction idle for longer than the bound
-    /// (the client stopped between statements or before `commit`) is ended with its session,
-    /// and one statement running longer is cancelled; either way nothing it wrote lands and its
-    /// `commit` fails with [`Error::Unavailable`]. So a frozen holder delays a reclaim of the run
-    /// by at most `floor` past its lease's expiry. A client that keeps issuing statements can
-    /// hold the row longer (each idle gap and each statement is bounded, not their sum); it
-    /// is running, and its own scope's deadline stops it.
+    /// when the client is frozen or partitioned: one statement running longer than the bound
+    /// is cancelled, and a transaction idle for longer than the bound after its last statement
+    /// (the client stopped between statements or before `commit`) is ended with its session;
+    /// either way nothing it wrote lands and its `commit` fails with [`Error::Unavailable`].
+    ///
+    /// Each statement and each idle gap is bounded, not their sum (PostgreSQL 15 has no limit
+    /// on a whole transaction). So a holder that freezes releases the row at most
+    /// **`2 × bound` after its last statement began**: that statement runs at most `bound`,
+    /// the idle gap after it at most `bound`. A holder stops issuing statements at its scope's
+    /// local deadline, before its lease expires, so a reclaim waits at most `2 × bound` past
+    /// the lease's expiry, plus the claimer's own lock wait. With short statements it is
+    /// about one idle bound after the last one (`tests/bounds.rs` measures both). Keep
+    /// fenced transactions short, or lower the cap, if a reclaim must come sooner. A client
+    /// that keeps issuing statements holds the row as long as it runs; its scope's deadline
+    /// stops it.
     ///
     /// The wait for the row lock itself is bounded by the store's
     /// [lock wait](PostgresConfig::with_lock_wait).

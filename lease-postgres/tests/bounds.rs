@@ -125,6 +125,76 @@ async fn a_quiet_fenced_transaction_is_aborted_by_the_server_and_its_commit_fail
     );
 }
 
+/// A holder that runs a long statement inside its fenced transaction and then goes silent
+/// (TTL 2 s; `pg_sleep(1.9)`; then nothing, as a frozen process sends nothing) keeps the row
+/// past its lease's expiry, because the server's idle bound restarts after each statement. The
+/// reclaim still comes within the documented bound: `2 × bound` past expiry (plus the
+/// claimer's lock wait); the late commit fails and nothing the holder wrote lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_silent_after_a_long_statement_is_reclaimed_within_the_documented_bound() {
+    let Some(url) = postgres_url().await else {
+        return;
+    };
+    let lock_wait = Duration::from_millis(300);
+    let store = PostgresLeaseStore::connect(config(&url).with_lock_wait(lock_wait))
+        .await
+        .unwrap();
+    let table = side_table(&store).await;
+    let run = id("charge-slow");
+    store.create(&run).await.unwrap();
+    let a_ttl = Duration::from_secs(2);
+    let claimed_at = Instant::now();
+    let a = store
+        .claim(&run, &worker("a"), ttl(a_ttl.as_millis() as u64))
+        .await
+        .unwrap();
+    let mut tx = store.fenced_transaction(&a).await.unwrap();
+    let bound = tx.bound();
+    sqlx::query(&format!("INSERT INTO {table} VALUES ($1, $2)"))
+        .bind(run.as_str())
+        .bind(1_i64)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("SELECT pg_sleep(1.9)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    // Silent from here on: no statement, no commit.
+
+    let expiry = claimed_at + a_ttl;
+    let b = loop {
+        match store.claim(&run, &worker("b"), ttl(30_000)).await {
+            Ok(lease) => break lease,
+            Err(Error::Held { .. }) => tokio::time::sleep(Duration::from_millis(20)).await,
+            Err(e) if e.is_retryable() => {} // waited out the lock wait behind a's row
+            Err(e) => panic!("unexpected refusal: {e:?}"),
+        }
+        assert!(
+            claimed_at.elapsed() < Duration::from_secs(20),
+            "b never reclaimed"
+        );
+    };
+    let delay = Instant::now().saturating_duration_since(expiry);
+    assert_eq!(b.fence().get(), 2);
+    let documented = 2 * bound + lock_wait;
+    eprintln!(
+        "fenced transaction, TTL {a_ttl:?}, bound {bound:?}, pg_sleep(1.9) then silent: \
+         reclaimed {delay:?} after expiry (documented bound {documented:?})"
+    );
+    assert!(
+        delay <= documented + Duration::from_millis(300),
+        "reclaimed {delay:?} after expiry, beyond the documented {documented:?}"
+    );
+    let err = tx.commit().await.unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    let landed: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(landed, 0, "nothing the silent holder wrote landed");
+}
+
 /// A claim of a run whose row is locked by an open fenced transaction waits at most the lock
 /// wait, then is refused with a retryable error naming the lock; once the transaction commits,
 /// the claim succeeds under the next fence.

@@ -149,11 +149,25 @@ pub(super) async fn batcher(mut b: Batcher) {
             }
             continue;
         }
-        if !retry_pause.is_zero() {
+        // The pause is for retries: an end not tried yet goes at once.
+        if !retry_pause.is_zero() && queue.iter().all(|p| p.unanswered > 0) {
+            // Never past an end's deadline: it is decided then, not at the next attempt.
+            let wake = queue
+                .iter()
+                .filter(|p| p.unanswered > 0)
+                .map(|p| p.give_up_at)
+                .min()
+                .map_or(Instant::now() + retry_pause, |first| {
+                    first.min(Instant::now() + retry_pause)
+                });
             tokio::select! {
-                () = tokio::time::sleep(retry_pause) => {}
+                () = tokio::time::sleep_until(wake) => {}
                 () = b.shared.stop.cancelled() => {}
             }
+        }
+        give_up_late(&b.shared, &mut queue);
+        if queue.is_empty() {
+            continue;
         }
         let batch = take_batch(&mut queue, b.size);
         let retry = flush(&b.shared, batch).await;
@@ -171,6 +185,23 @@ pub(super) async fn batcher(mut b: Batcher) {
         }
     }
     while last.join_next().await.is_some() {}
+}
+
+/// Decides, as failed, the ends already tried whose deadline passed while they waited for
+/// another attempt: from then on the store may let the run be claimed again.
+fn give_up_late(shared: &Shared, queue: &mut VecDeque<Pending>) {
+    let now = Instant::now();
+    let (late, keep): (VecDeque<Pending>, VecDeque<Pending>) = std::mem::take(queue)
+        .into_iter()
+        .partition(|p| p.unanswered > 0 && p.give_up_at <= now);
+    *queue = keep;
+    for p in late {
+        let why = Error::unavailable(
+            "worker",
+            "end_many did not answer before the lease's local deadline",
+        );
+        decided(shared, p, Err(why));
+    }
 }
 
 /// The last attempt of a batch after the stop; the ends of a batch refused as invalid get
@@ -235,13 +266,12 @@ async fn flush(b: &Shared, mut batch: Vec<Pending>) -> Vec<Pending> {
     // Bounded by the latest deadline in the batch (a call stuck on a dead connection is
     // abandoned, and a retry recognises an abandoned call that did commit), and, before the
     // stop, cut short by it: the shutdown then makes its last attempt at once.
-    let latest = batch
-        .iter()
-        .map(|p| p.give_up_at)
-        .max()
-        .unwrap_or_else(Instant::now)
+    let now = Instant::now();
+    let latest = match batch.iter().map(|p| p.give_up_at).max() {
+        Some(latest) if latest > now && !stopped => latest,
         // Every end gets an attempt, even one whose deadline passed while it waited.
-        .max(Instant::now() + LAST_ATTEMPT);
+        _ => now + LAST_ATTEMPT,
+    };
     let call = tokio::time::timeout_at(latest, b.store.end_many(&ends));
     let answer = tokio::select! {
         answer = call => answer.unwrap_or_else(|_| {

@@ -1,0 +1,334 @@
+//! The `Worker`'s batches of ends on the memory store: never a batch the store must refuse,
+//! an invalid batch never mistaken for lost leases, and an end still being retried never meeting
+//! a new lease of its own run.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lease_core::{
+    CancellationToken, End, EndReport, Ending, Error, InvalidInput, JournalEntry, Lease,
+    LeaseStore, ListFilter, MemoryLeaseStore, Result, RunContext, RunId, RunRecord, RunState, Ttl,
+    Worker, WorkerConfig, WorkerId, WorkerReport, MAX_PAYLOAD_BYTES,
+};
+
+fn id(s: &str) -> RunId {
+    RunId::new(s).unwrap()
+}
+
+/// Decides an `end_many` call before the store sees it: `Some(error)` refuses it.
+type Gate = Box<dyn Fn(&[Ending]) -> Option<Error> + Send + Sync>;
+/// The ends a worker reported: run, fence, committed, when.
+type Ended = Arc<Mutex<Vec<(String, u64, bool, Instant)>>>;
+
+/// The memory store, with `end_many` passing through `gate` first: `Some(error)` answers the
+/// call with it (nothing applied), `None` lets it through. Every batch it receives is recorded.
+struct Gated {
+    inner: MemoryLeaseStore,
+    gate: Gate,
+    batches: Mutex<Vec<Vec<(String, u64)>>>,
+}
+
+impl std::fmt::Debug for Gated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Gated")
+    }
+}
+
+impl std::fmt::Display for Gated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("gated memory store")
+    }
+}
+
+#[async_trait::async_trait]
+impl LeaseStore for Gated {
+    async fn create(&self, run: &RunId) -> Result<RunRecord> {
+        self.inner.create(run).await
+    }
+    async fn claim(&self, run: &RunId, worker: &WorkerId, ttl: Ttl) -> Result<Lease> {
+        self.inner.claim(run, worker, ttl).await
+    }
+    async fn claim_next(&self, worker: &WorkerId, ttl: Ttl, max: usize) -> Result<Vec<Lease>> {
+        self.inner.claim_next(worker, ttl, max).await
+    }
+    async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        self.inner.renew(lease).await
+    }
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+        self.inner.renew_many(leases).await
+    }
+    async fn append(&self, lease: &Lease, payload: &[u8]) -> Result<JournalEntry> {
+        self.inner.append(lease, payload).await
+    }
+    async fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>> {
+        self.inner.journal(run).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        self.inner.release(lease).await
+    }
+    async fn suspend(&self, lease: &Lease) -> Result<()> {
+        self.inner.suspend(lease).await
+    }
+    async fn end_many(&self, ends: &[Ending]) -> Result<Vec<Result<()>>> {
+        self.batches.lock().unwrap().push(
+            ends.iter()
+                .map(|e| (e.lease.run().to_string(), e.lease.fence().get()))
+                .collect(),
+        );
+        if let Some(refusal) = (self.gate)(ends) {
+            return Err(refusal);
+        }
+        self.inner.end_many(ends).await
+    }
+    async fn create_many(&self, runs: &[RunId]) -> Result<Vec<Result<()>>> {
+        self.inner.create_many(runs).await
+    }
+    async fn resume(&self, run: &RunId) -> Result<RunRecord> {
+        self.inner.resume(run).await
+    }
+    async fn complete(&self, lease: &Lease) -> Result<()> {
+        self.inner.complete(lease).await
+    }
+    async fn inspect(&self, run: &RunId) -> Result<RunRecord> {
+        self.inner.inspect(run).await
+    }
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<RunRecord>> {
+        self.inner.list(filter).await
+    }
+    async fn force_release(&self, run: &RunId) -> Result<RunRecord> {
+        self.inner.force_release(run).await
+    }
+}
+
+fn gated(gate: impl Fn(&[Ending]) -> Option<Error> + Send + Sync + 'static) -> Arc<Gated> {
+    Arc::new(Gated {
+        inner: MemoryLeaseStore::new(),
+        gate: Box::new(gate),
+        batches: Mutex::new(Vec::new()),
+    })
+}
+
+/// Runs `worker` over `handler` until `done(report so far)` or `within`, then shuts it down.
+async fn run_until(
+    worker: Worker,
+    handler: impl Fn(RunContext) -> lease_core::HandlerFuture + Send + Sync + 'static,
+    ended: Ended,
+    done: impl Fn(&[(String, u64, bool, Instant)]) -> bool,
+    within: Duration,
+) -> WorkerReport {
+    let shutdown = CancellationToken::new();
+    let running = {
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move { worker.run(handler, shutdown).await })
+    };
+    let deadline = Instant::now() + within;
+    while !done(&ended.lock().unwrap()) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    shutdown.cancel();
+    running.await.unwrap().unwrap()
+}
+
+fn recorder(worker: Worker) -> (Worker, Ended) {
+    let ended: Ended = Arc::default();
+    let seen = ended.clone();
+    let worker = worker.on_end(move |report: &EndReport<'_>| {
+        seen.lock().unwrap().push((
+            report.lease.run().to_string(),
+            report.lease.fence().get(),
+            report.result.is_ok(),
+            Instant::now(),
+        ));
+    });
+    (worker, ended)
+}
+
+/// 70 handlers finishing together, each with an effect of the largest allowed payload (70 MiB
+/// in all), under `with_batch(100, 50 ms)`: the batcher cuts the batches at 64 MiB, the store
+/// accepts every one, and all 70 runs complete with their effect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seventy_largest_effects_at_once_all_complete() {
+    let store = gated(|_| None);
+    let runs: Vec<RunId> = (0..70).map(|i| id(&format!("big-{i:02}"))).collect();
+    store.create_many(&runs).await.unwrap();
+    let gate = Arc::new(tokio::sync::Barrier::new(70));
+    let worker = Worker::new(
+        store.clone() as Arc<dyn LeaseStore>,
+        WorkerId::new("w").unwrap(),
+        WorkerConfig::new(Ttl::from_secs(30).unwrap())
+            .with_concurrency(70)
+            .with_batch(100, Duration::from_millis(50)),
+    )
+    .unwrap();
+    let (worker, ended) = recorder(worker);
+    let handler = move |_ctx: RunContext| -> lease_core::HandlerFuture {
+        let gate = gate.clone();
+        Box::pin(async move {
+            gate.wait().await; // all 70 finish together
+            Ok(End::CompleteWith(vec![7; MAX_PAYLOAD_BYTES]))
+        })
+    };
+    let report = run_until(
+        worker,
+        handler,
+        ended.clone(),
+        |e| e.len() >= 70,
+        Duration::from_secs(30),
+    )
+    .await;
+    let batches = store.batches.lock().unwrap().clone();
+    eprintln!(
+        "70 effects of 1 MiB: {report:?}; batch sizes {:?}",
+        batches.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+    assert_eq!(report.completed, 70, "{report:?}");
+    assert_eq!((report.refused, report.failed), (0, 0), "{report:?}");
+    assert!(batches.len() >= 2, "one batch cannot carry 70 MiB");
+    for run in &runs {
+        assert_eq!(store.inspect(run).await.unwrap().state, RunState::Completed);
+        assert_eq!(store.journal(run).await.unwrap().len(), 1);
+    }
+}
+
+/// A store that refuses every batch of more than one end as invalid (a bug somewhere): the
+/// Worker tries the ends again one by one, and every job completes; none is counted as a lost
+/// lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_batch_is_retried_end_by_end_not_taken_for_lost_leases() {
+    let store = gated(|ends| {
+        (ends.len() > 1).then(|| {
+            Error::InvalidInput(InvalidInput::BatchTooLarge {
+                len: ends.len(),
+                max: 1,
+            })
+        })
+    });
+    let runs: Vec<RunId> = (0..12).map(|i| id(&format!("job-{i:02}"))).collect();
+    store.create_many(&runs).await.unwrap();
+    let gate = Arc::new(tokio::sync::Barrier::new(12));
+    let worker = Worker::new(
+        store.clone() as Arc<dyn LeaseStore>,
+        WorkerId::new("w").unwrap(),
+        WorkerConfig::new(Ttl::from_secs(30).unwrap())
+            .with_concurrency(12)
+            .with_batch(100, Duration::from_millis(20)),
+    )
+    .unwrap();
+    let (worker, ended) = recorder(worker);
+    let handler = move |_ctx: RunContext| -> lease_core::HandlerFuture {
+        let gate = gate.clone();
+        Box::pin(async move {
+            gate.wait().await;
+            Ok(End::Complete)
+        })
+    };
+    let report = run_until(
+        worker,
+        handler,
+        ended.clone(),
+        |e| e.len() >= 12,
+        Duration::from_secs(20),
+    )
+    .await;
+    let batches = store.batches.lock().unwrap().clone();
+    eprintln!(
+        "every multi-end batch refused as invalid: {report:?}; batch sizes {:?}",
+        batches.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+    assert!(
+        batches.iter().any(|b| b.len() > 1),
+        "the test needs a batch of several ends: {batches:?}"
+    );
+    assert_eq!(report.completed, 12, "{report:?}");
+    assert_eq!((report.refused, report.failed), (0, 0), "{report:?}");
+    for run in &runs {
+        assert_eq!(store.inspect(run).await.unwrap().state, RunState::Completed);
+    }
+}
+
+/// `end_many` fails without an answer for 2.5 s (nothing applied) while the leases' TTL is
+/// 1 s: the Worker retries each end until its lease's local deadline, decides it then, and
+/// only after that (once the store lets the lease expire) can it claim the run again, under
+/// the next fence. No batch ever carries two ends of one run, and no handler of a run starts
+/// while an earlier end of the same run is undecided.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_end_is_still_retried_is_not_claimed_again_until_it_is_decided() {
+    let opened = Instant::now();
+    let store = gated(move |_| {
+        (opened.elapsed() < Duration::from_millis(2_500))
+            .then(|| Error::unavailable("test", "end_many unanswered"))
+    });
+    let runs: Vec<RunId> = (0..3).map(|i| id(&format!("job-{i}"))).collect();
+    store.create_many(&runs).await.unwrap();
+    let starts: Arc<Mutex<Vec<(String, u64, Instant)>>> = Arc::default();
+    let worker = Worker::new(
+        store.clone() as Arc<dyn LeaseStore>,
+        WorkerId::new("w").unwrap(),
+        WorkerConfig::new(Ttl::from_millis(1_000).unwrap())
+            .with_concurrency(3)
+            .with_poll_interval(Duration::from_millis(10))
+            .with_batch(10, Duration::from_millis(5)),
+    )
+    .unwrap();
+    let (worker, ended) = recorder(worker);
+    let handler = {
+        let starts = starts.clone();
+        move |ctx: RunContext| -> lease_core::HandlerFuture {
+            starts
+                .lock()
+                .unwrap()
+                .push((ctx.run().to_string(), ctx.fence().get(), Instant::now()));
+            Box::pin(async move { Ok(End::Complete) })
+        }
+    };
+    let report = run_until(
+        worker,
+        handler,
+        ended.clone(),
+        |e| e.iter().filter(|(_, _, ok, _)| *ok).count() >= 3,
+        Duration::from_secs(20),
+    )
+    .await;
+    let ended = ended.lock().unwrap().clone();
+    let starts = starts.lock().unwrap().clone();
+    let batches = store.batches.lock().unwrap().clone();
+    eprintln!("ends retried past their leases: {report:?}; starts {starts:?}; ends {ended:?}");
+    for batch in &batches {
+        let mut runs: Vec<&str> = batch.iter().map(|(r, _)| r.as_str()).collect();
+        runs.sort_unstable();
+        let before = runs.len();
+        runs.dedup();
+        assert_eq!(
+            runs.len(),
+            before,
+            "a batch held two ends of one run: {batch:?}"
+        );
+    }
+    for (run, fence, started) in &starts {
+        for (ended_run, ended_fence, _, at) in &ended {
+            if ended_run == run && ended_fence < fence {
+                assert!(
+                    at < started,
+                    "{run} started under fence {fence} before its end under fence \
+                     {ended_fence} was decided"
+                );
+            }
+        }
+        if *fence > 1 {
+            assert!(
+                ended.iter().any(|(r, f, _, _)| r == run && *f == fence - 1),
+                "{run} was claimed again under fence {fence} while its end under fence {} \
+                 was undecided",
+                fence - 1
+            );
+        }
+    }
+    assert_eq!(
+        ended.iter().filter(|(_, _, ok, _)| *ok).count(),
+        3,
+        "every run completes in the end: {ended:?}"
+    );
+    for run in &runs {
+        assert_eq!(store.inspect(run).await.unwrap().state, RunState::Completed);
+    }
+}
