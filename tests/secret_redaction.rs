@@ -145,7 +145,9 @@ async fn check_url(url: String, words: Arc<Vec<String>>, must_connect: bool) {
         assert_hidden(&words, "ConfigError", &format!("{e} {e:?}"));
     }
     let store: Arc<dyn LeaseStore> = if url.starts_with("postgres") {
+        // The fixture server runs with fsync off: accepted explicitly, as every test does.
         let config = PostgresConfig::from_url(url.clone())
+            .with_volatile(true)
             .with_schema(unique_namespace("secret"))
             .with_max_connections(2)
             .with_acquire_timeout(Duration::from_millis(500));

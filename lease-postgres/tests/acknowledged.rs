@@ -353,3 +353,67 @@ async fn a_confirmation_asks_the_server_that_committed_even_after_a_host_switch(
         .unwrap();
     assert!(b_store.inspect(&run).await.is_err());
 }
+
+/// A store that worked with `sync_replicas=1` meets a server whose
+/// `synchronous_standby_names` became empty (as a standby promoted without it would be): each
+/// write is then a retryable `Unavailable` naming the setting, not a `Misconfigured` that
+/// would cancel every scope at once; a store connecting afresh to that server is
+/// `Misconfigured`, which is a configuration mistake at that point.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_list_emptied_under_a_working_store_is_retryable() {
+    let Some((primary, _standby)) = primary_and_sync_standby().await else {
+        return;
+    };
+    let schema = unique_namespace("emptied");
+    let url = with_params(&primary.url(), "sync_replicas=1&sync_timeout_ms=500");
+    let store = PostgresLeaseStore::connect(config(&url, &schema))
+        .await
+        .unwrap();
+    let (r, s) = (id("r"), id("s"));
+    store.create(&r).await.unwrap();
+    store.create(&s).await.unwrap();
+    store.claim(&r, &worker("a"), ttl(60_000)).await.unwrap();
+
+    execute(
+        &primary.url(),
+        "ALTER SYSTEM SET synchronous_standby_names = ''",
+    )
+    .await;
+    execute(&primary.url(), "SELECT pg_reload_conf()").await;
+    // The store's sessions end, so the next call opens (and checks) a new one.
+    execute(
+        &primary.url(),
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE application_name LIKE 'lease-postgres %'",
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let err = loop {
+        let err = store
+            .claim(&s, &worker("b"), ttl(60_000))
+            .await
+            .expect_err("a claim with no synchronous standby configured");
+        if err
+            .to_string()
+            .contains("synchronous_standby_names is empty")
+            || Instant::now() > deadline
+        {
+            break err;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_unavailable(&err, "postgres");
+    assert!(
+        err.to_string()
+            .contains("synchronous_standby_names is empty"),
+        "{err}"
+    );
+    let fresh = PostgresLeaseStore::connect(config(&url, &schema))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(fresh, lease_core::Error::Misconfigured { .. }),
+        "a fresh store is pointed at a misconfigured server: {fresh:?}"
+    );
+    eprintln!("standby list emptied: a working store gets {err}; a fresh one {fresh}");
+}
