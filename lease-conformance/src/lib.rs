@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use lease_core::{Error, LeaseStore};
 
+pub mod acked_scenarios;
 mod batch_scenarios;
 mod fault_scenarios;
 pub mod fixtures;

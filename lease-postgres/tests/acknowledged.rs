@@ -6,19 +6,15 @@
 //! These tests start their own servers. A server that cannot be started fails the test;
 //! `LEASE_TEST_SKIP_SERVERS=1` skips instead.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lease_conformance::assert_unavailable;
 use lease_conformance::fixtures::{
     required, unique_namespace, with_params, LinkCut, PostgresServer, LINK_CUT_HINT,
 };
-use lease_core::{
-    End, LeaseStore, RunContext, RunScope, RunState, ScopeConfig, Worker, WorkerConfig,
-};
+use lease_conformance::{acked_scenarios, assert_unavailable};
+use lease_core::LeaseStore;
 use lease_postgres::{sqlx, PostgresConfig, PostgresLeaseStore};
-use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 
 mod support;
 use support::{caught_up, execute, id, or_fail, ttl, worker};
@@ -85,9 +81,9 @@ async fn cut_standby(primary: &PostgresServer) -> Option<LinkCut> {
 /// a job reports it committed only if the standby has it: its first `end_many` is not
 /// confirmed, and its retries answer "already completed under your fence", which must be
 /// confirmed like the first write and is not. After the primary is killed and the standby
-/// promoted, every run the Worker reported committed is `Completed` there. A job completed
-/// before the cut is the control (reported committed, completed on the standby). The same for
-/// `complete` called directly and retried, and for a `RunScope`'s complete and its retry.
+/// promoted, every run the Worker reported committed is `Completed` there; a job completed
+/// before the cut is the control. The same for `complete` called directly and retried, and for
+/// a `RunScope`'s complete and its retry (`lease_conformance::acked_scenarios`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_reported_committed_is_missing_after_the_standby_is_promoted() {
     let Some((primary, standby)) = primary_and_sync_standby().await else {
@@ -100,167 +96,20 @@ async fn nothing_reported_committed_is_missing_after_the_standby_is_promoted() {
             .await
             .unwrap(),
     );
-    let (direct, scoped) = (id("direct"), id("scoped"));
-    store.create(&direct).await.unwrap();
-    store.create(&scoped).await.unwrap();
-    let direct_lease = store
-        .claim(&direct, &worker("d"), ttl(60_000))
-        .await
-        .unwrap();
-    let scope = RunScope::claim(
-        store.clone(),
-        &scoped,
-        &worker("s"),
-        ttl(60_000),
-        ScopeConfig::default(),
-    )
-    .await
-    .unwrap();
-
-    let cut_made = Arc::new(Notify::new());
-    let started = Arc::new(Notify::new());
-    let reports: Arc<Mutex<Vec<(String, u64, bool)>>> = Arc::default();
-    let seen = reports.clone();
-    let pool = Worker::new(
-        store.clone(),
-        worker("w"),
-        WorkerConfig::new(ttl(3_000))
-            .with_concurrency(2)
-            .with_poll_interval(Duration::from_millis(20))
-            .with_batch(10, Duration::from_millis(5))
-            .with_grace(Duration::from_secs(1)),
-    )
-    .unwrap()
-    .on_end(move |report| {
-        seen.lock().unwrap().push((
-            report.lease.run().to_string(),
-            report.lease.fence().get(),
-            report.result.is_ok(),
-        ));
-    });
-    let handler = {
-        let (cut_made, started) = (cut_made.clone(), started.clone());
-        move |ctx: RunContext| {
-            let (cut_made, started) = (cut_made.clone(), started.clone());
-            async move {
-                if ctx.run().as_str() == "during" {
-                    started.notify_one();
-                    cut_made.notified().await;
-                }
-                Ok(End::CompleteWith(
-                    format!("effect of {}", ctx.run()).into_bytes(),
-                ))
-            }
-        }
-    };
-    let shutdown = CancellationToken::new();
-    let running = {
-        let shutdown = shutdown.clone();
-        tokio::spawn(async move { pool.run(handler, shutdown).await })
-    };
-    store.create(&id("before")).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !reports
-        .lock()
-        .unwrap()
-        .iter()
-        .any(|(r, _, _)| r == "before")
-    {
-        assert!(Instant::now() < deadline, "'before' was never reported");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    caught_up(&primary.url(), 1).await; // the control's completion is on the standby
-    store.create(&id("during")).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(10), started.notified())
-        .await
-        .expect("the worker started 'during'");
-
-    let Some(cut) = cut_standby(&primary).await else {
+    let Some((seen, cut)) =
+        acked_scenarios::ends_across_a_cut(store, "postgres", || cut_standby(&primary)).await
+    else {
         return;
     };
-    cut_made.notify_one();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !reports
-        .lock()
-        .unwrap()
-        .iter()
-        .any(|(r, _, _)| r == "during")
-    {
-        assert!(Instant::now() < deadline, "'during' was never reported");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-
-    let first = store.complete(&direct_lease).await.unwrap_err();
-    assert_unavailable(&first, "postgres");
-    let retried = store.complete(&direct_lease).await.unwrap_err();
-    assert!(
-        retried.is_retryable(),
-        "a retry's 'already completed' must wait for the standby too, got {retried:?}"
-    );
-    let first = scope.complete().await.unwrap_err();
-    assert_unavailable(&first, "postgres");
-    let retried = scope.complete().await;
-    assert!(
-        matches!(&retried, Err(e) if e.is_retryable()),
-        "the scope's retried complete reported {retried:?} without the standby"
-    );
-
-    shutdown.cancel();
-    let report = tokio::time::timeout(Duration::from_secs(20), running)
-        .await
-        .expect("the worker stops")
-        .unwrap()
-        .unwrap();
     primary.kill().unwrap();
     standby.promote().unwrap();
     drop(cut);
-
     let promoted =
         PostgresLeaseStore::connect(config(&standby.url(), &schema).with_migrations(false))
             .await
             .unwrap();
-    let reports = reports.lock().unwrap().clone();
-    let mut seen = Vec::new();
-    for (name, fence, committed) in &reports {
-        let record = promoted.inspect(&id(name)).await.unwrap();
-        seen.push(format!(
-            "{name}: reported {} under fence {fence}; on the promoted standby {} at fence {}",
-            if *committed {
-                "committed"
-            } else {
-                "not committed"
-            },
-            record.state,
-            record.fence
-        ));
-        if *committed {
-            assert_eq!(
-                record.state,
-                RunState::Completed,
-                "{name} was reported committed but the promoted standby has {record:?}"
-            );
-        }
-    }
-    for (name, fence) in [("direct", direct_lease.fence()), ("scoped", scope.fence())] {
-        let record = promoted.inspect(&id(name)).await.unwrap();
-        assert_eq!(record.fence, fence, "{name}");
-        seen.push(format!(
-            "{name}: complete refused twice; on the promoted standby {} at fence {}",
-            record.state, record.fence
-        ));
-    }
-    eprintln!(
-        "sync_replicas=1, standby cut off, then promoted: {}; worker {report:?}",
-        seen.join("; ")
-    );
-    assert!(
-        reports.iter().any(|(r, _, ok)| r == "before" && *ok),
-        "the control job before the cut was committed: {reports:?}"
-    );
-    assert!(
-        reports.iter().any(|(r, _, ok)| r == "during" && !*ok),
-        "the job ended during the cut cannot have been confirmed: {reports:?}"
-    );
+    let summary = acked_scenarios::assert_nothing_committed_was_lost(&seen, &promoted).await;
+    eprintln!("sync_replicas=1, standby cut off, then promoted: {summary}");
 }
 
 /// Two primaries, A and B, each with a synchronous standby; the store lists both hosts and

@@ -2,16 +2,14 @@
 //! nothing is reported done that the promoted replica does not hold, a retry's "already ended
 //! under your fence" included, and reads are not held up behind writes waiting for replicas.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lease_conformance::assert_unavailable;
 use lease_conformance::fixtures::{
     required, unique_namespace, LinkCut, RedisOptions, RedisServer, LINK_CUT_HINT,
 };
-use lease_core::{End, LeaseStore, RunScope, RunState, ScopeConfig, Worker, WorkerConfig};
-use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
+use lease_conformance::{acked_scenarios, assert_unavailable};
+use lease_core::LeaseStore;
 
 use super::{connect, raw, run, say, server, ttl, worker};
 
@@ -68,9 +66,9 @@ fn fail_over(primary: &mut RedisServer, replica: &RedisServer) {
 /// acknowledged, and its retries answer "already completed under your fence", which must be
 /// confirmed like the first write (a barrier and `WAIT` on the same connection) and is not.
 /// After the primary is SIGKILLed and the replica promoted, every run the Worker reported
-/// committed is `Completed` there. A job completed before the cut is the control: reported
-/// committed, and completed on the replica. The same for `complete` called directly and
-/// retried, and for a `RunScope`'s complete and its retry.
+/// committed is `Completed` there; a job completed before the cut is the control. The same for
+/// `complete` called directly and retried, and for a `RunScope`'s complete and its retry
+/// (`lease_conformance::acked_scenarios`).
 #[tokio::test]
 async fn nothing_reported_committed_is_missing_after_the_replica_is_promoted() {
     const LINK: &str = "127.0.0.7";
@@ -80,164 +78,18 @@ async fn nothing_reported_committed_is_missing_after_the_replica_is_promoted() {
     let ns = unique_namespace("acked");
     let url = format!("{}?replicas=1&replica_timeout_ms=300", primary.url());
     let store: Arc<dyn LeaseStore> = Arc::new(connect(&url, &ns).await.unwrap());
-
-    // Claimed while the replica follows: these leases are on the replica.
-    let (direct, scoped) = (run("direct"), run("scoped"));
-    store.create(&direct).await.unwrap();
-    store.create(&scoped).await.unwrap();
-    let direct_lease = store
-        .claim(&direct, &worker("d"), ttl(60_000))
-        .await
-        .unwrap();
-    let scope = RunScope::claim(
-        store.clone(),
-        &scoped,
-        &worker("s"),
-        ttl(60_000),
-        ScopeConfig::default(),
-    )
-    .await
-    .unwrap();
-
-    // The Worker: "before" completes at once, "during" waits for the cut.
-    let cut_made = Arc::new(Notify::new());
-    let started = Arc::new(Notify::new());
-    let reports: Arc<Mutex<Vec<(String, u64, bool)>>> = Arc::default();
-    let config = WorkerConfig::new(ttl(3_000))
-        .with_concurrency(2)
-        .with_poll_interval(Duration::from_millis(20))
-        .with_batch(10, Duration::from_millis(5));
-    let seen = reports.clone();
-    let pool = Worker::new(store.clone(), worker("w"), config)
-        .unwrap()
-        .on_end(move |report| {
-            seen.lock().unwrap().push((
-                report.lease.run().to_string(),
-                report.lease.fence().get(),
-                report.result.is_ok(),
-            ));
-        });
-    let handler = {
-        let (cut_made, started) = (cut_made.clone(), started.clone());
-        move |ctx: lease_core::RunContext| {
-            let (cut_made, started) = (cut_made.clone(), started.clone());
-            async move {
-                if ctx.run().as_str() == "during" {
-                    started.notify_one();
-                    cut_made.notified().await;
-                }
-                Ok(End::CompleteWith(
-                    format!("effect of {}", ctx.run()).into_bytes(),
-                ))
-            }
-        }
-    };
-    let shutdown = CancellationToken::new();
-    let running = {
-        let shutdown = shutdown.clone();
-        tokio::spawn(async move { pool.run(handler, shutdown).await })
-    };
-    store.create(&run("before")).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !reports
-        .lock()
-        .unwrap()
-        .iter()
-        .any(|(r, _, _)| r == "before")
-    {
-        assert!(Instant::now() < deadline, "'before' was never reported");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    store.create(&run("during")).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(10), started.notified())
-        .await
-        .expect("the worker started 'during'");
-
-    let Some(cut) = cut_link(&primary, LINK).await else {
+    let Some((seen, cut)) =
+        acked_scenarios::ends_across_a_cut(store, "redis", || cut_link(&primary, LINK)).await
+    else {
         return;
     };
-    cut_made.notify_one();
-    // The Worker retries the end while the lease is younger than its TTL (3 s), then reports.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !reports
-        .lock()
-        .unwrap()
-        .iter()
-        .any(|(r, _, _)| r == "during")
-    {
-        assert!(Instant::now() < deadline, "'during' was never reported");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-
-    // complete, called directly, then retried after the unanswered first attempt.
-    let first = store.complete(&direct_lease).await.unwrap_err();
-    assert_unavailable(&first, "redis");
-    let retried = store.complete(&direct_lease).await.unwrap_err();
-    assert!(
-        retried.is_retryable() && retried.to_string().contains("replicas"),
-        "a retry's 'already completed' must wait for the replica too, got {retried:?}"
-    );
-    // The scope's complete, and its retry (which would take "already completed" for success).
-    let first = scope.complete().await.unwrap_err();
-    assert_unavailable(&first, "redis");
-    let retried = scope.complete().await;
-    assert!(
-        matches!(&retried, Err(e) if e.is_retryable()),
-        "the scope's retried complete reported {retried:?} without the replica"
-    );
-
-    shutdown.cancel();
-    let report = tokio::time::timeout(Duration::from_secs(15), running)
-        .await
-        .expect("the worker stops")
-        .unwrap()
-        .unwrap();
     fail_over(&mut primary, &replica);
     drop(cut);
-
     let promoted = connect(&replica.url(), &ns).await.unwrap();
-    let reports = reports.lock().unwrap().clone();
-    let mut seen = Vec::new();
-    for (name, fence, committed) in &reports {
-        let record = promoted.inspect(&run(name)).await.unwrap();
-        seen.push(format!(
-            "{name}: reported {} under fence {fence}; on the promoted replica {} at fence {}",
-            if *committed {
-                "committed"
-            } else {
-                "not committed"
-            },
-            record.state,
-            record.fence
-        ));
-        if *committed {
-            assert_eq!(
-                record.state,
-                RunState::Completed,
-                "{name} was reported committed but the promoted replica has {record:?}"
-            );
-        }
-    }
-    for (name, lease_fence) in [("direct", direct_lease.fence()), ("scoped", scope.fence())] {
-        let record = promoted.inspect(&run(name)).await.unwrap();
-        assert_eq!(record.fence, lease_fence, "{name}");
-        seen.push(format!(
-            "{name}: complete refused twice; on the promoted replica {} at fence {}",
-            record.state, record.fence
-        ));
-    }
+    let summary = acked_scenarios::assert_nothing_committed_was_lost(&seen, &promoted).await;
     say(&format!(
-        "replicas=1, replica cut off, then promoted: {}; worker {report:?}",
-        seen.join("; ")
+        "replicas=1, replica cut off, then promoted: {summary}"
     ));
-    assert!(
-        reports.iter().any(|(r, _, ok)| r == "before" && *ok),
-        "the control job before the cut was committed: {reports:?}"
-    );
-    assert!(
-        reports.iter().any(|(r, _, ok)| r == "during" && !*ok),
-        "the job ended during the cut cannot have been confirmed: {reports:?}"
-    );
 }
 
 /// With the replica cut off and six renewals blocked in `WAIT` (`replica_timeout_ms=1000`),
