@@ -784,3 +784,68 @@ pub async fn force_release_hands_the_run_over_under_a_higher_fence(factory: &dyn
         Err(Error::Suspended { .. })
     ));
 }
+
+/// A keyed append applies once per key: the same key again answers the first entry (its own
+/// payload, seq and fence) and writes nothing; another key appends; a keyed append under a
+/// fence that moved on is refused as stale even though its key exists; under the current
+/// fence an existing key answers its entry, even after the lease ended; a new key after the
+/// end is refused as ended.
+pub async fn a_keyed_append_applies_once_per_key(factory: &dyn StoreFactory) {
+    use lease_core::IdempotencyKey;
+    let key = |k: &str| IdempotencyKey::new(k).expect("valid key");
+    let store = factory.fresh().await;
+    let r = created(&*store, "keyed").await;
+    let a = store.claim(&r, &worker("a"), long()).await.unwrap();
+    let first = store
+        .append_keyed(&a, &key("charge"), b"charged 10")
+        .await
+        .unwrap();
+    assert_eq!((first.seq, first.fence.get()), (1, 1));
+    let again = store
+        .append_keyed(&a, &key("charge"), b"a retry's payload")
+        .await
+        .unwrap();
+    assert_eq!(again, first, "the same key answers the first entry");
+    let other = store
+        .append_keyed(&a, &key("receipt"), b"mailed")
+        .await
+        .unwrap();
+    assert_eq!((other.seq, other.payload.as_slice()), (2, &b"mailed"[..]));
+    assert_eq!(store.journal(&r).await.unwrap().len(), 2);
+
+    // Reclaimed: the old lease's keyed retry is stale, key or not.
+    store.force_release(&r).await.unwrap();
+    let b = store.claim(&r, &worker("b"), long()).await.unwrap();
+    assert_stale(store.append_keyed(&a, &key("charge"), b"late").await, 1, 2);
+    assert_stale(store.append_keyed(&a, &key("new"), b"late").await, 1, 2);
+    // Under the current fence an existing key answers its entry, whoever wrote it.
+    let seen = store
+        .append_keyed(&b, &key("charge"), b"again")
+        .await
+        .unwrap();
+    assert_eq!(seen, first);
+    let third = store.append_keyed(&b, &key("b-step"), b"b").await.unwrap();
+    assert_eq!((third.seq, third.fence.get()), (3, 2));
+    store.complete(&b).await.unwrap();
+    // A retry after the end learns its first result; a new key is refused as ended.
+    assert_eq!(
+        store.append_keyed(&b, &key("b-step"), b"b").await.unwrap(),
+        third
+    );
+    assert_ended(
+        store.append_keyed(&b, &key("after"), b"x").await,
+        2,
+        Ended::Completed,
+    );
+    assert_eq!(store.journal(&r).await.unwrap().len(), 3);
+    // Bad input is refused before the store.
+    assert!(matches!(
+        IdempotencyKey::new(""),
+        Err(InvalidInput::EmptyId { .. })
+    ));
+    let big = vec![0u8; lease_core::MAX_PAYLOAD_BYTES + 1];
+    assert!(matches!(
+        store.append_keyed(&b, &key("big"), &big).await,
+        Err(Error::InvalidInput(InvalidInput::PayloadTooLarge { .. }))
+    ));
+}

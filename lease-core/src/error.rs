@@ -409,6 +409,23 @@ pub enum InvalidInput {
         /// The minimum for this TTL.
         min: Duration,
     },
+    /// [`End::Committed`](crate::End::Committed) given to a store: it reports an end the caller
+    /// already committed, and is for the [`Worker`](crate::Worker) only.
+    #[error(
+        "the end of run {run} is marked as already committed by its handler; a store writes \
+         only complete, complete-with, release and suspend"
+    )]
+    AlreadyCommitted {
+        /// The run.
+        run: crate::RunId,
+    },
+    /// An operation this backend does not offer (a method added to the trait after it was
+    /// written, whose default refuses rather than weakens the contract).
+    #[error("{operation} is not supported by this backend")]
+    Unsupported {
+        /// The operation.
+        operation: &'static str,
+    },
     /// A state name other than `runnable`, `suspended` or `completed`.
     #[error("unknown run state {state:?}; expected runnable, suspended or completed")]
     UnknownState {

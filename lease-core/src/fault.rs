@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
-use crate::id::{RunId, WorkerId};
+use crate::id::{IdempotencyKey, RunId, WorkerId};
 use crate::store::LeaseStore;
 use crate::types::{Ending, JournalEntry, Lease, ListFilter, RunRecord, Ttl};
 
@@ -251,6 +251,21 @@ impl LeaseStore for FaultyStore {
             let _ = self.inner.append(lease, payload).await;
         }
         let out = self.inner.append(lease, payload).await;
+        self.answer(fault, out).await
+    }
+
+    async fn append_keyed(
+        &self,
+        lease: &Lease,
+        key: &IdempotencyKey,
+        payload: &[u8],
+    ) -> Result<JournalEntry> {
+        self.gate().await?;
+        let fault = self.reply_fault();
+        if fault == ReplyFault::Duplicate {
+            let _ = self.inner.append_keyed(lease, key, payload).await;
+        }
+        let out = self.inner.append_keyed(lease, key, payload).await;
         self.answer(fault, out).await
     }
 

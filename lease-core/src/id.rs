@@ -113,6 +113,21 @@ identifier!(
     "worker id"
 );
 
+identifier!(
+    /// The caller's key for one effect of a run, so that a retried write applies once:
+    /// [`append_keyed`](crate::LeaseStore::append_keyed) stores it with the journal entry, and
+    /// the same key again answers that entry instead of appending another. 1 to 255 bytes of
+    /// UTF-8 without control characters; unique per run (a step name, an outbox message id).
+    ///
+    /// ```
+    /// use lease_core::IdempotencyKey;
+    /// let key = IdempotencyKey::new("charge-card").unwrap();
+    /// assert_eq!(key.as_str(), "charge-card");
+    /// ```
+    IdempotencyKey,
+    "idempotency key"
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,7 @@ use std::sync::{Mutex, MutexGuard};
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::id::{RunId, WorkerId};
+use crate::id::{IdempotencyKey, RunId, WorkerId};
 use crate::store::{claim_refusal, fenced_verdict, LeaseStore};
 use crate::types::{
     check_claim_max, check_create_batch, check_end_batch, check_list, check_payload,
@@ -56,6 +56,61 @@ struct Slot {
     claimable_at: Instant,
     order: u64,
     journal: Vec<JournalEntry>,
+    /// The journal entries written with an idempotency key: key → index in `journal`.
+    keys: HashMap<IdempotencyKey, usize>,
+}
+
+/// The store's part of a [`MemoryLeaseStore::fenced_with`] closure: journal entries to append
+/// and the lease's end, applied together once the closure returns `Ok`, and not at all if it
+/// fails.
+pub struct MemoryTransaction {
+    lease: Lease,
+    appends: Vec<Vec<u8>>,
+    end: Option<End>,
+}
+
+impl MemoryTransaction {
+    /// The lease the closure runs under (its fence passed the check).
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// Appends `payload` to the run's journal under the lease's fence, when the closure
+    /// succeeds.
+    ///
+    /// # Errors
+    /// [`InvalidInput::PayloadTooLarge`](crate::InvalidInput::PayloadTooLarge).
+    pub fn append(&mut self, payload: &[u8]) -> Result<()> {
+        check_payload(payload)?;
+        self.appends.push(payload.to_vec());
+        Ok(())
+    }
+
+    /// Ends the lease as `end` says (complete, complete with an effect, release, suspend) when
+    /// the closure succeeds, in the same step as its appends; the last call wins.
+    ///
+    /// # Errors
+    /// [`InvalidInput::PayloadTooLarge`](crate::InvalidInput::PayloadTooLarge), or
+    /// [`InvalidInput::AlreadyCommitted`](crate::InvalidInput::AlreadyCommitted) for
+    /// [`End::Committed`].
+    pub fn end(&mut self, end: End) -> Result<()> {
+        check_end_batch(std::slice::from_ref(&Ending::new(
+            self.lease.clone(),
+            end.clone(),
+        )))?;
+        self.end = Some(end);
+        Ok(())
+    }
+}
+
+impl fmt::Debug for MemoryTransaction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryTransaction")
+            .field("lease", &self.lease)
+            .field("appends", &self.appends.len())
+            .field("end", &self.end)
+            .finish()
+    }
 }
 
 impl MemoryLeaseStore {
@@ -139,6 +194,112 @@ impl MemoryLeaseStore {
         Ok(write(slot, now))
     }
 
+    /// Runs `effect` under the store's lock once `lease` passed the fenced-write rules, so the
+    /// caller's own effect (a map of its own, a counter: anything `effect` writes) and the
+    /// store's part — journal entries and the lease's end, through the
+    /// [`MemoryTransaction`] — happen as one step, as a Postgres transaction or a Redis fenced
+    /// script makes them: no other call of the store runs in between, and the store's part is
+    /// applied only if `effect` returns `Ok`. What `effect` itself wrote before failing stays
+    /// written (the store cannot undo the caller's memory): write it last, or only when
+    /// nothing after it can fail. `effect` must not call the store (its lock is held).
+    ///
+    /// The embedded store's "effect and end together", to test handlers that end their lease
+    /// with their effect ([`End::Committed`]) without a server.
+    ///
+    /// # Errors
+    /// The fenced-write verdicts of the [contract](LeaseStore#contract) (`effect` does not run),
+    /// or `effect`'s own error (the store's part is not applied).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+    /// use std::collections::HashMap;
+    /// use lease_core::{End, LeaseStore, MemoryLeaseStore, RunId, RunState, Ttl, WorkerId};
+    /// let store = MemoryLeaseStore::new();
+    /// let run = RunId::new("order-42")?;
+    /// store.create(&run).await?;
+    /// let lease = store.claim(&run, &WorkerId::new("w")?, Ttl::from_secs(30)?).await?;
+    /// let mut payments: HashMap<String, u64> = HashMap::new();
+    /// store.fenced_with(&lease, |tx| {
+    ///     tx.end(End::Complete)?;
+    ///     payments.insert(run.to_string(), tx.lease().fence().get()); // last: cannot fail
+    ///     Ok::<_, lease_core::Error>(())
+    /// })?;
+    /// assert_eq!(store.inspect(&run).await?.state, RunState::Completed);
+    /// assert_eq!(payments[run.as_str()], 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn fenced_with<T, E>(
+        &self,
+        lease: &Lease,
+        effect: impl FnOnce(&mut MemoryTransaction) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E>
+    where
+        E: From<Error>,
+    {
+        let now = Instant::now();
+        let mut state = self.lock();
+        let slot = state
+            .runs
+            .get_mut(lease.run())
+            .ok_or_else(|| Error::NotFound {
+                run: lease.run().clone(),
+            })?;
+        fenced_verdict(
+            lease.run(),
+            lease.fence(),
+            slot.fence,
+            slot.state,
+            slot.owner.is_some(),
+        )?;
+        let mut tx = MemoryTransaction {
+            lease: lease.clone(),
+            appends: Vec::new(),
+            end: None,
+        };
+        let value = effect(&mut tx)?;
+        for payload in tx.appends {
+            self.push_entry(slot, lease.fence(), payload, None, now);
+        }
+        if let Some(end) = tx.end {
+            self.apply_end(slot, lease.fence(), end, now);
+        }
+        Ok(value)
+    }
+
+    /// Appends one journal entry, with its key if any.
+    fn push_entry(
+        &self,
+        slot: &mut Slot,
+        fence: Fence,
+        payload: Vec<u8>,
+        key: Option<&IdempotencyKey>,
+        now: Instant,
+    ) -> JournalEntry {
+        let entry = JournalEntry {
+            seq: slot.journal.len() as u64 + 1,
+            fence,
+            payload,
+            written_at: self.store_time(now),
+        };
+        if let Some(key) = key {
+            slot.keys.insert(key.clone(), slot.journal.len());
+        }
+        slot.journal.push(entry.clone());
+        entry
+    }
+
+    /// Ends the lease held under `fence` as `end` says (its effect journaled first).
+    fn apply_end(&self, slot: &mut Slot, fence: Fence, end: End, now: Instant) {
+        let to = end.state();
+        if let End::CompleteWith(payload) = end {
+            self.push_entry(slot, fence, payload, None, now);
+        }
+        slot.state = to;
+        slot.owner = None;
+        slot.expires_at = None;
+        slot.claimable_at = now;
+    }
+
     fn renew_one(&self, lease: &Lease) -> Result<Lease> {
         self.fenced(lease, |slot, now| {
             let expires_at = now + lease.ttl().as_duration();
@@ -198,6 +359,7 @@ impl LeaseStore for MemoryLeaseStore {
             claimable_at: now,
             order: state.next_order,
             journal: Vec::new(),
+            keys: HashMap::new(),
         };
         let record = self.record(run, &slot, now);
         state.runs.insert(run.clone(), slot);
@@ -250,15 +412,46 @@ impl LeaseStore for MemoryLeaseStore {
     async fn append(&self, lease: &Lease, payload: &[u8]) -> Result<JournalEntry> {
         check_payload(payload)?;
         self.fenced(lease, |slot, now| {
-            let entry = JournalEntry {
-                seq: slot.journal.len() as u64 + 1,
-                fence: lease.fence(),
-                payload: payload.to_vec(),
-                written_at: self.store_time(now),
-            };
-            slot.journal.push(entry.clone());
-            entry
+            self.push_entry(slot, lease.fence(), payload.to_vec(), None, now)
         })
+    }
+
+    async fn append_keyed(
+        &self,
+        lease: &Lease,
+        key: &IdempotencyKey,
+        payload: &[u8],
+    ) -> Result<JournalEntry> {
+        check_payload(payload)?;
+        let now = Instant::now();
+        let mut state = self.lock();
+        let slot = state
+            .runs
+            .get_mut(lease.run())
+            .ok_or_else(|| Error::NotFound {
+                run: lease.run().clone(),
+            })?;
+        // The fence first: a key never lets a stale or forged fence through.
+        if lease.fence() != slot.fence {
+            fenced_verdict(
+                lease.run(),
+                lease.fence(),
+                slot.fence,
+                slot.state,
+                slot.owner.is_some(),
+            )?;
+        }
+        if let Some(&at) = slot.keys.get(key) {
+            return Ok(slot.journal[at].clone());
+        }
+        fenced_verdict(
+            lease.run(),
+            lease.fence(),
+            slot.fence,
+            slot.state,
+            slot.owner.is_some(),
+        )?;
+        Ok(self.push_entry(slot, lease.fence(), payload.to_vec(), Some(key), now))
     }
 
     async fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>> {
@@ -301,19 +494,7 @@ impl LeaseStore for MemoryLeaseStore {
                 results.push(Err(refusal));
                 continue;
             }
-            if let End::CompleteWith(payload) = end {
-                let entry = JournalEntry {
-                    seq: slot.journal.len() as u64 + 1,
-                    fence: lease.fence(),
-                    payload: payload.clone(),
-                    written_at: self.store_time(now),
-                };
-                slot.journal.push(entry);
-            }
-            slot.state = end.state();
-            slot.owner = None;
-            slot.expires_at = None;
-            slot.claimable_at = now;
+            self.apply_end(slot, lease.fence(), end.clone(), now);
             results.push(Ok(()));
         }
         Ok(results)

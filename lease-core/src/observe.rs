@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use crate::error::{Error, Result};
-use crate::id::{RunId, WorkerId};
+use crate::id::{IdempotencyKey, RunId, WorkerId};
 use crate::store::LeaseStore;
 use crate::types::{Ending, JournalEntry, Lease, ListFilter, RunRecord, Ttl};
 
@@ -340,6 +340,21 @@ impl LeaseStore for Instrumented {
         let s = on_lease(span(self.backend, "append"), lease);
         self.call("append", s, self.inner.append(lease, payload))
             .await
+    }
+
+    async fn append_keyed(
+        &self,
+        lease: &Lease,
+        key: &IdempotencyKey,
+        payload: &[u8],
+    ) -> Result<JournalEntry> {
+        let s = on_lease(span(self.backend, "append_keyed"), lease);
+        self.call(
+            "append_keyed",
+            s,
+            self.inner.append_keyed(lease, key, payload),
+        )
+        .await
     }
 
     async fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>> {

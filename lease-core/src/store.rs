@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::error::{Ended, Error, Result};
-use crate::id::{RunId, WorkerId};
+use crate::id::{IdempotencyKey, RunId, WorkerId};
 use crate::types::{End, Ending, Fence, JournalEntry, Lease, ListFilter, RunRecord, RunState, Ttl};
 
 /// Durable TTL leases on runs, guarded by fencing tokens.
@@ -83,6 +83,39 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     /// # Errors
     /// The fenced-write verdicts of the [contract](LeaseStore#contract).
     async fn append(&self, lease: &Lease, payload: &[u8]) -> Result<JournalEntry>;
+
+    /// [`append`](LeaseStore::append) that applies **once per key**, so a caller can retry an
+    /// unanswered append (its reply was lost; it may have been applied) safely. In one atomic
+    /// step:
+    ///
+    /// 1. the fence first: a presented fence lower or higher than the run's is refused
+    ///    ([`Error::StaleFence`], [`Error::FenceAhead`]) **even if the key was used**;
+    /// 2. if the run's journal holds an entry written with `key` (under any fence), that entry
+    ///    is returned and nothing is written, whatever the lease's state: a retry learns its
+    ///    first result, even after the lease ended;
+    /// 3. else the fenced-write rules, then the payload is appended with `key`.
+    ///
+    /// Keys are per run and kept as long as its journal.
+    ///
+    /// The default implementation refuses with
+    /// [`InvalidInput::Unsupported`](crate::InvalidInput::Unsupported) rather than append
+    /// without the check: a backend written before this method keeps compiling and never
+    /// weakens the promise silently.
+    ///
+    /// # Errors
+    /// The fenced-write verdicts of the [contract](LeaseStore#contract), as above.
+    async fn append_keyed(
+        &self,
+        lease: &Lease,
+        key: &IdempotencyKey,
+        payload: &[u8],
+    ) -> Result<JournalEntry> {
+        let _ = (lease, key, payload);
+        Err(crate::InvalidInput::Unsupported {
+            operation: "append_keyed",
+        }
+        .into())
+    }
 
     /// The run's journal, in order; each entry records the fence it was written under.
     ///

@@ -354,15 +354,25 @@ pub enum End {
     Release,
     /// Suspend the run until [`resume`](crate::LeaseStore::resume).
     Suspend,
+    /// For a [`Worker`](crate::Worker) handler: the handler already ended the lease itself, as
+    /// `Ended` says, atomically with its own effect, in its own transaction (Postgres
+    /// `PostgresLeaseStore::end_in` inside the caller's transaction, or a fenced transaction's
+    /// `complete`; a Redis fenced script that ends the lease;
+    /// [`MemoryLeaseStore::fenced_with`](crate::MemoryLeaseStore::fenced_with)). The Worker
+    /// writes nothing more: it stops the heartbeat, checks that the store shows the lease
+    /// ended this way under its fence, and reports the end committed, or reports an error if
+    /// the store does not. A store's [`end_many`](crate::LeaseStore::end_many) refuses it
+    /// ([`InvalidInput::AlreadyCommitted`](crate::InvalidInput::AlreadyCommitted)).
+    Committed(crate::Ended),
 }
 
 impl End {
     /// The state the run is in after this end was applied.
     pub fn state(&self) -> RunState {
-        match self {
-            End::Complete | End::CompleteWith(_) => RunState::Completed,
-            End::Release => RunState::Runnable,
-            End::Suspend => RunState::Suspended,
+        match self.ended() {
+            crate::Ended::Completed => RunState::Completed,
+            crate::Ended::Released => RunState::Runnable,
+            crate::Ended::Suspended => RunState::Suspended,
         }
     }
 
@@ -372,16 +382,18 @@ impl End {
             End::Complete | End::CompleteWith(_) => crate::Ended::Completed,
             End::Release => crate::Ended::Released,
             End::Suspend => crate::Ended::Suspended,
+            End::Committed(ended) => *ended,
         }
     }
 
-    /// The end's name: `complete`, `complete-with`, `release` or `suspend`.
+    /// The end's name: `complete`, `complete-with`, `release`, `suspend` or `committed`.
     pub fn as_str(&self) -> &'static str {
         match self {
             End::Complete => "complete",
             End::CompleteWith(_) => "complete-with",
             End::Release => "release",
             End::Suspend => "suspend",
+            End::Committed(_) => "committed",
         }
     }
 }
@@ -391,11 +403,10 @@ impl fmt::Debug for End {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             End::CompleteWith(p) => write!(f, "CompleteWith({} bytes)", p.len()),
-            other => f.write_str(match other {
-                End::Complete => "Complete",
-                End::Release => "Release",
-                _ => "Suspend",
-            }),
+            End::Committed(ended) => write!(f, "Committed({ended:?})"),
+            End::Complete => f.write_str("Complete"),
+            End::Release => f.write_str("Release"),
+            End::Suspend => f.write_str("Suspend"),
         }
     }
 }
@@ -429,9 +440,17 @@ pub fn check_end_batch(ends: &[Ending]) -> Result<(), InvalidInput> {
     let mut seen = std::collections::HashSet::with_capacity(ends.len());
     let mut total = 0usize;
     for ending in ends {
-        if let End::CompleteWith(payload) = &ending.end {
-            check_payload(payload)?;
-            total += payload.len();
+        match &ending.end {
+            End::CompleteWith(payload) => {
+                check_payload(payload)?;
+                total += payload.len();
+            }
+            End::Committed(_) => {
+                return Err(InvalidInput::AlreadyCommitted {
+                    run: ending.lease.run().clone(),
+                })
+            }
+            End::Complete | End::Release | End::Suspend => {}
         }
         if !seen.insert(ending.lease.run()) {
             return Err(InvalidInput::DuplicateRun {

@@ -17,6 +17,28 @@ impl PostgresLeaseStore {
         conn: &mut PgConnection,
         ends: &[Ending],
     ) -> Result<Vec<Result<()>>> {
+        let rows = self
+            .write_batch(conn, self.end_query(ends), ends.len(), "end_many", |row| {
+                get(row, "ended")
+            })
+            .await?;
+        let results = end_verdicts(ends, &rows)?;
+        if results
+            .iter()
+            .any(|r| matches!(r, Err(Error::LeaseEnded { .. })))
+        {
+            // "Already ended under your fence": a retry takes it for its commit, so the
+            // standbys must hold it, as they must hold a fresh end.
+            self.route.confirm_on(conn, Instant::now()).await?;
+        }
+        Ok(results)
+    }
+
+    /// `sql/end_many.sql` for `ends`, bound.
+    pub(crate) fn end_query<'q>(
+        &'q self,
+        ends: &'q [Ending],
+    ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
         let runs: Vec<&str> = ends.iter().map(|e| e.lease.run().as_str()).collect();
         let fences: Vec<i64> = ends.iter().map(|e| fence_param(e.lease.fence())).collect();
         let states: Vec<&str> = ends.iter().map(|e| e.end.state().as_str()).collect();
@@ -27,59 +49,11 @@ impl PostgresLeaseStore {
                 _ => None,
             })
             .collect();
-        let query = sqlx::query(&self.sql.end_many)
-            .bind(&runs)
-            .bind(&fences)
-            .bind(&states)
-            .bind(&payloads);
-        let rows = self
-            .write_batch(conn, query, ends.len(), "end_many", |row| get(row, "ended"))
-            .await?;
-        let mut results = Vec::with_capacity(ends.len());
-        for (Ending { lease, end }, row) in ends.iter().zip(&rows) {
-            let result = if get::<bool>(row, "ended")? {
-                Ok(())
-            } else if !get::<bool>(row, "locked")? {
-                if get::<bool>(row, "run_exists")? {
-                    // Skipped, not waited for: nothing was written for this item.
-                    Err(PgError::Busy(format!(
-                        "run {}'s row is locked by another transaction (a fenced transaction \
-                         in progress), so its {} was skipped and nothing was written for it; \
-                         retry",
-                        lease.run(),
-                        end.as_str()
-                    ))
-                    .into())
-                } else {
-                    Err(Error::NotFound {
-                        run: lease.run().clone(),
-                    })
-                }
-            } else {
-                // Read under our row lock: the refusal is current.
-                match row_verdict(lease, row)? {
-                    Err(refusal) => Err(refusal),
-                    // Cannot happen under the lock. Not retried alone: the batch is one commit.
-                    Ok(()) => Err(PgError::Failed(format!(
-                        "run {}'s row allowed the {} under our lock, yet the statement did not \
-                         apply it; nothing was written for it",
-                        lease.run(),
-                        end.as_str()
-                    ))
-                    .into()),
-                }
-            };
-            results.push(result);
-        }
-        if results
-            .iter()
-            .any(|r| matches!(r, Err(Error::LeaseEnded { .. })))
-        {
-            // "Already ended under your fence": a retry takes it for its commit, so the
-            // standbys must hold it, as they must hold a fresh end.
-            self.route.confirm_on(conn, Instant::now()).await?;
-        }
-        Ok(results)
+        sqlx::query(&self.sql.end_many)
+            .bind(runs)
+            .bind(fences)
+            .bind(states)
+            .bind(payloads)
     }
 
     /// [`LeaseStore::create_many`](lease_core::LeaseStore::create_many): `sql/create_many.sql`,
@@ -95,25 +69,7 @@ impl PostgresLeaseStore {
         let rows = self
             .write_batch(conn, query, 0, "create_many", |_| Ok(true))
             .await?;
-        let mut results: Vec<Result<()>> = runs
-            .iter()
-            .map(|run| Err(Error::AlreadyExists { run: run.clone() }))
-            .collect();
-        for row in &rows {
-            let ord: i64 = get(row, "ord")?;
-            let slot = usize::try_from(ord)
-                .ok()
-                .and_then(|ord| ord.checked_sub(1))
-                .and_then(|index| results.get_mut(index))
-                .ok_or_else(|| {
-                    PgError::Failed(format!(
-                        "create_many answered ordinal {ord} for {} ids",
-                        runs.len()
-                    ))
-                })?;
-            *slot = Ok(());
-        }
-        Ok(results)
+        created_verdicts(runs, &rows)
     }
 
     /// Runs a batch statement that writes: its wait for synchronous standbys is bounded, and if
@@ -148,4 +104,69 @@ impl PostgresLeaseStore {
         }
         Ok(answer)
     }
+}
+
+/// The verdict of each item of `ends` from the rows of `sql/end_many.sql` (one per item, in
+/// order).
+pub(crate) fn end_verdicts(ends: &[Ending], rows: &[PgRow]) -> Result<Vec<Result<()>>> {
+    let mut results = Vec::with_capacity(ends.len());
+    for (Ending { lease, end }, row) in ends.iter().zip(rows) {
+        let result = if get::<bool>(row, "ended")? {
+            Ok(())
+        } else if !get::<bool>(row, "locked")? {
+            if get::<bool>(row, "run_exists")? {
+                // Skipped, not waited for: nothing was written for this item.
+                Err(PgError::Busy(format!(
+                    "run {}'s row is locked by another transaction (a fenced transaction in \
+                     progress), so its {} was skipped and nothing was written for it; retry",
+                    lease.run(),
+                    end.as_str()
+                ))
+                .into())
+            } else {
+                Err(Error::NotFound {
+                    run: lease.run().clone(),
+                })
+            }
+        } else {
+            // Read under our row lock: the refusal is current.
+            match row_verdict(lease, row)? {
+                Err(refusal) => Err(refusal),
+                // Cannot happen under the lock. Not retried alone: the batch is one commit.
+                Ok(()) => Err(PgError::Failed(format!(
+                    "run {}'s row allowed the {} under our lock, yet the statement did not \
+                     apply it; nothing was written for it",
+                    lease.run(),
+                    end.as_str()
+                ))
+                .into()),
+            }
+        };
+        results.push(result);
+    }
+    Ok(results)
+}
+
+/// The verdict of each of `runs` from the rows of `sql/create_many.sql` (the ordinals that
+/// created their run).
+pub(crate) fn created_verdicts(runs: &[RunId], rows: &[PgRow]) -> Result<Vec<Result<()>>> {
+    let mut results: Vec<Result<()>> = runs
+        .iter()
+        .map(|run| Err(Error::AlreadyExists { run: run.clone() }))
+        .collect();
+    for row in rows {
+        let ord: i64 = get(row, "ord")?;
+        let slot = usize::try_from(ord)
+            .ok()
+            .and_then(|ord| ord.checked_sub(1))
+            .and_then(|index| results.get_mut(index))
+            .ok_or_else(|| {
+                PgError::Failed(format!(
+                    "create_many answered ordinal {ord} for {} ids",
+                    runs.len()
+                ))
+            })?;
+        *slot = Ok(());
+    }
+    Ok(results)
 }

@@ -5,6 +5,7 @@ mod config;
 mod error;
 #[cfg(test)]
 mod fuzz_url;
+mod in_tx;
 mod route;
 mod store;
 mod transaction;

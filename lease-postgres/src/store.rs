@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use lease_core::{
     check_claim_max, check_list, check_payload, check_renew_batch, claim_refusal, fenced_verdict,
-    Ending, Error, Fence, JournalEntry, Lease, LeaseStore, ListFilter, Result, RunId, RunRecord,
-    RunState, StoreTime, Ttl, WorkerId,
+    Ending, Error, Fence, IdempotencyKey, JournalEntry, Lease, LeaseStore, ListFilter, Result,
+    RunId, RunRecord, RunState, StoreTime, Ttl, WorkerId,
 };
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgArguments, PgPool, PgPoolOptions, PgRow};
@@ -66,7 +66,7 @@ const LAGGING_MOVED_PER_CLAIM: i64 = 256;
 /// The statements, with `{schema}` replaced by the store's quoted schema.
 #[derive(Debug)]
 pub(crate) struct Queries {
-    create: String,
+    pub(crate) create: String,
     inspect: String,
     claim: String,
     claim_next: String,
@@ -77,6 +77,7 @@ pub(crate) struct Queries {
     pub(crate) end_many: String,
     pub(crate) create_many: String,
     append: String,
+    append_keyed: String,
     journal: String,
     end_lease: String,
     resume: String,
@@ -106,6 +107,7 @@ impl Queries {
             end_many: q(include_str!("../sql/end_many.sql")),
             create_many: q(include_str!("../sql/create_many.sql")),
             append: q(include_str!("../sql/append.sql")),
+            append_keyed: q(include_str!("../sql/append_keyed.sql")),
             journal: q(include_str!("../sql/journal.sql")),
             end_lease: q(include_str!("../sql/end_lease.sql")),
             resume: q(include_str!("../sql/resume.sql")),
@@ -600,6 +602,11 @@ impl PostgresLeaseStore {
     }
 }
 
+/// Whether `e` is the driver's unique violation (23505), folded into this adapter's error.
+fn is_duplicate_key(e: &Error) -> bool {
+    matches!(e, Error::Backend { source, .. } if source.to_string().contains("journal_idem_key"))
+}
+
 /// What a refused claim or fenced write is judged against.
 struct Explained {
     state: RunState,
@@ -675,7 +682,7 @@ fn ttl_param(ttl: Ttl) -> i64 {
     ttl.as_millis() as i64 // at most one day
 }
 
-fn record(row: &PgRow) -> Result<RunRecord, PgError> {
+pub(crate) fn record(row: &PgRow) -> Result<RunRecord, PgError> {
     let expires: Option<i64> = get(row, "expires_us")?;
     let heartbeats: i64 = get(row, "heartbeats")?;
     Ok(RunRecord {
@@ -842,6 +849,47 @@ impl LeaseStore for PostgresLeaseStore {
                         seq: u64::try_from(seq).map_err(corrupt)?,
                         fence: fence(get(&row, "fence")?)?,
                         payload: payload.to_vec(),
+                        written_at: store_time(get(&row, "written_us")?)?,
+                    });
+                }
+                self.fenced_refusal(conn, lease).await?;
+            }
+            Err(Self::raced(lease.run()))
+        })
+    }
+
+    async fn append_keyed(
+        &self,
+        lease: &Lease,
+        key: &IdempotencyKey,
+        payload: &[u8],
+    ) -> Result<JournalEntry> {
+        check_payload(payload)?;
+        call!(self, |conn| {
+            for _ in 0..ATTEMPTS {
+                let written = self
+                    .write_opt(
+                        conn,
+                        sqlx::query(&self.sql.append_keyed)
+                            .bind(lease.run().as_str())
+                            .bind(fence_param(lease.fence()))
+                            .bind(payload)
+                            .bind(key.as_str()),
+                    )
+                    .await;
+                let row = match written {
+                    Ok(row) => row,
+                    // The same key committed by a concurrent call after this statement's
+                    // snapshot: run it again, and it finds that entry.
+                    Err(e) if is_duplicate_key(&e) => continue,
+                    Err(e) => return Err(e),
+                };
+                if let Some(row) = row {
+                    let seq: i64 = get(&row, "seq")?;
+                    return Ok(JournalEntry {
+                        seq: u64::try_from(seq).map_err(corrupt)?,
+                        fence: fence(get(&row, "fence")?)?,
+                        payload: get(&row, "payload")?,
                         written_at: store_time(get(&row, "written_us")?)?,
                     });
                 }

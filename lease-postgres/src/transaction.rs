@@ -4,10 +4,9 @@ use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::time::Duration;
 
-use lease_core::{fenced_verdict, Error, Lease, Result};
+use lease_core::{End, Lease, Result};
 use sqlx::{PgConnection, Postgres, Transaction};
 
-use crate::error::PgError;
 use crate::store::PostgresLeaseStore;
 
 /// A database transaction that holds the lock on a run's row, opened by
@@ -41,33 +40,13 @@ impl FencedTransaction {
             .begin()
             .await
             .map_err(|e| store.route.fail(e))?;
-        let (floor, cap) = store.transaction_bound;
-        let row = sqlx::query_as::<_, (String, Option<String>, i64, i64)>(&store.sql.lock_run)
-            .bind(lease.run().as_str())
-            .bind(floor)
-            .bind(cap)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(|e| store.route.fail(e))?;
         // On a refusal `tx` is dropped, which rolls it back and releases the row.
-        let Some((state, owner, current, bound_ms)) = row else {
-            return Err(Error::NotFound {
-                run: lease.run().clone(),
-            });
-        };
-        let state = state
-            .parse()
-            .map_err(|e| PgError::Failed(format!("corrupt run state: {e}")))?;
-        let current = u64::try_from(current)
-            .ok()
-            .and_then(|f| lease_core::Fence::new(f).ok())
-            .ok_or_else(|| PgError::Failed(format!("corrupt fence {current}")))?;
-        fenced_verdict(lease.run(), lease.fence(), current, state, owner.is_some())?;
+        let bound = store.fence_in(&mut tx, lease).await?;
         Ok(FencedTransaction {
             tx,
             lease: lease.clone(),
             store: store.clone(),
-            bound: Duration::from_millis(bound_ms.max(0) as u64),
+            bound,
         })
     }
 
@@ -108,6 +87,51 @@ impl FencedTransaction {
             Err(_) => return Err(store.timed_out(limit).into()),
         }
         Ok(store.route.confirm_after(sent, switches).await?)
+    }
+
+    /// Ends the lease as `end` says (complete, complete with a journaled effect, release,
+    /// suspend) **in this transaction**, then commits: the caller's statements, the fence
+    /// check and the lease's end commit together or not at all, so a job's effect and its
+    /// completion are one commit, and a worker that dies before it leaves nothing behind.
+    ///
+    /// # Errors
+    /// The store's verdict on the end (it was checked when the row was locked, and the lock
+    /// held since, so a refusal means the lease was ended in this very transaction); then as
+    /// [`commit`](FencedTransaction::commit). On an error nothing commits: the transaction is
+    /// rolled back, the caller's statements with it.
+    pub async fn end(mut self, end: End) -> Result<()> {
+        let limit = self.store.route.call_timeout;
+        let ended =
+            tokio::time::timeout(limit, self.store.end_in(&mut self.tx, &self.lease, end)).await;
+        match ended {
+            Ok(result) => result?,
+            Err(_) => return Err(self.store.timed_out(limit).into()),
+        }
+        self.commit().await
+    }
+
+    /// [`end`](FencedTransaction::end) with [`End::Complete`].
+    ///
+    /// # Errors
+    /// As [`end`](FencedTransaction::end).
+    pub async fn complete(self) -> Result<()> {
+        self.end(End::Complete).await
+    }
+
+    /// [`end`](FencedTransaction::end) with [`End::Release`].
+    ///
+    /// # Errors
+    /// As [`end`](FencedTransaction::end).
+    pub async fn release(self) -> Result<()> {
+        self.end(End::Release).await
+    }
+
+    /// [`end`](FencedTransaction::end) with [`End::Suspend`].
+    ///
+    /// # Errors
+    /// As [`end`](FencedTransaction::end).
+    pub async fn suspend(self) -> Result<()> {
+        self.end(End::Suspend).await
     }
 
     /// Rolls everything back and releases the run's row.

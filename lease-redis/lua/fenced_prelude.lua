@@ -1,12 +1,18 @@
 -- KEYS[1]: runs hash; KEYS[2]: the run's applied calls (hash, as fenced.lua keeps them);
--- KEYS[3..]: the caller's keys (all under the namespace's hash tag)
--- ARGV[1]: encoded run id; ARGV[2]: presented fence; ARGV[3]: this call's id; ARGV[4..]: the
+-- KEYS[3]: claimable index (zset); KEYS[4]: the run's journal (list); KEYS[5..]: the caller's
+-- keys (all under the namespace's hash tag)
+-- ARGV[1]: encoded run id; ARGV[2]: presented fence; ARGV[3]: this call's id; ARGV[4]: how the
+-- lease ends after the snippet: '' (it does not), 'complete', 'complete-with', 'release' or
+-- 'suspend'; ARGV[5]: the journal payload of a 'complete-with', else ''; ARGV[6..]: the
 -- caller's arguments
 -- Returns: {'none'}; {'verdict', fence, state, owned ('1' or '0')}; or {'ok', result} where
 -- result is what the caller's snippet returned (the caller's snippet follows this prelude,
 -- wrapped in a function that sees its own KEYS and ARGV, without the adapter's). A call whose
 -- id is recorded under the presented fence ran already (a resend): it answers the snippet's
 -- first result, kept with cmsgpack, and runs nothing.
+-- The adapter's part comes first and last: the fence check before the snippet (a refused
+-- fence runs nothing) and the lease's end after it (a snippet that raises an error leaves the
+-- lease held; what it wrote before the error stays, as Redis never rolls a script back).
 local lease_run = read_run(KEYS[1], ARGV[1])
 if not lease_run then
   return { 'none' }
@@ -21,9 +27,34 @@ end
 if not held(lease_run, ARGV[2]) then
   return { 'verdict', lease_run.f, lease_run.s, owned_flag(lease_run) }
 end
+local lease_op = ARGV[4]
+if lease_op ~= '' and lease_op ~= 'complete' and lease_op ~= 'complete-with'
+  and lease_op ~= 'release' and lease_op ~= 'suspend' then
+  return redis.error_reply('unknown end ' .. lease_op) -- before any write: nothing to undo
+end
+-- Ends the lease as ARGV[4] says, after the snippet, and records this call's result: the calls
+-- of the lease are replaced by this one when it ended the lease (nothing else can be applied
+-- under the fence any more), else added to.
 local function lease_record(result)
-  if lease_calls[1] ~= lease_run.f then
-    redis.call('DEL', KEYS[2]) -- the calls of an earlier fence
+  local now
+  if lease_op == 'release' then
+    now = now_micros()
+    index(KEYS[3], lease_run, now)
+  elseif lease_op ~= '' then
+    if lease_op == 'complete-with' then
+      now = now_micros()
+      redis.call('RPUSH', KEYS[4], lease_run.f .. ':' .. num(now) .. ':' .. ARGV[5])
+    end
+    redis.call('ZREM', KEYS[3], lease_run.m)
+    lease_run.s = (lease_op == 'suspend') and 'suspended' or 'completed'
+  end
+  if lease_op ~= '' then
+    lease_run.o = ''
+    lease_run.e = ''
+    write_run(KEYS[1], lease_run)
+  end
+  if lease_op ~= '' or lease_calls[1] ~= lease_run.f then
+    redis.call('DEL', KEYS[2]) -- the calls of an earlier fence, or of a lease now ended
   end
   redis.call('HSET', KEYS[2], 'f', lease_run.f, ARGV[3], cmsgpack.pack(result))
   return result

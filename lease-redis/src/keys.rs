@@ -11,6 +11,7 @@
 //! | `{lease:ns}:ids` | zset | every run id, score 0, so members sort by id |
 //! | `{lease:ns}:seq` | string | the creation counter (claimable-index tiebreak) |
 //! | `{lease:ns}:k:<id>` | hash | the run's applied fenced writes under its latest fence: `f` = that fence, then call id → first result, so a resent write answers its first result |
+//! | `{lease:ns}:jk:<id>` | hash | the run's idempotency keys ([`append_keyed`](lease_core::LeaseStore::append_keyed)): key → position of its journal entry |
 //! | `{lease:ns}:barrier` | string | a counter written after each write that must be acknowledged by replicas, so `WAIT` confirms what the write saw |
 //! | `{lease:ns}:u:<id>:<name>` | any | callers' keys for [fenced scripts](crate::FencedScript) |
 //!
@@ -117,6 +118,11 @@ impl Keys {
     /// The run's applied fenced writes under its latest fence (call id → first result).
     pub(crate) fn calls(&self, run: &RunId) -> String {
         format!("{}:k:{}", self.tag, encode(run.as_str()))
+    }
+
+    /// The run's idempotency keys: key → position of its journal entry.
+    pub(crate) fn journal_keys(&self, run: &RunId) -> String {
+        format!("{}:jk:{}", self.tag, encode(run.as_str()))
     }
 
     /// The counter written after a write that replicas must acknowledge.

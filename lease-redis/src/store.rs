@@ -5,8 +5,9 @@ use std::sync::{Arc, LazyLock};
 
 use lease_core::{
     check_claim_max, check_create_batch, check_end_batch, check_list, check_payload,
-    check_renew_batch, claim_refusal, fenced_verdict, End, Ending, Error, JournalEntry, Lease,
-    LeaseStore, ListFilter, Result, RunId, RunRecord, RunState, StoreTime, Ttl, WorkerId,
+    check_renew_batch, claim_refusal, fenced_verdict, End, Ending, Error, IdempotencyKey,
+    JournalEntry, Lease, LeaseStore, ListFilter, Result, RunId, RunRecord, RunState, StoreTime,
+    Ttl, WorkerId,
 };
 use redis::{FromRedisValue, ToRedisArgs, Value};
 
@@ -56,6 +57,7 @@ struct Scripts {
     renew: Lua,
     fenced: Lua,
     end_many: Lua,
+    append_keyed: Lua,
     resume: Lua,
     force_release: Lua,
     inspect: Lua,
@@ -71,6 +73,7 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     renew: Lua::new(lua_alone!("renew.lua")),
     fenced: Lua::new(lua_alone!("fenced.lua")),
     end_many: Lua::new(lua!("end_many.lua")),
+    append_keyed: Lua::new(lua_alone!("append_keyed.lua")),
     resume: Lua::new(lua!("resume.lua")),
     force_release: Lua::new(lua!("force_release.lua")),
     inspect: Lua::new(lua!("inspect.lua")),
@@ -103,7 +106,7 @@ impl FencedScript {
     /// Wraps `lua`, the snippet to run after the fence check.
     pub fn new(lua: &str) -> FencedScript {
         let source = format!(
-            "{}{}{lua}\nend)({{unpack(KEYS, 3)}}, {{unpack(ARGV, 4)}})\nreturn {{ 'ok', lease_record(lease_result) }}\n",
+            "{}{}{lua}\nend)({{unpack(KEYS, 5)}}, {{unpack(ARGV, 6)}})\nreturn {{ 'ok', lease_record(lease_result) }}\n",
             include_str!("../lua/common.lua"),
             include_str!("../lua/fenced_prelude.lua"),
         );
@@ -203,6 +206,51 @@ impl RedisLeaseStore {
         keys: &[K],
         args: &[A],
     ) -> Result<T> {
+        self.run_fenced_script(lease, script, keys, args, None)
+            .await
+    }
+
+    /// [`fenced_script`](RedisLeaseStore::fenced_script) that also **ends the lease** as `end`
+    /// says (complete, complete with a journaled effect, release, suspend), in the same
+    /// script: the caller's keys and the run's end change atomically, so a job's effect in its
+    /// own keys and the run's completion happen together, and a reclaim after them finds the
+    /// run completed — the effect is never applied twice.
+    ///
+    /// The adapter's part comes first and last: the fence check before the snippet (a refused
+    /// fence runs nothing and changes nothing), the end after it. Redis never rolls a script
+    /// back: if the snippet raises an error, the lease is not ended, but what the snippet wrote
+    /// before the error stays. Check before writing, or write last.
+    ///
+    /// A resend of the call (after a lost reply) answers the snippet's first result and runs
+    /// nothing again.
+    ///
+    /// # Errors
+    /// As [`fenced_script`](RedisLeaseStore::fenced_script), and [`Error::InvalidInput`] for a
+    /// payload over the limit or [`End::Committed`].
+    pub async fn fenced_script_with_end<T: FromRedisValue, K: AsRef<str>, A: ToRedisArgs>(
+        &self,
+        lease: &Lease,
+        script: &FencedScript,
+        keys: &[K],
+        args: &[A],
+        end: End,
+    ) -> Result<T> {
+        check_end_batch(std::slice::from_ref(&Ending::new(
+            lease.clone(),
+            end.clone(),
+        )))?;
+        self.run_fenced_script(lease, script, keys, args, Some(end))
+            .await
+    }
+
+    async fn run_fenced_script<T: FromRedisValue, K: AsRef<str>, A: ToRedisArgs>(
+        &self,
+        lease: &Lease,
+        script: &FencedScript,
+        keys: &[K],
+        args: &[A],
+        end: Option<End>,
+    ) -> Result<T> {
         if let Some(key) = keys
             .iter()
             .map(AsRef::as_ref)
@@ -214,12 +262,22 @@ impl RedisLeaseStore {
             ))
             .into());
         }
+        let run = lease.run();
+        let (op, payload): (&str, &[u8]) = match &end {
+            None => ("", b""),
+            Some(End::CompleteWith(payload)) => ("complete-with", payload),
+            Some(other) => (other.as_str(), b""),
+        };
         let mut call = Call::new(&script.script);
         call.key(self.keys.runs())
-            .key(self.keys.calls(lease.run()))
-            .arg(keys::encode(lease.run().as_str()))
+            .key(self.keys.calls(run))
+            .key(self.keys.claimable())
+            .key(self.keys.journal(run))
+            .arg(keys::encode(run.as_str()))
             .arg(lease.fence().get())
-            .arg(call_id());
+            .arg(call_id())
+            .arg(op)
+            .arg(payload);
         for key in keys {
             call.key(key.as_ref());
         }
@@ -508,6 +566,28 @@ impl LeaseStore for RedisLeaseStore {
         })
     }
 
+    async fn append_keyed(
+        &self,
+        lease: &Lease,
+        key: &IdempotencyKey,
+        payload: &[u8],
+    ) -> Result<JournalEntry> {
+        check_payload(payload)?;
+        let run = lease.run();
+        let mut call = Call::new(&SCRIPTS.append_keyed);
+        call.key(self.keys.runs())
+            .key(self.keys.journal(run))
+            .key(self.keys.journal_keys(run))
+            .arg(keys::encode(run.as_str()))
+            .arg(lease.fence().get())
+            .arg(payload)
+            .arg(key.as_str());
+        let (reply, ack) = self.write("append_keyed", &call).await?;
+        self.confirmed(self.status(lease, &reply), &ack)?;
+        let seq: u64 = reply.parse(1)?;
+        journal_entry(&reply, 2, seq)
+    }
+
     async fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>> {
         let mut entries = Vec::new();
         // Paged: each script call copies at most about JOURNAL_PAGE_BYTES.
@@ -556,7 +636,8 @@ impl LeaseStore for RedisLeaseStore {
         for Ending { lease, end } in ends {
             let payload: &[u8] = match end {
                 End::CompleteWith(payload) => payload,
-                End::Complete | End::Release | End::Suspend => b"",
+                // check_end_batch refused Committed above.
+                End::Complete | End::Release | End::Suspend | End::Committed(_) => b"",
             };
             // Declared, like every key a script touches, even if the item is refused.
             call.key(self.keys.calls(lease.run()))

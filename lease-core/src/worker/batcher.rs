@@ -242,7 +242,74 @@ fn take_batch(queue: &mut VecDeque<Pending>, size: usize) -> Vec<Pending> {
 }
 
 /// Commits one batch; returns the ends to try again.
-async fn flush(b: &Shared, mut batch: Vec<Pending>) -> Vec<Pending> {
+async fn flush(b: &Shared, batch: Vec<Pending>) -> Vec<Pending> {
+    let (checks, writes): (Vec<Pending>, Vec<Pending>) = batch
+        .into_iter()
+        .partition(|p| matches!(p.ending.end, End::Committed(_)));
+    let mut retry = check_committed(b, checks).await;
+    retry.extend(flush_writes(b, writes).await);
+    retry
+}
+
+/// Ends the handlers committed themselves ([`End::Committed`]): nothing is written; each is
+/// reported committed once the store shows it (a read of the run), or as an error if the store
+/// shows the lease still held under its fence, or ended otherwise.
+async fn check_committed(b: &Shared, checks: Vec<Pending>) -> Vec<Pending> {
+    let mut retry = Vec::new();
+    for mut p in checks {
+        let lease = &p.ending.lease;
+        let End::Committed(ended) = p.ending.end else {
+            unreachable!("partitioned on End::Committed")
+        };
+        let deadline = p.give_up_at.max(Instant::now() + LAST_ATTEMPT);
+        let read = tokio::time::timeout_at(deadline, b.store.inspect(lease.run()))
+            .await
+            .unwrap_or_else(|_| Err(Error::unavailable("worker", "inspect did not answer")));
+        let result = match read {
+            Ok(record) => {
+                let as_said = record.fence == lease.fence()
+                    && record.owner.is_none()
+                    && record.state == p.ending.end.state();
+                // A released or suspended run may already be claimed (or resumed and
+                // claimed) again: a higher fence cannot tell, so it is not held against the
+                // handler. A completed run is terminal: its fence never moves again.
+                let moved_on = record.fence > lease.fence() && ended != crate::Ended::Completed;
+                if as_said || moved_on {
+                    Ok(())
+                } else {
+                    Err(Error::backend(
+                        "worker",
+                        format!(
+                            "the handler of run {} reported the lease under fence {} {ended} in \
+                             its own transaction, but the store shows the run {} at fence {}{}: \
+                             that transaction did not end it (the lease is left to expire)",
+                            lease.run(),
+                            lease.fence(),
+                            record.state,
+                            record.fence,
+                            if record.owner.is_some() { ", held" } else { "" }
+                        ),
+                    ))
+                }
+            }
+            Err(e)
+                if e.is_retryable()
+                    && !p.last_chance
+                    && (Instant::now() < p.give_up_at || b.stop.is_cancelled()) =>
+            {
+                p.unanswered += 1;
+                retry.push(p);
+                continue;
+            }
+            Err(e) => Err(e),
+        };
+        decided(b, p, result);
+    }
+    retry
+}
+
+/// Commits the ends that are writes with one `end_many`; returns those to try again.
+async fn flush_writes(b: &Shared, mut batch: Vec<Pending>) -> Vec<Pending> {
     if batch.is_empty() {
         return batch;
     }
