@@ -332,3 +332,146 @@ async fn a_run_whose_end_is_still_retried_is_not_claimed_again_until_it_is_decid
         assert_eq!(store.inspect(run).await.unwrap().state, RunState::Completed);
     }
 }
+
+/// A handler that ends its lease itself, with its effect, under the store's lock
+/// ([`MemoryLeaseStore::fenced_with`]) and says so ([`End::Committed`]): the Worker writes
+/// nothing more (no `end_many` at all), reports each end committed, and each run completed
+/// once with one effect. A handler that says so without having ended its lease is reported as
+/// a failed end, not counted complete, and its run stays held until it expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_committed_by_the_handler_is_checked_not_written_again() {
+    use lease_core::Ended;
+    use std::collections::HashMap;
+    let store = gated(|_| None);
+    let runs: Vec<RunId> = (0..6).map(|i| id(&format!("pay-{i}"))).collect();
+    store.create_many(&runs).await.unwrap();
+    let liar = id("liar");
+    store.create(&liar).await.unwrap();
+    let payments: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
+    let worker = Worker::new(
+        store.clone() as Arc<dyn LeaseStore>,
+        WorkerId::new("w").unwrap(),
+        WorkerConfig::new(Ttl::from_secs(30).unwrap()).with_concurrency(7),
+    )
+    .unwrap();
+    let (worker, ended) = recorder(worker);
+    let handler = {
+        let (store, payments) = (store.clone(), payments.clone());
+        move |ctx: RunContext| -> lease_core::HandlerFuture {
+            let (store, payments) = (store.clone(), payments.clone());
+            Box::pin(async move {
+                if ctx.run().as_str() != "liar" {
+                    let lease = ctx.lease();
+                    store.inner.fenced_with(&lease, |tx| {
+                        tx.end(End::Complete)?;
+                        payments
+                            .lock()
+                            .unwrap()
+                            .insert(lease.run().to_string(), lease.fence().get());
+                        Ok::<_, Error>(())
+                    })?;
+                }
+                Ok(End::Committed(Ended::Completed))
+            })
+        }
+    };
+    let report = run_until(
+        worker,
+        handler,
+        ended.clone(),
+        |e| e.len() >= 7,
+        Duration::from_secs(20),
+    )
+    .await;
+    let ends = ended.lock().unwrap().clone();
+    eprintln!("ends committed by their handlers: {report:?}");
+    assert_eq!(report.completed, 6, "{report:?}");
+    assert_eq!(report.failed, 1, "the liar's end is a failure: {report:?}");
+    assert!(
+        store.batches.lock().unwrap().is_empty(),
+        "the worker wrote an end_many: {:?}",
+        store.batches.lock().unwrap()
+    );
+    assert!(ends.iter().any(|(r, _, ok, _)| r == "liar" && !*ok));
+    for run in &runs {
+        assert_eq!(store.inspect(run).await.unwrap().state, RunState::Completed);
+        assert_eq!(payments.lock().unwrap()[run.as_str()], 1);
+    }
+    let record = store.inspect(&liar).await.unwrap();
+    assert_eq!(
+        (record.state, record.owner.is_some()),
+        (RunState::Runnable, true),
+        "the liar's run is left to expire: {record:?}"
+    );
+}
+
+/// The memory store's effect-and-end: a refused fence runs nothing; an effect that fails
+/// applies none of the store's part; one that succeeds applies its appends and its end
+/// together.
+#[tokio::test]
+async fn fenced_with_applies_the_stores_part_only_with_the_effect() {
+    let store = MemoryLeaseStore::new();
+    let r = id("r");
+    store.create(&r).await.unwrap();
+    let a = store
+        .claim(
+            &r,
+            &WorkerId::new("a").unwrap(),
+            Ttl::from_millis(1).unwrap(),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let b = store
+        .claim(
+            &r,
+            &WorkerId::new("b").unwrap(),
+            Ttl::from_secs(30).unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut ran = false;
+    let err = store
+        .fenced_with(&a, |_| {
+            ran = true;
+            Ok::<_, Error>(())
+        })
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::StaleFence {
+                presented: 1,
+                current: 2,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(!ran, "the effect ran under a stale fence");
+    let err = store
+        .fenced_with(&b, |tx| {
+            tx.append(b"half")?;
+            tx.end(End::Complete)?;
+            Err::<(), _>(Error::backend("test", "the effect failed"))
+        })
+        .unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert_eq!(store.inspect(&r).await.unwrap().state, RunState::Runnable);
+    assert!(store.journal(&r).await.unwrap().is_empty());
+    store
+        .fenced_with(&b, |tx| {
+            tx.append(b"step")?;
+            tx.end(End::CompleteWith(b"done".to_vec()))
+        })
+        .unwrap();
+    assert_eq!(store.inspect(&r).await.unwrap().state, RunState::Completed);
+    let journal: Vec<Vec<u8>> = store
+        .journal(&r)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.payload)
+        .collect();
+    assert_eq!(journal, [b"step".to_vec(), b"done".to_vec()]);
+}

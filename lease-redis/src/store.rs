@@ -89,6 +89,9 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 /// call's result. Build it once and reuse it: its SHA is cached by Redis.
 ///
 /// Redis does not roll back a script that raises an error half-way, so check before writing.
+/// A snippet that raises an error or returns one (`redis.error_reply`) fails the call, and
+/// [`fenced_script_with_end`](RedisLeaseStore::fenced_script_with_end) then does not end the
+/// lease.
 ///
 /// A resend of the same call (after a lost reply) does not run the snippet again: the
 /// adapter records each call's result with the run, under the lease's fence, until the lease
@@ -106,9 +109,10 @@ impl FencedScript {
     /// Wraps `lua`, the snippet to run after the fence check.
     pub fn new(lua: &str) -> FencedScript {
         let source = format!(
-            "{}{}{lua}\nend)({{unpack(KEYS, 5)}}, {{unpack(ARGV, 6)}})\nreturn {{ 'ok', lease_record(lease_result) }}\n",
+            "{}{}{lua}\nend)({{unpack(KEYS, 5)}}, {{unpack(ARGV, 6)}})\n{}",
             include_str!("../lua/common.lua"),
             include_str!("../lua/fenced_prelude.lua"),
+            include_str!("../lua/fenced_epilogue.lua"),
         );
         FencedScript {
             script: Lua::new(source),

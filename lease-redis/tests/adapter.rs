@@ -897,3 +897,113 @@ async fn batches_without_replica_acknowledgement_are_unavailable_as_a_whole() {
         "{results:?}"
     );
 }
+
+/// A fenced script that ends its lease writes the caller's key and ends the run in one
+/// script: afterwards the key holds the effect and the run is completed (or suspended,
+/// released, completed with a journaled effect) at that fence. Under a stale fence, or a lease
+/// already ended, nothing runs and nothing changes; a snippet that raises an error leaves the
+/// lease held (Redis keeps what it wrote before the error, as documented).
+#[tokio::test]
+async fn a_fenced_script_can_end_its_lease_in_the_same_script() {
+    let Some(server) = server(true, None) else {
+        return;
+    };
+    let store = connect(&server.url(), &unique_namespace("fencedend")).await;
+    let mut conn = raw(&server.url()).await;
+    let pay = FencedScript::new("return redis.call('SET', KEYS[1], ARGV[1], 'NX') and 1 or 0");
+    for (name, end) in [
+        ("complete", End::Complete),
+        ("complete-with", End::CompleteWith(b"receipt".to_vec())),
+        ("suspend", End::Suspend),
+        ("release", End::Release),
+    ] {
+        let r = run(name);
+        store.create(&r).await.unwrap();
+        let lease = store.claim(&r, &worker("a"), ttl(60_000)).await.unwrap();
+        let key = store.script_key(&r, "payment");
+        let wrote: i64 = store
+            .fenced_script_with_end(&lease, &pay, &[&key], &["paid"], end.clone())
+            .await
+            .unwrap();
+        assert_eq!(wrote, 1, "{name}");
+        let record = store.inspect(&r).await.unwrap();
+        assert_eq!(
+            (record.state, record.owner, record.fence),
+            (end.state(), None, lease.fence()),
+            "{name}"
+        );
+        let paid: Option<String> = redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(paid.as_deref(), Some("paid"), "{name}");
+        let journal = store.journal(&r).await.unwrap();
+        assert_eq!(
+            journal.len(),
+            usize::from(name == "complete-with"),
+            "{name}"
+        );
+        // The lease is over: the same script again is refused and writes nothing.
+        let err = store
+            .fenced_script_with_end::<i64, _, _>(&lease, &pay, &[&key], &["twice"], End::Complete)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::LeaseEnded { .. }), "{name}: {err:?}");
+    }
+
+    // Stale: nothing runs.
+    let r = run("stale");
+    store.create(&r).await.unwrap();
+    let a = store.claim(&r, &worker("a"), ttl(20)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    let b = store.claim(&r, &worker("b"), ttl(60_000)).await.unwrap();
+    let key = store.script_key(&r, "payment");
+    let err = store
+        .fenced_script_with_end::<i64, _, _>(&a, &pay, &[&key], &["late"], End::Complete)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::StaleFence {
+                presented: 1,
+                current: 2,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(exists, 0);
+    assert!(store.inspect(&r).await.unwrap().owner.is_some());
+
+    // A snippet that fails: the end is not applied.
+    let boom =
+        FencedScript::new("redis.call('SET', KEYS[1], 'half'); return redis.error_reply('boom')");
+    let err = store
+        .fenced_script_with_end::<i64, _, _>(&b, &boom, &[&key], &[] as &[&str], End::Complete)
+        .await;
+    let record = store.inspect(&r).await.unwrap();
+    assert_eq!(
+        (record.state, record.owner.is_some()),
+        (RunState::Runnable, true),
+        "a failing snippet ({err:?}) must not end the lease"
+    );
+    // End::Committed is no end a script applies.
+    let err = store
+        .fenced_script_with_end::<i64, _, _>(
+            &b,
+            &pay,
+            &[&key],
+            &["x"],
+            End::Committed(Ended::Completed),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+}
