@@ -93,6 +93,7 @@ macro_rules! conformance_tests {
             end_many_refuses_a_batch_whose_effects_are_too_large_together,
             create_many_refuses_existing_ids_alone_and_keeps_order,
             a_keyed_append_applies_once_per_key,
+            inspect_many_answers_each_run_in_order,
             worker_runs_at_most_its_concurrency_limit,
             worker_handler_ignoring_its_token_is_still_fenced,
             worker_shutdown_hands_runs_over_within_one_poll,

@@ -849,3 +849,38 @@ pub async fn a_keyed_append_applies_once_per_key(factory: &dyn StoreFactory) {
         Err(Error::InvalidInput(InvalidInput::PayloadTooLarge { .. }))
     ));
 }
+
+/// `inspect_many` reads many records in one call, in input order, with `NotFound` for a run
+/// that does not exist (repeats answered each time); each record is what `inspect` says; more
+/// than `MAX_BATCH` ids are refused before the store.
+pub async fn inspect_many_answers_each_run_in_order(factory: &dyn StoreFactory) {
+    let store = factory.fresh().await;
+    let a = created(&*store, "a").await;
+    let b = created(&*store, "b").await;
+    let held = store.claim(&b, &worker("w"), long()).await.unwrap();
+    let missing = run("missing");
+    let got = store
+        .inspect_many(&[b.clone(), missing.clone(), a.clone(), b.clone()])
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 4);
+    let one = got[0].as_ref().unwrap();
+    assert_eq!(
+        (one.run.clone(), one.fence, one.owner.clone(), one.state),
+        (
+            b.clone(),
+            held.fence(),
+            Some(worker("w")),
+            RunState::Runnable
+        )
+    );
+    assert!(matches!(&got[1], Err(Error::NotFound { run }) if *run == missing));
+    assert_eq!(got[2].as_ref().unwrap().fence, Fence::ZERO);
+    assert_eq!(got[3].as_ref().unwrap().run, b);
+    assert!(store.inspect_many(&[]).await.unwrap().is_empty());
+    let too_many: Vec<RunId> = (0..=MAX_BATCH).map(|i| run(&format!("r{i}"))).collect();
+    assert!(matches!(
+        store.inspect_many(&too_many).await,
+        Err(Error::InvalidInput(InvalidInput::BatchTooLarge { .. }))
+    ));
+}

@@ -339,6 +339,16 @@ impl LeaseStore for FaultyStore {
         self.answer(fault, out).await
     }
 
+    async fn inspect_many(&self, runs: &[RunId]) -> Result<Vec<Result<RunRecord>>> {
+        self.gate().await?;
+        let fault = self.reply_fault();
+        if fault == ReplyFault::Duplicate {
+            let _ = self.inner.inspect_many(runs).await;
+        }
+        let out = self.inner.inspect_many(runs).await;
+        self.answer(fault, out).await
+    }
+
     async fn inspect(&self, run: &RunId) -> Result<RunRecord> {
         self.gate().await?;
         let fault = self.reply_fault();

@@ -541,6 +541,19 @@ impl LeaseStore for MemoryLeaseStore {
         Ok(self.record(run, slot, now))
     }
 
+    async fn inspect_many(&self, runs: &[RunId]) -> Result<Vec<Result<RunRecord>>> {
+        crate::types::check_batch(runs.len())?;
+        let now = Instant::now();
+        let state = self.lock();
+        Ok(runs
+            .iter()
+            .map(|run| match state.runs.get(run) {
+                Some(slot) => Ok(self.record(run, slot, now)),
+                None => Err(Error::NotFound { run: run.clone() }),
+            })
+            .collect())
+    }
+
     async fn list(&self, filter: &ListFilter) -> Result<Vec<RunRecord>> {
         check_list(filter)?;
         let now = Instant::now();

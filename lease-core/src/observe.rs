@@ -403,6 +403,12 @@ impl LeaseStore for Instrumented {
         self.call("inspect", s, self.inner.inspect(run)).await
     }
 
+    async fn inspect_many(&self, runs: &[RunId]) -> Result<Vec<Result<RunRecord>>> {
+        let s = on_items(span(self.backend, "inspect_many"), runs.len());
+        self.call("inspect_many", s, self.inner.inspect_many(runs))
+            .await
+    }
+
     async fn list(&self, filter: &ListFilter) -> Result<Vec<RunRecord>> {
         let s = on_items(span(self.backend, "list"), filter.limit);
         self.call("list", s, self.inner.list(filter)).await

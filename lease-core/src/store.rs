@@ -199,6 +199,26 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     /// [`Error::NotFound`].
     async fn inspect(&self, run: &RunId) -> Result<RunRecord>;
 
+    /// Reads up to [`MAX_BATCH`](crate::MAX_BATCH) runs' records in one round trip, one result
+    /// per id, in order ([`Error::NotFound`] for a run that does not exist).
+    ///
+    /// The default implementation calls [`inspect`](LeaseStore::inspect) once per id; the
+    /// backends of this workspace read them all in one round trip.
+    ///
+    /// # Errors
+    /// The outer error when the batch as a whole could not be read (unavailable, too large).
+    async fn inspect_many(&self, runs: &[RunId]) -> Result<Vec<Result<RunRecord>>> {
+        crate::types::check_batch(runs.len())?;
+        let mut records = Vec::with_capacity(runs.len());
+        for run in runs {
+            match self.inspect(run).await {
+                Err(e) if !e.is_verdict() => return Err(e),
+                other => records.push(other),
+            }
+        }
+        Ok(records)
+    }
+
     /// Reads the records that match `filter`, ordered by run id.
     ///
     /// # Errors

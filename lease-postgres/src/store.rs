@@ -68,6 +68,7 @@ const LAGGING_MOVED_PER_CLAIM: i64 = 256;
 pub(crate) struct Queries {
     pub(crate) create: String,
     inspect: String,
+    inspect_many: String,
     claim: String,
     claim_next: String,
     explain: String,
@@ -98,6 +99,7 @@ impl Queries {
         Queries {
             create: q(include_str!("../sql/create.sql")),
             inspect: q(include_str!("../sql/inspect.sql")),
+            inspect_many: q(include_str!("../sql/inspect_many.sql")),
             claim: q(include_str!("../sql/claim.sql")),
             claim_next: q(include_str!("../sql/claim_next.sql")),
             explain: q(include_str!("../sql/explain.sql")),
@@ -954,6 +956,35 @@ impl LeaseStore for PostgresLeaseStore {
 
     async fn inspect(&self, run: &RunId) -> Result<RunRecord> {
         call!(self, |conn| self.inspect_on(conn, run).await)
+    }
+
+    async fn inspect_many(&self, runs: &[RunId]) -> Result<Vec<Result<RunRecord>>> {
+        lease_core::check_create_batch(runs)?; // the batch rule: at most MAX_BATCH ids
+        if runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<&str> = runs.iter().map(RunId::as_str).collect();
+        let rows = call!(self, |conn| {
+            self.read_all(conn, sqlx::query(&self.sql.inspect_many).bind(&ids))
+                .await
+        })?;
+        if rows.len() != runs.len() {
+            return Err(PgError::Failed(format!(
+                "inspect_many returned {} rows for {} ids",
+                rows.len(),
+                runs.len()
+            ))
+            .into());
+        }
+        runs.iter()
+            .zip(&rows)
+            .map(|(run, row)| {
+                Ok(match get::<Option<String>>(row, "run_id")? {
+                    Some(_) => Ok(record(row)?),
+                    None => Err(Error::NotFound { run: run.clone() }),
+                })
+            })
+            .collect()
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<RunRecord>> {

@@ -29,10 +29,14 @@ for i = 2, #ARGV, 4 do
     out[#out + 1] = { 'none' }
   elseif r.f ~= ARGV[i + 2] then
     out[#out + 1] = { 'verdict', r.f, r.s, owned_flag(r) }
-  elseif redis.call('HGET', calls, 'f') == r.f and redis.call('HEXISTS', calls, call) == 1 then
-    out[#out + 1] = { 'ok' }
   elseif not held(r, ARGV[i + 2]) then
-    out[#out + 1] = { 'verdict', r.f, r.s, owned_flag(r) }
+    -- Ended under this fence: by this very call (a resend), or otherwise. A held lease needs
+    -- no such look-up: a call that ended it would have left it ended.
+    if redis.call('HGET', calls, 'f') == r.f and redis.call('HEXISTS', calls, call) == 1 then
+      out[#out + 1] = { 'ok' }
+    else
+      out[#out + 1] = { 'verdict', r.f, r.s, owned_flag(r) }
+    end
   else
     if op == 'release' then
       now = now or now_micros()

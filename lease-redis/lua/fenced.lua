@@ -25,16 +25,21 @@ if f ~= ARGV[3] then
   return { 'verdict', f, s, o == '' and '0' or '1' }
 end
 -- The fence check comes first: a resend under a fence that has moved is refused like any
--- stale write.
-local calls = redis.call('HMGET', KEYS[4], 'f', ARGV[5])
-if calls[1] == f and calls[2] then
-  if op == 'append' then
-    local seq, at = string.match(calls[2], '^(%d+):(%d+)$')
-    return { 'ok', seq, at }
+-- stale write. An end needs the look-up only when the lease is no longer held (a call that
+-- ended it would have left it ended); an append, whatever the lease's state.
+local ended = s ~= 'runnable' or o == ''
+local calls = { false, false }
+if op == 'append' or ended then
+  calls = redis.call('HMGET', KEYS[4], 'f', ARGV[5])
+  if calls[1] == f and calls[2] then
+    if op == 'append' then
+      local seq, at = string.match(calls[2], '^(%d+):(%d+)$')
+      return { 'ok', seq, at }
+    end
+    return { 'ok' }
   end
-  return { 'ok' }
 end
-if s ~= 'runnable' or o == '' then
+if ended then
   return { 'verdict', f, s, o == '' and '0' or '1' }
 end
 if op == 'append' then

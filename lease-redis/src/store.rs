@@ -61,6 +61,7 @@ struct Scripts {
     resume: Lua,
     force_release: Lua,
     inspect: Lua,
+    inspect_many: Lua,
     journal: Lua,
     list: Lua,
 }
@@ -77,6 +78,7 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     resume: Lua::new(lua!("resume.lua")),
     force_release: Lua::new(lua!("force_release.lua")),
     inspect: Lua::new(lua!("inspect.lua")),
+    inspect_many: Lua::new(lua!("inspect_many.lua")),
     journal: Lua::new(lua!("journal.lua")),
     list: Lua::new(lua!("list.lua")),
 });
@@ -732,6 +734,34 @@ impl LeaseStore for RedisLeaseStore {
             "none" => Err(Error::NotFound { run: run.clone() }),
             other => Err(reply.bad(format!("unknown status {other:?}")).into()),
         }
+    }
+
+    async fn inspect_many(&self, runs: &[RunId]) -> Result<Vec<Result<RunRecord>>> {
+        check_create_batch(runs)?; // the batch rule: at most MAX_BATCH ids
+        if runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut call = Call::new(&SCRIPTS.inspect_many);
+        call.key(self.keys.runs());
+        for run in runs {
+            call.arg(keys::encode(run.as_str()));
+        }
+        let reply = self.read("inspect_many", &call).await?;
+        if reply.len() != runs.len() + 1 {
+            return Err(reply.bad("expected the time and one record per run").into());
+        }
+        let now = reply.time(0)?;
+        runs.iter()
+            .enumerate()
+            .map(|(i, run)| {
+                let one = reply.nested(i + 1)?;
+                Ok(if one.len() == 0 {
+                    Err(Error::NotFound { run: run.clone() })
+                } else {
+                    Ok(one.record(run.clone(), 0, now)?)
+                })
+            })
+            .collect()
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<RunRecord>> {

@@ -251,20 +251,48 @@ async fn flush(b: &Shared, batch: Vec<Pending>) -> Vec<Pending> {
     retry
 }
 
-/// Ends the handlers committed themselves ([`End::Committed`]): nothing is written; each is
-/// reported committed once the store shows it (a read of the run), or as an error if the store
-/// shows the lease still held under its fence, or ended otherwise.
+/// Ends the handlers committed themselves ([`End::Committed`]): nothing is written; one read of
+/// their runs ([`inspect_many`](LeaseStore::inspect_many)) decides them: each is reported
+/// committed once the store shows it, or as an error if the store shows the lease still held
+/// under its fence, or ended otherwise.
 async fn check_committed(b: &Shared, checks: Vec<Pending>) -> Vec<Pending> {
+    if checks.is_empty() {
+        return checks;
+    }
+    let runs: Vec<crate::RunId> = checks
+        .iter()
+        .map(|p| p.ending.lease.run().clone())
+        .collect();
+    let deadline = checks
+        .iter()
+        .map(|p| p.give_up_at)
+        .max()
+        .unwrap_or_else(Instant::now)
+        .max(Instant::now() + LAST_ATTEMPT);
+    let read = tokio::time::timeout_at(deadline, b.store.inspect_many(&runs))
+        .await
+        .unwrap_or_else(|_| Err(Error::unavailable("worker", "inspect_many did not answer")));
+    let records: Vec<Result<crate::RunRecord>> = match read {
+        Ok(records) if records.len() == checks.len() => records,
+        Ok(records) => {
+            let e = Error::unavailable(
+                "worker",
+                format!(
+                    "inspect_many answered {} of {} runs",
+                    records.len(),
+                    checks.len()
+                ),
+            );
+            records.iter().map(|_| Err(e.duplicate())).collect()
+        }
+        Err(e) => checks.iter().map(|_| Err(e.duplicate())).collect(),
+    };
     let mut retry = Vec::new();
-    for mut p in checks {
+    for (mut p, read) in checks.into_iter().zip(records) {
         let lease = &p.ending.lease;
         let End::Committed(ended) = p.ending.end else {
             unreachable!("partitioned on End::Committed")
         };
-        let deadline = p.give_up_at.max(Instant::now() + LAST_ATTEMPT);
-        let read = tokio::time::timeout_at(deadline, b.store.inspect(lease.run()))
-            .await
-            .unwrap_or_else(|_| Err(Error::unavailable("worker", "inspect did not answer")));
         let result = match read {
             Ok(record) => {
                 let as_said = record.fence == lease.fence()

@@ -1,0 +1,9 @@
+-- $1 run_ids (text[])
+-- Returns: one row per input, in input order (ord); the record's columns are null (run_id too)
+-- for a run that does not exist. Primary-key lookups, linear in the batch.
+SELECT i.ord, r.run_id, r.state, r.lease_owner,
+       (extract(epoch FROM r.lease_expires_at) * 1000000)::bigint AS expires_us, r.fence,
+       r.heartbeats, (extract(epoch FROM now()) * 1000000)::bigint AS observed_us
+FROM unnest($1::text[]) WITH ORDINALITY AS i(run_id, ord)
+LEFT JOIN {schema}.runs r ON r.run_id = i.run_id COLLATE "C"
+ORDER BY i.ord
