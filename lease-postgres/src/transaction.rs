@@ -70,11 +70,11 @@ impl FencedTransaction {
     /// Commits the caller's statements; the fence held throughout.
     ///
     /// # Errors
-    /// [`Error::Unavailable`] if the server already aborted the transaction because it outlived
+    /// [`Error::Unavailable`](lease_core::Error::Unavailable) if the server already aborted the transaction because it outlived
     /// its [bound](FencedTransaction::bound) (the message says which; nothing was committed), if
     /// the connection failed (the commit may or may not have happened), or, under
     /// `sync_replicas`, if the commit was not confirmed on the standbys in time (it happened on
-    /// the primary and may be lost on failover); [`Error::Backend`] if the database refused it
+    /// the primary and may be lost on failover); [`Error::Backend`](lease_core::Error::Backend) if the database refused it
     /// (nothing was committed).
     pub async fn commit(self) -> Result<()> {
         let FencedTransaction { tx, store, .. } = self;
@@ -137,7 +137,7 @@ impl FencedTransaction {
     /// Rolls everything back and releases the run's row.
     ///
     /// # Errors
-    /// [`Error::Unavailable`] if the connection failed (the server rolls back anyway).
+    /// [`Error::Unavailable`](lease_core::Error::Unavailable) if the connection failed (the server rolls back anyway).
     pub async fn rollback(self) -> Result<()> {
         Ok(self
             .tx

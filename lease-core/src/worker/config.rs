@@ -1,4 +1,4 @@
-//! [`WorkerConfig`]: how a [`Worker`](super::Worker) runs.
+//! [`WorkerConfig`]: how a [`Worker`](crate::Worker)(super::Worker) runs.
 
 use std::time::Duration;
 
@@ -6,7 +6,7 @@ use crate::error::InvalidInput;
 use crate::scope::ScopeConfig;
 use crate::types::{Ttl, MAX_BATCH};
 
-/// How a [`Worker`] runs: lease TTL, how many handlers at once, how it polls when idle, how it
+/// How a [`Worker`](crate::Worker) runs: lease TTL, how many handlers at once, how it polls when idle, how it
 /// batches the ends of leases, and how long a shutdown waits for handlers.
 ///
 /// ```
@@ -63,7 +63,7 @@ impl WorkerConfig {
         self
     }
 
-    /// Flush the ends of leases to the store in one [`end_many`](LeaseStore::end_many) when
+    /// Flush the ends of leases to the store in one [`end_many`](crate::LeaseStore::end_many) when
     /// `size` (1 to [`MAX_BATCH`]) are waiting, or `delay` after the first one started waiting,
     /// whichever comes first. A zero delay flushes whatever is waiting at once.
     pub fn with_batch(mut self, size: usize, delay: Duration) -> WorkerConfig {

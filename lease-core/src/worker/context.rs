@@ -1,4 +1,4 @@
-//! What a handler sees and returns, and what a [`Worker`](super::Worker) reports.
+//! What a handler sees and returns, and what a [`Worker`](crate::Worker)(super::Worker) reports.
 
 use std::fmt;
 use std::future::Future;
@@ -82,7 +82,7 @@ impl fmt::Debug for RunContext {
 /// A boxed handler future.
 pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<End, BoxError>> + Send>>;
 
-/// The work a [`Worker`] runs for each claimed run. Implemented for every
+/// The work a [`Worker`](crate::Worker) runs for each claimed run. Implemented for every
 /// `Fn(RunContext) -> impl Future<Output = Result<End, BoxError>>`.
 ///
 /// An `Err` (or a panic) releases the run for a retry, with the reason logged.
@@ -101,7 +101,7 @@ where
     }
 }
 
-/// The end of one lease as the store decided it, handed to [`Worker::on_end`] observers after
+/// The end of one lease as the store decided it, handed to [`Worker::on_end`](crate::Worker::on_end) observers after
 /// the batch that carried it returned.
 #[derive(Debug)]
 pub struct EndReport<'a> {
@@ -118,7 +118,7 @@ pub struct EndReport<'a> {
 
 pub(super) type Observer = Arc<dyn Fn(&EndReport<'_>) + Send + Sync>;
 
-/// Totals of a [`Worker::run`].
+/// Totals of a [`Worker::run`](crate::Worker::run).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WorkerReport {
     /// Leases claimed.

@@ -44,7 +44,7 @@ pub use context::{EndReport, Handler, HandlerFuture, RunContext, WorkerReport};
 ///   size or after its delay. **No end is reported before the batch that carries it
 ///   committed** ([`Worker::on_end`], [`WorkerReport`]).
 /// - A batch that fails without an answer is retried while its oldest lease is younger than
-///   the TTL; an item that answers [`Error::LeaseEnded`] with its own fence and end on a
+///   the TTL; an item that answers [`Error::LeaseEnded`](crate::Error::LeaseEnded) with its own fence and end on a
 ///   retry was committed by the first attempt and counts as done.
 /// - On `shutdown` it stops claiming, lets running handlers finish for up to the grace period,
 ///   then cancels the rest and **releases** their runs, so another worker claims them at once
@@ -143,7 +143,7 @@ impl Worker {
     /// reports a configuration it cannot be used with.
     ///
     /// # Errors
-    /// [`Error::Misconfigured`] (or another non-retryable error) from `claim_next`, after the
+    /// [`Error::Misconfigured`](crate::Error::Misconfigured) (or another non-retryable error) from `claim_next`, after the
     /// same graceful shutdown.
     pub async fn run(
         &self,
