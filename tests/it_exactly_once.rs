@@ -333,7 +333,11 @@ async fn schedule(backend: Backend, mode: Mode, url: &str, rng: &mut Rng) -> Out
                 .unwrap();
             let conn = redis::Client::open(url)
                 .unwrap()
-                .get_multiplexed_async_connection()
+                .get_multiplexed_async_connection_with_config(
+                    // A server busy with an fsync must not fail the test's own reads (the default is 500 ms).
+                    &redis::AsyncConnectionConfig::new()
+                        .set_response_timeout(Some(std::time::Duration::from_secs(30))),
+                )
                 .await
                 .unwrap();
             Admin::Redis(store, conn)

@@ -1,30 +1,36 @@
--- KEYS[1]: runs hash; KEYS[2]: claimable index (zset); KEYS[2i+1]: item i's applied calls
--- (hash, as fenced.lua keeps them); KEYS[2i+2]: item i's journal (list; used by
--- 'complete-with' only, declared for every item)
--- ARGV[1]: this call's id; ARGV[4i-2]: how item i ends: 'complete', 'complete-with',
--- 'release' or 'suspend'; ARGV[4i-1]: its encoded run id; ARGV[4i]: its presented fence;
--- ARGV[4i+1]: its journal payload ('complete-with' only, else empty; binary-safe)
+-- KEYS[1]: runs hash; KEYS[2]: claimable index (zset); KEYS[3]: this call's record (string:
+-- one character per item, '1' if this call ended it, else '0'; expires); KEYS[2i+2]: item i's
+-- applied appends (hash, as fenced.lua keeps them; dropped when its lease ends); KEYS[2i+3]:
+-- item i's journal (list; used by 'complete-with' only, declared for every item)
+-- ARGV[1]: how long to keep this call's record, in ms (at least the leases' TTL);
+-- ARGV[4i-2]: how item i ends: 'complete', 'complete-with', 'release' or 'suspend';
+-- ARGV[4i-1]: its encoded run id; ARGV[4i]: its presented fence; ARGV[4i+1]: its journal
+-- payload ('complete-with' only, else empty; binary-safe)
 -- Returns: one array per item, in order: {'ok'}; {'none'}; or
 -- {'verdict', fence, state, owned ('1' or '0')}
 -- Each item is judged on its own, as fenced.lua judges one write; a 'complete-with' appends
 -- '<fence>:<written_at>:<payload>' to the run's journal and completes the run, or does neither.
--- An item whose run records this call id under its fence was ended by this very call already
--- (a resend): it answers 'ok' again and changes nothing.
+-- A resend of this very call finds its record: an item it ended answers 'ok' again and
+-- changes nothing. (An end never applies twice anyway: the lease it ended is no longer held.
+-- The record only lets a resend learn its first answer; if it expired or was evicted, the
+-- resend answers LeaseEnded under the item's own fence, which callers recognise.)
 for i = 2, #ARGV, 4 do
   local op = ARGV[i]
   if op ~= 'complete' and op ~= 'complete-with' and op ~= 'release' and op ~= 'suspend' then
     return redis.error_reply('unknown end ' .. op) -- before any write: nothing to undo
   end
 end
-local call = ARGV[1]
 local now
 local out = {}
+local applied = {}
+local earlier -- this call's record from an earlier delivery, read at most once
+local fresh = false -- whether this delivery ended any lease
 local item = 0
 for i = 2, #ARGV, 4 do
   item = item + 1
   local op = ARGV[i]
-  local calls = KEYS[2 * item + 1]
   local r = read_run(KEYS[1], ARGV[i + 1])
+  applied[item] = '0'
   if not r then
     out[#out + 1] = { 'none' }
   elseif r.f ~= ARGV[i + 2] then
@@ -32,7 +38,9 @@ for i = 2, #ARGV, 4 do
   elseif not held(r, ARGV[i + 2]) then
     -- Ended under this fence: by this very call (a resend), or otherwise. A held lease needs
     -- no such look-up: a call that ended it would have left it ended.
-    if redis.call('HGET', calls, 'f') == r.f and redis.call('HEXISTS', calls, call) == 1 then
+    earlier = earlier or redis.call('GET', KEYS[3]) or ''
+    if string.sub(earlier, item, item) == '1' then
+      applied[item] = '1'
       out[#out + 1] = { 'ok' }
     else
       out[#out + 1] = { 'verdict', r.f, r.s, owned_flag(r) }
@@ -44,7 +52,7 @@ for i = 2, #ARGV, 4 do
     else
       if op == 'complete-with' then
         now = now or now_micros()
-        redis.call('RPUSH', KEYS[2 * item + 2], r.f .. ':' .. num(now) .. ':' .. ARGV[i + 3])
+        redis.call('RPUSH', KEYS[2 * item + 3], r.f .. ':' .. num(now) .. ':' .. ARGV[i + 3])
       end
       redis.call('ZREM', KEYS[2], r.m)
       if op == 'suspend' then
@@ -56,10 +64,15 @@ for i = 2, #ARGV, 4 do
     r.o = ''
     r.e = ''
     write_run(KEYS[1], r)
-    -- The lease is over: only the end's own call is kept, to answer its resend.
-    redis.call('DEL', calls)
-    redis.call('HSET', calls, 'f', r.f, call, '')
+    -- The lease is over: nothing more can be appended under its fence.
+    redis.call('DEL', KEYS[2 * item + 2])
+    applied[item] = '1'
+    fresh = true
     out[#out + 1] = { 'ok' }
   end
+end
+if fresh then
+  -- Every item this call has ended, by this delivery or an earlier one.
+  redis.call('SET', KEYS[3], table.concat(applied), 'PX', ARGV[1])
 end
 return out

@@ -1,8 +1,9 @@
 -- KEYS[1]: runs hash; KEYS[2]: the run's journal (list); KEYS[3]: claimable index (zset);
--- KEYS[4]: the run's applied calls (hash: 'f' = their fence, call id -> first result)
+-- KEYS[4]: the run's applied calls (hash: 'f' = their fence, call id -> first result; appends);
+-- KEYS[5]: this call's record (string, expiring; ends)
 -- ARGV[1]: operation: 'append', 'release', 'suspend' or 'complete'; ARGV[2]: encoded run id;
 -- ARGV[3]: presented fence; ARGV[4]: journal payload (append only; binary-safe); ARGV[5]:
--- this call's id
+-- this call's id; ARGV[6]: how long an end's record is kept, in ms
 -- Returns: {'none'}; {'verdict', fence, state, owned ('1' or '0')}; {'ok', seq, now} for
 -- append; {'ok'} otherwise. A call whose id is recorded under the presented fence was
 -- applied already (a resend): it answers its first result and changes nothing.
@@ -25,19 +26,18 @@ if f ~= ARGV[3] then
   return { 'verdict', f, s, o == '' and '0' or '1' }
 end
 -- The fence check comes first: a resend under a fence that has moved is refused like any
--- stale write. An end needs the look-up only when the lease is no longer held (a call that
--- ended it would have left it ended); an append, whatever the lease's state.
+-- stale write. An append looks itself up whatever the lease's state; an end only when the
+-- lease is no longer held (a call that ended it would have left it ended), in its own record.
 local ended = s ~= 'runnable' or o == ''
 local calls = { false, false }
-if op == 'append' or ended then
+if op == 'append' then
   calls = redis.call('HMGET', KEYS[4], 'f', ARGV[5])
   if calls[1] == f and calls[2] then
-    if op == 'append' then
-      local seq, at = string.match(calls[2], '^(%d+):(%d+)$')
-      return { 'ok', seq, at }
-    end
-    return { 'ok' }
+    local seq, at = string.match(calls[2], '^(%d+):(%d+)$')
+    return { 'ok', seq, at }
   end
+elseif ended and redis.call('EXISTS', KEYS[5]) == 1 then
+  return { 'ok' }
 end
 if ended then
   return { 'verdict', f, s, o == '' and '0' or '1' }
@@ -66,8 +66,9 @@ else
 end
 -- Owner and expiry cleared.
 redis.call('HSET', KEYS[1], ARGV[2], s .. ':' .. f .. ':' .. h .. '::' .. m .. ':')
--- The lease is over: nothing else can be applied under this fence, so only the end's own
--- call is kept, to answer its resend.
+-- The lease is over: nothing more can be appended under its fence.
 redis.call('DEL', KEYS[4])
-redis.call('HSET', KEYS[4], 'f', f, ARGV[5], '')
+-- This call's record, to answer its resend (an end never applies twice anyway: the lease it
+-- ended is no longer held; if the record expired, a resend answers LeaseEnded under its fence).
+redis.call('SET', KEYS[5], '1', 'PX', ARGV[6])
 return { 'ok' }

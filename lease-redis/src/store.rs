@@ -27,6 +27,10 @@ const LIST_SCAN: usize = 1000;
 /// claimable (stale entries it removes or moves): the bound on one call's extra work.
 const CLAIM_NEXT_SCAN: usize = 128;
 
+/// The least time a call's record of the ends it applied is kept (`{lease:ns}:c:<call>`), so
+/// a resend of the call learns its first answer.
+const CALL_RECORD_MS: u64 = 60_000;
+
 /// How many payload bytes one `journal` script call returns at most (beyond its last entry):
 /// the bound on one call's copy of a long journal.
 const JOURNAL_PAGE_BYTES: usize = 4 << 20;
@@ -367,16 +371,19 @@ impl RedisLeaseStore {
 
     async fn fenced(&self, lease: &Lease, op: &str, payload: &[u8]) -> Result<Reply> {
         let run = lease.run();
+        let id = call_id();
         let mut call = Call::new(&SCRIPTS.fenced);
         call.key(self.keys.runs())
             .key(self.keys.journal(run))
             .key(self.keys.claimable())
             .key(self.keys.calls(run))
+            .key(self.keys.call(&id))
             .arg(op)
             .arg(keys::encode(run.as_str()))
             .arg(lease.fence().get())
             .arg(payload)
-            .arg(call_id());
+            .arg(&id)
+            .arg(lease.ttl().as_millis().max(CALL_RECORD_MS));
         let (reply, ack) = self.write("fenced", &call).await?;
         self.confirmed(self.status(lease, &reply), &ack)?;
         Ok(reply)
@@ -635,10 +642,19 @@ impl LeaseStore for RedisLeaseStore {
         if ends.is_empty() {
             return Ok(Vec::new());
         }
+        let id = call_id();
+        // Kept at least as long as the longest lease of the batch: a resend comes sooner.
+        let keep = ends
+            .iter()
+            .map(|e| e.lease.ttl().as_millis())
+            .max()
+            .unwrap_or(0)
+            .max(CALL_RECORD_MS);
         let mut call = Call::new(&SCRIPTS.end_many);
         call.key(self.keys.runs())
             .key(self.keys.claimable())
-            .arg(call_id());
+            .key(self.keys.call(&id))
+            .arg(keep);
         for Ending { lease, end } in ends {
             let payload: &[u8] = match end {
                 End::CompleteWith(payload) => payload,

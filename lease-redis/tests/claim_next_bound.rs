@@ -128,7 +128,11 @@ async fn claim_next_stays_bounded_with_200_000_leases_held_and_renewed() {
     );
     let mut admin = redis::Client::open(server.url())
         .unwrap()
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(
+            // A server busy with an fsync must not fail the test's own reads (the default is 500 ms).
+            &redis::AsyncConnectionConfig::new()
+                .set_response_timeout(Some(std::time::Duration::from_secs(30))),
+        )
         .await
         .unwrap();
     let ids: Vec<RunId> = (0..RUNS)

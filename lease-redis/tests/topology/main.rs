@@ -50,7 +50,11 @@ async fn connect(url: &str, ns: &str) -> lease_core::Result<RedisLeaseStore> {
 async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
     redis::Client::open(url)
         .unwrap()
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(
+            // A server busy with an fsync must not fail the test's own reads (the default is 500 ms).
+            &redis::AsyncConnectionConfig::new()
+                .set_response_timeout(Some(std::time::Duration::from_secs(30))),
+        )
         .await
         .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"))
 }

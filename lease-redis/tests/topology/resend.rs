@@ -254,9 +254,52 @@ async fn a_resent_fenced_write_answers_its_first_result_and_changes_nothing() {
         "the resend answered {ended:?} for the end it applied"
     );
     assert_eq!(store.inspect(&r).await.unwrap().state, RunState::Completed);
+
+    // A batch that finds one lease ended already (by another call) and ends another: its
+    // resend answers Ok for the one it ended, LeaseEnded for the other.
+    let (before, fresh) = (run("ended-before"), run("ended-by-the-batch"));
+    let mut batch = Vec::new();
+    for id in [&before, &fresh] {
+        store.create(id).await.unwrap();
+        batch.push(store.claim(id, &worker("a"), ttl(60_000)).await.unwrap());
+    }
+    store.complete(&batch[0]).await.unwrap();
+    proxy.arm(Mode::Resend);
+    let mixed = store
+        .end_many(&[
+            Ending::new(batch[0].clone(), End::Complete),
+            Ending::new(batch[1].clone(), End::Complete),
+        ])
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            &mixed[..],
+            [Err(lease_core::Error::LeaseEnded { fence, .. }), Ok(())] if *fence == batch[0].fence().get()
+        ),
+        "the resent mixed batch answered {mixed:?}"
+    );
+
+    // A single end (the fenced script's end path), resent.
+    let single = run("single");
+    store.create(&single).await.unwrap();
+    let single_lease = store
+        .claim(&single, &worker("a"), ttl(60_000))
+        .await
+        .unwrap();
+    proxy.arm(Mode::Resend);
+    let completed = store.complete(&single_lease).await;
+    assert!(
+        completed.is_ok(),
+        "the resent complete answered {completed:?}"
+    );
+    assert_eq!(
+        store.inspect(&single).await.unwrap().state,
+        RunState::Completed
+    );
     say(&format!(
         "resent by a proxy: append seq {}, journal 2 entries (one warm-up); fenced script returned {len}, \
-         list length {stored}; end_many {ended:?}",
+         list length {stored}; end_many {ended:?}; mixed batch {mixed:?}; complete {completed:?}",
         entry.seq
     ));
 }
