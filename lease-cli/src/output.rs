@@ -16,7 +16,15 @@ pub(crate) struct RecordView {
     /// Time left on the lease by the store's clock, milliseconds (negative: expired).
     remaining_ms: Option<i64>,
     fence: u64,
+    /// Claims so far (the fence).
+    attempts: u64,
     heartbeats: u64,
+    /// A delayed run's end of delay on the store's clock, microseconds.
+    not_before_us: Option<u64>,
+    /// Time left before a delayed run is claimable, milliseconds.
+    claimable_in_ms: Option<i64>,
+    /// A failed run's reason.
+    failure: Option<String>,
     /// The store's clock when read, microseconds.
     observed_at_us: u64,
 }
@@ -33,7 +41,13 @@ impl From<&RunRecord> for RecordView {
                 .expires_at
                 .map(|t| (t.as_micros() as i64 - observed) / 1000),
             fence: r.fence.get(),
+            attempts: r.attempts(),
             heartbeats: r.heartbeats,
+            not_before_us: r.not_before.map(|t| t.as_micros()),
+            claimable_in_ms: r
+                .not_before
+                .map(|t| (t.as_micros() as i64 - observed) / 1000),
+            failure: r.failure.clone(),
             observed_at_us: r.observed_at.as_micros(),
         }
     }
@@ -140,10 +154,11 @@ fn row(v: &RecordView) -> [String; 6] {
         v.run.clone(),
         v.state.to_string(),
         v.owner.clone().unwrap_or_else(|| "-".into()),
-        match v.remaining_ms {
-            Some(ms) if ms <= 0 => format!("expired {}ms ago", -ms),
-            Some(ms) => format!("in {ms}ms"),
-            None => "-".into(),
+        match (v.remaining_ms, v.claimable_in_ms) {
+            (Some(ms), _) if ms <= 0 => format!("expired {}ms ago", -ms),
+            (Some(ms), _) => format!("in {ms}ms"),
+            (None, Some(ms)) => format!("(retry in {ms}ms)"),
+            (None, None) => "-".into(),
         },
         v.fence.to_string(),
         v.heartbeats.to_string(),
@@ -176,6 +191,8 @@ mod tests {
                 expires_at: Some(StoreTime::from_micros(2_000_000)),
                 fence: Fence::new(u64::try_from(i).unwrap()).unwrap(),
                 heartbeats: 7,
+                not_before: None,
+                failure: None,
                 observed_at: StoreTime::from_micros(1_000_000),
             })
             .collect()

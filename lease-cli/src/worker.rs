@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use distribution::{
-    connect_store, CancelReason, CancellationToken, Config, Ended, Error, Lease, LeaseStore,
+    connect_store, CancelReason, CancellationToken, Config, Error, Lease, LeaseStore,
     LeaseStoreExt, RunScope, ScopeConfig, WorkerId,
 };
 use serde_json::{json, Value};
@@ -102,7 +102,7 @@ pub(crate) fn rejection(e: &Error) -> Value {
         }
         Error::LeaseEnded { fence, ended, .. } => json!({
             "reason": "lease_ended",
-            "ended": match ended { Ended::Released => "released", Ended::Suspended => "suspended", Ended::Completed => "completed" },
+            "ended": ended.to_string(),
             "presented": fence, "current": fence, "message": e.to_string()
         }),
         Error::FenceAhead {

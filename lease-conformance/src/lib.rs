@@ -20,6 +20,7 @@ mod fault_scenarios;
 pub mod fixtures;
 pub mod fuzz;
 mod hub_scenarios;
+mod life_scenarios;
 pub mod model_check;
 mod scenarios;
 mod scope_scenarios;
@@ -28,6 +29,7 @@ mod worker_scenarios;
 pub use batch_scenarios::*;
 pub use fault_scenarios::*;
 pub use hub_scenarios::*;
+pub use life_scenarios::*;
 pub use scenarios::*;
 pub use scope_scenarios::*;
 pub use worker_scenarios::*;
@@ -94,6 +96,9 @@ macro_rules! conformance_tests {
             create_many_refuses_existing_ids_alone_and_keeps_order,
             a_keyed_append_applies_once_per_key,
             inspect_many_answers_each_run_in_order,
+            a_retry_delay_holds_the_run_back_on_the_store_clock,
+            a_failed_run_stays_failed_until_an_operator_resumes_it,
+            worker_gives_up_on_a_poison_run_after_its_attempts,
             worker_runs_at_most_its_concurrency_limit,
             worker_handler_ignoring_its_token_is_still_fenced,
             worker_shutdown_hands_runs_over_within_one_poll,

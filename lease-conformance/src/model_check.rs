@@ -69,7 +69,7 @@ pub enum Step {
     /// `complete(lease)`.
     Complete(usize, Presented),
     /// `end_many` of leases, each with its end (0 complete, 1 complete with an effect,
-    /// 2 release, 3 suspend).
+    /// 2 release, 3 suspend, 4 retry after the short TTL's length, 5 fail).
     EndMany(Vec<(usize, Presented, u8)>),
     /// `create_many(runs)`, repeats included.
     CreateMany(Vec<usize>),
@@ -106,12 +106,12 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (any::<usize>(), presented()).prop_map(|(l, p)| Step::Release(l, p)),
         1 => (any::<usize>(), presented()).prop_map(|(l, p)| Step::Suspend(l, p)),
         1 => (any::<usize>(), presented()).prop_map(|(l, p)| Step::Complete(l, p)),
-        2 => prop::collection::vec((any::<usize>(), presented(), 0..4u8), 1..4).prop_map(Step::EndMany),
+        2 => prop::collection::vec((any::<usize>(), presented(), 0..6u8), 1..4).prop_map(Step::EndMany),
         1 => prop::collection::vec(run.clone(), 1..4).prop_map(Step::CreateMany),
         1 => run.clone().prop_map(Step::Resume),
         1 => run.clone().prop_map(Step::ForceRelease),
         2 => run.prop_map(Step::Inspect),
-        1 => prop::option::of(0..3u8).prop_map(Step::List),
+        1 => prop::option::of(0..4u8).prop_map(Step::List),
         2 => (0..=2 * SHORT_MS).prop_map(Step::Advance),
     ]
 }
@@ -130,6 +130,10 @@ struct Run {
     heartbeats: u64,
     /// The store's expiry lies in `[lo, hi]` (local monotonic time), when owned.
     window: Option<(Instant, Instant)>,
+    /// The end of a retry delay lies in `[lo, hi]`, when unowned and released with one.
+    delay: Option<(Instant, Instant)>,
+    /// A failed run's reason.
+    failure: Option<String>,
     journal: Vec<(u64, Vec<u8>)>,
 }
 
@@ -142,6 +146,8 @@ impl Run {
             fence: 0,
             heartbeats: 0,
             window: None,
+            delay: None,
+            failure: None,
             journal: Vec::new(),
         }
     }
@@ -154,6 +160,10 @@ enum Liveness {
     Held,
     Expired,
     Unsure,
+    /// Unowned, its retry delay surely not over.
+    Delayed,
+    /// Unowned, its retry delay over or not.
+    DelayUnsure,
 }
 
 struct Model {
@@ -164,7 +174,12 @@ struct Model {
 impl Model {
     fn live(&self, run: &Run, sent: Instant, received: Instant) -> Liveness {
         match (run.owner.as_ref(), run.window) {
-            (None, _) => Liveness::Free,
+            (None, _) => match run.delay {
+                None => Liveness::Free,
+                Some((_, hi)) if sent >= hi + SLACK => Liveness::Free,
+                Some((lo, _)) if received + SLACK <= lo => Liveness::Delayed,
+                Some(_) => Liveness::DelayUnsure,
+            },
             (Some(_), None) => Liveness::Unsure,
             (Some(_), Some((lo, hi))) => {
                 if sent >= hi + SLACK {
@@ -200,6 +215,7 @@ impl Model {
         let ended = match (run.state, &run.owner) {
             (RunState::Suspended, _) => Ended::Suspended,
             (RunState::Completed, _) => Ended::Completed,
+            (RunState::Failed, _) => Ended::Failed,
             (RunState::Runnable, None) => Ended::Released,
             (RunState::Runnable, Some(_)) => return Ok(()),
         };
@@ -221,6 +237,7 @@ fn same_error(got: &Error, want: &Error) -> bool {
                 run: r2, owner: o2, ..
             },
         ) => run == r2 && owner == o2,
+        (Error::Delayed { run, .. }, Error::Delayed { run: r2, .. }) => run == r2,
         _ => format!("{got:?}") == format!("{want:?}"),
     }
 }
@@ -320,10 +337,20 @@ async fn apply(
                 return;
             };
             let live = model.live(run, sent, received);
+            let delayed = Error::Delayed {
+                run: id.clone(),
+                remaining: Duration::ZERO,
+            };
             let want: Result<(), Error> = match run.state {
                 RunState::Suspended => Err(Error::Suspended { run: id.clone() }),
                 RunState::Completed => Err(Error::Completed { run: id.clone() }),
+                RunState::Failed => Err(Error::Failed { run: id.clone() }),
                 RunState::Runnable => match live {
+                    Liveness::Delayed => Err(delayed),
+                    Liveness::DelayUnsure => match &got {
+                        Ok(_) => Ok(()),
+                        Err(_) => Err(delayed),
+                    },
                     Liveness::Held => Err(Error::Held {
                         run: id.clone(),
                         owner: run.owner.clone().expect("owned"),
@@ -363,8 +390,8 @@ async fn apply(
                 }
                 match model.live(run, sent, received) {
                     Liveness::Free | Liveness::Expired => sure.push(id.clone()),
-                    Liveness::Unsure => maybe.push(id.clone()),
-                    Liveness::Held => {}
+                    Liveness::Unsure | Liveness::DelayUnsure => maybe.push(id.clone()),
+                    Liveness::Held | Liveness::Delayed => {}
                 }
             }
             let mut seen = Vec::new();
@@ -476,7 +503,9 @@ async fn apply(
                             0 => End::Complete,
                             1 => End::CompleteWith(vec![*kind, b'=', 0, b'\n']),
                             2 => End::Release,
-                            _ => End::Suspend,
+                            3 => End::Suspend,
+                            4 => End::RetryAfter(Duration::from_millis(SHORT_MS)),
+                            _ => End::Fail(format!("gave up: {{\u{e4}}} #{kind}")),
                         };
                         batch.push(Ending::new(lease, end));
                     }
@@ -489,6 +518,7 @@ async fn apply(
                 .end_many(&batch)
                 .await
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let received = Instant::now();
             assert_eq!(got.len(), batch.len(), "{what}: a result per item");
             for (item, one) in batch.iter().zip(got) {
                 let want = model.verdict(item.lease.run(), item.lease.fence().get());
@@ -498,9 +528,15 @@ async fn apply(
                     run.owner = None;
                     run.window = None;
                     run.state = item.end.state();
-                    if let End::CompleteWith(payload) = &item.end {
-                        run.journal
-                            .push((item.lease.fence().get(), payload.clone()));
+                    match &item.end {
+                        End::CompleteWith(payload) => run
+                            .journal
+                            .push((item.lease.fence().get(), payload.clone())),
+                        End::RetryAfter(delay) => {
+                            run.delay = Some((sent + *delay, received + *delay));
+                        }
+                        End::Fail(reason) => run.failure = Some(reason.clone()),
+                        _ => {}
                     }
                 }
             }
@@ -529,15 +565,19 @@ async fn apply(
             let got = store.resume(id).await;
             let want = match model.runs.get(id) {
                 None => Err(Error::NotFound { run: id.clone() }),
-                Some(run) if run.state != RunState::Suspended => Err(Error::NotSuspended {
-                    run: id.clone(),
-                    state: run.state,
-                }),
+                Some(run) if !matches!(run.state, RunState::Suspended | RunState::Failed) => {
+                    Err(Error::NotSuspended {
+                        run: id.clone(),
+                        state: run.state,
+                    })
+                }
                 Some(_) => Ok(()),
             };
             expect_same(what, &got, &want);
             if got.is_ok() {
-                model.runs.get_mut(id).expect("known").state = RunState::Runnable;
+                let run = model.runs.get_mut(id).expect("known");
+                run.state = RunState::Runnable;
+                run.failure = None;
             }
         }
         Step::ForceRelease(r) => {
@@ -547,6 +587,7 @@ async fn apply(
                 None => Err(Error::NotFound { run: id.clone() }),
                 Some(RunState::Suspended) => Err(Error::Suspended { run: id.clone() }),
                 Some(RunState::Completed) => Err(Error::Completed { run: id.clone() }),
+                Some(RunState::Failed) => Err(Error::Failed { run: id.clone() }),
                 Some(RunState::Runnable) => Ok(()),
             };
             expect_same(what, &got, &want);
@@ -554,11 +595,13 @@ async fn apply(
                 let run = model.runs.get_mut(id).expect("known");
                 run.owner = None;
                 run.window = None;
+                run.delay = None;
             }
         }
         Step::Inspect(r) => {
             let id = &ids[*r];
             let got = store.inspect(id).await;
+            let received = Instant::now();
             let journal = store.journal(id).await;
             match model.runs.get(id) {
                 None => {
@@ -582,6 +625,19 @@ async fn apply(
                         run.owner.is_some(),
                         "{what}: expiry"
                     );
+                    assert_eq!(got.failure, run.failure, "{what}: failure reason");
+                    let delayed = run.state == RunState::Runnable
+                        && run.owner.is_none()
+                        && run.delay.is_some();
+                    match model.live(run, sent, received) {
+                        Liveness::Delayed if delayed => assert!(
+                            got.not_before.is_some_and(|at| at > got.observed_at),
+                            "{what}: a delayed run's not_before, got {:?}",
+                            got.not_before
+                        ),
+                        Liveness::DelayUnsure if delayed => {}
+                        _ => assert_eq!(got.not_before, None, "{what}: not delayed"),
+                    }
                     let journal: Vec<(u64, Vec<u8>)> = journal
                         .unwrap_or_else(|e| panic!("{what}: {e}"))
                         .into_iter()
@@ -595,7 +651,8 @@ async fn apply(
             let state = state.map(|s| match s {
                 0 => RunState::Runnable,
                 1 => RunState::Suspended,
-                _ => RunState::Completed,
+                2 => RunState::Completed,
+                _ => RunState::Failed,
             });
             // Every id of this case sorts after the prefix without its '-'.
             let filter = ListFilter {
@@ -635,6 +692,7 @@ async fn apply(
 
 fn claimed(run: &mut Run, lease: &Lease, sent: Instant, received: Instant) {
     run.fence = lease.fence().get();
+    run.delay = None;
     run.owner = Some(lease.owner().clone());
     run.window = Some((
         sent + lease.ttl().as_duration(),
@@ -670,7 +728,9 @@ async fn retire(store: &dyn LeaseStore, model: &Model, ids: &[RunId]) {
         let record = store.inspect(id).await.expect("inspect to retire");
         match record.state {
             RunState::Completed => continue,
-            RunState::Suspended => drop(store.resume(id).await.expect("resume to retire")),
+            RunState::Suspended | RunState::Failed => {
+                drop(store.resume(id).await.expect("resume to retire"))
+            }
             RunState::Runnable => {}
         }
         store

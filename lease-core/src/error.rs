@@ -69,8 +69,24 @@ pub enum Error {
         /// The run asked for.
         run: RunId,
     },
-    /// `resume` of a run that is not suspended.
-    #[error("run {run} is {state}, not suspended")]
+    /// A claim refused because the run has failed ([`End::Fail`](crate::End::Fail)); `resume`
+    /// puts it back.
+    #[error("run {run} has failed; resume it to run it again")]
+    Failed {
+        /// The run asked for.
+        run: RunId,
+    },
+    /// A claim refused because the run was given back with a retry delay
+    /// ([`End::RetryAfter`](crate::End::RetryAfter)) that has not passed on the store's clock.
+    #[error("run {run} is not claimable for another {remaining:?} (a retry delay)")]
+    Delayed {
+        /// The run asked for.
+        run: RunId,
+        /// Time left before it is claimable, by the store's clock.
+        remaining: Duration,
+    },
+    /// `resume` of a run that is neither suspended nor failed.
+    #[error("run {run} is {state}, not suspended or failed")]
     NotSuspended {
         /// The run asked for.
         run: RunId,
@@ -192,6 +208,11 @@ impl Error {
             },
             Error::Suspended { run } => Error::Suspended { run: run.clone() },
             Error::Completed { run } => Error::Completed { run: run.clone() },
+            Error::Failed { run } => Error::Failed { run: run.clone() },
+            Error::Delayed { run, remaining } => Error::Delayed {
+                run: run.clone(),
+                remaining: *remaining,
+            },
             Error::NotSuspended { run, state } => Error::NotSuspended {
                 run: run.clone(),
                 state: *state,
@@ -266,6 +287,8 @@ pub enum Ended {
     Suspended,
     /// Completed: terminal.
     Completed,
+    /// Failed: given up on, until an operator resumes it.
+    Failed,
 }
 
 impl fmt::Display for Ended {
@@ -274,6 +297,7 @@ impl fmt::Display for Ended {
             Ended::Released => "released",
             Ended::Suspended => "suspended",
             Ended::Completed => "completed",
+            Ended::Failed => "failed",
         })
     }
 }
@@ -426,8 +450,26 @@ pub enum InvalidInput {
         /// The operation.
         operation: &'static str,
     },
-    /// A state name other than `runnable`, `suspended` or `completed`.
-    #[error("unknown run state {state:?}; expected runnable, suspended or completed")]
+    /// An [`End::RetryAfter`](crate::End::RetryAfter) delay over
+    /// [`MAX_RETRY_DELAY`](crate::MAX_RETRY_DELAY).
+    #[error("retry delay {delay:?} is longer than the maximum of {max:?}")]
+    RetryDelayTooLong {
+        /// The delay asked for.
+        delay: Duration,
+        /// The maximum.
+        max: Duration,
+    },
+    /// An [`End::Fail`](crate::End::Fail) reason over
+    /// [`MAX_REASON_BYTES`](crate::MAX_REASON_BYTES).
+    #[error("failure reason of {len} bytes is longer than the maximum of {max}")]
+    ReasonTooLong {
+        /// The reason's size.
+        len: usize,
+        /// The maximum.
+        max: usize,
+    },
+    /// A state name other than `runnable`, `suspended`, `completed` or `failed`.
+    #[error("unknown run state {state:?}; expected runnable, suspended, completed or failed")]
     UnknownState {
         /// The name given (first 32 characters).
         state: String,

@@ -55,12 +55,13 @@ pub use redact::{redact_url, REDACTED, UNPARSEABLE_URL};
 pub use scope::{min_margin, CancelReason, RunScope, ScopeConfig};
 pub use store::{claim_refusal, fenced_verdict, LeaseStore, LeaseStoreExt};
 pub use types::{
-    check_claim_max, check_create_batch, check_end_batch, check_list, check_payload,
-    check_renew_batch, End, Ending, Fence, JournalEntry, Lease, ListFilter, RunRecord, RunState,
-    StoreTime, Ttl, MAX_BATCH, MAX_BATCH_PAYLOAD_BYTES, MAX_LIST, MAX_PAYLOAD_BYTES,
+    check_claim_max, check_create_batch, check_end_batch, check_list, check_payload, check_reason,
+    check_renew_batch, check_retry_delay, truncate_reason, End, Ending, Fence, JournalEntry, Lease,
+    ListFilter, RunRecord, RunState, StoreTime, Ttl, MAX_BATCH, MAX_BATCH_PAYLOAD_BYTES, MAX_LIST,
+    MAX_PAYLOAD_BYTES, MAX_REASON_BYTES, MAX_RETRY_DELAY,
 };
 pub use worker::{
-    EndReport, Handler, HandlerFuture, RunContext, Worker, WorkerConfig, WorkerReport,
+    EndReport, Handler, HandlerFuture, RetryPolicy, RunContext, Worker, WorkerConfig, WorkerReport,
 };
 
 /// Re-exported so callers and backends name the same token type.

@@ -58,6 +58,8 @@ struct Slot {
     journal: Vec<JournalEntry>,
     /// The journal entries written with an idempotency key: key → index in `journal`.
     keys: HashMap<IdempotencyKey, usize>,
+    /// A failed run's reason.
+    failure: Option<String>,
 }
 
 /// The store's part of a [`MemoryLeaseStore::fenced_with`] closure: journal entries to append
@@ -140,8 +142,17 @@ impl MemoryLeaseStore {
             expires_at: slot.expires_at.map(|at| self.store_time(at)),
             fence: slot.fence,
             heartbeats: slot.heartbeats,
+            not_before: Self::delay(slot, now).map(|_| self.store_time(slot.claimable_at)),
+            failure: slot.failure.clone(),
             observed_at: self.store_time(now),
         }
+    }
+
+    /// How long before a runnable, unowned run given back with a retry delay is claimable;
+    /// `None` if it is (or the run is in any other state).
+    fn delay(slot: &Slot, now: Instant) -> Option<std::time::Duration> {
+        (slot.state == RunState::Runnable && slot.owner.is_none() && slot.claimable_at > now)
+            .then(|| slot.claimable_at - now)
     }
 
     fn lease(&self, run: &RunId, slot: &Slot, ttl: Ttl) -> Lease {
@@ -161,9 +172,14 @@ impl MemoryLeaseStore {
         now: Instant,
     ) -> Result<Lease> {
         let remaining = slot.expires_at.map(|at| at.saturating_duration_since(now));
-        if let Some(refusal) =
-            claim_refusal(run, slot.state, slot.owner.as_ref(), remaining, slot.fence)
-        {
+        if let Some(refusal) = claim_refusal(
+            run,
+            slot.state,
+            slot.owner.as_ref(),
+            remaining,
+            Self::delay(slot, now),
+            slot.fence,
+        ) {
             return Err(refusal);
         }
         let expires_at = now + ttl.as_duration();
@@ -291,13 +307,19 @@ impl MemoryLeaseStore {
     /// Ends the lease held under `fence` as `end` says (its effect journaled first).
     fn apply_end(&self, slot: &mut Slot, fence: Fence, end: End, now: Instant) {
         let to = end.state();
-        if let End::CompleteWith(payload) = end {
-            self.push_entry(slot, fence, payload, None, now);
+        let delay = std::time::Duration::from_millis(end.delay_millis());
+        match end {
+            End::CompleteWith(payload) => {
+                self.push_entry(slot, fence, payload, None, now);
+            }
+            End::Fail(reason) => slot.failure = Some(reason),
+            _ => {}
         }
         slot.state = to;
         slot.owner = None;
         slot.expires_at = None;
-        slot.claimable_at = now;
+        // For a completed or failed run, when it ended (retention's age).
+        slot.claimable_at = now + delay;
     }
 
     fn renew_one(&self, lease: &Lease) -> Result<Lease> {
@@ -360,6 +382,7 @@ impl LeaseStore for MemoryLeaseStore {
             order: state.next_order,
             journal: Vec::new(),
             keys: HashMap::new(),
+            failure: None,
         };
         let record = self.record(run, &slot, now);
         state.runs.insert(run.clone(), slot);
@@ -516,13 +539,14 @@ impl LeaseStore for MemoryLeaseStore {
             .runs
             .get_mut(run)
             .ok_or_else(|| Error::NotFound { run: run.clone() })?;
-        if slot.state != RunState::Suspended {
+        if !matches!(slot.state, RunState::Suspended | RunState::Failed) {
             return Err(Error::NotSuspended {
                 run: run.clone(),
                 state: slot.state,
             });
         }
         slot.state = RunState::Runnable;
+        slot.failure = None;
         slot.claimable_at = now;
         Ok(self.record(run, slot, now))
     }
@@ -581,6 +605,7 @@ impl LeaseStore for MemoryLeaseStore {
         match slot.state {
             RunState::Suspended => return Err(Error::Suspended { run: run.clone() }),
             RunState::Completed => return Err(Error::Completed { run: run.clone() }),
+            RunState::Failed => return Err(Error::Failed { run: run.clone() }),
             RunState::Runnable => {}
         }
         slot.owner = None;

@@ -153,6 +153,8 @@ pub fn reason(e: &Error) -> &'static str {
         Error::Held { .. } => "held",
         Error::Suspended { .. } => "suspended",
         Error::Completed { .. } => "completed",
+        Error::Failed { .. } => "failed",
+        Error::Delayed { .. } => "delayed",
         Error::NotSuspended { .. } => "not_suspended",
         Error::StaleFence { .. } => "stale_fence",
         Error::LeaseEnded { .. } => "lease_ended",

@@ -132,13 +132,16 @@ pub enum CancelReason {
     Suspended,
     /// [`RunScope::complete`] succeeded.
     Completed,
+    /// [`RunScope::fail`] succeeded (or a worker ended the lease with
+    /// [`End::Fail`](crate::End::Fail)).
+    Failed,
     /// The parent token was cancelled (worker shutdown).
     Shutdown,
 }
 
 impl CancelReason {
     /// A bounded label for metrics: `rejected`, `deadline`, `released`, `suspended`,
-    /// `completed` or `shutdown`.
+    /// `completed`, `failed` or `shutdown`.
     pub fn label(&self) -> &'static str {
         match self {
             CancelReason::Rejected(_) => "rejected",
@@ -146,6 +149,7 @@ impl CancelReason {
             CancelReason::Released => "released",
             CancelReason::Suspended => "suspended",
             CancelReason::Completed => "completed",
+            CancelReason::Failed => "failed",
             CancelReason::Shutdown => "shutdown",
         }
     }
@@ -168,6 +172,7 @@ impl fmt::Display for CancelReason {
             CancelReason::Released => f.write_str("released"),
             CancelReason::Suspended => f.write_str("suspended"),
             CancelReason::Completed => f.write_str("completed"),
+            CancelReason::Failed => f.write_str("failed"),
             CancelReason::Shutdown => f.write_str("shut down"),
         }
     }
@@ -491,6 +496,40 @@ impl RunScope {
         self.end(CancelReason::Released).await
     }
 
+    /// Gives the run back, not claimable before `delay` has passed on the store's clock
+    /// ([`End::RetryAfter`](crate::End::RetryAfter)), and stops the heartbeat. Errors as for
+    /// [`RunScope::suspend`].
+    ///
+    /// # Errors
+    /// As [`LeaseStore::end_many`] for one item; [`Error::InvalidInput`](crate::Error::InvalidInput)
+    /// for a delay over [`MAX_RETRY_DELAY`](crate::MAX_RETRY_DELAY).
+    pub async fn retry_after(&self, delay: Duration) -> Result<()> {
+        self.end_one(CancelReason::Released, crate::End::RetryAfter(delay))
+            .await
+    }
+
+    /// Gives up on the run ([`End::Fail`](crate::End::Fail)): failed with `reason` until an
+    /// operator resumes it; stops the heartbeat. Errors as for [`RunScope::suspend`].
+    ///
+    /// # Errors
+    /// As [`LeaseStore::end_many`] for one item; [`Error::InvalidInput`](crate::Error::InvalidInput)
+    /// for a reason over [`MAX_REASON_BYTES`](crate::MAX_REASON_BYTES).
+    pub async fn fail(&self, reason: &str) -> Result<()> {
+        self.end_one(CancelReason::Failed, crate::End::Fail(reason.to_owned()))
+            .await
+    }
+
+    async fn end_one(&self, how: CancelReason, end: crate::End) -> Result<()> {
+        // Refused before the scope is touched: bad input changes nothing.
+        let probe = crate::Ending::new(self.lease(), end.clone());
+        crate::types::check_end_batch(std::slice::from_ref(&probe))?;
+        let store = self.shared.store.clone();
+        self.end_with(how, |lease| async move {
+            crate::LeaseStoreExt::end_one(&*store, &lease, end).await
+        })
+        .await
+    }
+
     async fn end(&self, how: CancelReason) -> Result<()> {
         let store = self.shared.store.clone();
         self.end_with(how.clone(), |lease| async move {
@@ -518,6 +557,7 @@ impl RunScope {
             CancelReason::Suspended => Some(crate::Ended::Suspended),
             CancelReason::Completed => Some(crate::Ended::Completed),
             CancelReason::Released => Some(crate::Ended::Released),
+            CancelReason::Failed => Some(crate::Ended::Failed),
             _ => None,
         };
         let mut result = write(lease.clone()).await;

@@ -19,12 +19,13 @@ use crate::types::{End, Ending, Fence, JournalEntry, Lease, ListFilter, RunRecor
 /// [`append`](LeaseStore::append), [`release`](LeaseStore::release),
 /// [`suspend`](LeaseStore::suspend), [`complete`](LeaseStore::complete), and any write an
 /// adapter offers) is accepted iff the presented fence equals the run's stored fence and the
-/// lease is still held (not released, suspended or completed). Otherwise, in this order:
+/// lease is still held (not released, suspended, completed or failed). Otherwise, in this order:
 ///
 /// - [`Error::NotFound`] if the run does not exist;
 /// - [`Error::StaleFence`] if the presented fence is lower than the stored one;
 /// - [`Error::FenceAhead`] if it is higher (the store never issued it);
-/// - [`Error::LeaseEnded`] if it is equal but the lease was released, suspended or completed.
+/// - [`Error::LeaseEnded`] if it is equal but the lease was released, suspended, completed or
+///   failed.
 ///
 /// Expiry alone never rejects a write: a holder whose lease expired may still write until
 /// someone reclaims the run, which moves the fence. [`fenced_verdict`] implements these rules
@@ -46,16 +47,19 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     /// [`Error::AlreadyExists`]; nothing is changed.
     async fn create(&self, run: &RunId) -> Result<RunRecord>;
 
-    /// Claims `run` for `worker` for `ttl` if it is runnable and unowned or expired. Sets the
-    /// owner, sets the expiry to the store's now plus `ttl`, and increments the fence.
+    /// Claims `run` for `worker` for `ttl` if it is runnable and unowned or expired, and not
+    /// delayed ([`End::RetryAfter`]) past the store's now. Sets the owner, sets the expiry to the
+    /// store's now plus `ttl`, and increments the fence (so the fence is the attempt number).
     ///
     /// # Errors
-    /// [`Error::Held`] (holder, time left), [`Error::Suspended`], [`Error::Completed`],
+    /// [`Error::Held`] (holder, time left), [`Error::Delayed`] (time left before it is
+    /// claimable), [`Error::Suspended`], [`Error::Completed`], [`Error::Failed`],
     /// [`Error::NotFound`], [`Error::FenceExhausted`].
     async fn claim(&self, run: &RunId, worker: &WorkerId, ttl: Ttl) -> Result<Lease>;
 
     /// Claims up to `max` (1 to [`MAX_BATCH`](crate::MAX_BATCH)) claimable runs (runnable and
-    /// unowned or expired), those claimable longest first. Returns an empty list when none is.
+    /// unowned or expired, and not delayed past the store's now), those claimable longest
+    /// first (a delayed run counts as claimable from the end of its delay). Returns an empty list when none is.
     /// Concurrent callers never receive the same run under the same fence.
     ///
     /// # Errors
@@ -162,6 +166,11 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     /// (more than `MAX_BATCH` items, a payload over the limit, the same run twice) before any
     /// I/O, or the backend being unavailable. Per item: the fenced-write verdicts of the
     /// [contract](LeaseStore#contract).
+    ///
+    /// [`End::RetryAfter`] releases the run with a delay counted on the store's clock from the
+    /// commit; [`End::Fail`] fails it with its reason (terminal until
+    /// [`resume`](LeaseStore::resume)). A backend written before these ends must refuse them as
+    /// [`InvalidInput::Unsupported`](crate::InvalidInput::Unsupported), never release instead.
     async fn end_many(&self, ends: &[Ending]) -> Result<Vec<Result<()>>>;
 
     /// Creates up to [`MAX_BATCH`](crate::MAX_BATCH) runs in one round trip, each as
@@ -173,7 +182,8 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     /// The outer error when the batch as a whole could not be decided (unavailable, too large).
     async fn create_many(&self, runs: &[RunId]) -> Result<Vec<Result<()>>>;
 
-    /// Makes a suspended run runnable again. The next claim takes a higher fence.
+    /// Makes a suspended or failed run runnable again, claimable at once (a failed run's reason
+    /// is cleared). The next claim takes a higher fence.
     ///
     /// # Errors
     /// [`Error::NotFound`], [`Error::NotSuspended`].
@@ -230,8 +240,10 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     /// [`Error::LeaseEnded`] until the next claim, which takes a higher fence and makes them
     /// fail with [`Error::StaleFence`].
     ///
+    /// A delayed run ([`End::RetryAfter`]) becomes claimable at once.
+    ///
     /// # Errors
-    /// [`Error::NotFound`], [`Error::Suspended`], [`Error::Completed`].
+    /// [`Error::NotFound`], [`Error::Suspended`], [`Error::Completed`], [`Error::Failed`].
     async fn force_release(&self, run: &RunId) -> Result<RunRecord>;
 }
 
@@ -270,6 +282,7 @@ pub fn fenced_verdict(
     let ended = match state {
         RunState::Completed => Ended::Completed,
         RunState::Suspended => Ended::Suspended,
+        RunState::Failed => Ended::Failed,
         RunState::Runnable if !owned => Ended::Released,
         RunState::Runnable => return Ok(()),
     };
@@ -282,21 +295,28 @@ pub fn fenced_verdict(
 
 /// Why a claim of an existing run was refused, given what the store holds for it; `None` if the
 /// claim is allowed. `remaining` is the holder's time left by the store's clock (`None` or zero
-/// when unowned or expired).
+/// when unowned or expired); `delayed` the time left before an unowned run given back with a
+/// retry delay is claimable (`None` or zero when it is).
 pub fn claim_refusal(
     run: &RunId,
     state: RunState,
     owner: Option<&WorkerId>,
     remaining: Option<Duration>,
+    delayed: Option<Duration>,
     current: Fence,
 ) -> Option<Error> {
     match state {
         RunState::Suspended => Some(Error::Suspended { run: run.clone() }),
         RunState::Completed => Some(Error::Completed { run: run.clone() }),
-        RunState::Runnable => match (owner, remaining) {
-            (Some(owner), Some(remaining)) if !remaining.is_zero() => Some(Error::Held {
+        RunState::Failed => Some(Error::Failed { run: run.clone() }),
+        RunState::Runnable => match (owner, remaining, delayed) {
+            (Some(owner), Some(remaining), _) if !remaining.is_zero() => Some(Error::Held {
                 run: run.clone(),
                 owner: owner.clone(),
+                remaining,
+            }),
+            (None, _, Some(remaining)) if !remaining.is_zero() => Some(Error::Delayed {
+                run: run.clone(),
                 remaining,
             }),
             _ if current >= Fence::MAX => Some(Error::FenceExhausted { run: run.clone() }),
@@ -345,6 +365,42 @@ pub trait LeaseStoreExt: LeaseStore {
     /// [`Error::InvalidInput`] for a payload over the limit.
     async fn complete_with(&self, lease: &Lease, payload: &[u8]) -> Result<()> {
         let item = Ending::new(lease.clone(), End::CompleteWith(payload.to_vec()));
+        let mut results = self.end_many(std::slice::from_ref(&item)).await?;
+        match results.pop() {
+            Some(result) if results.is_empty() => result,
+            _ => Err(Error::backend(
+                "lease-core",
+                "end_many answered a batch of one with a different number of results",
+            )),
+        }
+    }
+
+    /// Gives the run back, not claimable before `delay` has passed on the store's clock
+    /// ([`End::RetryAfter`]), through [`end_many`](LeaseStore::end_many).
+    ///
+    /// # Errors
+    /// The fenced-write verdicts of the [contract](LeaseStore#contract), or
+    /// [`Error::InvalidInput`] for a delay over [`MAX_RETRY_DELAY`](crate::MAX_RETRY_DELAY).
+    async fn retry_after(&self, lease: &Lease, delay: Duration) -> Result<()> {
+        self.end_one(lease, End::RetryAfter(delay)).await
+    }
+
+    /// Gives up on the run ([`End::Fail`]): failed with `reason` until
+    /// [`resume`](LeaseStore::resume), through [`end_many`](LeaseStore::end_many).
+    ///
+    /// # Errors
+    /// The fenced-write verdicts of the [contract](LeaseStore#contract), or
+    /// [`Error::InvalidInput`] for a reason over [`MAX_REASON_BYTES`](crate::MAX_REASON_BYTES).
+    async fn fail(&self, lease: &Lease, reason: &str) -> Result<()> {
+        self.end_one(lease, End::Fail(reason.to_owned())).await
+    }
+
+    /// Ends one lease through [`end_many`](LeaseStore::end_many).
+    ///
+    /// # Errors
+    /// As [`LeaseStore::end_many`] for one item.
+    async fn end_one(&self, lease: &Lease, end: End) -> Result<()> {
+        let item = Ending::new(lease.clone(), end);
         let mut results = self.end_many(std::slice::from_ref(&item)).await?;
         match results.pop() {
             Some(result) if results.is_empty() => result,

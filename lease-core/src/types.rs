@@ -159,15 +159,29 @@ pub enum RunState {
     Suspended,
     /// Finished; terminal.
     Completed,
+    /// Given up on ([`End::Fail`]), with a reason: never claimable, until an operator puts it
+    /// back with [`resume`](crate::LeaseStore::resume), after which its next claim takes a
+    /// higher fence as always.
+    Failed,
 }
 
 impl RunState {
-    /// The lower-case name used in storage and output: `runnable`, `suspended`, `completed`.
+    /// Every state, in the order of their names in output.
+    pub const ALL: [RunState; 4] = [
+        RunState::Runnable,
+        RunState::Suspended,
+        RunState::Completed,
+        RunState::Failed,
+    ];
+
+    /// The lower-case name used in storage and output: `runnable`, `suspended`, `completed`,
+    /// `failed`.
     pub const fn as_str(self) -> &'static str {
         match self {
             RunState::Runnable => "runnable",
             RunState::Suspended => "suspended",
             RunState::Completed => "completed",
+            RunState::Failed => "failed",
         }
     }
 }
@@ -185,6 +199,7 @@ impl FromStr for RunState {
             "runnable" => Ok(RunState::Runnable),
             "suspended" => Ok(RunState::Suspended),
             "completed" => Ok(RunState::Completed),
+            "failed" => Ok(RunState::Failed),
             other => Err(InvalidInput::UnknownState {
                 state: other.chars().take(32).collect(),
             }),
@@ -271,11 +286,25 @@ pub struct RunRecord {
     pub fence: Fence,
     /// How many renewals have succeeded over the run's life.
     pub heartbeats: u64,
+    /// For a runnable, unowned run given back with [`End::RetryAfter`]: the instant on the
+    /// store's clock before which no claim takes it, if that is still ahead of
+    /// [`observed_at`](RunRecord::observed_at). `None` once it has passed, and for every other
+    /// run.
+    pub not_before: Option<StoreTime>,
+    /// For a [failed](RunState::Failed) run: the reason its last holder gave
+    /// ([`End::Fail`]). `None` for every other run.
+    pub failure: Option<String>,
     /// The store's clock when this record was read.
     pub observed_at: StoreTime,
 }
 
 impl RunRecord {
+    /// How many times the run has been claimed: its fence, which every claim raises by one, so
+    /// a lease's fence is also its attempt number (1 for the first claim).
+    pub fn attempts(&self) -> u64 {
+        self.fence.get()
+    }
+
     /// Time left on the lease as the store saw it when read; `None` if unowned.
     pub fn remaining(&self) -> Option<Duration> {
         self.expires_at
@@ -325,6 +354,13 @@ pub struct ListFilter {
     pub limit: usize,
 }
 
+/// The longest delay an [`End::RetryAfter`] accepts: 30 days.
+pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(30 * 86_400);
+
+/// The longest failure reason an [`End::Fail`] accepts: 4 KiB of UTF-8. The
+/// [`Worker`](crate::Worker) cuts a handler's error message to fit.
+pub const MAX_REASON_BYTES: usize = 4096;
+
 /// The most runs one `list` call returns.
 pub const MAX_LIST: usize = 10_000;
 
@@ -354,6 +390,15 @@ pub enum End {
     Release,
     /// Suspend the run until [`resume`](crate::LeaseStore::resume).
     Suspend,
+    /// Give the run back, runnable but not claimable before this delay (at most
+    /// [`MAX_RETRY_DELAY`], whole milliseconds) has passed on the **store's** clock: a retry
+    /// with backoff. `claim_next` passes the run by until then; a `claim` of it is refused
+    /// with [`Error::Delayed`](crate::Error::Delayed). A zero delay is a [`Release`](End::Release).
+    /// Reported as [`Ended::Released`](crate::Ended::Released).
+    RetryAfter(Duration),
+    /// Give up on the run: [failed](RunState::Failed), terminal until an operator resumes it,
+    /// with this reason (at most [`MAX_REASON_BYTES`]) in its record.
+    Fail(String),
     /// For a [`Worker`](crate::Worker) handler: the handler already ended the lease itself, as
     /// `Ended` says, atomically with its own effect, in its own transaction (Postgres
     /// `PostgresLeaseStore::end_in` inside the caller's transaction, or a fenced transaction's
@@ -373,6 +418,7 @@ impl End {
             crate::Ended::Completed => RunState::Completed,
             crate::Ended::Released => RunState::Runnable,
             crate::Ended::Suspended => RunState::Suspended,
+            crate::Ended::Failed => RunState::Failed,
         }
     }
 
@@ -380,20 +426,33 @@ impl End {
     pub fn ended(&self) -> crate::Ended {
         match self {
             End::Complete | End::CompleteWith(_) => crate::Ended::Completed,
-            End::Release => crate::Ended::Released,
+            End::Release | End::RetryAfter(_) => crate::Ended::Released,
             End::Suspend => crate::Ended::Suspended,
+            End::Fail(_) => crate::Ended::Failed,
             End::Committed(ended) => *ended,
         }
     }
 
-    /// The end's name: `complete`, `complete-with`, `release`, `suspend` or `committed`.
+    /// The end's name: `complete`, `complete-with`, `release`, `suspend`, `retry-after`,
+    /// `fail` or `committed`.
     pub fn as_str(&self) -> &'static str {
         match self {
             End::Complete => "complete",
             End::CompleteWith(_) => "complete-with",
             End::Release => "release",
             End::Suspend => "suspend",
+            End::RetryAfter(_) => "retry-after",
+            End::Fail(_) => "fail",
             End::Committed(_) => "committed",
+        }
+    }
+
+    /// The delay before the run is claimable again, in whole milliseconds: that of a
+    /// [`RetryAfter`](End::RetryAfter), 0 for every other end.
+    pub fn delay_millis(&self) -> u64 {
+        match self {
+            End::RetryAfter(delay) => delay.as_millis() as u64, // at most MAX_RETRY_DELAY, checked
+            _ => 0,
         }
     }
 }
@@ -407,6 +466,8 @@ impl fmt::Debug for End {
             End::Complete => f.write_str("Complete"),
             End::Release => f.write_str("Release"),
             End::Suspend => f.write_str("Suspend"),
+            End::RetryAfter(delay) => write!(f, "RetryAfter({delay:?})"),
+            End::Fail(reason) => write!(f, "Fail({} bytes)", reason.len()),
         }
     }
 }
@@ -429,12 +490,15 @@ impl Ending {
 
 /// Validates an [`end_many`](crate::LeaseStore::end_many) batch: at most [`MAX_BATCH`] items,
 /// every payload within [`MAX_PAYLOAD_BYTES`] and all of them within
-/// [`MAX_BATCH_PAYLOAD_BYTES`], each run at most once. Backends call it before any
+/// [`MAX_BATCH_PAYLOAD_BYTES`], every retry delay within [`MAX_RETRY_DELAY`] and failure
+/// reason within [`MAX_REASON_BYTES`], each run at most once. Backends call it before any
 /// I/O.
 ///
 /// # Errors
 /// [`InvalidInput::BatchTooLarge`], [`InvalidInput::PayloadTooLarge`],
-/// [`InvalidInput::BatchPayloadTooLarge`] or [`InvalidInput::DuplicateRun`].
+/// [`InvalidInput::BatchPayloadTooLarge`], [`InvalidInput::RetryDelayTooLong`],
+/// [`InvalidInput::ReasonTooLong`], [`InvalidInput::AlreadyCommitted`] or
+/// [`InvalidInput::DuplicateRun`].
 pub fn check_end_batch(ends: &[Ending]) -> Result<(), InvalidInput> {
     check_batch(ends.len())?;
     let mut seen = std::collections::HashSet::with_capacity(ends.len());
@@ -450,6 +514,8 @@ pub fn check_end_batch(ends: &[Ending]) -> Result<(), InvalidInput> {
                     run: ending.lease.run().clone(),
                 })
             }
+            End::RetryAfter(delay) => check_retry_delay(*delay)?,
+            End::Fail(reason) => check_reason(reason)?,
             End::Complete | End::Release | End::Suspend => {}
         }
         if !seen.insert(ending.lease.run()) {
@@ -465,6 +531,46 @@ pub fn check_end_batch(ends: &[Ending]) -> Result<(), InvalidInput> {
         });
     }
     Ok(())
+}
+
+/// Validates an [`End::RetryAfter`] delay (at most [`MAX_RETRY_DELAY`]).
+///
+/// # Errors
+/// [`InvalidInput::RetryDelayTooLong`].
+pub fn check_retry_delay(delay: Duration) -> Result<(), InvalidInput> {
+    if delay > MAX_RETRY_DELAY {
+        return Err(InvalidInput::RetryDelayTooLong {
+            delay,
+            max: MAX_RETRY_DELAY,
+        });
+    }
+    Ok(())
+}
+
+/// Validates an [`End::Fail`] reason (at most [`MAX_REASON_BYTES`]).
+///
+/// # Errors
+/// [`InvalidInput::ReasonTooLong`].
+pub fn check_reason(reason: &str) -> Result<(), InvalidInput> {
+    if reason.len() > MAX_REASON_BYTES {
+        return Err(InvalidInput::ReasonTooLong {
+            len: reason.len(),
+            max: MAX_REASON_BYTES,
+        });
+    }
+    Ok(())
+}
+
+/// `text` cut to at most `max` bytes at a character boundary.
+pub fn truncate_reason(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// Validates a [`create_many`](crate::LeaseStore::create_many) batch (0 to [`MAX_BATCH`] ids).
@@ -579,7 +685,7 @@ mod tests {
 
     #[test]
     fn state_names_round_trip() {
-        for state in [RunState::Runnable, RunState::Suspended, RunState::Completed] {
+        for state in RunState::ALL {
             assert_eq!(state.as_str().parse::<RunState>().unwrap(), state);
         }
         assert!(matches!(

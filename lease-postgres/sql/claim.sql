@@ -8,5 +8,7 @@ SET lease_owner = $2,
 WHERE run_id = $1
   AND state = 'runnable'
   AND (lease_owner IS NULL OR lease_expires_at <= now())
+  -- An unowned run given back with a retry delay is not claimable before it ends.
+  AND (lease_owner IS NOT NULL OR claimable_at <= now())
   AND fence < 9223372036854775807
 RETURNING fence, (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS expires_us

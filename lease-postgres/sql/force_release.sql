@@ -1,7 +1,11 @@
 -- $1 run_id
--- Returns: the released record, or no row if the run is missing, suspended or completed.
+-- Returns: the released record, or no row if the run is missing, suspended, completed or
+-- failed. A retry delay ends: the run is claimable at once.
 -- The fence is unchanged: the old holder's writes fail as released until the next claim.
 UPDATE {schema}.runs
 SET lease_owner = NULL, lease_expires_at = NULL, claimable_at = now()
 WHERE run_id = $1 AND state = 'runnable'
-RETURNING run_id, state, lease_owner, (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS expires_us, fence, heartbeats, (extract(epoch FROM now()) * 1000000)::bigint AS observed_us
+RETURNING run_id, state, lease_owner, (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS expires_us, fence, heartbeats, (extract(epoch FROM now()) * 1000000)::bigint AS observed_us,
+       CASE WHEN state = 'runnable' AND lease_owner IS NULL AND claimable_at > now()
+            THEN (extract(epoch FROM claimable_at) * 1000000)::bigint END AS not_before_us,
+       failure

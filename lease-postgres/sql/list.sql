@@ -1,6 +1,9 @@
 -- $1 state (text or null), $2 expired only (bool), $3 after run_id (text or null), $4 limit
 -- Returns: the matching records ordered by run_id.
-SELECT run_id, state, lease_owner, (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS expires_us, fence, heartbeats, (extract(epoch FROM now()) * 1000000)::bigint AS observed_us
+SELECT run_id, state, lease_owner, (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS expires_us, fence, heartbeats, (extract(epoch FROM now()) * 1000000)::bigint AS observed_us,
+       CASE WHEN state = 'runnable' AND lease_owner IS NULL AND claimable_at > now()
+            THEN (extract(epoch FROM claimable_at) * 1000000)::bigint END AS not_before_us,
+       failure
 FROM {schema}.runs
 WHERE ($1::text IS NULL OR state = $1::text)
   AND (NOT $2::bool OR (lease_owner IS NOT NULL AND lease_expires_at <= now()))

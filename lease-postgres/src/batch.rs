@@ -49,11 +49,21 @@ impl PostgresLeaseStore {
                 _ => None,
             })
             .collect();
+        let delays: Vec<i64> = ends.iter().map(|e| e.end.delay_millis() as i64).collect();
+        let failures: Vec<Option<&str>> = ends
+            .iter()
+            .map(|e| match &e.end {
+                End::Fail(reason) => Some(reason.as_str()),
+                _ => None,
+            })
+            .collect();
         sqlx::query(&self.sql.end_many)
             .bind(runs)
             .bind(fences)
             .bind(states)
             .bind(payloads)
+            .bind(delays)
+            .bind(failures)
     }
 
     /// [`LeaseStore::create_many`](lease_core::LeaseStore::create_many): `sql/create_many.sql`,

@@ -615,16 +615,19 @@ struct Explained {
     owner: Option<WorkerId>,
     fence: Fence,
     remaining: Option<Duration>,
+    delay: Option<Duration>,
 }
 
 impl Explained {
     fn from_row(row: &PgRow) -> Result<Explained, PgError> {
         let remaining: Option<i64> = get(row, "remaining_us")?;
+        let delay: Option<i64> = get(row, "delay_us")?;
         Ok(Explained {
             state: state(get(row, "state")?)?,
             owner: worker(get(row, "lease_owner")?)?,
             fence: fence(get(row, "fence")?)?,
             remaining: remaining.map(|us| Duration::from_micros(us.max(0) as u64)),
+            delay: delay.map(|us| Duration::from_micros(us.max(0) as u64)),
         })
     }
 }
@@ -694,6 +697,10 @@ pub(crate) fn record(row: &PgRow) -> Result<RunRecord, PgError> {
         expires_at: expires.map(store_time).transpose()?,
         fence: fence(get(row, "fence")?)?,
         heartbeats: u64::try_from(heartbeats).map_err(corrupt)?,
+        not_before: get::<Option<i64>>(row, "not_before_us")?
+            .map(store_time)
+            .transpose()?,
+        failure: get(row, "failure")?,
         observed_at: store_time(get(row, "observed_us")?)?,
     })
 }
@@ -775,9 +782,14 @@ impl LeaseStore for PostgresLeaseStore {
                 let Some(row) = self.explain(conn, run).await? else {
                     return Err(Error::NotFound { run: run.clone() });
                 };
-                if let Some(refusal) =
-                    claim_refusal(run, row.state, row.owner.as_ref(), row.remaining, row.fence)
-                {
+                if let Some(refusal) = claim_refusal(
+                    run,
+                    row.state,
+                    row.owner.as_ref(),
+                    row.remaining,
+                    row.delay,
+                    row.fence,
+                ) {
                     return Err(refusal);
                 }
             }
@@ -938,10 +950,12 @@ impl LeaseStore for PostgresLeaseStore {
         call!(self, |conn| {
             self.record_write(conn, &self.sql.resume, run, |current| match current {
                 None => Some(Error::NotFound { run: run.clone() }),
-                Some(r) if r.state != RunState::Suspended => Some(Error::NotSuspended {
-                    run: run.clone(),
-                    state: r.state,
-                }),
+                Some(r) if !matches!(r.state, RunState::Suspended | RunState::Failed) => {
+                    Some(Error::NotSuspended {
+                        run: run.clone(),
+                        state: r.state,
+                    })
+                }
                 Some(_) => None,
             })
             .await
@@ -1032,6 +1046,9 @@ impl LeaseStore for PostgresLeaseStore {
                     }
                     Some(r) if r.state == RunState::Completed => {
                         Some(Error::Completed { run: run.clone() })
+                    }
+                    Some(r) if r.state == RunState::Failed => {
+                        Some(Error::Failed { run: run.clone() })
                     }
                     Some(_) => None,
                 },

@@ -14,8 +14,9 @@ end
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2] -- exact in a double until year 2255
 -- string.format('%d', x) prints through a 64-bit integer: exact below 2^53, and cheaper than '%.0f'.
--- Claimable: runnable, unowned or expired, and not at the last fence (i64::MAX).
-if s ~= 'runnable' or (o ~= '' and tonumber(e) > now) or f == '9223372036854775807' then
+-- Claimable: runnable, unowned or expired, past any retry delay (an unowned run's expiry
+-- field), and not at the last fence (i64::MAX).
+if s ~= 'runnable' or (e ~= '' and tonumber(e) > now) or f == '9223372036854775807' then
   return { 'refused', s, o, e, f, string.format('%d', now) }
 end
 -- The fence plus one, exactly: as a number while that is exact (below 2^53), else digit by digit.

@@ -34,8 +34,9 @@ while taken < max do
       taken = taken + 1
     else
       budget = budget - 1
-      if r and r.m == m and r.s == 'runnable' and r.f ~= FENCE_MAX and r.o ~= '' then
-        -- Held and not expired: the index lagged behind a renewal; move it to the expiry.
+      if r and r.m == m and r.s == 'runnable' and r.f ~= FENCE_MAX and r.e ~= '' then
+        -- Held and not expired (the index lagged behind a renewal), or delayed: move it to the
+        -- expiry or the delay's end.
         redis.call('ZADD', KEYS[2], r.e, m)
       else
         -- Gone, ended or exhausted: never claimable from the index.

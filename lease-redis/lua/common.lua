@@ -7,10 +7,12 @@
 -- A namespace keeps every run record in one hash (the runs hash), so that a script declares
 -- every key it touches, as a Cluster proxy that checks declared keys requires. The field is
 -- the run id in hex; the value is 'state:fence:heartbeats:expiry:member:owner' where state is
--- runnable, suspended or completed; fence and heartbeats are decimal strings (never Lua
--- numbers, so values above 2^53 stay exact); expiry is microseconds on the server clock, or
--- empty when unowned; member is the run's member in the claimable index; owner is the
--- holder's worker id, or empty, and comes last because it may contain ':'.
+-- runnable, suspended, completed or failed; fence and heartbeats are decimal strings (never Lua
+-- numbers, so values above 2^53 stay exact); expiry is microseconds on the server clock: the
+-- lease's expiry when owned, for an unowned runnable run the end of its retry delay (claimable
+-- from then), else empty; member is the run's member in the claimable index; owner is the
+-- holder's worker id, or empty, and comes last because it may contain ':'. A failed run's
+-- reason is in the failures hash, field id.
 local FENCE_MAX = '9223372036854775807'
 
 -- The server clock in microseconds since the Unix epoch (exact in a double until year 2255).
@@ -52,9 +54,9 @@ local function write_run(runs, r)
   redis.call('HSET', runs, r.id, r.s .. ':' .. r.f .. ':' .. r.h .. ':' .. r.e .. ':' .. r.m .. ':' .. r.o)
 end
 
--- Runnable, unowned or expired, and not at the last fence.
+-- Runnable, unowned or expired, past any retry delay, and not at the last fence.
 local function claimable(r, now)
-  return r.s == 'runnable' and (r.o == '' or tonumber(r.e) <= now) and r.f ~= FENCE_MAX
+  return r.s == 'runnable' and (r.e == '' or tonumber(r.e) <= now) and r.f ~= FENCE_MAX
 end
 
 -- Whether a write under `presented` is allowed: same fence, runnable, owned.
@@ -86,7 +88,12 @@ local function take(runs, zkey, r, worker, expires)
   return r.f
 end
 
--- The record as returned to Rust: state, owner, expiry, fence, heartbeats.
-local function record(r)
-  return { r.s, r.o, r.e, r.f, r.h }
+-- The record as returned to Rust: state, owner, expiry (or retry delay's end), fence,
+-- heartbeats, failure reason ('' unless failed; `failures` is the failures hash).
+local function record(r, failures)
+  local reason = ''
+  if r.s == 'failed' then
+    reason = redis.call('HGET', failures, r.id) or ''
+  end
+  return { r.s, r.o, r.e, r.f, r.h, reason }
 end

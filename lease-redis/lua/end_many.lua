@@ -1,11 +1,13 @@
 -- KEYS[1]: runs hash; KEYS[2]: claimable index (zset); KEYS[3]: this call's record (string:
--- one character per item, '1' if this call ended it, else '0'; expires); KEYS[2i+2]: item i's
--- applied appends (hash, as fenced.lua keeps them; dropped when its lease ends); KEYS[2i+3]:
--- item i's journal (list; used by 'complete-with' only, declared for every item)
+-- one character per item, '1' if this call ended it, else '0'; expires); KEYS[4]: failures
+-- hash; KEYS[2i+3]: item i's applied appends (hash, as fenced.lua keeps them; dropped when its
+-- lease ends); KEYS[2i+4]: item i's journal (list; used by 'complete-with' only, declared for
+-- every item)
 -- ARGV[1]: how long to keep this call's record, in ms (at least the leases' TTL);
--- ARGV[4i-2]: how item i ends: 'complete', 'complete-with', 'release' or 'suspend';
--- ARGV[4i-1]: its encoded run id; ARGV[4i]: its presented fence; ARGV[4i+1]: its journal
--- payload ('complete-with' only, else empty; binary-safe)
+-- ARGV[4i-2]: how item i ends: 'complete', 'complete-with', 'release', 'suspend',
+-- 'retry-after' or 'fail'; ARGV[4i-1]: its encoded run id; ARGV[4i]: its presented fence;
+-- ARGV[4i+1]: its journal payload ('complete-with'; binary-safe), its delay in ms
+-- ('retry-after'), its reason ('fail'), else empty
 -- Returns: one array per item, in order: {'ok'}; {'none'}; or
 -- {'verdict', fence, state, owned ('1' or '0')}
 -- Each item is judged on its own, as fenced.lua judges one write; a 'complete-with' appends
@@ -16,7 +18,8 @@
 -- resend answers LeaseEnded under the item's own fence, which callers recognise.)
 for i = 2, #ARGV, 4 do
   local op = ARGV[i]
-  if op ~= 'complete' and op ~= 'complete-with' and op ~= 'release' and op ~= 'suspend' then
+  if op ~= 'complete' and op ~= 'complete-with' and op ~= 'release' and op ~= 'suspend'
+    and op ~= 'retry-after' and op ~= 'fail' then
     return redis.error_reply('unknown end ' .. op) -- before any write: nothing to undo
   end
 end
@@ -46,26 +49,36 @@ for i = 2, #ARGV, 4 do
       out[#out + 1] = { 'verdict', r.f, r.s, owned_flag(r) }
     end
   else
+    r.o = ''
+    r.e = ''
     if op == 'release' then
       now = now or now_micros()
       index(KEYS[2], r, now)
+    elseif op == 'retry-after' then
+      -- Claimable from the delay's end, on this server's clock: the index and the record
+      -- (claim checks the record) both say so.
+      now = now or now_micros()
+      local at = now + tonumber(ARGV[i + 3]) * 1000
+      r.e = num(at)
+      index(KEYS[2], r, at)
     else
       if op == 'complete-with' then
         now = now or now_micros()
-        redis.call('RPUSH', KEYS[2 * item + 3], r.f .. ':' .. num(now) .. ':' .. ARGV[i + 3])
+        redis.call('RPUSH', KEYS[2 * item + 4], r.f .. ':' .. num(now) .. ':' .. ARGV[i + 3])
       end
       redis.call('ZREM', KEYS[2], r.m)
       if op == 'suspend' then
         r.s = 'suspended'
+      elseif op == 'fail' then
+        r.s = 'failed'
+        redis.call('HSET', KEYS[4], r.id, ARGV[i + 3])
       else
         r.s = 'completed'
       end
     end
-    r.o = ''
-    r.e = ''
     write_run(KEYS[1], r)
     -- The lease is over: nothing more can be appended under its fence.
-    redis.call('DEL', KEYS[2 * item + 2])
+    redis.call('DEL', KEYS[2 * item + 3])
     applied[item] = '1'
     fresh = true
     out[#out + 1] = { 'ok' }

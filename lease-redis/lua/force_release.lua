@@ -1,7 +1,8 @@
--- KEYS[1]: runs hash; KEYS[2]: claimable index (zset)
+-- KEYS[1]: runs hash; KEYS[2]: claimable index (zset); KEYS[3]: failures hash
 -- ARGV[1]: encoded run id
--- Returns: {'none'}; {'refused', state} when suspended or completed; or
--- {'ok', state, owner, expiry, fence, heartbeats, now}
+-- Returns: {'none'}; {'refused', state} when suspended, completed or failed; or
+-- {'ok', state, owner, expiry, fence, heartbeats, failure, now}. A retry delay ends: the run
+-- is claimable at once.
 local r = read_run(KEYS[1], ARGV[1])
 if not r then
   return { 'none' }
@@ -14,5 +15,5 @@ r.o = ''
 r.e = ''
 write_run(KEYS[1], r)
 index(KEYS[2], r, now)
-local rec = record(r)
-return { 'ok', rec[1], rec[2], rec[3], rec[4], rec[5], num(now) }
+local rec = record(r, KEYS[3])
+return { 'ok', rec[1], rec[2], rec[3], rec[4], rec[5], rec[6], num(now) }

@@ -1,12 +1,12 @@
--- KEYS[1]: runs hash
+-- KEYS[1]: runs hash; KEYS[2]: failures hash
 -- ARGV[i]: encoded run id i
 -- Returns: {now, then for each run in order: {} if it does not exist, else {state, owner,
--- expiry, fence, heartbeats}}
+-- expiry, fence, heartbeats, failure}}
 local out = { num(now_micros()) }
 for i = 1, #ARGV do
   local r = read_run(KEYS[1], ARGV[i])
   if r then
-    out[#out + 1] = record(r)
+    out[#out + 1] = record(r, KEYS[2])
   else
     out[#out + 1] = {}
   end

@@ -1,8 +1,8 @@
 -- KEYS[1]: all run ids (zset, score 0, member = encoded id, so lexicographic = run id order);
--- KEYS[2]: runs hash
+-- KEYS[2]: runs hash; KEYS[3]: failures hash
 -- ARGV[1]: encoded id to start after, or ''; ARGV[2]: most records to return; ARGV[3]: state
 -- to keep, or ''; ARGV[4]: '1' to keep only expired leases; ARGV[5]: most ids to examine
--- Returns: flat {now, cursor, id, state, owner, expiry, fence, heartbeats, id, ...} ordered by
+-- Returns: flat {now, cursor, id, state, owner, expiry, fence, heartbeats, failure, id, ...} ordered by
 -- id, where cursor is the last id examined (continue after it) or '' when the end was reached.
 -- The work of one call is bounded by ARGV[5], whatever the filter keeps, so a long filtered
 -- listing never blocks the server for long; the caller pages with the cursor.
@@ -22,11 +22,9 @@ for i, id in ipairs(ids) do
     and (ARGV[3] == '' or r.s == ARGV[3])
     and (ARGV[4] ~= '1' or (r.o ~= '' and r.e ~= '' and tonumber(r.e) <= now)) then
     out[#out + 1] = id
-    out[#out + 1] = r.s
-    out[#out + 1] = r.o
-    out[#out + 1] = r.e
-    out[#out + 1] = r.f
-    out[#out + 1] = r.h
+    for _, field in ipairs(record(r, KEYS[3])) do
+      out[#out + 1] = field
+    end
     n = n + 1
   end
   if n >= limit or i == #ids and #ids == budget then

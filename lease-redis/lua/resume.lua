@@ -1,18 +1,21 @@
--- KEYS[1]: runs hash; KEYS[2]: claimable index (zset)
+-- KEYS[1]: runs hash; KEYS[2]: claimable index (zset); KEYS[3]: failures hash
 -- ARGV[1]: encoded run id
--- Returns: {'none'}; {'refused', state, owner, expiry, fence, heartbeats, now} when not
--- suspended; or {'ok', state, owner, expiry, fence, heartbeats, now}
+-- Returns: {'none'}; {'refused', state, owner, expiry, fence, heartbeats, failure, now} when
+-- neither suspended nor failed; or {'ok', state, owner, expiry, fence, heartbeats, failure,
+-- now}
 local r = read_run(KEYS[1], ARGV[1])
 if not r then
   return { 'none' }
 end
 local now = now_micros()
-if r.s ~= 'suspended' then
-  local rec = record(r)
-  return { 'refused', rec[1], rec[2], rec[3], rec[4], rec[5], num(now) }
+if r.s ~= 'suspended' and r.s ~= 'failed' then
+  local rec = record(r, KEYS[3])
+  return { 'refused', rec[1], rec[2], rec[3], rec[4], rec[5], rec[6], num(now) }
 end
 r.s = 'runnable'
+r.e = ''
 write_run(KEYS[1], r)
+redis.call('HDEL', KEYS[3], r.id)
 index(KEYS[2], r, now)
-local rec = record(r)
-return { 'ok', rec[1], rec[2], rec[3], rec[4], rec[5], num(now) }
+local rec = record(r, KEYS[3])
+return { 'ok', rec[1], rec[2], rec[3], rec[4], rec[5], rec[6], num(now) }

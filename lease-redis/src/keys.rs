@@ -13,6 +13,7 @@
 //! | `{lease:ns}:k:<id>` | hash | the run's applied fenced writes under its latest fence: `f` = that fence, then call id → first result, so a resent write answers its first result |
 //! | `{lease:ns}:jk:<id>` | hash | the run's idempotency keys ([`append_keyed`](lease_core::LeaseStore::append_keyed)): key → position of its journal entry |
 //! | `{lease:ns}:c:<call>` | string | an `end_many` or single end's record of the items it ended, expiring (at least a minute, at least the leases' TTL), so a resend answers its first result |
+//! | `{lease:ns}:failed` | hash | failed runs' reasons: `<id>` → the reason its last holder gave ([`End::Fail`](lease_core::End::Fail)) |
 //! | `{lease:ns}:barrier` | string | a counter written after each write that must be acknowledged by replicas, so `WAIT` confirms what the write saw |
 //! | `{lease:ns}:u:<id>:<name>` | any | callers' keys for [fenced scripts](crate::FencedScript) |
 //!
@@ -129,6 +130,11 @@ impl Keys {
     /// One call's record of the leases it ended (expires).
     pub(crate) fn call(&self, id: &str) -> String {
         format!("{}:c:{id}", self.tag)
+    }
+
+    /// Failed runs' reasons (hash: encoded id → reason).
+    pub(crate) fn failures(&self) -> String {
+        format!("{}:failed", self.tag)
     }
 
     /// The counter written after a write that replicas must acknowledge.

@@ -88,7 +88,8 @@ impl Reply {
             .map_err(|e| self.bad(e.to_string()))
     }
 
-    /// The five record fields (state, owner, expiry, fence, heartbeats) from `i`.
+    /// The six record fields (state, owner, expiry, fence, heartbeats, failure) from `i`.
+    /// The expiry field of an unowned runnable run is the end of its retry delay.
     pub(crate) fn record(
         &self,
         run: RunId,
@@ -96,20 +97,25 @@ impl Reply {
         observed_at: StoreTime,
     ) -> Result<RunRecord, RedisError> {
         let owner = self.owner(i + 1)?;
+        let state = self.state(i)?;
+        let at = self.opt_time(i + 2)?;
+        let failure = self.str(i + 5)?;
         Ok(RunRecord {
             run,
-            state: self.state(i)?,
-            expires_at: if owner.is_some() {
-                self.opt_time(i + 2)?
-            } else {
-                None
-            },
+            state,
+            expires_at: if owner.is_some() { at } else { None },
+            not_before: at
+                .filter(|at| owner.is_none() && state == RunState::Runnable && *at > observed_at),
             owner,
             fence: self.fence(i + 3)?,
             heartbeats: self.parse(i + 4)?,
+            failure: (state == RunState::Failed).then(|| failure.to_owned()),
             observed_at,
         })
     }
+
+    /// Fields in one record.
+    pub(crate) const RECORD_FIELDS: usize = 6;
 
     /// The nested reply at `i`.
     pub(crate) fn nested(&self, i: usize) -> Result<Reply, RedisError> {

@@ -236,7 +236,11 @@ impl RedisLeaseStore {
     ///
     /// # Errors
     /// As [`fenced_script`](RedisLeaseStore::fenced_script), and [`Error::InvalidInput`] for a
-    /// payload over the limit or [`End::Committed`].
+    /// payload over the limit or [`End::Committed`], and as
+    /// [`InvalidInput::Unsupported`](lease_core::InvalidInput::Unsupported) for
+    /// [`End::RetryAfter`] and [`End::Fail`] (end the lease with
+    /// [`end_many`](LeaseStore::end_many) for those: a script that gives up has no effect to
+    /// commit with its end).
     pub async fn fenced_script_with_end<T: FromRedisValue, K: AsRef<str>, A: ToRedisArgs>(
         &self,
         lease: &Lease,
@@ -249,6 +253,12 @@ impl RedisLeaseStore {
             lease.clone(),
             end.clone(),
         )))?;
+        if matches!(end, End::RetryAfter(_) | End::Fail(_)) {
+            return Err(lease_core::InvalidInput::Unsupported {
+                operation: "fenced_script_with_end with a retry delay or a failure",
+            }
+            .into());
+        }
         self.run_fenced_script(lease, script, keys, args, Some(end))
             .await
     }
@@ -389,9 +399,10 @@ impl RedisLeaseStore {
         Ok(reply)
     }
 
-    /// A record reply (`ok` or `refused`, then state, owner, expiry, fence, heartbeats, now).
+    /// A record reply (`ok` or `refused`, then state, owner, expiry, fence, heartbeats,
+    /// failure, now).
     fn record(&self, run: &RunId, reply: &Reply) -> Result<RunRecord> {
-        let now = reply.time(6)?;
+        let now = reply.time(1 + Reply::RECORD_FIELDS)?;
         Ok(reply.record(run.clone(), 1, now)?)
     }
 }
@@ -439,6 +450,8 @@ impl LeaseStore for RedisLeaseStore {
                     expires_at: None,
                     fence: lease_core::Fence::ZERO,
                     heartbeats: 0,
+                    not_before: None,
+                    failure: None,
                     observed_at: reply.time(1)?,
                 })
             }
@@ -464,13 +477,19 @@ impl LeaseStore for RedisLeaseStore {
             "none" => Err(Error::NotFound { run: run.clone() }),
             "refused" => {
                 let now = reply.time(5)?;
-                let remaining = reply.opt_time(3)?.map(|at| at.saturating_since(now));
+                // The expiry field: the holder's expiry, or an unowned run's retry delay.
+                let left = reply.opt_time(3)?.map(|at| at.saturating_since(now));
                 let owner = reply.owner(2)?;
+                let (remaining, delayed) = match owner {
+                    Some(_) => (left, None),
+                    None => (None, left),
+                };
                 match claim_refusal(
                     run,
                     reply.state(1)?,
                     owner.as_ref(),
                     remaining,
+                    delayed,
                     reply.fence(4)?,
                 ) {
                     Some(refusal) => Err(refusal),
@@ -654,10 +673,17 @@ impl LeaseStore for RedisLeaseStore {
         call.key(self.keys.runs())
             .key(self.keys.claimable())
             .key(self.keys.call(&id))
+            .key(self.keys.failures())
             .arg(keep);
         for Ending { lease, end } in ends {
+            let delay;
             let payload: &[u8] = match end {
                 End::CompleteWith(payload) => payload,
+                End::RetryAfter(_) => {
+                    delay = end.delay_millis().to_string();
+                    delay.as_bytes()
+                }
+                End::Fail(reason) => reason.as_bytes(),
                 // check_end_batch refused Committed above.
                 End::Complete | End::Release | End::Suspend | End::Committed(_) => b"",
             };
@@ -721,6 +747,7 @@ impl LeaseStore for RedisLeaseStore {
         let mut call = Call::new(&SCRIPTS.resume);
         call.key(self.keys.runs())
             .key(self.keys.claimable())
+            .key(self.keys.failures())
             .arg(keys::encode(run.as_str()));
         let (reply, ack) = self.write("resume", &call).await?;
         match reply.status()? {
@@ -743,7 +770,9 @@ impl LeaseStore for RedisLeaseStore {
 
     async fn inspect(&self, run: &RunId) -> Result<RunRecord> {
         let mut call = Call::new(&SCRIPTS.inspect);
-        call.key(self.keys.runs()).arg(keys::encode(run.as_str()));
+        call.key(self.keys.runs())
+            .key(self.keys.failures())
+            .arg(keys::encode(run.as_str()));
         let reply = self.read("inspect", &call).await?;
         match reply.status()? {
             "ok" => self.record(run, &reply),
@@ -758,7 +787,7 @@ impl LeaseStore for RedisLeaseStore {
             return Ok(Vec::new());
         }
         let mut call = Call::new(&SCRIPTS.inspect_many);
-        call.key(self.keys.runs());
+        call.key(self.keys.runs()).key(self.keys.failures());
         for run in runs {
             call.arg(keys::encode(run.as_str()));
         }
@@ -794,6 +823,7 @@ impl LeaseStore for RedisLeaseStore {
             let mut call = Call::new(&SCRIPTS.list);
             call.key(self.keys.ids())
                 .key(self.keys.runs())
+                .key(self.keys.failures())
                 .arg(&after)
                 .arg(filter.limit - out.len())
                 .arg(filter.state.map_or("", RunState::as_str))
@@ -801,12 +831,13 @@ impl LeaseStore for RedisLeaseStore {
                 .arg(LIST_SCAN);
             let reply = self.read("list", &call).await?;
             let now = reply.time(0)?;
-            if reply.len() < 2 || (reply.len() - 2) % 6 != 0 {
+            let stride = 1 + Reply::RECORD_FIELDS; // the id, then the record
+            if reply.len() < 2 || (reply.len() - 2) % stride != 0 {
                 return Err(reply
-                    .bad("expected a cursor and records of six fields")
+                    .bad("expected a cursor and records of an id and six fields")
                     .into());
             }
-            for i in (2..reply.len()).step_by(6) {
+            for i in (2..reply.len()).step_by(stride) {
                 out.push(reply.record(keys::decode(reply.str(i)?)?, i + 1, now)?);
             }
             let cursor = reply.str(1)?;
@@ -822,6 +853,7 @@ impl LeaseStore for RedisLeaseStore {
         let mut call = Call::new(&SCRIPTS.force_release);
         call.key(self.keys.runs())
             .key(self.keys.claimable())
+            .key(self.keys.failures())
             .arg(keys::encode(run.as_str()));
         let (reply, ack) = self.write("force_release", &call).await?;
         match reply.status()? {
@@ -833,6 +865,7 @@ impl LeaseStore for RedisLeaseStore {
             "refused" => match reply.state(1)? {
                 RunState::Suspended => Err(Error::Suspended { run: run.clone() }),
                 RunState::Completed => Err(Error::Completed { run: run.clone() }),
+                RunState::Failed => Err(Error::Failed { run: run.clone() }),
                 RunState::Runnable => Err(reply.bad("refused a runnable run").into()),
             },
             other => Err(reply.bad(format!("unknown status {other:?}")).into()),

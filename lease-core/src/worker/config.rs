@@ -31,12 +31,105 @@ pub struct WorkerConfig {
     pub(super) grace: Duration,
     pub(super) heartbeat: Option<Duration>,
     pub(super) margin: Option<Duration>,
+    pub(super) retry: RetryPolicy,
+}
+
+/// What a [`Worker`](crate::Worker) does with a run whose handler failed (returned an error or
+/// panicked): give it back with a delay that grows with the attempt number, on the store's
+/// clock ([`End::RetryAfter`](crate::End::RetryAfter)), and give up on it
+/// ([`End::Fail`](crate::End::Fail), with the handler's error as the reason) once it has been
+/// claimed `max_attempts` times. The attempt number is the lease's fence: every claim counts,
+/// including those whose holder died.
+///
+/// The delay after attempt `n` is `base × 2^(n−1)`, capped at `max`, of which a random part up
+/// to half is taken off (jitter), so failing runs of one cause do not come back in step.
+///
+/// ```
+/// use std::time::Duration;
+/// use lease_core::RetryPolicy;
+/// let policy = RetryPolicy::default()
+///     .with_backoff(Duration::from_millis(50), Duration::from_secs(60))
+///     .with_max_attempts(5);
+/// assert_eq!(policy.max_attempts(), Some(5));
+/// let third = policy.delay(3);
+/// assert!(third <= Duration::from_millis(200) && third >= Duration::from_millis(100));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    base: Duration,
+    max: Duration,
+    max_attempts: Option<u64>,
+}
+
+impl Default for RetryPolicy {
+    /// Backoff from 1 s, capped at 10 minutes; failed after 25 attempts.
+    fn default() -> Self {
+        RetryPolicy {
+            base: Duration::from_secs(1),
+            max: Duration::from_secs(600),
+            max_attempts: Some(25),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Delays of `base × 2^(n−1)` after attempt `n`, at most `max` (at most
+    /// [`MAX_RETRY_DELAY`](crate::MAX_RETRY_DELAY)). A zero `base` gives runs back at once.
+    pub fn with_backoff(mut self, base: Duration, max: Duration) -> RetryPolicy {
+        self.base = base;
+        self.max = max;
+        self
+    }
+
+    /// Give up on a run (failed) when attempt `n` fails (1 or more).
+    pub fn with_max_attempts(mut self, n: u64) -> RetryPolicy {
+        self.max_attempts = Some(n);
+        self
+    }
+
+    /// Never give up: retry with backoff for ever.
+    pub fn without_max_attempts(mut self) -> RetryPolicy {
+        self.max_attempts = None;
+        self
+    }
+
+    /// The attempt whose failure fails the run, if any.
+    pub fn max_attempts(&self) -> Option<u64> {
+        self.max_attempts
+    }
+
+    /// Whether a failure of attempt `attempt` fails the run.
+    pub fn gives_up(&self, attempt: u64) -> bool {
+        self.max_attempts.is_some_and(|max| attempt >= max)
+    }
+
+    /// The delay after a failure of attempt `attempt` (from 1), jitter included: between half
+    /// and all of `min(max, base × 2^(attempt−1))`, in whole milliseconds.
+    pub fn delay(&self, attempt: u64) -> Duration {
+        use std::hash::{BuildHasher, Hasher};
+        let exponent = attempt.saturating_sub(1).min(63) as u32;
+        let full = self
+            .base
+            .checked_mul(2u32.saturating_pow(exponent.min(31)))
+            .unwrap_or(self.max)
+            .min(self.max);
+        let full_ms = full.as_millis() as u64;
+        if full_ms < 2 {
+            return Duration::from_millis(full_ms);
+        }
+        // Randomness without a dependency: the std hasher's per-process random keys.
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u64(attempt);
+        let off = hasher.finish() % (full_ms / 2 + 1);
+        Duration::from_millis(full_ms - off)
+    }
 }
 
 impl WorkerConfig {
     /// Leases of `ttl`; defaults: 10 handlers at once, idle polls backing off up to every
     /// 100 ms, ends flushed at 100 or 1 ms after the first one waits, 10 s of grace at
-    /// shutdown, the hub renewing every TTL/3 with a margin of TTL/10.
+    /// shutdown, the hub renewing every TTL/3 with a margin of TTL/10, failed handlers
+    /// retried with [`RetryPolicy::default`].
     pub fn new(ttl: Ttl) -> WorkerConfig {
         WorkerConfig {
             ttl,
@@ -47,7 +140,15 @@ impl WorkerConfig {
             grace: Duration::from_secs(10),
             heartbeat: None,
             margin: None,
+            retry: RetryPolicy::default(),
         }
+    }
+
+    /// What happens to a run whose handler failed (see [`RetryPolicy`]; the default backs off
+    /// from 1 s to 10 minutes and fails the run at its 25th attempt).
+    pub fn with_retry(mut self, policy: RetryPolicy) -> WorkerConfig {
+        self.retry = policy;
+        self
     }
 
     /// At most `n` handlers run at once (1 to 10,000); `claim_next` asks for the free slots.
@@ -140,6 +241,17 @@ impl WorkerConfig {
                 format!("{:?}", self.batch_delay),
                 "it must be shorter than half the TTL",
             );
+        }
+        let retry = &self.retry;
+        if retry.max > crate::types::MAX_RETRY_DELAY || retry.base > retry.max {
+            return bad(
+                "retry backoff",
+                format!("{:?} to {:?}", retry.base, retry.max),
+                "the base must be at most the cap, and the cap at most MAX_RETRY_DELAY (30 days)",
+            );
+        }
+        if retry.max_attempts == Some(0) {
+            return bad("max attempts", "0".into(), "it must be at least 1");
         }
         // The scopes' timing rules: heartbeat inside TTL minus margin.
         let mut scope = ScopeConfig::default().with_heartbeat(self.heartbeat());

@@ -127,11 +127,16 @@ pub struct WorkerReport {
     pub started: u64,
     /// Runs completed (with or without an effect), counted after their batch committed.
     pub completed: u64,
-    /// Runs released, by their handler's choice, its failure, or the shutdown.
+    /// Runs released, by their handler's choice, its failure (with a retry delay), or the
+    /// shutdown.
     pub released: u64,
     /// Runs suspended.
     pub suspended: u64,
-    /// Handlers that returned an error or panicked (their runs were released).
+    /// Runs given up on (failed): by their handler's choice ([`End::Fail`](crate::End::Fail)),
+    /// or because their handler failed at the last attempt the
+    /// [`RetryPolicy`](crate::RetryPolicy) allows.
+    pub gave_up: u64,
+    /// Handlers that returned an error or panicked (their runs retried later, or failed).
     pub handler_errors: u64,
     /// Handlers still running when the shutdown grace ended (cancelled, their runs released).
     pub abandoned: u64,
@@ -154,6 +159,7 @@ pub(super) struct Counters {
     pub(super) completed: AtomicU64,
     pub(super) released: AtomicU64,
     pub(super) suspended: AtomicU64,
+    pub(super) gave_up: AtomicU64,
     pub(super) handler_errors: AtomicU64,
     pub(super) abandoned: AtomicU64,
     pub(super) refused: AtomicU64,
@@ -172,6 +178,7 @@ impl Counters {
             completed: get(&self.completed),
             released: get(&self.released),
             suspended: get(&self.suspended),
+            gave_up: get(&self.gave_up),
             handler_errors: get(&self.handler_errors),
             abandoned: get(&self.abandoned),
             refused: get(&self.refused),

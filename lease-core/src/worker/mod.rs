@@ -26,7 +26,7 @@ use crate::store::LeaseStore;
 use crate::types::{End, Ending, MAX_BATCH};
 
 use batcher::{batcher, submit, Batcher, Pending, Shared};
-pub use config::WorkerConfig;
+pub use config::{RetryPolicy, WorkerConfig};
 use context::{bump, Counters, Observer};
 pub use context::{EndReport, Handler, HandlerFuture, RunContext, WorkerReport};
 
@@ -276,6 +276,7 @@ impl Worker {
                     counters: counters.clone(),
                     shutdown: shutdown.clone(),
                     abandon: abandon.clone(),
+                    retry: self.config.retry,
                     _slot: permit,
                 }));
             }
@@ -363,7 +364,34 @@ struct Job {
     shutdown: CancellationToken,
     /// Cancelled when the shutdown's grace period ends.
     abandon: CancellationToken,
+    retry: RetryPolicy,
     _slot: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// How a failed attempt ends: retried after the policy's delay, or failed with `why` once
+/// the attempts are used up.
+fn after_failure(retry: &RetryPolicy, attempt: u64, why: &str) -> End {
+    if retry.gives_up(attempt) {
+        let reason = crate::types::truncate_reason(why, crate::types::MAX_REASON_BYTES);
+        End::Fail(reason.to_owned())
+    } else {
+        match retry.delay(attempt) {
+            d if d.is_zero() => End::Release,
+            d => End::RetryAfter(d),
+        }
+    }
+}
+
+/// A panic's message, when it carries one.
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    let text = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned());
+    match text {
+        Some(text) => format!("handler panicked: {text}"),
+        None => "handler panicked".to_owned(),
+    }
 }
 
 /// One claimed run: its handler (unless its scope is already cancelled, or the worker is
@@ -376,6 +404,7 @@ async fn job(job: Job) {
         counters,
         shutdown,
         abandon,
+        retry,
         _slot,
     } = job;
     let run = scope.run().clone();
@@ -404,13 +433,16 @@ async fn job(job: Job) {
             Ok(Ok(end)) => (end, true),
             Ok(Err(e)) => {
                 bump(&counters.handler_errors);
-                tracing::warn!(%run, %fence, error = %e, "handler failed; releasing the run");
-                (End::Release, false)
+                let end = after_failure(&retry, fence.get(), &e.to_string());
+                tracing::warn!(%run, %fence, error = %e, then = ?end, "handler failed");
+                (end, false)
             }
             Err(e) if e.is_panic() => {
                 bump(&counters.handler_errors);
-                tracing::error!(%run, %fence, "handler panicked; releasing the run");
-                (End::Release, false)
+                let why = panic_message(e.into_panic());
+                let end = after_failure(&retry, fence.get(), &why);
+                tracing::error!(%run, %fence, panic = %why, then = ?end, "handler panicked");
+                (end, false)
             }
             Err(_) => {
                 bump(&counters.abandoned);
@@ -430,6 +462,7 @@ async fn job(job: Job) {
         crate::RunState::Completed => CancelReason::Completed,
         crate::RunState::Suspended => CancelReason::Suspended,
         crate::RunState::Runnable => CancelReason::Released,
+        crate::RunState::Failed => CancelReason::Failed,
     };
     // Retried until the lease's local deadline: before it, nobody (this worker included)
     // can claim the run again.

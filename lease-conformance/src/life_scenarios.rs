@@ -1,0 +1,309 @@
+//! A run's whole life past its first claim: retry delays on the store's clock, terminal
+//! failure, an operator putting a failed run back, and the Worker's retry policy.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lease_core::{
+    CancellationToken, End, Ended, Error, InvalidInput, LeaseStore, LeaseStoreExt, ListFilter,
+    RetryPolicy, RunContext, RunState, Ttl, Worker, WorkerConfig, MAX_REASON_BYTES,
+    MAX_RETRY_DELAY,
+};
+use tokio::time::Instant;
+
+use crate::scenarios::{created, long, worker};
+use crate::StoreFactory;
+
+/// The delay the scenarios wait out: long enough that a claim attempted right after the end
+/// surely lands inside it, short enough to wait.
+const DELAY: Duration = Duration::from_millis(400);
+
+/// `RetryAfter` releases the run but no claim takes it before the delay has passed on the
+/// store's clock: `claim` is refused as `Delayed` with the time left, `claim_next` passes it
+/// by (and hands it out once the delay is over, at the next fence), the record shows when it
+/// becomes claimable, and the old lease's writes are refused as released. A zero delay is a
+/// plain release; a delay over the maximum is refused before the store and changes nothing;
+/// `force_release` ends a delay at once.
+pub async fn a_retry_delay_holds_the_run_back_on_the_store_clock(factory: &dyn StoreFactory) {
+    let store = factory.fresh().await;
+    let r = created(&*store, "retry").await;
+    let first = store.claim(&r, &worker("a"), long()).await.unwrap();
+
+    // Bad input first: refused, the lease still held.
+    let too_long = MAX_RETRY_DELAY + Duration::from_millis(1);
+    assert!(matches!(
+        store.retry_after(&first, too_long).await,
+        Err(Error::InvalidInput(InvalidInput::RetryDelayTooLong { .. }))
+    ));
+    store
+        .renew(&first)
+        .await
+        .expect("a refused end changes nothing");
+
+    let sent = Instant::now();
+    store.retry_after(&first, DELAY).await.unwrap();
+    let record = store.inspect(&r).await.unwrap();
+    assert_eq!(
+        (record.state, record.owner.as_ref(), record.expires_at),
+        (RunState::Runnable, None, None)
+    );
+    let not_before = record
+        .not_before
+        .expect("a delayed run says when it is claimable");
+    let left = not_before.saturating_since(record.observed_at);
+    assert!(
+        !left.is_zero() && left <= DELAY,
+        "claimable in {left:?} after a delay of {DELAY:?}"
+    );
+    match store.claim(&r, &worker("b"), long()).await {
+        Err(Error::Delayed { run, remaining }) => {
+            assert_eq!(run, r);
+            assert!(!remaining.is_zero() && remaining <= DELAY, "{remaining:?}");
+        }
+        other => panic!("a claim inside the delay answered {other:?}"),
+    }
+    assert!(
+        store
+            .claim_next(&worker("b"), long(), 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "claim_next handed out a delayed run"
+    );
+    assert!(matches!(
+        store.renew(&first).await,
+        Err(Error::LeaseEnded {
+            ended: Ended::Released,
+            fence: 1,
+            ..
+        })
+    ));
+    // A retry of the end learns its first result.
+    assert!(matches!(
+        store.retry_after(&first, DELAY).await,
+        Err(Error::LeaseEnded {
+            ended: Ended::Released,
+            fence: 1,
+            ..
+        })
+    ));
+
+    // Handed out once the delay is over, and not before it could have passed.
+    let deadline = sent + DELAY + Duration::from_secs(5);
+    let second = loop {
+        let polled = Instant::now();
+        let got = store.claim_next(&worker("b"), long(), 10).await.unwrap();
+        if let Some(lease) = got.into_iter().next() {
+            assert!(
+                polled + Duration::from_millis(5) >= sent + DELAY,
+                "claimed {:?} after the end was sent, inside a delay of {DELAY:?}",
+                polled - sent
+            );
+            break lease;
+        }
+        assert!(Instant::now() < deadline, "the delayed run never came back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!((second.run(), second.fence().get()), (&r, 2));
+    assert_eq!(store.inspect(&r).await.unwrap().attempts(), 2);
+
+    // A zero delay is a release: claimable at once.
+    store.retry_after(&second, Duration::ZERO).await.unwrap();
+    assert_eq!(store.inspect(&r).await.unwrap().not_before, None);
+    let third = store.claim(&r, &worker("c"), long()).await.unwrap();
+    assert_eq!(third.fence().get(), 3);
+
+    // force_release ends a delay at once.
+    store
+        .retry_after(&third, Duration::from_secs(3600))
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.claim(&r, &worker("d"), long()).await,
+        Err(Error::Delayed { .. })
+    ));
+    let released = store.force_release(&r).await.unwrap();
+    assert_eq!(released.not_before, None);
+    assert_eq!(
+        store
+            .claim(&r, &worker("d"), long())
+            .await
+            .unwrap()
+            .fence()
+            .get(),
+        4
+    );
+}
+
+/// `Fail` gives up on a run: failed with its reason, never claimed (`claim` refused as
+/// `Failed`, `claim_next` passes it by, `force_release` refused), the old lease's writes
+/// refused as ended by a failure, listed by state; `resume` puts it back (reason cleared) and
+/// the next claim takes the next fence. A reason over the limit is refused before the store
+/// and changes nothing.
+pub async fn a_failed_run_stays_failed_until_an_operator_resumes_it(factory: &dyn StoreFactory) {
+    let store = factory.fresh().await;
+    let r = created(&*store, "poison").await;
+    let lease = store.claim(&r, &worker("a"), long()).await.unwrap();
+    let huge = "x".repeat(MAX_REASON_BYTES + 1);
+    assert!(matches!(
+        store.fail(&lease, &huge).await,
+        Err(Error::InvalidInput(InvalidInput::ReasonTooLong { .. }))
+    ));
+    store
+        .renew(&lease)
+        .await
+        .expect("a refused end changes nothing");
+
+    let reason = "card declined: {ä} 'quoted' \n second line";
+    store.fail(&lease, reason).await.unwrap();
+    let record = store.inspect(&r).await.unwrap();
+    assert_eq!(
+        (
+            record.state,
+            record.owner.as_ref(),
+            record.failure.as_deref()
+        ),
+        (RunState::Failed, None, Some(reason))
+    );
+    assert!(matches!(
+        store.claim(&r, &worker("b"), long()).await,
+        Err(Error::Failed { run }) if run == r
+    ));
+    assert!(store
+        .claim_next(&worker("b"), long(), 10)
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(matches!(
+        store.append(&lease, b"late").await,
+        Err(Error::LeaseEnded {
+            ended: Ended::Failed,
+            fence: 1,
+            ..
+        })
+    ));
+    assert!(matches!(
+        store.fail(&lease, reason).await,
+        Err(Error::LeaseEnded {
+            ended: Ended::Failed,
+            fence: 1,
+            ..
+        })
+    ));
+    assert!(matches!(
+        store.force_release(&r).await,
+        Err(Error::Failed { .. })
+    ));
+    let failed = store
+        .list(&ListFilter {
+            state: Some(RunState::Failed),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        failed.iter().map(|f| &f.run).collect::<Vec<_>>(),
+        [&r],
+        "list --state failed"
+    );
+    let many = store.inspect_many(std::slice::from_ref(&r)).await.unwrap();
+    assert_eq!(many[0].as_ref().unwrap().failure.as_deref(), Some(reason));
+
+    let resumed = store.resume(&r).await.unwrap();
+    assert_eq!((resumed.state, resumed.failure), (RunState::Runnable, None));
+    assert!(matches!(
+        store.resume(&r).await,
+        Err(Error::NotSuspended {
+            state: RunState::Runnable,
+            ..
+        })
+    ));
+    let again = store.claim_next(&worker("b"), long(), 10).await.unwrap();
+    assert_eq!(
+        again
+            .iter()
+            .map(|l| (l.run(), l.fence().get()))
+            .collect::<Vec<_>>(),
+        [(&r, 2)]
+    );
+}
+
+/// A handler that always fails (a poison run) under `max_attempts = 5` and a 50 ms backoff
+/// runs exactly five times, each under the next fence, with growing delays between attempts,
+/// then the run is failed with the last error as its reason; the store saw five claims.
+pub async fn worker_gives_up_on_a_poison_run_after_its_attempts(factory: &dyn StoreFactory) {
+    let store = factory.fresh().await;
+    let r = created(&*store, "poison").await;
+    let attempts: Arc<Mutex<Vec<(u64, Instant)>>> = Arc::default();
+    let config = WorkerConfig::new(Ttl::from_secs(30).unwrap())
+        .with_poll_interval(Duration::from_millis(10))
+        .with_retry(
+            RetryPolicy::default()
+                .with_backoff(Duration::from_millis(50), Duration::from_secs(1))
+                .with_max_attempts(5),
+        );
+    let w = Worker::new(store.clone(), worker("poisoned"), config).unwrap();
+    let seen = attempts.clone();
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    let handle = tokio::spawn(async move {
+        w.run(
+            move |ctx: RunContext| {
+                let seen = seen.clone();
+                async move {
+                    let attempt = ctx.fence().get();
+                    seen.lock().unwrap().push((attempt, Instant::now()));
+                    Err::<End, _>(format!("card declined (attempt {attempt})").into())
+                }
+            },
+            stop,
+        )
+        .await
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while state_failed(&*store, &r).await.is_none() {
+        assert!(Instant::now() < deadline, "the poison run never failed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Nothing more may happen to it: give a sixth attempt the time it would need.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    shutdown.cancel();
+    let report = handle.await.unwrap().unwrap();
+    let attempts = attempts.lock().unwrap().clone();
+    assert_eq!(
+        attempts.iter().map(|(a, _)| *a).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5],
+        "one handler run per attempt, each under the next fence"
+    );
+    // Each delay is at least half of 50 ms x 2^(n-1), counted on the store's clock from the
+    // end's commit, which comes after the handler returned.
+    for (n, pair) in attempts.windows(2).enumerate() {
+        let gap = pair[1].1 - pair[0].1;
+        let least = Duration::from_millis(25 << n);
+        assert!(
+            gap + Duration::from_millis(5) >= least,
+            "attempt {} came {gap:?} after attempt {}: under the backoff's {least:?}",
+            n + 2,
+            n + 1
+        );
+    }
+    let record = store.inspect(&r).await.unwrap();
+    assert_eq!(
+        (record.state, record.fence.get(), record.failure.as_deref()),
+        (RunState::Failed, 5, Some("card declined (attempt 5)"))
+    );
+    assert_eq!(
+        (
+            report.claimed,
+            report.handler_errors,
+            report.gave_up,
+            report.released
+        ),
+        (5, 5, 1, 4),
+        "{report:?}"
+    );
+}
+
+async fn state_failed(store: &dyn LeaseStore, r: &lease_core::RunId) -> Option<()> {
+    (store.inspect(r).await.unwrap().state == RunState::Failed).then_some(())
+}

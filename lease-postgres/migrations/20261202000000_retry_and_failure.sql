@@ -1,0 +1,11 @@
+-- A run's whole life: a terminal 'failed' state with its reason, and releases with a retry
+-- delay. A delay needs no column: claimable_at already says when a runnable run becomes
+-- claimable, claim_next already skips a run until then, and claim now checks it too.
+-- For a completed or failed run, claimable_at is when it ended.
+ALTER TABLE runs DROP CONSTRAINT runs_state_check;
+ALTER TABLE runs ADD CONSTRAINT runs_state_check
+    CHECK (state IN ('runnable', 'suspended', 'completed', 'failed'));
+-- The reason an End::Fail gave; null for every run that is not failed.
+ALTER TABLE runs ADD COLUMN failure TEXT;
+ALTER TABLE runs ADD CONSTRAINT runs_failure_only_when_failed
+    CHECK ((failure IS NULL) OR (state = 'failed'));
