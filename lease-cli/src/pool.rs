@@ -105,7 +105,7 @@ pub(crate) async fn run(
         json!({
             "claimed": report.claimed, "completed": report.completed, "released": report.released,
             "refused": report.refused, "failed": report.failed, "abandoned": report.abandoned,
-            "handler_errors": report.handler_errors, "batches": report.batches,
+            "handler_errors": report.handler_errors, "gave_up": report.gave_up, "batches": report.batches,
         }),
     );
     Ok(())

@@ -44,6 +44,8 @@ pub enum Flaw {
     /// The worker takes its local deadline from the instant a reply **arrived** instead of the
     /// instant its request was sent.
     DeadlineFromReceipt,
+    /// The store lets a claim take a run given back with a retry delay before the delay ends.
+    ClaimIgnoresDelay,
 }
 
 /// The protocol and its bounds.
@@ -65,6 +67,11 @@ pub struct LeaseModel {
     pub writes_per_worker: u8,
     /// A deliberate break, or `None` for the protocol as designed.
     pub flaw: Option<Flaw>,
+    /// Whether workers may also end a lease with a retry delay or fail the run (and an
+    /// operator resume a failed run): the rest of a run's life.
+    pub life: bool,
+    /// The retry delay, in ticks, when `life` is on.
+    pub retry_delay: u8,
 }
 
 impl LeaseModel {
@@ -83,6 +90,20 @@ impl LeaseModel {
             claims_per_worker: 1,
             writes_per_worker: 1,
             flaw: None,
+            life: false,
+            retry_delay: 1,
+        }
+    }
+
+    /// The small model with the rest of a run's life: a worker may also give its run back with
+    /// a retry delay of one tick or fail it, and an operator may resume a failed run. Fenced
+    /// writes are left out (the small model checks them) to keep the state space near the
+    /// small model's.
+    pub fn life() -> LeaseModel {
+        LeaseModel {
+            life: true,
+            writes_per_worker: 0,
+            ..LeaseModel::small()
         }
     }
 
@@ -115,6 +136,8 @@ pub enum Phase {
     Suspended,
     /// Done for good.
     Completed,
+    /// Given up on; never claimable until an operator resumes it.
+    Failed,
 }
 
 /// The store's record of the run.
@@ -126,8 +149,10 @@ pub struct Store {
     pub owner: Option<u8>,
     /// The lease's expiry on the store's clock.
     pub expires: u8,
-    /// Runnable, suspended or completed.
+    /// Runnable, suspended, completed or failed.
     pub phase: Phase,
+    /// Before this tick an unowned runnable run is not claimable (a retry delay).
+    pub not_before: u8,
     /// Claims per worker, used only by [`Flaw::PerWorkerFence`].
     pub per_worker: Vec<u8>,
 }
@@ -170,6 +195,10 @@ pub enum Op {
     Suspend(u8),
     /// Complete under a fence.
     Complete(u8),
+    /// Give the run back with a retry delay, under a fence.
+    Retry(u8),
+    /// Fail the run under a fence.
+    Fail(u8),
 }
 
 /// The store's answer.
@@ -243,6 +272,14 @@ pub struct History {
     pub resumed: bool,
     /// A claim succeeded after a resume.
     pub claimed_after_resume: bool,
+    /// A claim was granted inside a retry delay.
+    pub claimed_in_delay: bool,
+    /// A run given back with a retry delay was claimed again.
+    pub retried: bool,
+    /// A run was failed at some point.
+    pub failed: bool,
+    /// A claim succeeded after a failed run was resumed.
+    pub claimed_after_failure: bool,
 }
 
 /// One state of the whole system.
@@ -285,7 +322,11 @@ pub enum Action {
     Suspend(u8),
     /// A worker completes its run (and stops working on it).
     Complete(u8),
-    /// An operator resumes the suspended run.
+    /// A worker gives its run back with a retry delay (and stops working on it).
+    Retry(u8),
+    /// A worker fails its run (and stops working on it).
+    Fail(u8),
+    /// An operator resumes the suspended or failed run.
     Resume,
     /// The network delivers the message at this index.
     Deliver(usize),
@@ -322,9 +363,16 @@ impl LeaseModel {
         match op {
             Op::Claim(_) => {
                 let free = store.owner.is_none() || store.expires <= now;
-                if store.phase != Phase::Runnable || !free {
+                let delayed = store.owner.is_none()
+                    && now < store.not_before
+                    && !self.has(Flaw::ClaimIgnoresDelay);
+                if store.phase != Phase::Runnable || !free || delayed {
                     return Answer::Refused;
                 }
+                // What the properties watch, judged apart from the rule above.
+                history.claimed_in_delay |= store.owner.is_none() && now < store.not_before;
+                history.retried |= store.not_before > 0 && store.owner.is_none();
+                history.claimed_after_failure |= history.failed;
                 let fence = if self.has(Flaw::PerWorkerFence) {
                     store.per_worker[usize::from(from)] += 1;
                     store.per_worker[usize::from(from)]
@@ -334,6 +382,7 @@ impl LeaseModel {
                 store.fence = fence;
                 store.owner = Some(from);
                 store.expires = now + self.ttl;
+                store.not_before = 0;
                 if fence <= history.granted_max {
                     history.fence_repeated = true;
                 }
@@ -390,6 +439,19 @@ impl LeaseModel {
                 }
                 Answer::Accepted
             }
+            Op::Retry(fence) | Op::Fail(fence) => {
+                if !self.held(store, fence) {
+                    return Answer::Refused;
+                }
+                store.owner = None;
+                if matches!(op, Op::Fail(_)) {
+                    store.phase = Phase::Failed;
+                    history.failed = true;
+                } else {
+                    store.not_before = now + self.retry_delay;
+                }
+                Answer::Accepted
+            }
         }
     }
 
@@ -436,6 +498,7 @@ impl Model for LeaseModel {
                 owner: None,
                 expires: 0,
                 phase: Phase::Runnable,
+                not_before: 0,
                 per_worker: vec![0; usize::from(self.workers)],
             },
             workers: vec![
@@ -477,9 +540,13 @@ impl Model for LeaseModel {
                 }
                 actions.push(Action::Suspend(w));
                 actions.push(Action::Complete(w));
+                if self.life {
+                    actions.push(Action::Retry(w));
+                    actions.push(Action::Fail(w));
+                }
             }
         }
-        if state.store.phase == Phase::Suspended {
+        if matches!(state.store.phase, Phase::Suspended | Phase::Failed) {
             actions.push(Action::Resume);
         }
         for (i, packet) in state.net.iter().enumerate() {
@@ -527,14 +594,15 @@ impl Model for LeaseModel {
                 let fence = worker.lease?.fence;
                 self.send(&mut state, w, Op::Write(fence));
             }
-            Action::Suspend(w) | Action::Complete(w) => {
+            Action::Suspend(w) | Action::Complete(w) | Action::Retry(w) | Action::Fail(w) => {
                 let worker = &mut state.workers[usize::from(w)];
                 // Ending the lease stops the heartbeat and the work at once.
                 let fence = worker.lease.take()?.fence;
-                let op = if matches!(action, Action::Suspend(_)) {
-                    Op::Suspend(fence)
-                } else {
-                    Op::Complete(fence)
+                let op = match action {
+                    Action::Suspend(_) => Op::Suspend(fence),
+                    Action::Complete(_) => Op::Complete(fence),
+                    Action::Retry(_) => Op::Retry(fence),
+                    _ => Op::Fail(fence),
                 };
                 self.send(&mut state, w, op);
             }
@@ -580,7 +648,7 @@ impl Model for LeaseModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
+        let mut properties = vec![
             Property::always("fences never repeat", |_, s: &State| {
                 !s.history.fence_repeated
             }),
@@ -601,6 +669,10 @@ impl Model for LeaseModel {
                 "at most one worker works on the run at a time",
                 |_, s: &State| s.working() <= 1,
             ),
+            Property::always(
+                "no claim takes a run inside its retry delay",
+                |_, s: &State| !s.history.claimed_in_delay,
+            ),
             // Reachability: the model is not vacuous; each of these must be found.
             Property::sometimes("a run is reclaimed under a higher fence", |_, s: &State| {
                 s.history.granted_max >= 2
@@ -615,6 +687,18 @@ impl Model for LeaseModel {
                 "a suspended run is resumed and reclaimed",
                 |_, s: &State| s.history.claimed_after_resume,
             ),
-        ]
+        ];
+        if self.life {
+            // Reachable only with the rest of a run's life on.
+            properties.push(Property::sometimes(
+                "a run given back with a delay is claimed after it",
+                |_, s: &State| s.history.retried,
+            ));
+            properties.push(Property::sometimes(
+                "a failed run is resumed and reclaimed",
+                |_, s: &State| s.history.claimed_after_failure,
+            ));
+        }
+        properties
     }
 }

@@ -50,8 +50,13 @@ fn the_protocol_holds_in_every_interleaving() {
 
 /// Checks `flaw` and returns the counterexample for `property`, printed as its actions.
 fn counterexample(flaw: Flaw, property: &'static str) -> String {
+    counterexample_in(LeaseModel::small(), flaw, property)
+}
+
+/// As [`counterexample`], in `model`.
+fn counterexample_in(model: LeaseModel, flaw: Flaw, property: &'static str) -> String {
     // Breadth first, stopping at the first counterexample: the shortest schedule that fails.
-    let checker = LeaseModel::small()
+    let checker = model
         .with_flaw(flaw)
         .checker()
         .finish_when(HasDiscoveries::AnyOf([property].into()))
@@ -66,6 +71,52 @@ fn counterexample(flaw: Flaw, property: &'static str) -> String {
     let line = format!("{flaw:?} breaks {property:?}: {}", steps.join(" → "));
     eprintln!("{line}");
     line
+}
+
+/// The rest of a run's life: workers may also give the run back with a retry delay or fail
+/// it, and an operator resume a failed run. Every safety property still holds, a delayed run
+/// is never claimed inside its delay, and the new schedules are reached.
+#[test]
+fn the_life_of_a_run_holds_in_every_interleaving() {
+    let model = LeaseModel::life();
+    let started = Instant::now();
+    let checker = model.clone().checker().threads(2).spawn_bfs().join();
+    assert!(checker.is_done(), "the whole state space was explored");
+    eprintln!(
+        "lease-model (life): {model:?}\n  {} states ({} unique), max depth {}, in {:.1?}",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        started.elapsed()
+    );
+    for property in SAFETY
+        .iter()
+        .chain(&["no claim takes a run inside its retry delay"])
+    {
+        checker.assert_no_discovery(property);
+    }
+    for property in [
+        "a run is reclaimed under a higher fence",
+        "a run is completed",
+        "a suspended run is resumed and reclaimed",
+        "a run given back with a delay is claimed after it",
+        "a failed run is resumed and reclaimed",
+    ] {
+        let path = checker.assert_any_discovery(property);
+        eprintln!(
+            "  reached {property:?} in {} steps",
+            path.into_actions().len()
+        );
+    }
+}
+
+#[test]
+fn a_claim_that_ignores_the_retry_delay_is_found() {
+    counterexample_in(
+        LeaseModel::life(),
+        Flaw::ClaimIgnoresDelay,
+        "no claim takes a run inside its retry delay",
+    );
 }
 
 #[test]

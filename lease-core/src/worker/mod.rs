@@ -38,8 +38,11 @@ pub use context::{EndReport, Handler, HandlerFuture, RunContext, WorkerReport};
 /// - Every held lease is driven by a [`RunScope`] renewed through one [`Heartbeats`] hub; a
 ///   handler whose scope is already cancelled is never started.
 /// - A handler returns an [`End`]: complete, complete with an effect (the effect's journal
-///   entry and the completion are one write), release, or suspend. An error or a panic
-///   releases the run. The ends of many handlers go to the store in one
+///   entry and the completion are one write), release, release with a retry delay, suspend,
+///   fail, or one it committed itself. An error or a panic gives the run back with the
+///   [`RetryPolicy`]'s delay (on the store's clock), or fails it, with the error as its
+///   reason, at the policy's last attempt (the attempt is the lease's fence); one that comes
+///   after the handler's token was cancelled releases the run at once. The ends of many handlers go to the store in one
 ///   [`end_many`](LeaseStore::end_many) (one round trip, one commit); a batch closes at its
 ///   size or after its delay. **No end is reported before the batch that carries it
 ///   committed** ([`Worker::on_end`], [`WorkerReport`]).
@@ -431,6 +434,14 @@ async fn job(job: Job) {
         };
         match outcome {
             Ok(Ok(end)) => (end, true),
+            Ok(Err(e)) if scope.is_cancelled() => {
+                // It failed once its token was cancelled (the shutdown's grace ended, or the
+                // lease may be lost): the cancellation's doing, not the run's. Given back at
+                // once, as an abandoned handler's run is.
+                bump(&counters.handler_errors);
+                tracing::warn!(%run, %fence, error = %e, "handler failed after its token was cancelled; releasing the run");
+                (End::Release, false)
+            }
             Ok(Err(e)) => {
                 bump(&counters.handler_errors);
                 let end = after_failure(&retry, fence.get(), &e.to_string());
