@@ -23,7 +23,7 @@ pub(crate) mod exit {
     pub(crate) const USAGE: u8 = 2;
     /// The run does not exist.
     pub(crate) const NOT_FOUND: u8 = 3;
-    /// The store refused: held, suspended, completed, stale fence, wrong state.
+    /// The store refused: held, delayed, suspended, completed, failed, stale fence, wrong state.
     pub(crate) const REFUSED: u8 = 4;
     /// The store could not be reached.
     pub(crate) const UNAVAILABLE: u8 = 5;
@@ -85,7 +85,7 @@ enum Command {
     /// widen when a later page has longer values; --json prints one JSON array, streamed
     /// element by element, which is valid only once the command succeeded.
     List {
-        /// Only runs in this state: runnable, suspended or completed.
+        /// Only runs in this state: runnable, suspended, completed or failed.
         #[arg(long)]
         state: Option<RunState>,
         /// Only runs whose lease expired and was not reclaimed.
@@ -98,7 +98,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Make a suspended run runnable again; its next claim takes a higher fence.
+    /// Make a suspended or failed run runnable again; its next claim takes a higher fence.
     Resume {
         /// The run id.
         run: String,
