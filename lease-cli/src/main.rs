@@ -118,6 +118,20 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Retention: remove completed and failed runs that ended longer ago than --older-than,
+    /// with their journals, oldest first, 1,000 per store call. Each leaves a tombstone with
+    /// its last fence, so an id created again never reuses a fence.
+    Purge {
+        /// The age: a number and a unit, ms, s, m, h or d (for example 7d, 36h, 90s).
+        #[arg(long, value_name = "AGE", value_parser = ops::parse_age)]
+        older_than: Duration,
+        /// Only count what would be removed.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print JSON instead of a sentence.
+        #[arg(long)]
+        json: bool,
+    },
     /// Create or upgrade the Postgres schema.
     Migrate,
     /// Show the reference worker's side-effect ledger for a run.
@@ -231,6 +245,11 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             }
             ops::force_release(&config, &run_id(&run)?, json).await
         }
+        Command::Purge {
+            older_than,
+            dry_run,
+            json,
+        } => ops::purge(&config, older_than, dry_run, json).await,
         Command::Migrate => ops::migrate(&config).await,
         Command::Ledger { run, json } => ops::ledger(&config, &run_id(&run)?, json).await,
         Command::Worker(args) => worker::run(&config, args).await,

@@ -1,4 +1,4 @@
-//! Operator commands: create, inspect, list, resume, release --force, migrate.
+//! Operator commands: create, inspect, list, resume, release --force, purge, migrate.
 
 use distribution::{connect, Config, ListFilter, RunId, RunState};
 
@@ -123,4 +123,108 @@ pub(crate) async fn ledger(config: &Config, run: &RunId, json: bool) -> Result<(
         println!("({} entries)", entries.len());
     }
     Ok(())
+}
+
+/// How many runs one `purge` call removes at most.
+const PURGE_BATCH: usize = 1_000;
+
+/// `lease purge --older-than AGE [--dry-run]`: removes ended runs older than `age` in batches
+/// of [`PURGE_BATCH`] (each store call bounded), or only counts them.
+pub(crate) async fn purge(
+    config: &Config,
+    age: std::time::Duration,
+    dry_run: bool,
+    json: bool,
+) -> Result<(), Failure> {
+    let store = connect(config).await?;
+    let shown = humantime(age);
+    if dry_run {
+        let n = store.count_purgeable(age).await?;
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({"dry_run": true, "older_than_ms": age.as_millis() as u64, "would_purge": n})
+            );
+        } else {
+            println!("{n} completed or failed runs ended more than {shown} ago (dry run: nothing removed)");
+        }
+        return Ok(());
+    }
+    let mut purged: u64 = 0;
+    loop {
+        let batch = store.purge(age, PURGE_BATCH).await?;
+        purged += batch.len() as u64;
+        if batch.len() < PURGE_BATCH {
+            break;
+        }
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"dry_run": false, "older_than_ms": age.as_millis() as u64, "purged": purged})
+        );
+    } else {
+        println!("purged {purged} completed or failed runs ended more than {shown} ago");
+    }
+    Ok(())
+}
+
+/// Parses `7d`, `36h`, `90m`, `45s`, `500ms` (a whole number and a unit).
+pub(crate) fn parse_age(text: &str) -> Result<std::time::Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("{text:?} has no unit: add ms, s, m, h or d (for example 7d)"))?;
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} does not start with a whole number"))?;
+    let ms_per = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        other => return Err(format!("unknown unit {other:?}: use ms, s, m, h or d")),
+    };
+    let ms = n
+        .checked_mul(ms_per)
+        .ok_or_else(|| format!("{text:?} is too long"))?;
+    let age = std::time::Duration::from_millis(ms);
+    if age > distribution::MAX_PURGE_AGE {
+        return Err(format!("{text:?} is longer than the maximum of 100 years"));
+    }
+    Ok(age)
+}
+
+fn humantime(age: std::time::Duration) -> String {
+    let ms = age.as_millis() as u64;
+    for (unit, per) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
+        if ms >= per && ms % per == 0 {
+            return format!("{}{unit}", ms / per);
+        }
+    }
+    format!("{ms}ms")
+}
+
+#[cfg(test)]
+mod age_tests {
+    use super::parse_age;
+    use std::time::Duration;
+
+    #[test]
+    fn ages_need_a_whole_number_and_a_unit() {
+        assert_eq!(parse_age("7d"), Ok(Duration::from_secs(7 * 86_400)));
+        assert_eq!(parse_age("36h"), Ok(Duration::from_secs(36 * 3_600)));
+        assert_eq!(parse_age("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_age("0s"), Ok(Duration::ZERO));
+        for bad in ["7", "d", "7 weeks", "-1d", "1.5h", "99999999999999999d"] {
+            assert!(parse_age(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
 }

@@ -307,3 +307,122 @@ pub async fn worker_gives_up_on_a_poison_run_after_its_attempts(factory: &dyn St
 async fn state_failed(store: &dyn LeaseStore, r: &lease_core::RunId) -> Option<()> {
     (store.inspect(r).await.unwrap().state == RunState::Failed).then_some(())
 }
+
+/// Retention: `purge` removes completed and failed runs whose end is older than the age asked,
+/// oldest end first, at most `max` per call, with their journals; runnable, held, suspended and
+/// resumed runs stay; `count_purgeable` counts what it would remove. A purged id created again
+/// starts at its last fence, so its next claim continues above every fence it issued and a
+/// holder of an old lease is refused. Bad input is refused before the store.
+pub async fn purge_removes_old_ended_runs_and_never_reuses_a_fence(factory: &dyn StoreFactory) {
+    let store = factory.fresh().await;
+    let done = created(&*store, "done").await;
+    let lease = store.claim(&done, &worker("a"), long()).await.unwrap();
+    store.complete_with(&lease, b"effect").await.unwrap();
+
+    // "gave-up" is claimed three times (fence 3) and failed.
+    let gave_up = created(&*store, "gave-up").await;
+    for _ in 0..2 {
+        let l = store.claim(&gave_up, &worker("a"), long()).await.unwrap();
+        store.release(&l).await.unwrap();
+    }
+    let last = store.claim(&gave_up, &worker("a"), long()).await.unwrap();
+    store.fail(&last, "no such card").await.unwrap();
+    // Failed and resumed: live again, not purged.
+    let revived = created(&*store, "revived").await;
+    let l = store.claim(&revived, &worker("a"), long()).await.unwrap();
+    store.fail(&l, "transient").await.unwrap();
+    store.resume(&revived).await.unwrap();
+    let waiting = created(&*store, "waiting").await;
+    let held = created(&*store, "held").await;
+    let _holding = store.claim(&held, &worker("h"), long()).await.unwrap();
+    let parked = created(&*store, "parked").await;
+    let l = store.claim(&parked, &worker("a"), long()).await.unwrap();
+    store.suspend(&l).await.unwrap();
+
+    assert!(matches!(
+        store.purge(Duration::ZERO, 0).await,
+        Err(Error::InvalidInput(InvalidInput::BatchEmpty))
+    ));
+    assert!(matches!(
+        store
+            .purge(lease_core::MAX_PURGE_AGE + Duration::from_secs(1), 10)
+            .await,
+        Err(Error::InvalidInput(InvalidInput::PurgeAgeTooLong { .. }))
+    ));
+    let hour = Duration::from_secs(3600);
+    assert_eq!(store.count_purgeable(hour).await.unwrap(), 0);
+    assert!(
+        store.purge(hour, 10).await.unwrap().is_empty(),
+        "runs that ended a moment ago are younger than an hour"
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let age = Duration::from_millis(20);
+    assert_eq!(store.count_purgeable(age).await.unwrap(), 2);
+    // Oldest end first, at most max per call.
+    assert_eq!(
+        store.purge(age, 1).await.unwrap(),
+        std::slice::from_ref(&done)
+    );
+    assert_eq!(
+        store.purge(age, 10).await.unwrap(),
+        std::slice::from_ref(&gave_up)
+    );
+    assert!(store.purge(age, 10).await.unwrap().is_empty());
+    assert_eq!(store.count_purgeable(Duration::ZERO).await.unwrap(), 0);
+    for gone in [&done, &gave_up] {
+        assert!(matches!(
+            store.inspect(gone).await,
+            Err(Error::NotFound { .. })
+        ));
+        assert!(matches!(
+            store.journal(gone).await,
+            Err(Error::NotFound { .. })
+        ));
+    }
+    for (id, state) in [
+        (&revived, RunState::Runnable),
+        (&waiting, RunState::Runnable),
+        (&held, RunState::Runnable),
+        (&parked, RunState::Suspended),
+    ] {
+        assert_eq!(store.inspect(id).await.unwrap().state, state, "{id} stays");
+    }
+
+    // Created again: it starts at its last fence, never below.
+    let again = store.create(&gave_up).await.unwrap();
+    assert_eq!((again.fence.get(), again.state), (3, RunState::Runnable));
+    assert!(store.journal(&gave_up).await.unwrap().is_empty());
+    assert!(matches!(
+        store.append(&last, b"late").await,
+        Err(Error::LeaseEnded { fence: 3, .. })
+    ));
+    let next = store.claim(&gave_up, &worker("b"), long()).await.unwrap();
+    assert_eq!(
+        next.fence().get(),
+        4,
+        "the next claim continues above the purged run's"
+    );
+    assert!(matches!(
+        store.append(&last, b"late").await,
+        Err(Error::StaleFence {
+            presented: 3,
+            current: 4,
+            ..
+        })
+    ));
+    let many = store
+        .create_many(std::slice::from_ref(&done))
+        .await
+        .unwrap();
+    assert!(many[0].is_ok());
+    assert_eq!(store.inspect(&done).await.unwrap().fence.get(), 1);
+    // Purged twice: the tombstone keeps the highest fence.
+    let l = store.claim(&done, &worker("c"), long()).await.unwrap();
+    assert_eq!(l.fence().get(), 2);
+    store.complete(&l).await.unwrap();
+    assert_eq!(
+        store.purge(Duration::ZERO, 10).await.unwrap(),
+        std::slice::from_ref(&done)
+    );
+    assert_eq!(store.create(&done).await.unwrap().fence.get(), 2);
+}

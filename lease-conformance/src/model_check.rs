@@ -81,6 +81,8 @@ pub enum Step {
     Inspect(usize),
     /// `list` of the case's runs, optionally by state.
     List(Option<u8>),
+    /// `purge(0, max)`: every ended run is due.
+    Purge(usize),
     /// Let this many milliseconds pass.
     Advance(u64),
 }
@@ -112,6 +114,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => run.clone().prop_map(Step::ForceRelease),
         2 => run.prop_map(Step::Inspect),
         1 => prop::option::of(0..4u8).prop_map(Step::List),
+        1 => (1..4usize).prop_map(Step::Purge),
         2 => (0..=2 * SHORT_MS).prop_map(Step::Advance),
     ]
 }
@@ -169,9 +172,18 @@ enum Liveness {
 struct Model {
     runs: BTreeMap<RunId, Run>,
     leases: Vec<Lease>,
+    /// Purged runs' last fences: a run created again starts there.
+    tombstones: BTreeMap<RunId, u64>,
 }
 
 impl Model {
+    /// A run as `create` leaves it: fence 0, or a purged id's last fence.
+    fn created(&self, id: &RunId) -> Run {
+        let mut run = Run::created();
+        run.fence = self.tombstones.get(id).copied().unwrap_or(0);
+        run
+    }
+
     fn live(&self, run: &Run, sent: Instant, received: Instant) -> Liveness {
         match (run.owner.as_ref(), run.window) {
             (None, _) => match run.delay {
@@ -272,6 +284,7 @@ pub async fn check_sequence(store: &dyn LeaseStore, case: u64, steps: &[Step]) {
     let mut model = Model {
         runs: BTreeMap::new(),
         leases: Vec::new(),
+        tombstones: BTreeMap::new(),
     };
     for (n, step) in steps.iter().enumerate() {
         let what = format!("step {n} {step:?}");
@@ -324,8 +337,10 @@ async fn apply(
                 Ok(())
             };
             expect_same(what, &got, &want);
-            if got.is_ok() {
-                model.runs.insert(id.clone(), Run::created());
+            if let Ok(record) = got {
+                let run = model.created(id);
+                assert_eq!(record.fence.get(), run.fence, "{what}: a purged id's fence");
+                model.runs.insert(id.clone(), run);
             }
         }
         Step::Claim(r, w, short) => {
@@ -556,7 +571,8 @@ async fn apply(
                 };
                 expect_same(what, &one, &want);
                 if one.is_ok() {
-                    model.runs.insert(id.clone(), Run::created());
+                    let run = model.created(id);
+                    model.runs.insert(id.clone(), run);
                 }
             }
         }
@@ -685,6 +701,36 @@ async fn apply(
                 })
                 .collect();
             assert_eq!(got, want, "{what}: list");
+        }
+        Step::Purge(max) => {
+            let got = store
+                .purge(Duration::ZERO, *max)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert!(got.len() <= *max, "{what}: at most max");
+            // The store is shared with earlier cases, whose retired runs may come first.
+            for id in got.iter().filter(|id| ids.contains(id)) {
+                let run = model
+                    .runs
+                    .remove(id)
+                    .unwrap_or_else(|| panic!("{what}: purged {id}, which does not exist"));
+                assert!(
+                    matches!(run.state, RunState::Completed | RunState::Failed),
+                    "{what}: purged {id}, which is {}",
+                    run.state
+                );
+                model.tombstones.insert(id.clone(), run.fence);
+            }
+            if got.len() < *max {
+                for (id, run) in &model.runs {
+                    assert!(
+                        !matches!(run.state, RunState::Completed | RunState::Failed),
+                        "{what}: {id} is {} but was not purged ({} of at most {max})",
+                        run.state,
+                        got.len()
+                    );
+                }
+            }
         }
         Step::Advance(ms) => tokio::time::sleep(Duration::from_millis(*ms)).await,
     }

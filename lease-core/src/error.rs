@@ -468,6 +468,14 @@ pub enum InvalidInput {
         /// The maximum.
         max: usize,
     },
+    /// A [`purge`](crate::LeaseStore::purge) age over [`MAX_PURGE_AGE`](crate::MAX_PURGE_AGE).
+    #[error("purge age {age:?} is longer than the maximum of {max:?}")]
+    PurgeAgeTooLong {
+        /// The age asked for.
+        age: Duration,
+        /// The maximum.
+        max: Duration,
+    },
     /// A state name other than `runnable`, `suspended`, `completed` or `failed`.
     #[error("unknown run state {state:?}; expected runnable, suspended, completed or failed")]
     UnknownState {

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::id::{IdempotencyKey, RunId, WorkerId};
 use crate::store::{claim_refusal, fenced_verdict, LeaseStore};
 use crate::types::{
-    check_claim_max, check_create_batch, check_end_batch, check_list, check_payload,
+    check_claim_max, check_create_batch, check_end_batch, check_list, check_payload, check_purge,
     check_renew_batch, End, Ending, Fence, JournalEntry, Lease, ListFilter, RunRecord, RunState,
     StoreTime, Ttl,
 };
@@ -41,6 +41,8 @@ pub struct MemoryLeaseStore {
 #[derive(Default)]
 struct State {
     runs: HashMap<RunId, Slot>,
+    /// Purged runs' last fences: a run created again with one of these ids starts there.
+    tombstones: HashMap<RunId, Fence>,
     /// Claimable-since order: (instant the run became claimable, creation order) → run.
     next_order: u64,
 }
@@ -146,6 +148,13 @@ impl MemoryLeaseStore {
             failure: slot.failure.clone(),
             observed_at: self.store_time(now),
         }
+    }
+
+    /// Whether the run ended (completed or failed) at least `older_than` before `now`: for an
+    /// ended run, `claimable_at` is when it ended.
+    fn purgeable(slot: &Slot, older_than: std::time::Duration, now: Instant) -> bool {
+        matches!(slot.state, RunState::Completed | RunState::Failed)
+            && now.saturating_duration_since(slot.claimable_at) >= older_than
     }
 
     /// How long before a runnable, unowned run given back with a retry delay is claimable;
@@ -372,11 +381,12 @@ impl LeaseStore for MemoryLeaseStore {
             return Err(Error::AlreadyExists { run: run.clone() });
         }
         state.next_order += 1;
+        let fence = state.tombstones.get(run).copied().unwrap_or(Fence::ZERO);
         let slot = Slot {
             state: RunState::Runnable,
             owner: None,
             expires_at: None,
-            fence: Fence::ZERO,
+            fence,
             heartbeats: 0,
             claimable_at: now,
             order: state.next_order,
@@ -612,5 +622,37 @@ impl LeaseStore for MemoryLeaseStore {
         slot.expires_at = None;
         slot.claimable_at = now;
         Ok(self.record(run, slot, now))
+    }
+
+    async fn purge(&self, older_than: std::time::Duration, max: usize) -> Result<Vec<RunId>> {
+        check_purge(older_than, max)?;
+        let now = Instant::now();
+        let mut state = self.lock();
+        let mut due: BTreeMap<(Instant, u64), RunId> = BTreeMap::new();
+        for (run, slot) in &state.runs {
+            if Self::purgeable(slot, older_than, now) {
+                due.insert((slot.claimable_at, slot.order), run.clone());
+                if due.len() > max {
+                    due.pop_last();
+                }
+            }
+        }
+        let purged: Vec<RunId> = due.into_values().collect();
+        for run in &purged {
+            let slot = state.runs.remove(run).expect("collected above");
+            state.tombstones.insert(run.clone(), slot.fence);
+        }
+        Ok(purged)
+    }
+
+    async fn count_purgeable(&self, older_than: std::time::Duration) -> Result<u64> {
+        check_purge(older_than, 1)?;
+        let now = Instant::now();
+        let state = self.lock();
+        Ok(state
+            .runs
+            .values()
+            .filter(|slot| Self::purgeable(slot, older_than, now))
+            .count() as u64)
     }
 }

@@ -46,6 +46,14 @@ pub const LEASES_HELD: &str = "lease_leases_held";
 pub const WORKER_ENDS: &str = "lease_worker_ends_total";
 /// Histogram: ends per group-committed `end_many` of a [`Worker`](crate::Worker).
 pub const WORKER_BATCH_SIZE: &str = "lease_worker_batch_size";
+/// Histogram: how long a [`Worker`](crate::Worker)'s handlers ran, by `outcome` (`ok`,
+/// `error`, `panic`, `abandoned`).
+pub const WORKER_HANDLER_DURATION: &str = "lease_worker_handler_duration_seconds";
+/// Gauge: handlers running in this process's [`Worker`](crate::Worker)s.
+pub const WORKER_IN_FLIGHT: &str = "lease_worker_jobs_in_flight";
+/// Counter: handlers that failed, by `outcome` (`error`, `panic`) and what the
+/// [`Worker`](crate::Worker) did with the run (`then`: `retry`, `fail`, `release`).
+pub const WORKER_HANDLER_ERRORS: &str = "lease_worker_handler_errors_total";
 
 /// Every series the library reports: (name, type, unit, labels, meaning), for documentation
 /// and for exporters that describe series up front.
@@ -126,6 +134,27 @@ pub const SERIES: &[(&str, &str, &str, &str, &str)] = &[
         "ends",
         "",
         "ends per group-committed end_many of a Worker",
+    ),
+    (
+        WORKER_HANDLER_DURATION,
+        "histogram",
+        "seconds",
+        "outcome",
+        "how long a Worker's handlers ran",
+    ),
+    (
+        WORKER_IN_FLIGHT,
+        "gauge",
+        "jobs",
+        "",
+        "handlers running in this process's Workers",
+    ),
+    (
+        WORKER_HANDLER_ERRORS,
+        "counter",
+        "handlers",
+        "outcome, then",
+        "handlers that failed, and what became of their runs",
     ),
 ];
 

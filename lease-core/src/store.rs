@@ -41,7 +41,9 @@ use crate::types::{End, Ending, Fence, JournalEntry, Lease, ListFilter, RunRecor
 /// definition of a correct backend.
 #[async_trait::async_trait] // object-safe: workers hold Arc<dyn LeaseStore>
 pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
-    /// Creates `run` as runnable and unowned, with fence 0 and no heartbeats.
+    /// Creates `run` as runnable and unowned, with fence 0 and no heartbeats — or, for an id
+    /// that was [purged](LeaseStore::purge), with the fence it had when it was purged, so its
+    /// next claim continues above every fence it ever issued.
     ///
     /// # Errors
     /// [`Error::AlreadyExists`]; nothing is changed.
@@ -245,6 +247,47 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     /// # Errors
     /// [`Error::NotFound`], [`Error::Suspended`], [`Error::Completed`], [`Error::Failed`].
     async fn force_release(&self, run: &RunId) -> Result<RunRecord>;
+
+    /// Retention: removes up to `max` (1 to [`MAX_BATCH`](crate::MAX_BATCH)) runs that ended
+    /// (completed or failed) at least `older_than` ago by the store's clock, oldest end first,
+    /// with their journals and idempotency keys, and returns their ids; an empty list when
+    /// none is due. Each call's work is bounded by `max`: call again until it returns fewer
+    /// than `max`.
+    ///
+    /// **A fence is never reused.** A purged run leaves a *tombstone*, its id and last fence
+    /// (a few bytes, kept for good), and a later [`create`](LeaseStore::create) of the id
+    /// starts at that fence, so no lease of the new run carries a fence a lease of the old one
+    /// carried, and a writer still holding an old lease is refused (`LeaseEnded` until the
+    /// new run is claimed, `StaleFence` after). A run that is
+    /// resumed or otherwise changed while a purge looks at it is not removed.
+    ///
+    /// The default implementation refuses with
+    /// [`InvalidInput::Unsupported`](crate::InvalidInput::Unsupported).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for `max` out of range or `older_than` over
+    /// [`MAX_PURGE_AGE`](crate::MAX_PURGE_AGE), before any I/O; the backend being
+    /// unavailable.
+    async fn purge(&self, older_than: Duration, max: usize) -> Result<Vec<RunId>> {
+        let _ = (older_than, max);
+        Err(crate::InvalidInput::Unsupported { operation: "purge" }.into())
+    }
+
+    /// How many runs a [`purge`](LeaseStore::purge) with this age would remove, counted
+    /// without removing anything (`lease purge --dry-run`).
+    ///
+    /// The default implementation refuses with
+    /// [`InvalidInput::Unsupported`](crate::InvalidInput::Unsupported).
+    ///
+    /// # Errors
+    /// The backend being unavailable.
+    async fn count_purgeable(&self, older_than: Duration) -> Result<u64> {
+        let _ = older_than;
+        Err(crate::InvalidInput::Unsupported {
+            operation: "count_purgeable",
+        }
+        .into())
+    }
 }
 
 /// The verdict on a fenced write, given what the store holds for the run.

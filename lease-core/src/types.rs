@@ -361,6 +361,26 @@ pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(30 * 86_400);
 /// [`Worker`](crate::Worker) cuts a handler's error message to fit.
 pub const MAX_REASON_BYTES: usize = 4096;
 
+/// The oldest age a [`purge`](crate::LeaseStore::purge) accepts: 100 years.
+pub const MAX_PURGE_AGE: Duration = Duration::from_secs(100 * 365 * 86_400);
+
+/// Validates a [`purge`](crate::LeaseStore::purge) (`max` 1 to [`MAX_BATCH`], `older_than` at
+/// most [`MAX_PURGE_AGE`]). Backends call it before any I/O.
+///
+/// # Errors
+/// [`InvalidInput::BatchEmpty`], [`InvalidInput::BatchTooLarge`] or
+/// [`InvalidInput::PurgeAgeTooLong`].
+pub fn check_purge(older_than: Duration, max: usize) -> Result<(), InvalidInput> {
+    check_claim_max(max)?;
+    if older_than > MAX_PURGE_AGE {
+        return Err(InvalidInput::PurgeAgeTooLong {
+            age: older_than,
+            max: MAX_PURGE_AGE,
+        });
+    }
+    Ok(())
+}
+
 /// The most runs one `list` call returns.
 pub const MAX_LIST: usize = 10_000;
 

@@ -9,3 +9,13 @@ ALTER TABLE runs ADD CONSTRAINT runs_state_check
 ALTER TABLE runs ADD COLUMN failure TEXT;
 ALTER TABLE runs ADD CONSTRAINT runs_failure_only_when_failed
     CHECK ((failure IS NULL) OR (state = 'failed'));
+
+-- Retention. purge removes ended runs oldest end first: for a completed or failed run,
+-- claimable_at is when it ended, and this index finds them without walking live runs.
+CREATE INDEX runs_ended ON runs (claimable_at) WHERE state IN ('completed', 'failed');
+-- A purged run's last fence, kept for good (a few bytes per purged id): a run created again
+-- under the id starts at this fence, so no fence is ever issued twice for one run id.
+CREATE TABLE tombstones (
+    run_id TEXT COLLATE "C" PRIMARY KEY,
+    fence  BIGINT NOT NULL CHECK (fence >= 0)
+);

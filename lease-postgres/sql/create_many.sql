@@ -8,11 +8,13 @@ WITH input AS (
     SELECT i.run_id COLLATE "C" AS run_id, i.ord
     FROM unnest($1::text[]) WITH ORDINALITY AS i(run_id, ord)
 ), created AS (
-    INSERT INTO {schema}.runs (run_id)
-    SELECT first.run_id
+    -- A purged id starts at its tombstone's fence.
+    INSERT INTO {schema}.runs (run_id, fence)
+    SELECT first.run_id, coalesce(t.fence, 0)
     FROM (SELECT DISTINCT ON (input.run_id) input.run_id, input.ord
           FROM input
           ORDER BY input.run_id, input.ord) AS first
+    LEFT JOIN {schema}.tombstones t ON t.run_id = first.run_id
     ORDER BY first.ord
     ON CONFLICT (run_id) DO NOTHING
     RETURNING run_id

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::{
-    check_claim_max, check_list, check_payload, check_renew_batch, claim_refusal, fenced_verdict,
-    Ending, Error, Fence, IdempotencyKey, JournalEntry, Lease, LeaseStore, ListFilter, Result,
-    RunId, RunRecord, RunState, StoreTime, Ttl, WorkerId,
+    check_claim_max, check_list, check_payload, check_purge, check_renew_batch, claim_refusal,
+    fenced_verdict, Ending, Error, Fence, IdempotencyKey, JournalEntry, Lease, LeaseStore,
+    ListFilter, Result, RunId, RunRecord, RunState, StoreTime, Ttl, WorkerId,
 };
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgArguments, PgPool, PgPoolOptions, PgRow};
@@ -77,6 +77,8 @@ pub(crate) struct Queries {
     renew_many_explain: String,
     pub(crate) end_many: String,
     pub(crate) create_many: String,
+    purge: String,
+    count_purgeable: String,
     append: String,
     append_keyed: String,
     journal: String,
@@ -108,6 +110,8 @@ impl Queries {
             renew_many_explain: q(include_str!("../sql/renew_many_explain.sql")),
             end_many: q(include_str!("../sql/end_many.sql")),
             create_many: q(include_str!("../sql/create_many.sql")),
+            purge: q(include_str!("../sql/purge.sql")),
+            count_purgeable: q(include_str!("../sql/count_purgeable.sql")),
             append: q(include_str!("../sql/append.sql")),
             append_keyed: q(include_str!("../sql/append_keyed.sql")),
             journal: q(include_str!("../sql/journal.sql")),
@@ -1031,6 +1035,38 @@ impl LeaseStore for PostgresLeaseStore {
             return Ok(Vec::new());
         }
         call!(self, |conn| self.create_batch(conn, runs).await)
+    }
+
+    async fn purge(&self, older_than: Duration, max: usize) -> Result<Vec<RunId>> {
+        check_purge(older_than, max)?;
+        let rows = call!(self, |conn| {
+            self.write_all(
+                conn,
+                sqlx::query(&self.sql.purge)
+                    .bind(older_than.as_millis() as i64) // at most MAX_PURGE_AGE, checked
+                    .bind(max as i64),
+            )
+            .await
+        })?;
+        rows.iter()
+            .map(|row| Ok(RunId::new(get::<String>(row, "run_id")?).map_err(corrupt)?))
+            .collect()
+    }
+
+    async fn count_purgeable(&self, older_than: Duration) -> Result<u64> {
+        check_purge(older_than, 1)?;
+        let row = call!(self, |conn| {
+            self.read_opt(
+                conn,
+                sqlx::query(&self.sql.count_purgeable).bind(older_than.as_millis() as i64),
+            )
+            .await
+        })?;
+        let n: i64 = match row {
+            Some(row) => get(&row, "n")?,
+            None => 0,
+        };
+        Ok(u64::try_from(n).map_err(corrupt)?)
     }
 
     async fn force_release(&self, run: &RunId) -> Result<RunRecord> {

@@ -1,5 +1,6 @@
 -- KEYS[1]: runs hash; KEYS[2]: claimable index (zset); KEYS[3]: all run ids (zset, score 0,
--- by encoded id); KEYS[4]: creation counter
+-- by encoded id); KEYS[4]: creation counter; KEYS[5]: tombstones (hash: purged id -> its
+-- last fence, where a run created again starts)
 -- ARGV[i]: encoded id of run i
 -- Returns: one string per run, in order: '1' if created, '0' if it existed (also for the
 -- second copy of an id repeated in the batch)
@@ -21,13 +22,14 @@ end
 if #new == 0 then
   return out
 end
-local now = num(now_micros())
+local now = now_micros()
 local first = redis.call('INCRBY', KEYS[4], #new) - #new
 for n, id in ipairs(new) do
   -- Zero-padded creation order first: equal scores then sort by creation, oldest first.
   local member = string.format('%016x', first + n) .. id
-  write_run(KEYS[1], { id = id, s = 'runnable', f = '0', h = '0', e = '', m = member, o = '' })
-  redis.call('ZADD', KEYS[2], now, member)
+  local fence = redis.call('HGET', KEYS[5], id) or '0'
+  write_run(KEYS[1], { id = id, s = 'runnable', f = fence, h = '0', e = '', m = member, o = '' })
+  index(KEYS[2], { f = fence, m = member }, now)
   redis.call('ZADD', KEYS[3], 0, id)
 end
 return out

@@ -1,7 +1,8 @@
 -- KEYS[1]: runs hash; KEYS[2]: claimable index (zset); KEYS[3]: this call's record (string:
 -- one character per item, '1' if this call ended it, else '0'; expires); KEYS[4]: failures
--- hash; KEYS[2i+3]: item i's applied appends (hash, as fenced.lua keeps them; dropped when its
--- lease ends); KEYS[2i+4]: item i's journal (list; used by 'complete-with' only, declared for
+-- hash; KEYS[5]: ended runs (zset: encoded id scored by when it completed or failed, in µs);
+-- KEYS[2i+4]: item i's applied appends (hash, as fenced.lua keeps them; dropped when its
+-- lease ends); KEYS[2i+5]: item i's journal (list; used by 'complete-with' only, declared for
 -- every item)
 -- ARGV[1]: how long to keep this call's record, in ms (at least the leases' TTL);
 -- ARGV[4i-2]: how item i ends: 'complete', 'complete-with', 'release', 'suspend',
@@ -64,9 +65,13 @@ for i = 2, #ARGV, 4 do
     else
       if op == 'complete-with' then
         now = now or now_micros()
-        redis.call('RPUSH', KEYS[2 * item + 4], r.f .. ':' .. num(now) .. ':' .. ARGV[i + 3])
+        redis.call('RPUSH', KEYS[2 * item + 5], r.f .. ':' .. num(now) .. ':' .. ARGV[i + 3])
       end
       redis.call('ZREM', KEYS[2], r.m)
+      if op ~= 'suspend' then
+        now = now or now_micros()
+        redis.call('ZADD', KEYS[5], num(now), r.id) -- ended: for retention
+      end
       if op == 'suspend' then
         r.s = 'suspended'
       elseif op == 'fail' then
@@ -78,7 +83,7 @@ for i = 2, #ARGV, 4 do
     end
     write_run(KEYS[1], r)
     -- The lease is over: nothing more can be appended under its fence.
-    redis.call('DEL', KEYS[2 * item + 3])
+    redis.call('DEL', KEYS[2 * item + 4])
     applied[item] = '1'
     fresh = true
     out[#out + 1] = { 'ok' }

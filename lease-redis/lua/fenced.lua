@@ -1,6 +1,7 @@
 -- KEYS[1]: runs hash; KEYS[2]: the run's journal (list); KEYS[3]: claimable index (zset);
 -- KEYS[4]: the run's applied calls (hash: 'f' = their fence, call id -> first result; appends);
--- KEYS[5]: this call's record (string, expiring; ends)
+-- KEYS[5]: this call's record (string, expiring; ends); KEYS[6]: ended runs (zset: encoded
+-- id scored by when it completed, in µs; for retention)
 -- ARGV[1]: operation: 'append', 'release', 'suspend' or 'complete'; ARGV[2]: encoded run id;
 -- ARGV[3]: presented fence; ARGV[4]: journal payload (append only; binary-safe); ARGV[5]:
 -- this call's id; ARGV[6]: how long an end's record is kept, in ms
@@ -63,6 +64,10 @@ if op == 'release' then
 else
   s = op == 'suspend' and 'suspended' or 'completed'
   redis.call('ZREM', KEYS[3], m)
+  if s == 'completed' then
+    local t = redis.call('TIME')
+    redis.call('ZADD', KEYS[6], t[1] .. string.format('%06d', t[2]), ARGV[2])
+  end
 end
 -- Owner and expiry cleared.
 redis.call('HSET', KEYS[1], ARGV[2], s .. ':' .. f .. ':' .. h .. '::' .. m .. ':')

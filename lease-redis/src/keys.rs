@@ -13,6 +13,8 @@
 //! | `{lease:ns}:k:<id>` | hash | the run's applied fenced writes under its latest fence: `f` = that fence, then call id → first result, so a resent write answers its first result |
 //! | `{lease:ns}:jk:<id>` | hash | the run's idempotency keys ([`append_keyed`](lease_core::LeaseStore::append_keyed)): key → position of its journal entry |
 //! | `{lease:ns}:c:<call>` | string | an `end_many` or single end's record of the items it ended, expiring (at least a minute, at least the leases' TTL), so a resend answers its first result |
+//! | `{lease:ns}:ended` | zset | completed and failed runs, `<id>` scored by when they ended (µs, server clock): what [`purge`](lease_core::LeaseStore::purge) removes, oldest first |
+//! | `{lease:ns}:tomb` | hash | purged runs' last fences: `<id>` → fence; a run created again under the id starts there |
 //! | `{lease:ns}:failed` | hash | failed runs' reasons: `<id>` → the reason its last holder gave ([`End::Fail`](lease_core::End::Fail)) |
 //! | `{lease:ns}:barrier` | string | a counter written after each write that must be acknowledged by replicas, so `WAIT` confirms what the write saw |
 //! | `{lease:ns}:u:<id>:<name>` | any | callers' keys for [fenced scripts](crate::FencedScript) |
@@ -130,6 +132,16 @@ impl Keys {
     /// One call's record of the leases it ended (expires).
     pub(crate) fn call(&self, id: &str) -> String {
         format!("{}:c:{id}", self.tag)
+    }
+
+    /// Ended runs by when they ended (zset: encoded id scored by µs), for retention.
+    pub(crate) fn ended(&self) -> String {
+        format!("{}:ended", self.tag)
+    }
+
+    /// Purged runs' last fences (hash: encoded id → fence).
+    pub(crate) fn tombstones(&self) -> String {
+        format!("{}:tomb", self.tag)
     }
 
     /// Failed runs' reasons (hash: encoded id → reason).

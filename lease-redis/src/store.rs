@@ -2,9 +2,10 @@
 
 use std::fmt;
 use std::sync::{Arc, LazyLock};
+use std::time::Duration;
 
 use lease_core::{
-    check_claim_max, check_create_batch, check_end_batch, check_list, check_payload,
+    check_claim_max, check_create_batch, check_end_batch, check_list, check_payload, check_purge,
     check_renew_batch, claim_refusal, fenced_verdict, End, Ending, Error, IdempotencyKey,
     JournalEntry, Lease, LeaseStore, ListFilter, Result, RunId, RunRecord, RunState, StoreTime,
     Ttl, WorkerId,
@@ -68,6 +69,9 @@ struct Scripts {
     inspect_many: Lua,
     journal: Lua,
     list: Lua,
+    purge_due: Lua,
+    purge: Lua,
+    count_purgeable: Lua,
 }
 
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -85,6 +89,9 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     inspect_many: Lua::new(lua!("inspect_many.lua")),
     journal: Lua::new(lua!("journal.lua")),
     list: Lua::new(lua!("list.lua")),
+    purge_due: Lua::new(lua!("purge_due.lua")),
+    purge: Lua::new(lua!("purge.lua")),
+    count_purgeable: Lua::new(lua!("count_purgeable.lua")),
 });
 
 /// A caller's Lua snippet that [`RedisLeaseStore::fenced_script`] runs atomically after the
@@ -115,7 +122,7 @@ impl FencedScript {
     /// Wraps `lua`, the snippet to run after the fence check.
     pub fn new(lua: &str) -> FencedScript {
         let source = format!(
-            "{}{}{lua}\nend)({{unpack(KEYS, 5)}}, {{unpack(ARGV, 6)}})\n{}",
+            "{}{}{lua}\nend)({{unpack(KEYS, 6)}}, {{unpack(ARGV, 6)}})\n{}",
             include_str!("../lua/common.lua"),
             include_str!("../lua/fenced_prelude.lua"),
             include_str!("../lua/fenced_epilogue.lua"),
@@ -293,6 +300,7 @@ impl RedisLeaseStore {
             .key(self.keys.calls(run))
             .key(self.keys.claimable())
             .key(self.keys.journal(run))
+            .key(self.keys.ended())
             .arg(keys::encode(run.as_str()))
             .arg(lease.fence().get())
             .arg(call_id())
@@ -388,6 +396,7 @@ impl RedisLeaseStore {
             .key(self.keys.claimable())
             .key(self.keys.calls(run))
             .key(self.keys.call(&id))
+            .key(self.keys.ended())
             .arg(op)
             .arg(keys::encode(run.as_str()))
             .arg(lease.fence().get())
@@ -438,6 +447,7 @@ impl LeaseStore for RedisLeaseStore {
             .key(self.keys.claimable())
             .key(self.keys.ids())
             .key(self.keys.counter())
+            .key(self.keys.tombstones())
             .arg(keys::encode(run.as_str()));
         let (reply, ack) = self.write("create", &call).await?;
         match reply.status()? {
@@ -448,7 +458,7 @@ impl LeaseStore for RedisLeaseStore {
                     state: RunState::Runnable,
                     owner: None,
                     expires_at: None,
-                    fence: lease_core::Fence::ZERO,
+                    fence: reply.fence(2)?,
                     heartbeats: 0,
                     not_before: None,
                     failure: None,
@@ -674,6 +684,7 @@ impl LeaseStore for RedisLeaseStore {
             .key(self.keys.claimable())
             .key(self.keys.call(&id))
             .key(self.keys.failures())
+            .key(self.keys.ended())
             .arg(keep);
         for Ending { lease, end } in ends {
             let delay;
@@ -720,7 +731,8 @@ impl LeaseStore for RedisLeaseStore {
         call.key(self.keys.runs())
             .key(self.keys.claimable())
             .key(self.keys.ids())
-            .key(self.keys.counter());
+            .key(self.keys.counter())
+            .key(self.keys.tombstones());
         for run in runs {
             call.arg(keys::encode(run.as_str()));
         }
@@ -748,6 +760,7 @@ impl LeaseStore for RedisLeaseStore {
         call.key(self.keys.runs())
             .key(self.keys.claimable())
             .key(self.keys.failures())
+            .key(self.keys.ended())
             .arg(keys::encode(run.as_str()));
         let (reply, ack) = self.write("resume", &call).await?;
         match reply.status()? {
@@ -847,6 +860,52 @@ impl LeaseStore for RedisLeaseStore {
             after = cursor.to_owned();
         }
         Ok(out)
+    }
+
+    async fn purge(&self, older_than: Duration, max: usize) -> Result<Vec<RunId>> {
+        check_purge(older_than, max)?;
+        let age_ms = older_than.as_millis() as u64; // at most MAX_PURGE_AGE, checked
+                                                    // Two calls: the candidates (a read), then their removal with every key declared (a
+                                                    // Cluster checks declared keys), each run checked again under the write.
+        let mut due = Call::new(&SCRIPTS.purge_due);
+        due.key(self.keys.ended()).arg(age_ms).arg(max);
+        let candidates = self.read("purge_due", &due).await?;
+        if candidates.len() == 0 {
+            return Ok(Vec::new());
+        }
+        let mut call = Call::new(&SCRIPTS.purge);
+        call.key(self.keys.runs())
+            .key(self.keys.ended())
+            .key(self.keys.ids())
+            .key(self.keys.tombstones())
+            .key(self.keys.failures())
+            .key(self.keys.claimable())
+            .arg(age_ms);
+        for i in 0..candidates.len() {
+            let encoded = candidates.str(i)?;
+            let run = keys::decode(encoded)?;
+            call.key(self.keys.journal(&run))
+                .key(self.keys.calls(&run))
+                .key(self.keys.journal_keys(&run))
+                .arg(encoded);
+        }
+        let (reply, ack) = self.write("purge", &call).await?;
+        let purged = (0..reply.len())
+            .map(|i| Ok(keys::decode(reply.str(i)?)?))
+            .collect::<Result<Vec<RunId>>>()?;
+        if !purged.is_empty() {
+            ack.confirm()?;
+        }
+        Ok(purged)
+    }
+
+    async fn count_purgeable(&self, older_than: Duration) -> Result<u64> {
+        check_purge(older_than, 1)?;
+        let mut call = Call::new(&SCRIPTS.count_purgeable);
+        call.key(self.keys.ended())
+            .arg(older_than.as_millis() as u64);
+        let reply = self.read("count_purgeable", &call).await?;
+        Ok(reply.parse(0)?)
     }
 
     async fn force_release(&self, run: &RunId) -> Result<RunRecord> {

@@ -21,6 +21,7 @@ use tracing::Instrument;
 use crate::error::{InvalidInput, Result};
 use crate::heartbeats::Heartbeats;
 use crate::id::WorkerId;
+use crate::observe;
 use crate::scope::{CancelReason, RunScope, ScopeConfig};
 use crate::store::LeaseStore;
 use crate::types::{End, Ending, MAX_BATCH};
@@ -272,16 +273,25 @@ impl Worker {
                         continue;
                     }
                 };
-                jobs.spawn(job(Job {
-                    scope,
-                    handler: handler.clone(),
-                    ends: ends_tx.clone(),
-                    counters: counters.clone(),
-                    shutdown: shutdown.clone(),
-                    abandon: abandon.clone(),
-                    retry: self.config.retry,
-                    _slot: permit,
-                }));
+                let span = tracing::info_span!(
+                    "job",
+                    run = %lease.run(),
+                    fence = lease.fence().get(),
+                    attempt = lease.fence().get()
+                );
+                jobs.spawn(
+                    job(Job {
+                        scope,
+                        handler: handler.clone(),
+                        ends: ends_tx.clone(),
+                        counters: counters.clone(),
+                        shutdown: shutdown.clone(),
+                        abandon: abandon.clone(),
+                        retry: self.config.retry,
+                        _slot: permit,
+                    })
+                    .instrument(span),
+                );
             }
         }
 
@@ -422,7 +432,9 @@ async fn job(job: Job) {
         let ctx = RunContext {
             scope: scope.clone(),
         };
-        let mut task = tokio::spawn(handler.call(ctx));
+        let started = Instant::now();
+        metrics::gauge!(observe::WORKER_IN_FLIGHT).increment(1.0);
+        let mut task = tokio::spawn(handler.call(ctx).instrument(tracing::Span::current()));
         // A handler whose lease is lost is cancelled through its token and may finish (its
         // writes are fenced); one still running when the shutdown's grace ends is stopped.
         let outcome = tokio::select! {
@@ -432,6 +444,24 @@ async fn job(job: Job) {
                 task.await
             }
         };
+        metrics::gauge!(observe::WORKER_IN_FLIGHT).decrement(1.0);
+        let label = match &outcome {
+            Ok(Ok(_)) => "ok",
+            Ok(Err(_)) => "error",
+            Err(e) if e.is_panic() => "panic",
+            Err(_) => "abandoned",
+        };
+        metrics::histogram!(observe::WORKER_HANDLER_DURATION, "outcome" => label)
+            .record(started.elapsed().as_secs_f64());
+        let failed = |then: &End| {
+            let then = match then {
+                End::Fail(_) => "fail",
+                End::RetryAfter(_) => "retry",
+                _ => "release",
+            };
+            metrics::counter!(observe::WORKER_HANDLER_ERRORS, "outcome" => label, "then" => then)
+                .increment(1);
+        };
         match outcome {
             Ok(Ok(end)) => (end, true),
             Ok(Err(e)) if scope.is_cancelled() => {
@@ -439,25 +469,28 @@ async fn job(job: Job) {
                 // lease may be lost): the cancellation's doing, not the run's. Given back at
                 // once, as an abandoned handler's run is.
                 bump(&counters.handler_errors);
-                tracing::warn!(%run, %fence, error = %e, "handler failed after its token was cancelled; releasing the run");
+                failed(&End::Release);
+                tracing::warn!(error = %e, "handler failed after its token was cancelled; releasing the run");
                 (End::Release, false)
             }
             Ok(Err(e)) => {
                 bump(&counters.handler_errors);
                 let end = after_failure(&retry, fence.get(), &e.to_string());
-                tracing::warn!(%run, %fence, error = %e, then = ?end, "handler failed");
+                failed(&end);
+                tracing::warn!(error = %e, then = ?end, "handler failed");
                 (end, false)
             }
             Err(e) if e.is_panic() => {
                 bump(&counters.handler_errors);
                 let why = panic_message(e.into_panic());
                 let end = after_failure(&retry, fence.get(), &why);
-                tracing::error!(%run, %fence, panic = %why, then = ?end, "handler panicked");
+                failed(&end);
+                tracing::error!(panic = %why, then = ?end, "handler panicked");
                 (end, false)
             }
             Err(_) => {
                 bump(&counters.abandoned);
-                tracing::warn!(%run, %fence, "handler outlived the shutdown grace; releasing the run");
+                tracing::warn!("handler outlived the shutdown grace; releasing the run");
                 (End::Release, false)
             }
         }
