@@ -426,3 +426,127 @@ pub async fn purge_removes_old_ended_runs_and_never_reuses_a_fence(factory: &dyn
     );
     assert_eq!(store.create(&done).await.unwrap().fence.get(), 2);
 }
+
+/// The purge benchmark (not a conformance scenario: run by the backends' ignored
+/// `purge_load` tests): 100,000 completed runs purged 1,000 per call while a loop renews
+/// 1,000 held leases with `renew_many` every 50 ms, as a heartbeat hub does. Returns a line of
+/// figures: renewal latency before and during the purge (p50, p99, worst), the purge's wall
+/// time and calls. Panics if a renewal is refused or a run is left.
+pub async fn purge_under_load(store: Arc<dyn LeaseStore>) -> String {
+    const ENDED: usize = 100_000;
+    const HELD: usize = 1_000;
+    let ids: Vec<lease_core::RunId> = (0..ENDED)
+        .map(|i| lease_core::RunId::new(format!("done-{i:06}")).unwrap())
+        .collect();
+    for chunk in ids.chunks(lease_core::MAX_BATCH) {
+        store.create_many(chunk).await.unwrap();
+    }
+    let filler = worker("filler");
+    let mut completed = 0;
+    while completed < ENDED {
+        let leases = store.claim_next(&filler, long(), 1_000).await.unwrap();
+        assert!(!leases.is_empty(), "ran out of runs at {completed}");
+        completed += leases.len();
+        for result in store.complete_many(&leases).await.unwrap() {
+            result.unwrap();
+        }
+    }
+    let held_ids: Vec<lease_core::RunId> = (0..HELD)
+        .map(|i| lease_core::RunId::new(format!("held-{i:04}")).unwrap())
+        .collect();
+    store.create_many(&held_ids).await.unwrap();
+    let holder = worker("hub");
+    let leases = Arc::new(store.claim_next(&holder, long(), HELD).await.unwrap());
+    assert_eq!(leases.len(), HELD);
+
+    let purging = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = CancellationToken::new();
+    let renewer = {
+        let (store, leases, purging, stop) =
+            (store.clone(), leases.clone(), purging.clone(), stop.clone());
+        tokio::spawn(async move {
+            let (mut before, mut during) = (Vec::new(), Vec::new());
+            while !stop.is_cancelled() {
+                let sent = Instant::now();
+                let was = purging.load(std::sync::atomic::Ordering::SeqCst);
+                for result in store.renew_many(&leases).await.unwrap() {
+                    result.expect("a held lease's renewal is refused");
+                }
+                let took = sent.elapsed();
+                if was && purging.load(std::sync::atomic::Ordering::SeqCst) {
+                    during.push(took);
+                } else if !was {
+                    before.push(took);
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            (before, during)
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    purging.store(true, std::sync::atomic::Ordering::SeqCst);
+    let started = Instant::now();
+    let (mut purged, mut calls) = (0, 0);
+    loop {
+        let batch = store.purge(Duration::ZERO, 1_000).await.unwrap();
+        calls += 1;
+        purged += batch.len();
+        if batch.len() < 1_000 {
+            break;
+        }
+    }
+    let wall = started.elapsed();
+    purging.store(false, std::sync::atomic::Ordering::SeqCst);
+    stop.cancel();
+    let (mut before, mut during) = renewer.await.unwrap();
+    assert_eq!(purged, ENDED, "every completed run is purged");
+    assert_eq!(store.count_purgeable(Duration::ZERO).await.unwrap(), 0);
+    let stats = |v: &mut Vec<Duration>| {
+        v.sort();
+        let at = |q: f64| v[((v.len() - 1) as f64 * q) as usize];
+        format!(
+            "{} renewals: p50 {:.1?} p99 {:.1?} worst {:.1?}",
+            v.len(),
+            at(0.5),
+            at(0.99),
+            v[v.len() - 1]
+        )
+    };
+    format!(
+        "purge of {ENDED} completed runs, 1,000 per call: {calls} calls in {wall:.2?} ({:.0} runs/s); \
+         renew_many of {HELD} leases every 50 ms — before: {}; during: {}",
+        ENDED as f64 / wall.as_secs_f64(),
+        stats(&mut before),
+        stats(&mut during)
+    )
+}
+
+/// How often a poison run (its handler always fails) is claimed under `policy`, in claims per
+/// second over `window`, with one Worker: the figure for the retry policy's closing note
+/// (run by the backends' ignored `purge_load` tests). An immediate release (the Worker before
+/// retry policies) is `RetryPolicy::default().with_backoff(ZERO, ZERO).without_max_attempts()`.
+pub async fn poison_claim_rate(
+    store: Arc<dyn LeaseStore>,
+    policy: RetryPolicy,
+    window: Duration,
+) -> f64 {
+    let r = created(&*store, "poison").await;
+    let config = WorkerConfig::new(Ttl::from_secs(30).unwrap())
+        .with_poll_interval(Duration::from_millis(10))
+        .with_retry(policy);
+    let w = Worker::new(store.clone(), worker("poisoned"), config).unwrap();
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    let handle = tokio::spawn(async move {
+        w.run(
+            |_ctx: RunContext| async { Err::<End, _>("always fails".into()) },
+            stop,
+        )
+        .await
+    });
+    tokio::time::sleep(window).await;
+    shutdown.cancel();
+    handle.await.unwrap().unwrap();
+    let claims = store.inspect(&r).await.unwrap().attempts();
+    claims as f64 / window.as_secs_f64()
+}

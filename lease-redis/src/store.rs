@@ -28,6 +28,9 @@ const LIST_SCAN: usize = 1000;
 /// claimable (stale entries it removes or moves): the bound on one call's extra work.
 const CLAIM_NEXT_SCAN: usize = 128;
 
+/// The most runs one purge script call removes: the bound on its server time (a few ms).
+const PURGE_SCRIPT_RUNS: usize = 100;
+
 /// The least time a call's record of the ends it applied is kept (`{lease:ns}:c:<call>`), so
 /// a resend of the call learns its first answer.
 const CALL_RECORD_MS: u64 = 60_000;
@@ -865,36 +868,46 @@ impl LeaseStore for RedisLeaseStore {
     async fn purge(&self, older_than: Duration, max: usize) -> Result<Vec<RunId>> {
         check_purge(older_than, max)?;
         let age_ms = older_than.as_millis() as u64; // at most MAX_PURGE_AGE, checked
-                                                    // Two calls: the candidates (a read), then their removal with every key declared (a
-                                                    // Cluster checks declared keys), each run checked again under the write.
-        let mut due = Call::new(&SCRIPTS.purge_due);
-        due.key(self.keys.ended()).arg(age_ms).arg(max);
-        let candidates = self.read("purge_due", &due).await?;
-        if candidates.len() == 0 {
-            return Ok(Vec::new());
-        }
-        let mut call = Call::new(&SCRIPTS.purge);
-        call.key(self.keys.runs())
-            .key(self.keys.ended())
-            .key(self.keys.ids())
-            .key(self.keys.tombstones())
-            .key(self.keys.failures())
-            .key(self.keys.claimable())
-            .arg(age_ms);
-        for i in 0..candidates.len() {
-            let encoded = candidates.str(i)?;
-            let run = keys::decode(encoded)?;
-            call.key(self.keys.journal(&run))
-                .key(self.keys.calls(&run))
-                .key(self.keys.journal_keys(&run))
-                .arg(encoded);
-        }
-        let (reply, ack) = self.write("purge", &call).await?;
-        let purged = (0..reply.len())
-            .map(|i| Ok(keys::decode(reply.str(i)?)?))
-            .collect::<Result<Vec<RunId>>>()?;
-        if !purged.is_empty() {
-            ack.confirm()?;
+        let mut purged = Vec::new();
+        // Script calls of at most PURGE_SCRIPT_RUNS runs, so one never holds the server for
+        // more than a few milliseconds whatever `max` is.
+        while purged.len() < max {
+            let chunk = (max - purged.len()).min(PURGE_SCRIPT_RUNS);
+            // Two calls: the candidates (a read), then their removal with every key declared
+            // (a Cluster checks declared keys), each run checked again under the write.
+            let mut due = Call::new(&SCRIPTS.purge_due);
+            due.key(self.keys.ended()).arg(age_ms).arg(chunk);
+            let candidates = self.read("purge_due", &due).await?;
+            if candidates.len() == 0 {
+                break;
+            }
+            let mut call = Call::new(&SCRIPTS.purge);
+            call.key(self.keys.runs())
+                .key(self.keys.ended())
+                .key(self.keys.ids())
+                .key(self.keys.tombstones())
+                .key(self.keys.failures())
+                .key(self.keys.claimable())
+                .arg(age_ms);
+            for i in 0..candidates.len() {
+                let encoded = candidates.str(i)?;
+                let run = keys::decode(encoded)?;
+                call.key(self.keys.journal(&run))
+                    .key(self.keys.calls(&run))
+                    .key(self.keys.journal_keys(&run))
+                    .arg(encoded);
+            }
+            let (reply, ack) = self.write("purge", &call).await?;
+            let removed = (0..reply.len())
+                .map(|i| Ok(keys::decode(reply.str(i)?)?))
+                .collect::<Result<Vec<RunId>>>()?;
+            if !removed.is_empty() {
+                ack.confirm()?;
+            }
+            purged.extend(removed);
+            if candidates.len() < chunk {
+                break;
+            }
         }
         Ok(purged)
     }
