@@ -56,6 +56,50 @@ pub trait StoreFactory: Send + Sync {
     async fn fresh(&self) -> Arc<dyn LeaseStore>;
 }
 
+/// Expands to the ignored benchmark tests of a run's life against a store from `$factory` (as
+/// for [`conformance_tests!`]): the purge under renewals ([`purge_under_load`]) and a poison
+/// run's claim rate ([`poison_claim_rate`]). Run with `--release -- --ignored --nocapture`.
+#[macro_export]
+macro_rules! life_benchmarks {
+    ($factory:expr) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        #[ignore = "a benchmark: run with --ignored --release"]
+        async fn purging_100_000_runs_while_1_000_leases_are_renewed() {
+            let Some(factory) = $factory.await else {
+                return;
+            };
+            let line = $crate::purge_under_load(factory.fresh().await).await;
+            eprintln!("purge_load: {line}");
+        }
+
+        /// A poison run's claims per second: released at once (the Worker before retry
+        /// policies) against the default retry policy.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        #[ignore = "a benchmark: run with --ignored --release"]
+        async fn a_poison_run_is_claimed_again_at_once_without_backoff() {
+            use std::time::Duration;
+            let Some(factory) = $factory.await else {
+                return;
+            };
+            let window = Duration::from_secs(3);
+            let at_once = lease_core::RetryPolicy::default()
+                .with_backoff(Duration::ZERO, Duration::ZERO)
+                .without_max_attempts();
+            let before = $crate::poison_claim_rate(factory.fresh().await, at_once, window).await;
+            let after = $crate::poison_claim_rate(
+                factory.fresh().await,
+                lease_core::RetryPolicy::default(),
+                window,
+            )
+            .await;
+            eprintln!(
+                "poison run, claims per second over {window:?}: released at once {before:.0}, \
+                 default retry policy {after:.2}"
+            );
+        }
+    };
+}
+
 /// Expands to one `#[tokio::test]` per conformance scenario, each running against a store from
 /// `$factory`: an expression evaluating to a future of `Option<Arc<dyn StoreFactory>>`, where
 /// `None` means the backend's server is unavailable and the fixture already said why (outside CI).

@@ -203,19 +203,7 @@ impl MemoryLeaseStore {
     fn fenced<T>(&self, lease: &Lease, write: impl FnOnce(&mut Slot, Instant) -> T) -> Result<T> {
         let now = Instant::now();
         let mut state = self.lock();
-        let slot = state
-            .runs
-            .get_mut(lease.run())
-            .ok_or_else(|| Error::NotFound {
-                run: lease.run().clone(),
-            })?;
-        fenced_verdict(
-            lease.run(),
-            lease.fence(),
-            slot.fence,
-            slot.state,
-            slot.owner.is_some(),
-        )?;
+        let slot = writable(&mut state, lease)?;
         Ok(write(slot, now))
     }
 
@@ -263,19 +251,7 @@ impl MemoryLeaseStore {
     {
         let now = Instant::now();
         let mut state = self.lock();
-        let slot = state
-            .runs
-            .get_mut(lease.run())
-            .ok_or_else(|| Error::NotFound {
-                run: lease.run().clone(),
-            })?;
-        fenced_verdict(
-            lease.run(),
-            lease.fence(),
-            slot.fence,
-            slot.state,
-            slot.owner.is_some(),
-        )?;
+        let slot = writable(&mut state, lease)?;
         let mut tx = MemoryTransaction {
             lease: lease.clone(),
             appends: Vec::new(),
@@ -350,6 +326,24 @@ impl MemoryLeaseStore {
             slot.claimable_at = now;
         })
     }
+}
+
+/// The run `lease` writes to, if the fenced-write rules let it.
+fn writable<'a>(state: &'a mut State, lease: &Lease) -> Result<&'a mut Slot> {
+    let slot = state
+        .runs
+        .get_mut(lease.run())
+        .ok_or_else(|| Error::NotFound {
+            run: lease.run().clone(),
+        })?;
+    fenced_verdict(
+        lease.run(),
+        lease.fence(),
+        slot.fence,
+        slot.state,
+        slot.owner.is_some(),
+    )?;
+    Ok(slot)
 }
 
 impl Default for MemoryLeaseStore {
