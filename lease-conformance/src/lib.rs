@@ -144,6 +144,7 @@ macro_rules! conformance_tests {
             a_failed_run_stays_failed_until_an_operator_resumes_it,
             worker_gives_up_on_a_poison_run_after_its_attempts,
             purge_removes_old_ended_runs_and_never_reuses_a_fence,
+            count_tells_how_many_runs_are_in_each_state,
             worker_runs_at_most_its_concurrency_limit,
             worker_handler_ignoring_its_token_is_still_fenced,
             worker_shutdown_hands_runs_over_within_one_poll,

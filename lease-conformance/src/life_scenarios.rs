@@ -550,3 +550,60 @@ pub async fn poison_claim_rate(
     let claims = store.inspect(&r).await.unwrap().attempts();
     claims as f64 / window.as_secs_f64()
 }
+
+/// `count` says how many runs are claimable (fresh, released past a delay, or whose lease
+/// expired), held, delayed, suspended, completed and failed, and follows them as they move:
+/// a resume, a force-release that ends a delay, a purge.
+pub async fn count_tells_how_many_runs_are_in_each_state(factory: &dyn StoreFactory) {
+    let store = factory.fresh().await;
+    let short = crate::scenarios::ttl_ms(crate::scenarios::SHORT_MS);
+    for name in [
+        "fresh-1", "fresh-2", "expired", "held", "delayed", "parked", "done-1", "done-2", "failed",
+    ] {
+        created(&*store, name).await;
+    }
+    let id = |name: &str| lease_core::RunId::new(name).unwrap();
+    let w = worker("w");
+    store.claim(&id("expired"), &w, short).await.unwrap();
+    let _held = store.claim(&id("held"), &w, long()).await.unwrap();
+    let l = store.claim(&id("delayed"), &w, long()).await.unwrap();
+    store
+        .retry_after(&l, Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let l = store.claim(&id("parked"), &w, long()).await.unwrap();
+    store.suspend(&l).await.unwrap();
+    for name in ["done-1", "done-2"] {
+        let l = store.claim(&id(name), &w, long()).await.unwrap();
+        store.complete(&l).await.unwrap();
+    }
+    let l = store.claim(&id("failed"), &w, long()).await.unwrap();
+    store.fail(&l, "gave up").await.unwrap();
+    tokio::time::sleep(crate::scenarios::PAST_SHORT).await;
+    let want = lease_core::RunCounts {
+        claimable: 3,
+        held: 1,
+        delayed: 1,
+        suspended: 1,
+        completed: 2,
+        failed: 1,
+    };
+    assert_eq!(store.count().await.unwrap(), want);
+
+    store.resume(&id("parked")).await.unwrap();
+    store.force_release(&id("delayed")).await.unwrap();
+    store.resume(&id("failed")).await.unwrap();
+    assert_eq!(
+        store.count().await.unwrap(),
+        lease_core::RunCounts {
+            claimable: 6,
+            held: 1,
+            delayed: 0,
+            suspended: 0,
+            completed: 2,
+            failed: 0,
+        }
+    );
+    assert_eq!(store.purge(Duration::ZERO, 10).await.unwrap().len(), 2);
+    assert_eq!(store.count().await.unwrap().completed, 0);
+}

@@ -57,9 +57,9 @@ pub use store::{claim_refusal, fenced_verdict, LeaseStore, LeaseStoreExt};
 pub use types::{
     check_claim_max, check_create_batch, check_end_batch, check_list, check_payload, check_purge,
     check_reason, check_renew_batch, check_retry_delay, truncate_reason, End, Ending, Fence,
-    JournalEntry, Lease, ListFilter, RunRecord, RunState, StoreTime, Ttl, MAX_BATCH,
-    MAX_BATCH_PAYLOAD_BYTES, MAX_LIST, MAX_PAYLOAD_BYTES, MAX_PURGE_AGE, MAX_REASON_BYTES,
-    MAX_RETRY_DELAY,
+    JournalEntry, Lease, ListFilter, RunCounts, RunRecord, RunState, StoreTime, Ttl, MAX_BATCH,
+    MAX_BATCH_PAYLOAD_BYTES, MAX_COUNT, MAX_LIST, MAX_PAYLOAD_BYTES, MAX_PURGE_AGE,
+    MAX_REASON_BYTES, MAX_RETRY_DELAY,
 };
 pub use worker::{
     EndReport, Handler, HandlerFuture, RetryPolicy, RunContext, Worker, WorkerConfig, WorkerReport,

@@ -639,6 +639,27 @@ impl LeaseStore for MemoryLeaseStore {
         Ok(purged)
     }
 
+    async fn count(&self) -> Result<crate::RunCounts> {
+        let now = Instant::now();
+        let state = self.lock();
+        let mut counts = crate::RunCounts::default();
+        for slot in state.runs.values() {
+            let figure = match slot.state {
+                RunState::Suspended => &mut counts.suspended,
+                RunState::Completed => &mut counts.completed,
+                RunState::Failed => &mut counts.failed,
+                RunState::Runnable => match slot.expires_at {
+                    Some(at) if at > now => &mut counts.held,
+                    Some(_) => &mut counts.claimable,
+                    None if slot.claimable_at > now => &mut counts.delayed,
+                    None => &mut counts.claimable,
+                },
+            };
+            *figure = (*figure + 1).min(crate::MAX_COUNT);
+        }
+        Ok(counts)
+    }
+
     async fn count_purgeable(&self, older_than: std::time::Duration) -> Result<u64> {
         check_purge(older_than, 1)?;
         let now = Instant::now();

@@ -51,6 +51,10 @@ pub const WORKER_BATCH_SIZE: &str = "lease_worker_batch_size";
 pub const WORKER_HANDLER_DURATION: &str = "lease_worker_handler_duration_seconds";
 /// Gauge: handlers running in this process's [`Worker`](crate::Worker)s.
 pub const WORKER_IN_FLIGHT: &str = "lease_worker_jobs_in_flight";
+/// Gauge: runs by `state` (`claimable`, `held`, `delayed`, `suspended`, `completed`,
+/// `failed`), as the last [`record_counts`] set them from a store's
+/// [`count`](crate::LeaseStore::count).
+pub const RUNS: &str = "lease_runs";
 /// Counter: handlers that failed, by `outcome` (`error`, `panic`) and what the
 /// [`Worker`](crate::Worker) did with the run (`then`: `retry`, `fail`, `release`).
 pub const WORKER_HANDLER_ERRORS: &str = "lease_worker_handler_errors_total";
@@ -150,6 +154,13 @@ pub const SERIES: &[(&str, &str, &str, &str, &str)] = &[
         "handlers running in this process's Workers",
     ),
     (
+        RUNS,
+        "gauge",
+        "runs",
+        "state",
+        "runs by state, from the store's count (lease worker --metrics refreshes it every 5 s)",
+    ),
+    (
         WORKER_HANDLER_ERRORS,
         "counter",
         "handlers",
@@ -193,6 +204,20 @@ pub fn reason(e: &Error) -> &'static str {
         Error::Unavailable { .. } => "unavailable",
         Error::Misconfigured { .. } => "misconfigured",
         Error::Backend { .. } => "backend_error",
+    }
+}
+
+/// Sets the [`RUNS`] gauge, one series per state, from `counts`.
+pub fn record_counts(counts: &crate::RunCounts) {
+    for (state, n) in [
+        ("claimable", counts.claimable),
+        ("held", counts.held),
+        ("delayed", counts.delayed),
+        ("suspended", counts.suspended),
+        ("completed", counts.completed),
+        ("failed", counts.failed),
+    ] {
+        metrics::gauge!(RUNS, "state" => state).set(n as f64);
     }
 }
 

@@ -273,6 +273,19 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
         Err(crate::InvalidInput::Unsupported { operation: "purge" }.into())
     }
 
+    /// How many runs are claimable, held, delayed, suspended, completed and failed, each
+    /// counted up to [`MAX_COUNT`](crate::MAX_COUNT) so one call's work is bounded, without
+    /// listing them (for a gauge of what is waiting).
+    ///
+    /// The default implementation refuses with
+    /// [`InvalidInput::Unsupported`](crate::InvalidInput::Unsupported).
+    ///
+    /// # Errors
+    /// The backend being unavailable.
+    async fn count(&self) -> Result<crate::RunCounts> {
+        Err(crate::InvalidInput::Unsupported { operation: "count" }.into())
+    }
+
     /// How many runs a [`purge`](LeaseStore::purge) with this age would remove, counted
     /// without removing anything (`lease purge --dry-run`).
     ///

@@ -361,6 +361,28 @@ pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(30 * 86_400);
 /// [`Worker`](crate::Worker) cuts a handler's error message to fit.
 pub const MAX_REASON_BYTES: usize = 4096;
 
+/// How many runs are in each part of their life, as [`count`](crate::LeaseStore::count) read
+/// them on the store's clock. Each figure is exact up to [`MAX_COUNT`]; a figure of
+/// `MAX_COUNT` means at least that many (the bound on one call's work).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunCounts {
+    /// Runnable and claimable now: unowned (past any retry delay) or whose lease expired.
+    pub claimable: u64,
+    /// Runnable and leased, the lease not expired.
+    pub held: u64,
+    /// Runnable and unowned, inside a retry delay ([`End::RetryAfter`]).
+    pub delayed: u64,
+    /// Suspended, waiting for `resume`.
+    pub suspended: u64,
+    /// Completed.
+    pub completed: u64,
+    /// Failed.
+    pub failed: u64,
+}
+
+/// The largest figure [`count`](crate::LeaseStore::count) reports: one million per state.
+pub const MAX_COUNT: u64 = 1_000_000;
+
 /// The oldest age a [`purge`](crate::LeaseStore::purge) accepts: 100 years.
 pub const MAX_PURGE_AGE: Duration = Duration::from_secs(100 * 365 * 86_400);
 

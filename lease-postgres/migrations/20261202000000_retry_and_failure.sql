@@ -19,3 +19,7 @@ CREATE TABLE tombstones (
     run_id TEXT COLLATE "C" PRIMARY KEY,
     fence  BIGINT NOT NULL CHECK (fence >= 0)
 );
+
+-- count: suspended runs through an index of their own, as every other state has one
+-- (runs_claimable, runs_held, runs_ended).
+CREATE INDEX runs_suspended ON runs (claimable_at) WHERE state = 'suspended';

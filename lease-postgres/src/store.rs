@@ -79,6 +79,7 @@ pub(crate) struct Queries {
     pub(crate) create_many: String,
     purge: String,
     count_purgeable: String,
+    count: String,
     append: String,
     append_keyed: String,
     journal: String,
@@ -112,6 +113,7 @@ impl Queries {
             create_many: q(include_str!("../sql/create_many.sql")),
             purge: q(include_str!("../sql/purge.sql")),
             count_purgeable: q(include_str!("../sql/count_purgeable.sql")),
+            count: q(include_str!("../sql/count.sql")),
             append: q(include_str!("../sql/append.sql")),
             append_keyed: q(include_str!("../sql/append_keyed.sql")),
             journal: q(include_str!("../sql/journal.sql")),
@@ -1051,6 +1053,29 @@ impl LeaseStore for PostgresLeaseStore {
         rows.iter()
             .map(|row| Ok(RunId::new(get::<String>(row, "run_id")?).map_err(corrupt)?))
             .collect()
+    }
+
+    async fn count(&self) -> Result<lease_core::RunCounts> {
+        let row = call!(self, |conn| {
+            self.read_opt(
+                conn,
+                sqlx::query(&self.sql.count).bind(lease_core::MAX_COUNT as i64),
+            )
+            .await
+        })?
+        .ok_or_else(|| PgError::Failed("count returned no row".to_owned()))?;
+        let figure = |name: &str| -> Result<u64> {
+            let n: i64 = get(&row, name)?;
+            Ok(u64::try_from(n).map_err(corrupt)?)
+        };
+        Ok(lease_core::RunCounts {
+            claimable: figure("claimable")?,
+            held: figure("held")?,
+            delayed: figure("delayed")?,
+            suspended: figure("suspended")?,
+            completed: figure("completed")?,
+            failed: figure("failed")?,
+        })
     }
 
     async fn count_purgeable(&self, older_than: Duration) -> Result<u64> {

@@ -1,8 +1,10 @@
 -- KEYS[1]: runs hash; KEYS[2]: claimable index (zset); KEYS[3]: this call's record (string:
 -- one character per item, '1' if this call ended it, else '0'; expires); KEYS[4]: failures
 -- hash; KEYS[5]: ended runs (zset: encoded id scored by when it completed or failed, in µs);
--- KEYS[2i+4]: item i's applied appends (hash, as fenced.lua keeps them; dropped when its
--- lease ends); KEYS[2i+5]: item i's journal (list; used by 'complete-with' only, declared for
+-- KEYS[6]: delayed runs (zset: encoded id scored by its delay's end; for count); KEYS[7]:
+-- suspended runs (zset: encoded id scored by when it was suspended; for count);
+-- KEYS[2i+6]: item i's applied appends (hash, as fenced.lua keeps them; dropped when its
+-- lease ends); KEYS[2i+7]: item i's journal (list; used by 'complete-with' only, declared for
 -- every item)
 -- ARGV[1]: how long to keep this call's record, in ms (at least the leases' TTL);
 -- ARGV[4i-2]: how item i ends: 'complete', 'complete-with', 'release', 'suspend',
@@ -62,10 +64,12 @@ for i = 2, #ARGV, 4 do
       local at = now + tonumber(ARGV[i + 3]) * 1000
       r.e = num(at)
       index(KEYS[2], r, at)
+      redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', num(now)) -- delays over: claimable
+      redis.call('ZADD', KEYS[6], num(at), r.id)
     else
       if op == 'complete-with' then
         now = now or now_micros()
-        redis.call('RPUSH', KEYS[2 * item + 5], r.f .. ':' .. num(now) .. ':' .. ARGV[i + 3])
+        redis.call('RPUSH', KEYS[2 * item + 7], r.f .. ':' .. num(now) .. ':' .. ARGV[i + 3])
       end
       redis.call('ZREM', KEYS[2], r.m)
       if op ~= 'suspend' then
@@ -74,6 +78,8 @@ for i = 2, #ARGV, 4 do
       end
       if op == 'suspend' then
         r.s = 'suspended'
+        now = now or now_micros()
+        redis.call('ZADD', KEYS[7], num(now), r.id)
       elseif op == 'fail' then
         r.s = 'failed'
         redis.call('HSET', KEYS[4], r.id, ARGV[i + 3])
@@ -83,7 +89,7 @@ for i = 2, #ARGV, 4 do
     end
     write_run(KEYS[1], r)
     -- The lease is over: nothing more can be appended under its fence.
-    redis.call('DEL', KEYS[2 * item + 4])
+    redis.call('DEL', KEYS[2 * item + 6])
     applied[item] = '1'
     fresh = true
     out[#out + 1] = { 'ok' }

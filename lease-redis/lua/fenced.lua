@@ -1,7 +1,8 @@
 -- KEYS[1]: runs hash; KEYS[2]: the run's journal (list); KEYS[3]: claimable index (zset);
 -- KEYS[4]: the run's applied calls (hash: 'f' = their fence, call id -> first result; appends);
 -- KEYS[5]: this call's record (string, expiring; ends); KEYS[6]: ended runs (zset: encoded
--- id scored by when it completed, in µs; for retention)
+-- id scored by when it completed, in µs; for retention); KEYS[7]: suspended runs (zset, for
+-- count)
 -- ARGV[1]: operation: 'append', 'release', 'suspend' or 'complete'; ARGV[2]: encoded run id;
 -- ARGV[3]: presented fence; ARGV[4]: journal payload (append only; binary-safe); ARGV[5]:
 -- this call's id; ARGV[6]: how long an end's record is kept, in ms
@@ -64,9 +65,12 @@ if op == 'release' then
 else
   s = op == 'suspend' and 'suspended' or 'completed'
   redis.call('ZREM', KEYS[3], m)
+  local t = redis.call('TIME')
+  local at = t[1] .. string.format('%06d', t[2])
   if s == 'completed' then
-    local t = redis.call('TIME')
-    redis.call('ZADD', KEYS[6], t[1] .. string.format('%06d', t[2]), ARGV[2])
+    redis.call('ZADD', KEYS[6], at, ARGV[2])
+  else
+    redis.call('ZADD', KEYS[7], at, ARGV[2])
   end
 end
 -- Owner and expiry cleared.

@@ -1,6 +1,7 @@
 -- KEYS[1]: runs hash; KEYS[2]: the run's applied calls (hash, as fenced.lua keeps them);
 -- KEYS[3]: claimable index (zset); KEYS[4]: the run's journal (list); KEYS[5]: ended runs
--- (zset, for retention); KEYS[6..]: the caller's keys (all under the namespace's hash tag)
+-- (zset, for retention); KEYS[6]: suspended runs (zset, for count); KEYS[7..]: the caller's
+-- keys (all under the namespace's hash tag)
 -- ARGV[1]: encoded run id; ARGV[2]: presented fence; ARGV[3]: this call's id; ARGV[4]: how the
 -- lease ends after the snippet: '' (it does not), 'complete', 'complete-with', 'release' or
 -- 'suspend'; ARGV[5]: the journal payload of a 'complete-with', else ''; ARGV[6..]: the
@@ -47,9 +48,11 @@ local function lease_record(result)
     end
     redis.call('ZREM', KEYS[3], lease_run.m)
     lease_run.s = (lease_op == 'suspend') and 'suspended' or 'completed'
+    now = now or now_micros()
     if lease_run.s == 'completed' then
-      now = now or now_micros()
       redis.call('ZADD', KEYS[5], num(now), lease_run.id)
+    else
+      redis.call('ZADD', KEYS[6], num(now), lease_run.id)
     end
   end
   if lease_op ~= '' then

@@ -1,4 +1,5 @@
--- KEYS[1]: runs hash; KEYS[2]: claimable index (zset); KEYS[3]: failures hash
+-- KEYS[1]: runs hash; KEYS[2]: claimable index (zset); KEYS[3]: failures hash; KEYS[4]:
+-- delayed runs (zset)
 -- ARGV[1]: encoded run id
 -- Returns: {'none'}; {'refused', state} when suspended, completed or failed; or
 -- {'ok', state, owner, expiry, fence, heartbeats, failure, now}. A retry delay ends: the run
@@ -14,6 +15,7 @@ end
 r.o = ''
 r.e = ''
 write_run(KEYS[1], r)
+redis.call('ZREM', KEYS[4], r.id) -- a delay ends
 index(KEYS[2], r, now)
 local rec = record(r, KEYS[3])
 return { 'ok', rec[1], rec[2], rec[3], rec[4], rec[5], rec[6], num(now) }

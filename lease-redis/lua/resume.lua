@@ -1,5 +1,5 @@
 -- KEYS[1]: runs hash; KEYS[2]: claimable index (zset); KEYS[3]: failures hash; KEYS[4]:
--- ended runs (zset)
+-- ended runs (zset); KEYS[5]: suspended runs (zset)
 -- ARGV[1]: encoded run id
 -- Returns: {'none'}; {'refused', state, owner, expiry, fence, heartbeats, failure, now} when
 -- neither suspended nor failed; or {'ok', state, owner, expiry, fence, heartbeats, failure,
@@ -18,6 +18,7 @@ r.e = ''
 write_run(KEYS[1], r)
 redis.call('HDEL', KEYS[3], r.id)
 redis.call('ZREM', KEYS[4], r.id) -- a failed run resumed is no longer ended
+redis.call('ZREM', KEYS[5], r.id)
 index(KEYS[2], r, now)
 local rec = record(r, KEYS[3])
 return { 'ok', rec[1], rec[2], rec[3], rec[4], rec[5], rec[6], num(now) }

@@ -14,6 +14,8 @@
 //! | `{lease:ns}:jk:<id>` | hash | the run's idempotency keys ([`append_keyed`](lease_core::LeaseStore::append_keyed)): key → position of its journal entry |
 //! | `{lease:ns}:c:<call>` | string | an `end_many` or single end's record of the items it ended, expiring (at least a minute, at least the leases' TTL), so a resend answers its first result |
 //! | `{lease:ns}:ended` | zset | completed and failed runs, `<id>` scored by when they ended (µs, server clock): what [`purge`](lease_core::LeaseStore::purge) removes, oldest first |
+//! | `{lease:ns}:delayed` | zset | runs given back with a retry delay, `<id>` scored by the delay's end (entries whose delay is over no longer count): for [`count`](lease_core::LeaseStore::count) |
+//! | `{lease:ns}:suspended` | zset | suspended runs, `<id>` scored by when: for `count` |
 //! | `{lease:ns}:tomb` | hash | purged runs' last fences: `<id>` → fence; a run created again under the id starts there |
 //! | `{lease:ns}:failed` | hash | failed runs' reasons: `<id>` → the reason its last holder gave ([`End::Fail`](lease_core::End::Fail)) |
 //! | `{lease:ns}:barrier` | string | a counter written after each write that must be acknowledged by replicas, so `WAIT` confirms what the write saw |
@@ -137,6 +139,16 @@ impl Keys {
     /// Ended runs by when they ended (zset: encoded id scored by µs), for retention.
     pub(crate) fn ended(&self) -> String {
         format!("{}:ended", self.tag)
+    }
+
+    /// Runs given back with a retry delay (zset: encoded id scored by the delay's end).
+    pub(crate) fn delayed(&self) -> String {
+        format!("{}:delayed", self.tag)
+    }
+
+    /// Suspended runs (zset: encoded id scored by when it was suspended).
+    pub(crate) fn suspended(&self) -> String {
+        format!("{}:suspended", self.tag)
     }
 
     /// Purged runs' last fences (hash: encoded id → fence).

@@ -75,6 +75,7 @@ struct Scripts {
     purge_due: Lua,
     purge: Lua,
     count_purgeable: Lua,
+    count: Lua,
 }
 
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -95,6 +96,7 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     purge_due: Lua::new(lua!("purge_due.lua")),
     purge: Lua::new(lua!("purge.lua")),
     count_purgeable: Lua::new(lua!("count_purgeable.lua")),
+    count: Lua::new(lua!("count.lua")),
 });
 
 /// A caller's Lua snippet that [`RedisLeaseStore::fenced_script`] runs atomically after the
@@ -125,7 +127,7 @@ impl FencedScript {
     /// Wraps `lua`, the snippet to run after the fence check.
     pub fn new(lua: &str) -> FencedScript {
         let source = format!(
-            "{}{}{lua}\nend)({{unpack(KEYS, 6)}}, {{unpack(ARGV, 6)}})\n{}",
+            "{}{}{lua}\nend)({{unpack(KEYS, 7)}}, {{unpack(ARGV, 6)}})\n{}",
             include_str!("../lua/common.lua"),
             include_str!("../lua/fenced_prelude.lua"),
             include_str!("../lua/fenced_epilogue.lua"),
@@ -304,6 +306,7 @@ impl RedisLeaseStore {
             .key(self.keys.claimable())
             .key(self.keys.journal(run))
             .key(self.keys.ended())
+            .key(self.keys.suspended())
             .arg(keys::encode(run.as_str()))
             .arg(lease.fence().get())
             .arg(call_id())
@@ -400,6 +403,7 @@ impl RedisLeaseStore {
             .key(self.keys.calls(run))
             .key(self.keys.call(&id))
             .key(self.keys.ended())
+            .key(self.keys.suspended())
             .arg(op)
             .arg(keys::encode(run.as_str()))
             .arg(lease.fence().get())
@@ -688,6 +692,8 @@ impl LeaseStore for RedisLeaseStore {
             .key(self.keys.call(&id))
             .key(self.keys.failures())
             .key(self.keys.ended())
+            .key(self.keys.delayed())
+            .key(self.keys.suspended())
             .arg(keep);
         for Ending { lease, end } in ends {
             let delay;
@@ -764,6 +770,7 @@ impl LeaseStore for RedisLeaseStore {
             .key(self.keys.claimable())
             .key(self.keys.failures())
             .key(self.keys.ended())
+            .key(self.keys.suspended())
             .arg(keys::encode(run.as_str()));
         let (reply, ack) = self.write("resume", &call).await?;
         match reply.status()? {
@@ -912,6 +919,26 @@ impl LeaseStore for RedisLeaseStore {
         Ok(purged)
     }
 
+    async fn count(&self) -> Result<lease_core::RunCounts> {
+        let mut call = Call::new(&SCRIPTS.count);
+        call.key(self.keys.claimable())
+            .key(self.keys.delayed())
+            .key(self.keys.suspended())
+            .key(self.keys.ended())
+            .key(self.keys.failures());
+        let reply = self.read("count", &call).await?;
+        let figure =
+            |i: usize| -> Result<u64> { Ok(reply.parse::<u64>(i)?.min(lease_core::MAX_COUNT)) };
+        Ok(lease_core::RunCounts {
+            claimable: figure(0)?,
+            held: figure(1)?,
+            delayed: figure(2)?,
+            suspended: figure(3)?,
+            completed: figure(4)?,
+            failed: figure(5)?,
+        })
+    }
+
     async fn count_purgeable(&self, older_than: Duration) -> Result<u64> {
         check_purge(older_than, 1)?;
         let mut call = Call::new(&SCRIPTS.count_purgeable);
@@ -926,6 +953,7 @@ impl LeaseStore for RedisLeaseStore {
         call.key(self.keys.runs())
             .key(self.keys.claimable())
             .key(self.keys.failures())
+            .key(self.keys.delayed())
             .arg(keys::encode(run.as_str()));
         let (reply, ack) = self.write("force_release", &call).await?;
         match reply.status()? {
