@@ -378,4 +378,28 @@ impl LeaseStore for FaultyStore {
         let out = self.inner.force_release(run).await;
         self.answer(fault, out).await
     }
+
+    async fn purge(&self, older_than: Duration, max: usize) -> Result<Vec<RunId>> {
+        self.gate().await?;
+        let fault = self.reply_fault();
+        if fault == ReplyFault::Duplicate {
+            let _ = self.inner.purge(older_than, max).await;
+        }
+        let out = self.inner.purge(older_than, max).await;
+        self.answer(fault, out).await
+    }
+
+    async fn count_purgeable(&self, older_than: Duration) -> Result<u64> {
+        self.gate().await?;
+        let fault = self.reply_fault();
+        let out = self.inner.count_purgeable(older_than).await;
+        self.answer(fault, out).await
+    }
+
+    async fn count(&self) -> Result<crate::RunCounts> {
+        self.gate().await?;
+        let fault = self.reply_fault();
+        let out = self.inner.count().await;
+        self.answer(fault, out).await
+    }
 }

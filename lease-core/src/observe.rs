@@ -475,6 +475,23 @@ impl LeaseStore for Instrumented {
         self.call("force_release", s, self.inner.force_release(run))
             .await
     }
+
+    async fn purge(&self, older_than: Duration, max: usize) -> Result<Vec<RunId>> {
+        let s = on_items(span(self.backend, "purge"), max);
+        self.call("purge", s, self.inner.purge(older_than, max))
+            .await
+    }
+
+    async fn count_purgeable(&self, older_than: Duration) -> Result<u64> {
+        let s = span(self.backend, "count_purgeable");
+        self.call("count_purgeable", s, self.inner.count_purgeable(older_than))
+            .await
+    }
+
+    async fn count(&self) -> Result<crate::RunCounts> {
+        let s = span(self.backend, "count");
+        self.call("count", s, self.inner.count()).await
+    }
 }
 
 /// Records a renewal that succeeded: its round trip, and the local deadline it had left.
