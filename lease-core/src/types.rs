@@ -211,7 +211,7 @@ impl FromStr for RunState {
 ///
 /// A `Lease` is plain data. Holding one grants nothing by itself: the store accepts a write only
 /// while the lease's fence equals the run's stored fence and the lease has not been released,
-/// suspended or completed.
+/// suspended, completed or failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lease {
     run: RunId,
