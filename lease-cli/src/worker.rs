@@ -257,22 +257,22 @@ pub(crate) async fn run(config: &Config, args: WorkerArgs) -> Result<(), Failure
             "metrics",
             json!({"addr": bound.to_string(), "path": "/metrics"}),
         );
-        // Its own connection; a memory: store would be another, empty store, so not there.
-        let counter = connect_store(config).await?.as_dyn();
-        let shared = !counter.to_string().starts_with("memory:");
-        tokio::spawn(async move {
-            if !shared {
-                return;
-            }
-            // The lease_runs gauge: what is waiting, held and done, every 5 s.
-            loop {
-                match counter.count().await {
-                    Ok(counts) => distribution::observe::record_counts(&counts),
-                    Err(e) => tracing::warn!(error = %e, "count for the lease_runs gauge failed"),
+        // The lease_runs gauge, every 5 s, on a connection of its own (a memory: store would
+        // be another, empty store, so none there).
+        if config.backend()? != distribution::Backend::Memory {
+            let counter = connect_store(config).await?.as_dyn();
+            tokio::spawn(async move {
+                loop {
+                    match counter.count().await {
+                        Ok(counts) => distribution::observe::record_counts(&counts),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "count for the lease_runs gauge failed")
+                        }
+                    }
+                    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
                 }
-                tokio::time::sleep(std::time::Duration::from_secs(5)).await;
-            }
-        });
+            });
+        }
     }
     if let Some(n) = args.pool {
         return crate::pool::run(config, worker, n, &args.pool_args, args.margin_ms).await;

@@ -336,14 +336,19 @@ fn writable<'a>(state: &'a mut State, lease: &Lease) -> Result<&'a mut Slot> {
         .ok_or_else(|| Error::NotFound {
             run: lease.run().clone(),
         })?;
+    verdict(lease, slot)?;
+    Ok(slot)
+}
+
+/// The fenced-write verdict on `lease` of what `slot` holds.
+fn verdict(lease: &Lease, slot: &Slot) -> Result<()> {
     fenced_verdict(
         lease.run(),
         lease.fence(),
         slot.fence,
         slot.state,
         slot.owner.is_some(),
-    )?;
-    Ok(slot)
+    )
 }
 
 impl Default for MemoryLeaseStore {
@@ -460,24 +465,12 @@ impl LeaseStore for MemoryLeaseStore {
             })?;
         // The fence first: a key never lets a stale or forged fence through.
         if lease.fence() != slot.fence {
-            fenced_verdict(
-                lease.run(),
-                lease.fence(),
-                slot.fence,
-                slot.state,
-                slot.owner.is_some(),
-            )?;
+            verdict(lease, slot)?;
         }
         if let Some(&at) = slot.keys.get(key) {
             return Ok(slot.journal[at].clone());
         }
-        fenced_verdict(
-            lease.run(),
-            lease.fence(),
-            slot.fence,
-            slot.state,
-            slot.owner.is_some(),
-        )?;
+        verdict(lease, slot)?;
         Ok(self.push_entry(slot, lease.fence(), payload.to_vec(), Some(key), now))
     }
 
@@ -511,13 +504,7 @@ impl LeaseStore for MemoryLeaseStore {
                 }));
                 continue;
             };
-            if let Err(refusal) = fenced_verdict(
-                lease.run(),
-                lease.fence(),
-                slot.fence,
-                slot.state,
-                slot.owner.is_some(),
-            ) {
+            if let Err(refusal) = verdict(lease, slot) {
                 results.push(Err(refusal));
                 continue;
             }
