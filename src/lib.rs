@@ -8,9 +8,11 @@ pub use config::{
 };
 
 pub use lease_core::*;
-/// The Postgres backend.
+/// The Postgres backend (the `postgres` feature).
+#[cfg(feature = "postgres")]
 pub use lease_postgres as postgres;
-/// The Redis backend.
+/// The Redis backend (the `redis` feature).
+#[cfg(feature = "redis")]
 pub use lease_redis as redis;
 
 #[cfg(test)]

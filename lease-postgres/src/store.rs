@@ -54,6 +54,22 @@ macro_rules! call {
 /// The embedded migrations; they run unqualified with `search_path` set to the store's schema.
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 
+/// The embedded migrations, for a caller who runs them in their own migration step.
+///
+/// They are written unqualified: run them on a connection whose `search_path` is the store's
+/// schema (created beforehand), as [`PostgresLeaseStore::migrate`] does, which also serializes
+/// concurrent runs with an advisory lock. sqlx records them in `<schema>._sqlx_migrations`;
+/// a store connected with [`with_migrations(false)`](PostgresConfig::with_migrations) checks
+/// that table for the newest version listed here.
+///
+/// ```
+/// let newest = lease_postgres::migrator().iter().map(|m| m.version).max();
+/// assert!(newest.is_some());
+/// ```
+pub fn migrator() -> &'static Migrator {
+    &MIGRATOR
+}
+
 /// How often an operation whose refusal could not be explained (the row changed between the
 /// write and the read that explains it) is tried again before giving up.
 const ATTEMPTS: usize = 5;
@@ -91,6 +107,8 @@ pub(crate) struct Queries {
     create_schema: String,
     set_search_path: String,
     migrate_lock: String,
+    schema_migrated: String,
+    schema_version: String,
 }
 
 impl Queries {
@@ -125,6 +143,8 @@ impl Queries {
             create_schema: q(include_str!("../sql/create_schema.sql")),
             set_search_path: q(include_str!("../sql/set_search_path.sql")),
             migrate_lock: q(include_str!("../sql/migrate_lock.sql")),
+            schema_migrated: q(include_str!("../sql/schema_migrated.sql")),
+            schema_version: q(include_str!("../sql/schema_version.sql")),
         }
     }
 }
@@ -156,6 +176,7 @@ impl PostgresLeaseStore {
     /// migration. No error carries the password.
     pub async fn connect(config: PostgresConfig) -> Result<PostgresLeaseStore> {
         let parsed = config.parse()?;
+        let migrate = parsed.migrate;
         let route = Route::new(&config, parsed);
         // Direct connections first: through the pool, a refused or unreachable server only
         // shows as "pool timed out" after the whole acquire timeout, hiding why. This also
@@ -171,8 +192,10 @@ impl PostgresLeaseStore {
         // before a migration could wait on a standby that is not there.
         let checked = store.pool().acquire().await;
         drop(checked.map_err(|e| store.route.fail(e))?);
-        if config.migrate {
+        if migrate {
             store.migrate().await?;
+        } else {
+            store.check_schema().await?;
         }
         Ok(store)
     }
@@ -185,16 +208,86 @@ impl PostgresLeaseStore {
         PostgresLeaseStore::connect(PostgresConfig::from_url(url)).await
     }
 
-    /// A store over an existing pool, keeping its tables in `schema`; creates the schema and
-    /// runs the migrations. Configure the pool's `acquire_timeout` so an exhausted pool fails
-    /// rather than waits long.
+    /// A store over a pool the caller built, with every setting of `config` but its hosts:
+    /// schema, migrations (or, with [`with_migrations(false)`](PostgresConfig::with_migrations),
+    /// none and a check of the schema's version), `sync_replicas` and its timeout, the call
+    /// timeout, the fenced-transaction bound and `volatile`. The URL of `config` (see
+    /// [`PostgresConfig::for_pool`]) gives parameters only; its hosts are ignored, and the
+    /// store does not move between hosts.
+    ///
+    /// One connection of the pool is checked now as [`connect`](Self::connect) checks each
+    /// of its own: a primary, `fsync` and `synchronous_commit` on (or `volatile`), and under
+    /// `sync_replicas` the standbys. The pool's sessions keep the caller's settings: give them
+    /// a `lock_timeout` (`PgConnectOptions::options([("lock_timeout", "1000")])`) so a call
+    /// waiting on a row held by a fenced transaction fails retryably instead of using up its
+    /// whole call timeout, and an `acquire_timeout`, so an exhausted pool fails rather than
+    /// waits long.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> lease_core::Result<()> {
+    /// use lease_postgres::{sqlx::postgres::PgPoolOptions, PostgresConfig, PostgresLeaseStore};
+    /// let pool = PgPoolOptions::new()
+    ///     .max_connections(20)
+    ///     .connect_lazy("postgres://app@db/engine")
+    ///     .expect("a valid URL");
+    /// let config = PostgresConfig::for_pool().with_schema("leases").with_migrations(false);
+    /// let store = PostgresLeaseStore::from_pool(pool, config).await?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// As [`PostgresLeaseStore::connect`].
-    pub async fn from_pool(pool: PgPool, schema: &str) -> Result<PostgresLeaseStore> {
-        let store = PostgresLeaseStore::assemble(Route::over(pool), schema)?;
-        store.migrate().await?;
+    pub async fn from_pool(pool: PgPool, config: PostgresConfig) -> Result<PostgresLeaseStore> {
+        let parsed = config.parse()?;
+        let migrate = parsed.migrate;
+        let mut store = PostgresLeaseStore::assemble(Route::over(pool, &parsed), &config.schema)?;
+        store.transaction_bound = (
+            config.transaction_floor.as_millis() as i64,
+            config.transaction_cap.as_millis() as i64,
+        );
+        store.route.check_pooled().await?;
+        if migrate {
+            store.migrate().await?;
+        } else {
+            store.check_schema().await?;
+        }
         Ok(store)
+    }
+
+    /// Without migrations: refuses a schema that lacks the newest embedded migration, before
+    /// any operation would fail on a missing table or column. Reads the catalog only.
+    async fn check_schema(&self) -> Result<()> {
+        let needed = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+        let pool = self.pool();
+        let migrated: bool = sqlx::query_scalar(&self.sql.schema_migrated)
+            .bind(&self.schema)
+            .fetch_one(pool)
+            .await
+            .map_err(|e| self.route.fail(e))?;
+        let found: Option<i64> = if migrated {
+            sqlx::query_scalar(&self.sql.schema_version)
+                .fetch_one(pool)
+                .await
+                .map_err(|e| self.route.fail(e))?
+        } else {
+            None
+        };
+        match found {
+            Some(version) if version >= needed => Ok(()),
+            found => {
+                let state = match found {
+                    Some(version) => format!("is at migration {version}"),
+                    None => "has no migrations".to_owned(),
+                };
+                Err(PgError::Config(format!(
+                    "schema {:?} {state} and this release needs {needed}; migrations are off \
+                     (migrate=false), so run them first: `lease migrate`, \
+                     PostgresLeaseStore::migrate, or lease_postgres::migrator() in your own step",
+                    self.schema
+                ))
+                .into())
+            }
+        }
     }
 
     fn assemble(route: Arc<Route>, schema: &str) -> Result<PostgresLeaseStore> {

@@ -177,7 +177,47 @@ impl RedisLeaseStore {
     pub async fn connect(config: RedisConfig) -> Result<RedisLeaseStore> {
         config.check()?;
         let keys = Keys::new(config.namespace());
-        let link = Link::connect(&config, Guard::new(&config), keys.barrier()).await?;
+        let link = Link::connect(&config, Guard::new(&config), keys.barrier(), None).await?;
+        Ok(RedisLeaseStore {
+            link: Arc::new(link),
+            keys,
+            config,
+        })
+    }
+
+    /// A store on the single server of the caller's `client`, with every other setting of
+    /// `config` (namespace, `replicas` and their timeout, response and connect timeouts,
+    /// `volatile`); the guard runs as in [`connect`](RedisLeaseStore::connect). The store opens
+    /// its own connections from the client (one shared, and one per concurrent acknowledged
+    /// write), so it never interleaves with the caller's commands.
+    ///
+    /// `config` is [`RedisConfig::for_client`], or a `redis://` config whose parameters apply
+    /// and whose address is replaced by the client's. A Cluster or Sentinel needs the store's
+    /// own client, configured not to resend writes: connect with a `redis+cluster://` or
+    /// `redis+sentinel://` URL.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> lease_core::Result<()> {
+    /// use lease_redis::{redis, RedisConfig, RedisLeaseStore};
+    /// let client = redis::Client::open("redis://cache:6379").expect("a valid URL");
+    /// let store =
+    ///     RedisLeaseStore::from_client(client, RedisConfig::for_client().with_namespace("jobs"))
+    ///         .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`connect`](RedisLeaseStore::connect); [`Error::Misconfigured`] for a Cluster or
+    /// Sentinel `config`.
+    pub async fn from_client(
+        client: redis::Client,
+        config: RedisConfig,
+    ) -> Result<RedisLeaseStore> {
+        config.check()?;
+        let config = config.with_client_address(&client)?;
+        let keys = Keys::new(config.namespace());
+        let link =
+            Link::connect(&config, Guard::new(&config), keys.barrier(), Some(client)).await?;
         Ok(RedisLeaseStore {
             link: Arc::new(link),
             keys,
