@@ -582,6 +582,15 @@ pub enum Backend {
 }
 
 impl Backend {
+    /// The backend's name: `memory`, `postgres` or `redis` (the label of its metrics).
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Memory => "memory",
+            Backend::Postgres => "postgres",
+            Backend::Redis => "redis",
+        }
+    }
+
     /// The Cargo feature of this crate that brings the backend in; `None` for the memory
     /// store, which is always built.
     pub fn feature(self) -> Option<&'static str> {
@@ -603,14 +612,9 @@ impl Backend {
 }
 
 fn feature_disabled(backend: Backend) -> ConfigError {
-    let name = match backend {
-        Backend::Memory => "memory",
-        Backend::Postgres => "postgres",
-        Backend::Redis => "redis",
-    };
     ConfigError::FeatureDisabled {
-        backend: name,
-        feature: backend.feature().unwrap_or(name),
+        backend: backend.name(),
+        feature: backend.feature().unwrap_or(backend.name()),
     }
 }
 
@@ -725,7 +729,10 @@ mod tests {
                     assert!(backend.is_built(), "{url} accepted by a build without it");
                     assert_eq!(found, backend);
                 }
-                Err(ConfigError::FeatureDisabled { backend: name, feature }) => {
+                Err(ConfigError::FeatureDisabled {
+                    backend: name,
+                    feature,
+                }) => {
                     assert!(!backend.is_built(), "{url} refused by a build with it");
                     assert_eq!(Some(feature), backend.feature());
                     let message = config.backend().unwrap_err().to_string();
@@ -753,11 +760,17 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            (app.lease.ttl.as_millis(), app.lease.max_connections, app.lease.migrate),
+            (
+                app.lease.ttl.as_millis(),
+                app.lease.max_connections,
+                app.lease.migrate
+            ),
             (1500, Some(4), Some(false))
         );
         // The same checks as the file: a TTL out of range and an unknown key are refused.
-        let bad = toml::from_str::<App>("[lease]\nttl_ms = 0\n").unwrap_err().to_string();
+        let bad = toml::from_str::<App>("[lease]\nttl_ms = 0\n")
+            .unwrap_err()
+            .to_string();
         assert!(bad.contains("ttl_ms"), "{bad}");
         let unknown = toml::from_str::<App>("[lease]\nstore = \"memory:\"\nttl = 5\n")
             .unwrap_err()

@@ -40,12 +40,11 @@ pub(crate) async fn list(
     let mut out = std::io::stdout();
     let mut after = None;
     while stream.printed() < limit {
-        let filter = ListFilter {
-            state,
-            expired,
-            after: after.take(),
-            limit: (limit - stream.printed()).min(LIST_PAGE),
-        };
+        let filter = ListFilter::new()
+            .with_state(state)
+            .with_expired(expired)
+            .with_after(after.take())
+            .with_limit((limit - stream.printed()).min(LIST_PAGE));
         let page = store.list(&filter).await?;
         stream.page(&mut out, &page).map_err(closed_stdout)?;
         // A short page is the last: `list` returns fewer than asked only at the end.

@@ -184,16 +184,18 @@ mod tests {
 
     fn records(n: usize, owner_len: usize) -> Vec<RunRecord> {
         (0..n)
-            .map(|i| RunRecord {
-                run: RunId::new(format!("run-{i:03}")).unwrap(),
-                state: RunState::Runnable,
-                owner: Some(WorkerId::new("w".repeat(owner_len)).unwrap()),
-                expires_at: Some(StoreTime::from_micros(2_000_000)),
-                fence: Fence::new(u64::try_from(i).unwrap()).unwrap(),
-                heartbeats: 7,
-                not_before: None,
-                failure: None,
-                observed_at: StoreTime::from_micros(1_000_000),
+            .map(|i| {
+                RunRecord::new(
+                    RunId::new(format!("run-{i:03}")).unwrap(),
+                    RunState::Runnable,
+                    Fence::new(u64::try_from(i).unwrap()).unwrap(),
+                    StoreTime::from_micros(1_000_000),
+                )
+                .with_lease(
+                    WorkerId::new("w".repeat(owner_len)).unwrap(),
+                    StoreTime::from_micros(2_000_000),
+                )
+                .with_heartbeats(7)
             })
             .collect()
     }

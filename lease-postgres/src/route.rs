@@ -150,7 +150,11 @@ impl Route {
         match self.check_new(&mut conn).await {
             Ok(()) => Ok(()),
             Err(e) => {
-                let refusal = self.refusal.lock().unwrap_or_else(|e| e.into_inner()).take();
+                let refusal = self
+                    .refusal
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take();
                 Err(refusal.unwrap_or_else(|| self.fail(e)))
             }
         }

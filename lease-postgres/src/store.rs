@@ -5,10 +5,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{
+use lease_core::backend::{
     check_claim_max, check_list, check_payload, check_purge, check_renew_batch, claim_refusal,
-    fenced_verdict, Ending, Error, Fence, IdempotencyKey, JournalEntry, Lease, LeaseStore,
-    ListFilter, Result, RunId, RunRecord, RunState, StoreTime, Ttl, WorkerId,
+    fenced_verdict,
+};
+use lease_core::{
+    Ending, Error, Fence, IdempotencyKey, JournalEntry, Lease, LeaseStore, ListFilter, Result,
+    RunId, RunRecord, RunState, StoreTime, Ttl, WorkerId,
 };
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgArguments, PgPool, PgPoolOptions, PgRow};
@@ -705,7 +708,7 @@ impl PostgresLeaseStore {
 
 /// Whether `e` is the driver's unique violation (23505), folded into this adapter's error.
 fn is_duplicate_key(e: &Error) -> bool {
-    matches!(e, Error::Backend { source, .. } if source.to_string().contains("journal_idem_key"))
+    matches!(e, Error::Backend { detail, .. } if detail.to_string().contains("journal_idem_key"))
 }
 
 /// What a refused claim or fenced write is judged against.
@@ -789,19 +792,22 @@ fn ttl_param(ttl: Ttl) -> i64 {
 pub(crate) fn record(row: &PgRow) -> Result<RunRecord, PgError> {
     let expires: Option<i64> = get(row, "expires_us")?;
     let heartbeats: i64 = get(row, "heartbeats")?;
-    Ok(RunRecord {
-        run: RunId::new(get::<String>(row, "run_id")?).map_err(corrupt)?,
-        state: state(get(row, "state")?)?,
-        owner: worker(get(row, "lease_owner")?)?,
-        expires_at: expires.map(store_time).transpose()?,
-        fence: fence(get(row, "fence")?)?,
-        heartbeats: u64::try_from(heartbeats).map_err(corrupt)?,
-        not_before: get::<Option<i64>>(row, "not_before_us")?
+    let mut record = RunRecord::new(
+        RunId::new(get::<String>(row, "run_id")?).map_err(corrupt)?,
+        state(get(row, "state")?)?,
+        fence(get(row, "fence")?)?,
+        store_time(get(row, "observed_us")?)?,
+    )
+    .with_heartbeats(u64::try_from(heartbeats).map_err(corrupt)?)
+    .with_not_before(
+        get::<Option<i64>>(row, "not_before_us")?
             .map(store_time)
             .transpose()?,
-        failure: get(row, "failure")?,
-        observed_at: store_time(get(row, "observed_us")?)?,
-    })
+    )
+    .with_failure(get(row, "failure")?);
+    record.owner = worker(get(row, "lease_owner")?)?;
+    record.expires_at = expires.map(store_time).transpose()?;
+    Ok(record)
 }
 
 fn leased(
@@ -958,12 +964,12 @@ impl LeaseStore for PostgresLeaseStore {
                     .await?;
                 if let Some(row) = row {
                     let seq: i64 = get(&row, "seq")?;
-                    return Ok(JournalEntry {
-                        seq: u64::try_from(seq).map_err(corrupt)?,
-                        fence: fence(get(&row, "fence")?)?,
-                        payload: payload.to_vec(),
-                        written_at: store_time(get(&row, "written_us")?)?,
-                    });
+                    return Ok(JournalEntry::new(
+                        u64::try_from(seq).map_err(corrupt)?,
+                        fence(get(&row, "fence")?)?,
+                        payload.to_vec(),
+                        store_time(get(&row, "written_us")?)?,
+                    ));
                 }
                 self.fenced_refusal(conn, lease).await?;
             }
@@ -999,12 +1005,12 @@ impl LeaseStore for PostgresLeaseStore {
                 };
                 if let Some(row) = row {
                     let seq: i64 = get(&row, "seq")?;
-                    return Ok(JournalEntry {
-                        seq: u64::try_from(seq).map_err(corrupt)?,
-                        fence: fence(get(&row, "fence")?)?,
-                        payload: get(&row, "payload")?,
-                        written_at: store_time(get(&row, "written_us")?)?,
-                    });
+                    return Ok(JournalEntry::new(
+                        u64::try_from(seq).map_err(corrupt)?,
+                        fence(get(&row, "fence")?)?,
+                        get(&row, "payload")?,
+                        store_time(get(&row, "written_us")?)?,
+                    ));
                 }
                 self.fenced_refusal(conn, lease).await?;
             }
@@ -1025,12 +1031,12 @@ impl LeaseStore for PostgresLeaseStore {
             let Some(seq) = get::<Option<i64>>(row, "seq")? else {
                 continue; // the run exists and its journal is empty
             };
-            entries.push(JournalEntry {
-                seq: u64::try_from(seq).map_err(corrupt)?,
-                fence: fence(get(row, "fence")?)?,
-                payload: get(row, "payload")?,
-                written_at: store_time(get(row, "written_us")?)?,
-            });
+            entries.push(JournalEntry::new(
+                u64::try_from(seq).map_err(corrupt)?,
+                fence(get(row, "fence")?)?,
+                get(row, "payload")?,
+                store_time(get(row, "written_us")?)?,
+            ));
         }
         Ok(entries)
     }
@@ -1072,7 +1078,7 @@ impl LeaseStore for PostgresLeaseStore {
     }
 
     async fn inspect_many(&self, runs: &[RunId]) -> Result<Vec<Result<RunRecord>>> {
-        lease_core::check_create_batch(runs)?; // the batch rule: at most MAX_BATCH ids
+        lease_core::backend::check_create_batch(runs)?; // the batch rule: at most MAX_BATCH ids
         if runs.is_empty() {
             return Ok(Vec::new());
         }
@@ -1117,7 +1123,7 @@ impl LeaseStore for PostgresLeaseStore {
     }
 
     async fn end_many(&self, ends: &[Ending]) -> Result<Vec<Result<()>>> {
-        lease_core::check_end_batch(ends)?;
+        lease_core::backend::check_end_batch(ends)?;
         if ends.is_empty() {
             return Ok(Vec::new());
         }
@@ -1125,7 +1131,7 @@ impl LeaseStore for PostgresLeaseStore {
     }
 
     async fn create_many(&self, runs: &[RunId]) -> Result<Vec<Result<()>>> {
-        lease_core::check_create_batch(runs)?;
+        lease_core::backend::check_create_batch(runs)?;
         if runs.is_empty() {
             return Ok(Vec::new());
         }
@@ -1161,14 +1167,14 @@ impl LeaseStore for PostgresLeaseStore {
             let n: i64 = get(&row, name)?;
             Ok(u64::try_from(n).map_err(corrupt)?)
         };
-        Ok(lease_core::RunCounts {
-            claimable: figure("claimable")?,
-            held: figure("held")?,
-            delayed: figure("delayed")?,
-            suspended: figure("suspended")?,
-            completed: figure("completed")?,
-            failed: figure("failed")?,
-        })
+        let mut counts = lease_core::RunCounts::default();
+        counts.claimable = figure("claimable")?;
+        counts.held = figure("held")?;
+        counts.delayed = figure("delayed")?;
+        counts.suspended = figure("suspended")?;
+        counts.completed = figure("completed")?;
+        counts.failed = figure("failed")?;
+        Ok(counts)
     }
 
     async fn count_purgeable(&self, older_than: Duration) -> Result<u64> {

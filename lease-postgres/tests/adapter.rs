@@ -649,9 +649,10 @@ async fn without_migrations_nothing_is_created_and_an_unmigrated_schema_is_refus
     PostgresLeaseStore::connect(forced).await.unwrap();
 
     // A bad value is refused, naming the parameter.
-    let err = PostgresLeaseStore::connect(PostgresConfig::from_url(format!("{url}{sep}migrate=nah")))
-        .await
-        .expect_err("migrate=nah");
+    let err =
+        PostgresLeaseStore::connect(PostgresConfig::from_url(format!("{url}{sep}migrate=nah")))
+            .await
+            .expect_err("migrate=nah");
     assert!(err.to_string().contains("migrate=\"nah\""), "{err}");
 }
 
@@ -671,7 +672,10 @@ async fn a_store_over_the_callers_pool_keeps_every_setting() {
         .await
         .unwrap();
     let schema = unique_namespace("lease_pool");
-    let fsync: String = sqlx::query_scalar("SHOW fsync").fetch_one(&pool).await.unwrap();
+    let fsync: String = sqlx::query_scalar("SHOW fsync")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
     let strict = PostgresLeaseStore::from_pool(
         pool.clone(),
         PostgresConfig::for_pool().with_schema(unique_namespace("lease_pool")),
@@ -698,7 +702,9 @@ async fn a_store_over_the_callers_pool_keeps_every_setting() {
     assert!(err.to_string().contains("has no migrations"), "{err}");
     let store = PostgresLeaseStore::from_pool(
         pool,
-        PostgresConfig::for_pool().with_schema(&schema).with_volatile(true),
+        PostgresConfig::for_pool()
+            .with_schema(&schema)
+            .with_volatile(true),
     )
     .await
     .unwrap();

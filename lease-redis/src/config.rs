@@ -223,7 +223,9 @@ impl RedisConfig {
                 format!("{base}?{}", passed.join("&"))
             }
         };
-        if scheme.starts_with("rediss") && !cfg!(any(feature = "tls-rustls", feature = "tls-native-tls")) {
+        if scheme.starts_with("rediss")
+            && !cfg!(any(feature = "tls-rustls", feature = "tls-native-tls"))
+        {
             return Err(format!(
                 "{shown} asks for TLS, which this build of lease-redis leaves out: enable its \
                  `tls-rustls` or `tls-native-tls` feature (through the distribution crate, the \
