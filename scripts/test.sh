@@ -90,6 +90,36 @@ if [ $# -gt 0 ]; then
 else
   log "cargo test --workspace --exclude distribution"
   cargo test --workspace --exclude distribution
+  # The examples are checks too: each runs against the servers above and exits 0 only if what
+  # it demonstrates held. postgres_worker runs twice: stopped by SIGTERM once its first
+  # payments committed (it must shut down gracefully and exit 0), then to completion (it also
+  # finishes the runs the first one left, and finds no run paid twice).
+  log "examples"
+  cargo build -p distribution --examples
+  cargo run -q -p distribution --example custom_backend
+  cargo run -q -p distribution --example redis_fenced_script
+  cargo run -q -p distribution --example metrics
+  log "example postgres_worker, stopped by SIGTERM mid-way"
+  out="$work/postgres_worker.out"
+  cargo run -q -p distribution --example postgres_worker >"$out" 2>&1 &
+  example=$!
+  for _ in $(seq 600); do
+    grep -q '^ready:' "$out" && break
+    kill -0 "$example" 2>/dev/null || break
+    sleep 0.05
+  done
+  kill -TERM "$example" 2>/dev/null || true
+  rc=0
+  wait "$example" || rc=$?
+  cat "$out"
+  if [ "$rc" -ne 0 ] || ! grep -q '^stopped by SIGTERM' "$out"; then
+    log "postgres_worker did not stop gracefully on SIGTERM (exit $rc)"
+    exit 1
+  fi
+  log "example postgres_worker, to completion"
+  cargo run -q -p distribution --example postgres_worker
+  log "cargo test -p distribution --example custom_backend (the conformance suite)"
+  cargo test -p distribution --example custom_backend
   # The whole-system tests start worker processes and cut the network: one at a time.
   log "cargo test -p distribution -- --test-threads=1"
   cargo test -p distribution -- --test-threads=1
