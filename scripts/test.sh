@@ -45,7 +45,9 @@ cleanup() {
     as_pg "$pg_bin/pg_ctl" -D "$pg_data" -m immediate stop >/dev/null 2>&1 || true
   fi
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  rm -rf "$work"
+  # A server may still be writing its files as it stops: wait for it before removing them.
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$work" 2>/dev/null || { sleep 1; rm -rf "$work" || true; }
   exit $status
 }
 trap cleanup EXIT INT TERM

@@ -748,6 +748,29 @@ mod tests {
         assert!(Backend::Memory.is_built() && Backend::Memory.feature().is_none());
     }
 
+    /// Run by CI with `--no-default-features --features postgres`: without a TLS feature, a
+    /// URL that demands TLS is refused before any I/O, naming the features (not left to fail
+    /// at the handshake with a driver message).
+    #[cfg(all(
+        feature = "postgres",
+        not(any(feature = "tls-rustls", feature = "tls-native-tls"))
+    ))]
+    #[tokio::test]
+    async fn a_url_that_needs_tls_names_the_tls_features_in_a_build_without_them() {
+        let config =
+            Config::default().with_store("postgres://app:hunter2@127.0.0.1:1/db?sslmode=require");
+        let err = connect(&config).await.expect_err("TLS is not built");
+        let message = err.to_string();
+        assert!(
+            matches!(
+                &err,
+                ConfigError::Store(lease_core::Error::Misconfigured { .. })
+            ) && message.contains("`tls-rustls` or `tls-native-tls` feature")
+                && !message.contains("hunter2"),
+            "{message}"
+        );
+    }
+
     #[test]
     fn config_nests_in_an_application_config_with_every_check() {
         #[derive(serde::Deserialize, Debug)]

@@ -1027,7 +1027,10 @@ async fn a_store_on_the_callers_client_keeps_the_guard_and_hides_the_password() 
         .with_response_timeout(Duration::from_secs(5));
     let store = RedisLeaseStore::from_client(client, config).await.unwrap();
     store.create(&run("r")).await.unwrap();
-    let lease = store.claim(&run("r"), &worker("w"), ttl(5_000)).await.unwrap();
+    let lease = store
+        .claim(&run("r"), &worker("w"), ttl(5_000))
+        .await
+        .unwrap();
     assert_eq!(lease.fence().get(), 1);
     let shown = format!("{store} {store:?}");
     assert!(!shown.contains("cl1ent-s3cret"), "{shown}");
@@ -1060,7 +1063,9 @@ async fn a_store_on_the_callers_client_keeps_the_guard_and_hides_the_password() 
     .expect_err("a cluster config is refused");
     assert!(
         matches!(&err, Error::Misconfigured { .. })
-            && err.to_string().contains("from_client takes a client of one server"),
+            && err
+                .to_string()
+                .contains("from_client takes a client of one server"),
         "{err}"
     );
 }
