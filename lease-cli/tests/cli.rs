@@ -737,3 +737,55 @@ fn completions_print_a_script_for_the_shell() {
     let out = lease(&["completions", "tcsh"]);
     assert_exit(&out, USAGE);
 }
+
+/// SIGINT and SIGTERM sent to `lease run` are forwarded to the command, which exits as it
+/// chooses (its code passes through); a command that ignores the signal is killed with SIGKILL
+/// one grace later (exit 137).
+#[test]
+fn lease_run_forwards_stop_signals_to_the_command_and_kills_it_after_the_grace() {
+    let dir = std::env::temp_dir().join(format!("lease-run-signals-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for (signal, script, code) in [
+        ("INT", "trap 'exit 9' INT", 9),
+        ("TERM", "trap 'exit 10' TERM", 10),
+        ("TERM", "trap '' TERM", 128 + 9),
+    ] {
+        let started = dir.join(format!("{signal}-{code}"));
+        let command = format!(
+            "{script}; touch '{}'; while :; do sleep 0.05; done",
+            started.display()
+        );
+        let child = Command::new(env!("CARGO_BIN_EXE_lease"))
+            .args(["--ttl-ms", "1500", "run", "job", "--create"])
+            .args(["--kill-after-ms", "200", "--", "sh", "-c", &command])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start lease run");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !started.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the command never started"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let sent = std::time::Instant::now();
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let out = child.wait_with_output().unwrap();
+        assert_exit(&out, code);
+        if code == 128 + 9 {
+            assert!(
+                sent.elapsed() >= Duration::from_millis(200),
+                "SIGKILL came before the grace: {:?}",
+                sent.elapsed()
+            );
+        }
+    }
+}
