@@ -13,7 +13,7 @@ use lease_core::{redact_url, InvalidInput, LeaseStore, MemoryLeaseStore, Ttl};
 /// Sources, lowest precedence first: [`Config::default`], a TOML file ([`Config::from_toml`]),
 /// the environment ([`Config::with_env`]: `LEASE_STORE`, `LEASE_TTL_MS`,
 /// `LEASE_HEARTBEAT_MS`, `LEASE_NAMESPACE`, `LEASE_REPLICAS`, `LEASE_REPLICA_TIMEOUT_MS`,
-/// `LEASE_SYNC_REPLICAS`), then flags (the `with_*` setters).
+/// `LEASE_SYNC_REPLICAS`, `LEASE_MAX_CONNECTIONS`, `LEASE_MIGRATE`), then flags (the `with_*` setters).
 ///
 /// ```
 /// use distribution::Config;
@@ -22,7 +22,25 @@ use lease_core::{redact_url, InvalidInput, LeaseStore, MemoryLeaseStore, Ttl};
 /// let config = Config::from_toml("store = \"postgres://app:hunter2@db/runs\"").unwrap();
 /// assert!(!format!("{config:?}").contains("hunter2"));
 /// ```
+///
+/// It also deserializes with serde from the same keys as the TOML file, so it nests in an
+/// application's own configuration:
+///
+/// ```
+/// #[derive(serde::Deserialize)]
+/// struct AppConfig {
+///     listen: String,
+///     lease: distribution::Config,
+/// }
+/// let app: AppConfig = toml::from_str(
+///     "listen = \"0.0.0.0:8080\"\n[lease]\nstore = \"memory:\"\nttl_ms = 10000\nmigrate = false\n",
+/// )
+/// .unwrap();
+/// assert_eq!((app.listen.as_str(), app.lease.ttl.as_millis()), ("0.0.0.0:8080", 10_000));
+/// assert_eq!(app.lease.migrate, Some(false));
+/// ```
 #[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Config {
     /// The store URL: `memory:`, `postgres://…`, `postgresql://…`, `redis://…` or `rediss://…`.
     pub store: String,
@@ -44,6 +62,10 @@ pub struct Config {
     /// Postgres: the most connections the store's pool opens (1 to 1,000); `None` for 10.
     /// Redis multiplexes one connection per store and ignores it.
     pub max_connections: Option<u32>,
+    /// Postgres: whether connecting runs the embedded migrations; `None` for the URL's
+    /// `migrate=` parameter, or `true`. With `false` no DDL runs and a schema without this
+    /// release's migrations is refused (see `lease_postgres::PostgresConfig::with_migrations`).
+    pub migrate: Option<bool>,
 }
 
 impl Default for Config {
@@ -57,6 +79,7 @@ impl Default for Config {
             replica_timeout: None,
             sync_replicas: None,
             max_connections: None,
+            migrate: None,
         }
     }
 }
@@ -72,6 +95,7 @@ impl fmt::Debug for Config {
             .field("replica_timeout", &self.replica_timeout)
             .field("sync_replicas", &self.sync_replicas)
             .field("max_connections", &self.max_connections)
+            .field("migrate", &self.migrate)
             .finish()
     }
 }
@@ -124,6 +148,17 @@ pub enum ConfigError {
         /// What went wrong.
         reason: String,
     },
+    /// A URL for a backend this build leaves out: the facade's Cargo feature for it is off.
+    #[error(
+        "the store URL selects the {backend} backend, which this build leaves out: enable the \
+         `{feature}` feature of the distribution crate"
+    )]
+    FeatureDisabled {
+        /// The backend the URL selects: `postgres` or `redis`.
+        backend: &'static str,
+        /// The Cargo feature that brings it in.
+        feature: &'static str,
+    },
     /// The store refused the connection or could not be reached.
     #[error(transparent)]
     Store(#[from] lease_core::Error),
@@ -147,6 +182,17 @@ struct FileConfig {
     replica_timeout_ms: Option<u64>,
     sync_replicas: Option<u32>,
     max_connections: Option<u64>,
+    migrate: Option<bool>,
+}
+
+impl<'de> serde::Deserialize<'de> for Config {
+    /// The keys of [`Config::from_toml`], each checked as there; unknown keys are refused.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Config, D::Error> {
+        let file = FileConfig::deserialize(deserializer)?;
+        Config::default()
+            .apply(file)
+            .map_err(serde::de::Error::custom)
+    }
 }
 
 /// The longest namespace: a Postgres identifier's limit.
@@ -218,8 +264,8 @@ fn heartbeat_setting(key: &str, ms: u64) -> Result<Duration, ConfigError> {
 
 impl Config {
     /// The defaults overlaid with a TOML document (keys `store`, `ttl_ms`, `heartbeat_ms`,
-    /// `namespace`, `replicas`, `replica_timeout_ms`, `sync_replicas`, `max_connections`;
-    /// unknown keys are refused).
+    /// `namespace`, `replicas`, `replica_timeout_ms`, `sync_replicas`, `max_connections`,
+    /// `migrate`; unknown keys are refused).
     ///
     /// # Errors
     /// [`ConfigError::File`] for bad TOML, [`ConfigError::BadSetting`] for bad values.
@@ -261,12 +307,16 @@ impl Config {
         .with_env()
     }
 
-    fn merge_toml(mut self, text: &str, origin: &str) -> Result<Config, ConfigError> {
+    fn merge_toml(self, text: &str, origin: &str) -> Result<Config, ConfigError> {
         let file: FileConfig = toml::from_str(text).map_err(|e| ConfigError::File {
             path: origin.to_string(),
             // toml quotes the offending line, which may hold a password: keep only the message.
             reason: e.message().to_string(),
         })?;
+        self.apply(file)
+    }
+
+    fn apply(mut self, file: FileConfig) -> Result<Config, ConfigError> {
         if let Some(store) = file.store {
             self.store = store;
         }
@@ -291,12 +341,15 @@ impl Config {
         if let Some(n) = file.max_connections {
             self.max_connections = Some(pool_setting("max_connections", n)?);
         }
+        if let Some(migrate) = file.migrate {
+            self.migrate = Some(migrate);
+        }
         Ok(self)
     }
 
     /// Overlays the process environment: `LEASE_STORE`, `LEASE_TTL_MS`, `LEASE_HEARTBEAT_MS`,
     /// `LEASE_NAMESPACE`, `LEASE_REPLICAS`, `LEASE_REPLICA_TIMEOUT_MS`, `LEASE_SYNC_REPLICAS`,
-    /// `LEASE_MAX_CONNECTIONS`.
+    /// `LEASE_MAX_CONNECTIONS`, `LEASE_MIGRATE`.
     ///
     /// # Errors
     /// [`ConfigError::BadSetting`] naming the variable.
@@ -355,6 +408,18 @@ impl Config {
             })?;
             self.max_connections = Some(pool_setting("LEASE_MAX_CONNECTIONS", n)?);
         }
+        if let Some(v) = var("LEASE_MIGRATE") {
+            self.migrate = Some(match v.trim() {
+                "true" | "1" | "yes" => true,
+                "false" | "0" | "no" => false,
+                _ => {
+                    return Err(ConfigError::BadSetting {
+                        key: "LEASE_MIGRATE".to_string(),
+                        reason: format!("{v:?} is not true or false"),
+                    })
+                }
+            });
+        }
         if let Some(ms) = number("LEASE_REPLICA_TIMEOUT_MS")? {
             self.replica_timeout = Some(replica_timeout_setting("LEASE_REPLICA_TIMEOUT_MS", ms)?);
         }
@@ -408,6 +473,13 @@ impl Config {
         Ok(self)
     }
 
+    /// Postgres: whether connecting runs the embedded migrations (see [`Config::migrate`]).
+    /// Read-only tools pass `false`, so they never run DDL.
+    pub fn with_migrations(mut self, migrate: bool) -> Config {
+        self.migrate = Some(migrate);
+        self
+    }
+
     /// Redis: how long to wait for replica acknowledgements.
     pub fn with_replica_timeout(mut self, timeout: Duration) -> Config {
         self.replica_timeout = Some(timeout);
@@ -419,6 +491,14 @@ impl Config {
     /// # Errors
     /// [`ConfigError::UnknownScheme`], [`ConfigError::MalformedUrl`].
     pub fn backend(&self) -> Result<Backend, ConfigError> {
+        let backend = self.backend_of_url()?;
+        if !backend.is_built() {
+            return Err(feature_disabled(backend));
+        }
+        Ok(backend)
+    }
+
+    fn backend_of_url(&self) -> Result<Backend, ConfigError> {
         if let Some(ns) = &self.namespace {
             check_namespace(ns)?;
         }
@@ -491,13 +571,51 @@ impl Config {
 
 /// The backends a [`Config`] can select.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Backend {
     /// The embedded memory store.
     Memory,
-    /// PostgreSQL.
+    /// PostgreSQL (the `postgres` feature).
     Postgres,
-    /// Redis.
+    /// Redis (the `redis` feature).
     Redis,
+}
+
+impl Backend {
+    /// The backend's name: `memory`, `postgres` or `redis` (the label of its metrics).
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Memory => "memory",
+            Backend::Postgres => "postgres",
+            Backend::Redis => "redis",
+        }
+    }
+
+    /// The Cargo feature of this crate that brings the backend in; `None` for the memory
+    /// store, which is always built.
+    pub fn feature(self) -> Option<&'static str> {
+        match self {
+            Backend::Memory => None,
+            Backend::Postgres => Some("postgres"),
+            Backend::Redis => Some("redis"),
+        }
+    }
+
+    /// Whether this build contains the backend.
+    pub fn is_built(self) -> bool {
+        match self {
+            Backend::Memory => true,
+            Backend::Postgres => cfg!(feature = "postgres"),
+            Backend::Redis => cfg!(feature = "redis"),
+        }
+    }
+}
+
+fn feature_disabled(backend: Backend) -> ConfigError {
+    ConfigError::FeatureDisabled {
+        backend: backend.name(),
+        feature: backend.feature().unwrap_or(backend.name()),
+    }
 }
 
 /// Connects to the store `config` selects.
@@ -521,8 +639,10 @@ pub enum Store {
     /// The embedded memory store.
     Memory(Arc<MemoryLeaseStore>),
     /// PostgreSQL.
+    #[cfg(feature = "postgres")]
     Postgres(Arc<lease_postgres::PostgresLeaseStore>),
     /// Redis.
+    #[cfg(feature = "redis")]
     Redis(Arc<lease_redis::RedisLeaseStore>),
 }
 
@@ -533,7 +653,9 @@ impl Store {
     pub fn as_dyn(&self) -> Arc<dyn LeaseStore> {
         match self {
             Store::Memory(s) => lease_core::Instrumented::wrap(s.clone(), "memory"),
+            #[cfg(feature = "postgres")]
             Store::Postgres(s) => lease_core::Instrumented::wrap(s.clone(), "postgres"),
+            #[cfg(feature = "redis")]
             Store::Redis(s) => lease_core::Instrumented::wrap(s.clone(), "redis"),
         }
     }
@@ -546,6 +668,7 @@ impl Store {
 pub async fn connect_store(config: &Config) -> Result<Store, ConfigError> {
     Ok(match config.backend()? {
         Backend::Memory => Store::Memory(Arc::new(MemoryLeaseStore::new())),
+        #[cfg(feature = "postgres")]
         Backend::Postgres => {
             let mut pg = lease_postgres::PostgresConfig::from_url(config.store.clone());
             if let Some(ns) = &config.namespace {
@@ -557,10 +680,14 @@ pub async fn connect_store(config: &Config) -> Result<Store, ConfigError> {
             if let Some(n) = config.max_connections {
                 pg = pg.with_max_connections(n);
             }
+            if let Some(migrate) = config.migrate {
+                pg = pg.with_migrations(migrate);
+            }
             Store::Postgres(Arc::new(
                 lease_postgres::PostgresLeaseStore::connect(pg).await?,
             ))
         }
+        #[cfg(feature = "redis")]
         Backend::Redis => {
             let mut redis = lease_redis::RedisConfig::from_url(&config.store);
             if let Some(ns) = &config.namespace {
@@ -576,12 +703,84 @@ pub async fn connect_store(config: &Config) -> Result<Store, ConfigError> {
                 lease_redis::RedisLeaseStore::connect(redis).await?,
             ))
         }
+        // `backend()` refuses a backend whose feature is off before any I/O.
+        #[allow(unreachable_patterns)]
+        other => return Err(feature_disabled(other)),
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Run by CI with `--no-default-features --features postgres` (and `redis`): a URL of a
+    /// backend left out of the build is refused before any I/O, naming the feature.
+    #[test]
+    fn a_url_of_a_backend_left_out_names_its_feature() {
+        let urls = [
+            (Backend::Postgres, "postgres://app:hunter2@db/runs"),
+            (Backend::Redis, "redis://:hunter2@cache:6379"),
+            (Backend::Redis, "redis+cluster://:hunter2@a:1,b:2"),
+        ];
+        for (backend, url) in urls {
+            let config = Config::default().with_store(url);
+            match config.backend() {
+                Ok(found) => {
+                    assert!(backend.is_built(), "{url} accepted by a build without it");
+                    assert_eq!(found, backend);
+                }
+                Err(ConfigError::FeatureDisabled {
+                    backend: name,
+                    feature,
+                }) => {
+                    assert!(!backend.is_built(), "{url} refused by a build with it");
+                    assert_eq!(Some(feature), backend.feature());
+                    let message = config.backend().unwrap_err().to_string();
+                    assert!(
+                        message.contains(&format!("`{feature}` feature")) && message.contains(name),
+                        "{message}"
+                    );
+                    assert!(!message.contains("hunter2"), "{message}");
+                }
+                Err(other) => panic!("{url}: {other}"),
+            }
+        }
+        assert!(Backend::Memory.is_built() && Backend::Memory.feature().is_none());
+    }
+
+    #[test]
+    fn config_nests_in_an_application_config_with_every_check() {
+        #[derive(serde::Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct App {
+            lease: Config,
+        }
+        let app: App = toml::from_str(
+            "[lease]\nstore = \"postgres://app:pw@db/x\"\nttl_ms = 1500\nmax_connections = 4\nmigrate = false\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                app.lease.ttl.as_millis(),
+                app.lease.max_connections,
+                app.lease.migrate
+            ),
+            (1500, Some(4), Some(false))
+        );
+        // The same checks as the file: a TTL out of range and an unknown key are refused.
+        let bad = toml::from_str::<App>("[lease]\nttl_ms = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(bad.contains("ttl_ms"), "{bad}");
+        let unknown = toml::from_str::<App>("[lease]\nstore = \"memory:\"\nttl = 5\n")
+            .unwrap_err()
+            .to_string();
+        assert!(unknown.contains("unknown field `ttl`"), "{unknown}");
+        let env = Config::default()
+            .with_vars(|k| (k == "LEASE_MIGRATE").then(|| "maybe".to_string()))
+            .unwrap_err();
+        assert!(env.to_string().contains("LEASE_MIGRATE"), "{env}");
+    }
 
     #[test]
     fn precedence_is_file_then_env_then_flags() {

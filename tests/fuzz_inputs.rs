@@ -195,6 +195,7 @@ fn check_store(store: &str) -> Result<(), TestCaseError> {
             Backend::Memory => "memory",
             Backend::Postgres => "postgres",
             Backend::Redis => "redis",
+            other => return Err(TestCaseError::fail(format!("{store:?}: {other:?}"))),
         };
         prop_assert!(
             scheme.starts_with(expected),

@@ -585,12 +585,12 @@ async fn pool_worker_killed_between_flushes_reported_only_committed_ends(kind: K
     let mut after = None;
     loop {
         let page = store
-            .list(&distribution::ListFilter {
-                state: Some(RunState::Completed),
-                after: after.clone(),
-                limit: 1_000,
-                ..Default::default()
-            })
+            .list(
+                &distribution::ListFilter::new()
+                    .with_state(Some(RunState::Completed))
+                    .with_after(after.clone())
+                    .with_limit(1_000),
+            )
             .await
             .unwrap();
         let Some(last) = page.last() else { break };

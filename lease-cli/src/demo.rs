@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use distribution::testing::{Fault, FaultyStore};
 use distribution::{
-    connect, CancelReason, Config, Error, Fault, FaultyStore, LeaseStore, RunId, RunScope,
-    ScopeConfig, Ttl, WorkerId,
+    connect, CancelReason, Config, Error, LeaseStore, RunId, RunScope, ScopeConfig, Ttl, WorkerId,
 };
 use tokio::time::Instant;
 

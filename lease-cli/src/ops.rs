@@ -12,10 +12,16 @@ pub(crate) async fn create(config: &Config, run: &RunId, format: Format) -> Resu
     Ok(())
 }
 
+/// A store for a read-only command: connecting runs no DDL (`migrate=false`), and a Postgres
+/// schema without this release's migrations is refused, naming `lease migrate`.
+async fn read_only(
+    config: &Config,
+) -> Result<std::sync::Arc<dyn distribution::LeaseStore>, Failure> {
+    Ok(connect(&config.clone().with_migrations(false)).await?)
+}
+
 pub(crate) async fn inspect(config: &Config, run: &RunId, format: Format) -> Result<(), Failure> {
-    // TODO(migrate): a read-only command must not run DDL; connect with
-    // `Config::with_migrations(false)` once the facade has it.
-    let store = connect(config).await?;
+    let store = read_only(config).await?;
     let record = store.inspect(run).await?;
     print_record(&record, format);
     Ok(())
@@ -37,19 +43,16 @@ pub(crate) async fn list(
     if limit == 0 {
         return Err(usage("--limit must be at least 1"));
     }
-    // TODO(migrate): a read-only command must not run DDL; connect with
-    // `Config::with_migrations(false)` once the facade has it.
-    let store = connect(config).await?;
+    let store = read_only(config).await?;
     let mut stream = RecordStream::new(format);
     let mut out = std::io::stdout();
     let mut after = None;
     while stream.printed() < limit {
-        let filter = ListFilter {
-            state,
-            expired,
-            after: after.take(),
-            limit: (limit - stream.printed()).min(LIST_PAGE),
-        };
+        let filter = ListFilter::new()
+            .with_state(state)
+            .with_expired(expired)
+            .with_after(after.take())
+            .with_limit((limit - stream.printed()).min(LIST_PAGE));
         let page = store.list(&filter).await?;
         stream.page(&mut out, &page).map_err(closed_stdout)?;
         // A short page is the last: `list` returns fewer than asked only at the end.
@@ -71,9 +74,7 @@ fn closed_stdout(e: std::io::Error) -> Failure {
 /// `lease journal RUN`: the run's journal in order, each entry with the fence it was written
 /// under, printed entry by entry.
 pub(crate) async fn journal(config: &Config, run: &RunId, format: Format) -> Result<(), Failure> {
-    // TODO(migrate): a read-only command must not run DDL; connect with
-    // `Config::with_migrations(false)` once the facade has it.
-    let store = connect(config).await?;
+    let store = read_only(config).await?;
     let entries = store.journal(run).await?;
     print_journal(&mut std::io::stdout().lock(), run, &entries, format).map_err(closed_stdout)
 }

@@ -280,16 +280,18 @@ mod tests {
 
     fn records(n: usize, owner_len: usize) -> Vec<RunRecord> {
         (0..n)
-            .map(|i| RunRecord {
-                run: RunId::new(format!("run-{i:03}")).unwrap(),
-                state: RunState::Runnable,
-                owner: Some(WorkerId::new("w".repeat(owner_len)).unwrap()),
-                expires_at: Some(StoreTime::from_micros(2_000_000)),
-                fence: Fence::new(u64::try_from(i).unwrap()).unwrap(),
-                heartbeats: 7,
-                not_before: None,
-                failure: None,
-                observed_at: StoreTime::from_micros(1_000_000),
+            .map(|i| {
+                RunRecord::new(
+                    RunId::new(format!("run-{i:03}")).unwrap(),
+                    RunState::Runnable,
+                    Fence::new(u64::try_from(i).unwrap()).unwrap(),
+                    StoreTime::from_micros(1_000_000),
+                )
+                .with_lease(
+                    WorkerId::new("w".repeat(owner_len)).unwrap(),
+                    StoreTime::from_micros(2_000_000),
+                )
+                .with_heartbeats(7)
             })
             .collect()
     }
@@ -327,18 +329,18 @@ mod tests {
     fn journal_entries_print_as_text_or_hex_and_as_ndjson() {
         let run = RunId::new("r").unwrap();
         let entries = [
-            JournalEntry {
-                seq: 1,
-                fence: Fence::new(1).unwrap(),
-                payload: b"step\tone".to_vec(),
-                written_at: StoreTime::from_micros(5),
-            },
-            JournalEntry {
-                seq: 2,
-                fence: Fence::new(2).unwrap(),
-                payload: vec![0xff, 0x00],
-                written_at: StoreTime::from_micros(9),
-            },
+            JournalEntry::new(
+                1,
+                Fence::new(1).unwrap(),
+                b"step\tone".to_vec(),
+                StoreTime::from_micros(5),
+            ),
+            JournalEntry::new(
+                2,
+                Fence::new(2).unwrap(),
+                vec![0xff, 0x00],
+                StoreTime::from_micros(9),
+            ),
         ];
         let mut out = Vec::new();
         print_journal(&mut out, &run, &entries, Format::Json).unwrap();

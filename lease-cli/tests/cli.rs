@@ -226,6 +226,47 @@ fn redis() -> Option<RedisServer> {
     )
 }
 
+/// `inspect`, `list` and `journal` run no DDL: on a schema nobody migrated they create
+/// nothing and say to run `lease migrate`; after it they work.
+#[test]
+fn read_only_commands_never_create_the_schema() {
+    let Some((server, url)) = postgres() else {
+        return;
+    };
+    let base = ["--store", url.as_str(), "--namespace", "cli_readonly"];
+    let with = |args: &[&str]| lease(&[&base[..], args].concat());
+    for args in [&["inspect", "r"][..], &["list"], &["journal", "r"]] {
+        let out = with(args);
+        assert_exit(&out, USAGE);
+        let message = stderr(&out);
+        assert!(
+            message.contains("has no migrations") && message.contains("lease migrate"),
+            "{args:?}: {message}"
+        );
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let probe = Config::default()
+        .with_store(url.as_str())
+        .with_namespace("cli_readonly_probe");
+    let schemas: i64 = rt.block_on(async {
+        let Ok(distribution::Store::Postgres(pg)) = distribution::connect_store(&probe).await
+        else {
+            panic!("a postgres store");
+        };
+        distribution::postgres::sqlx::query_scalar(
+            "SELECT count(*) FROM pg_namespace WHERE nspname = 'cli_readonly'",
+        )
+        .fetch_one(pg.pool())
+        .await
+        .unwrap()
+    });
+    assert_eq!(schemas, 0, "a read-only command created the schema");
+    assert_exit(&with(&["migrate"]), 0);
+    assert_exit(&with(&["inspect", "r"]), NOT_FOUND);
+    assert_exit(&with(&["list"]), 0);
+    drop(server);
+}
+
 #[test]
 fn operator_commands_on_postgres_show_and_hand_over_a_run() {
     let Some((server, url)) = postgres() else {

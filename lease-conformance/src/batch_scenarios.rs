@@ -341,12 +341,12 @@ async fn count_state(store: &dyn LeaseStore, state: RunState) -> usize {
     let mut after = None;
     loop {
         let page = store
-            .list(&ListFilter {
-                state: Some(state),
-                after: after.clone(),
-                limit: 1_000,
-                ..ListFilter::default()
-            })
+            .list(
+                &ListFilter::new()
+                    .with_state(Some(state))
+                    .with_after(after.clone())
+                    .with_limit(1_000),
+            )
             .await
             .unwrap();
         let Some(last) = page.last() else { return n };

@@ -230,6 +230,7 @@ impl Model {
             (RunState::Failed, _) => Ended::Failed,
             (RunState::Runnable, None) => Ended::Released,
             (RunState::Runnable, Some(_)) => return Ok(()),
+            (state, _) => unreachable!("the model holds no {state} run"),
         };
         Err(Error::LeaseEnded {
             run: id.clone(),
@@ -382,6 +383,7 @@ async fn apply(
                         }),
                     },
                 },
+                state => unreachable!("the model holds no {state} run"),
             };
             expect_same(what, &got, &want);
             if let Ok(lease) = got {
@@ -605,6 +607,7 @@ async fn apply(
                 Some(RunState::Completed) => Err(Error::Completed { run: id.clone() }),
                 Some(RunState::Failed) => Err(Error::Failed { run: id.clone() }),
                 Some(RunState::Runnable) => Ok(()),
+                Some(state) => unreachable!("the model holds no {state} run"),
             };
             expect_same(what, &got, &want);
             if got.is_ok() {
@@ -671,12 +674,13 @@ async fn apply(
                 _ => RunState::Failed,
             });
             // Every id of this case sorts after the prefix without its '-'.
-            let filter = ListFilter {
-                state,
-                expired: false,
-                after: Some(RunId::new(prefix.trim_end_matches('-')).expect("valid id")),
-                limit: NAMES.len(),
-            };
+            let filter = ListFilter::new()
+                .with_state(state)
+                .with_expired(false)
+                .with_after(Some(
+                    RunId::new(prefix.trim_end_matches('-')).expect("valid id"),
+                ))
+                .with_limit(NAMES.len());
             let got = store
                 .list(&filter)
                 .await
@@ -778,6 +782,7 @@ async fn retire(store: &dyn LeaseStore, model: &Model, ids: &[RunId]) {
                 drop(store.resume(id).await.expect("resume to retire"))
             }
             RunState::Runnable => {}
+            state => panic!("cannot retire a run in state {state}"),
         }
         store
             .force_release(id)

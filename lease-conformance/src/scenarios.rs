@@ -610,10 +610,7 @@ pub async fn bad_input_is_refused_and_changes_nothing(factory: &dyn StoreFactory
         store.append(&lease, &huge).await,
         Err(Error::InvalidInput(InvalidInput::PayloadTooLarge { .. }))
     ));
-    let filter = ListFilter {
-        limit: 0,
-        ..ListFilter::default()
-    };
+    let filter = ListFilter::new().with_limit(0);
     assert!(matches!(
         store.list(&filter).await,
         Err(Error::InvalidInput(InvalidInput::ListLimit { .. }))
@@ -736,29 +733,16 @@ pub async fn list_filters_by_state_and_expiry(factory: &dyn StoreFactory) {
     };
     let all = store.list(&ListFilter::default()).await.unwrap();
     assert_eq!(ids(all), vec![a.clone(), b.clone(), c.clone(), d.clone()]);
-    let runnable = ListFilter {
-        state: Some(RunState::Runnable),
-        ..ListFilter::default()
-    };
+    let runnable = ListFilter::new().with_state(Some(RunState::Runnable));
     assert_eq!(
         ids(store.list(&runnable).await.unwrap()),
         vec![a.clone(), b.clone(), d.clone()]
     );
-    let expired = ListFilter {
-        expired: true,
-        ..ListFilter::default()
-    };
+    let expired = ListFilter::new().with_expired(true);
     assert_eq!(ids(store.list(&expired).await.unwrap()), vec![b.clone()]);
-    let suspended = ListFilter {
-        state: Some(RunState::Suspended),
-        ..ListFilter::default()
-    };
+    let suspended = ListFilter::new().with_state(Some(RunState::Suspended));
     assert_eq!(ids(store.list(&suspended).await.unwrap()), vec![c.clone()]);
-    let page = ListFilter {
-        after: Some(a.clone()),
-        limit: 2,
-        ..ListFilter::default()
-    };
+    let page = ListFilter::new().with_after(Some(a.clone())).with_limit(2);
     assert_eq!(ids(store.list(&page).await.unwrap()), vec![b, c]);
 }
 

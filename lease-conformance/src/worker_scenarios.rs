@@ -66,11 +66,11 @@ pub async fn worker_runs_at_most_its_concurrency_limit(factory: &dyn StoreFactor
     let give_up = Instant::now() + Duration::from_secs(30);
     loop {
         let done = store
-            .list(&lease_core::ListFilter {
-                state: Some(RunState::Completed),
-                limit: 100,
-                ..Default::default()
-            })
+            .list(
+                &lease_core::ListFilter::new()
+                    .with_state(Some(RunState::Completed))
+                    .with_limit(100),
+            )
             .await
             .unwrap()
             .len();

@@ -139,12 +139,12 @@ pub enum Error {
     InvalidInput(#[from] InvalidInput),
     /// The store could not be reached or did not answer in time. Retrying may succeed. A write
     /// that failed this way may or may not have been applied.
-    #[error("{backend} backend unavailable: {source}")]
+    #[error("{backend} backend unavailable: {detail}")]
     Unavailable {
         /// Which backend.
         backend: &'static str,
-        /// The driver's error.
-        source: BoxError,
+        /// The driver's error; its message is part of this error's (see [`Error::detail`]).
+        detail: BoxError,
     },
     /// The store is set up so that its promises cannot be kept, or the adapter is pointed at it
     /// the wrong way: durability settings under which an acknowledged claim can be lost (a fence
@@ -152,24 +152,47 @@ pub enum Error {
     /// URL, an unknown URL parameter. Retrying will not help until the setting is changed; a
     /// scope whose renewal meets it is cancelled at once. The message names the setting and the
     /// fix.
-    #[error("{backend} backend is misconfigured: {source}")]
+    #[error("{backend} backend is misconfigured: {detail}")]
     Misconfigured {
         /// Which backend.
         backend: &'static str,
-        /// What is wrong and how to fix it.
-        source: BoxError,
+        /// What is wrong and how to fix it; part of this error's message.
+        detail: BoxError,
     },
     /// Any other backend failure (a broken schema, a protocol error). Retrying will not help.
-    #[error("{backend} backend failed: {source}")]
+    #[error("{backend} backend failed: {detail}")]
     Backend {
         /// Which backend.
         backend: &'static str,
-        /// The driver's error.
-        source: BoxError,
+        /// The driver's error; its message is part of this error's.
+        detail: BoxError,
     },
 }
 
 impl Error {
+    /// The driver's or adapter's error inside [`Error::Unavailable`], [`Error::Misconfigured`]
+    /// or [`Error::Backend`], for downcasting; `None` for every other variant.
+    ///
+    /// Its message is already part of this error's `Display`, so it is deliberately **not**
+    /// this error's [`source`](std::error::Error::source): an error chain (anyhow's `{:#}`,
+    /// eyre's report) prints it once.
+    ///
+    /// ```
+    /// use std::error::Error as _;
+    /// let e = lease_core::Error::unavailable("postgres", "connection refused");
+    /// assert_eq!(e.to_string(), "postgres backend unavailable: connection refused");
+    /// assert!(e.source().is_none());
+    /// assert_eq!(e.detail().map(|d| d.to_string()).as_deref(), Some("connection refused"));
+    /// ```
+    pub fn detail(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
+        match self {
+            Error::Unavailable { detail, .. }
+            | Error::Misconfigured { detail, .. }
+            | Error::Backend { detail, .. } => Some(detail.as_ref()),
+            _ => None,
+        }
+    }
+
     /// Whether retrying the same call may succeed: only [`Error::Unavailable`].
     pub fn is_retryable(&self) -> bool {
         matches!(self, Error::Unavailable { .. })
@@ -242,12 +265,12 @@ impl Error {
             },
             Error::FenceExhausted { run } => Error::FenceExhausted { run: run.clone() },
             Error::InvalidInput(e) => Error::InvalidInput(e.clone()),
-            Error::Unavailable { backend, source } => {
-                Error::unavailable(backend, source.to_string())
+            Error::Unavailable { backend, detail } => {
+                Error::unavailable(backend, detail.to_string())
             }
-            Error::Backend { backend, source } => Error::backend(backend, source.to_string()),
-            Error::Misconfigured { backend, source } => {
-                Error::misconfigured(backend, source.to_string())
+            Error::Backend { backend, detail } => Error::backend(backend, detail.to_string()),
+            Error::Misconfigured { backend, detail } => {
+                Error::misconfigured(backend, detail.to_string())
             }
         }
     }
@@ -256,7 +279,7 @@ impl Error {
     pub fn unavailable(backend: &'static str, source: impl Into<BoxError>) -> Error {
         Error::Unavailable {
             backend,
-            source: source.into(),
+            detail: source.into(),
         }
     }
 
@@ -264,7 +287,7 @@ impl Error {
     pub fn misconfigured(backend: &'static str, source: impl Into<BoxError>) -> Error {
         Error::Misconfigured {
             backend,
-            source: source.into(),
+            detail: source.into(),
         }
     }
 
@@ -272,7 +295,7 @@ impl Error {
     pub fn backend(backend: &'static str, source: impl Into<BoxError>) -> Error {
         Error::Backend {
             backend,
-            source: source.into(),
+            detail: source.into(),
         }
     }
 }
@@ -280,6 +303,7 @@ impl Error {
 /// How a lease ended at its holder's hand (or an operator's), as reported by
 /// [`Error::LeaseEnded`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Ended {
     /// Released: the run is runnable and unowned.
     Released,

@@ -14,6 +14,7 @@ use crate::types::{Ending, JournalEntry, Lease, ListFilter, RunRecord, Ttl};
 
 /// What a [`FaultyStore`] does to the calls passing through it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Fault {
     /// Calls go through untouched.
     Pass,
@@ -28,6 +29,7 @@ pub enum Fault {
 /// What a [`FaultyStore`] does to a call's reply **after the wrapped store applied the call**:
 /// the faults of a network that delivered the request and then failed the answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ReplyFault {
     /// Replies come back untouched.
     Pass,

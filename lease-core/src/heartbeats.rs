@@ -62,6 +62,7 @@ pub struct Heartbeats {
 
 /// What one tick of a [`Heartbeats`] hub did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TickReport {
     /// Leases the tick tried to renew.
     pub leases: usize,
@@ -83,6 +84,7 @@ pub struct TickReport {
 
 /// Totals over a [`Heartbeats`] hub's life.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HeartbeatStats {
     /// Ticks run.
     pub ticks: u64,

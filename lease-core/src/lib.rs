@@ -33,6 +33,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod backend;
 mod error;
 mod fault;
 mod heartbeats;
@@ -53,12 +54,10 @@ pub use memory::{MemoryLeaseStore, MemoryTransaction};
 pub use observe::Instrumented;
 pub use redact::{redact_url, REDACTED, UNPARSEABLE_URL};
 pub use scope::{min_margin, CancelReason, RunScope, ScopeConfig};
-pub use store::{claim_refusal, fenced_verdict, LeaseStore, LeaseStoreExt};
+pub use store::{LeaseStore, LeaseStoreExt};
 pub use types::{
-    check_claim_max, check_create_batch, check_end_batch, check_list, check_payload, check_purge,
-    check_reason, check_renew_batch, check_retry_delay, truncate_reason, End, Ending, Fence,
-    JournalEntry, Lease, ListFilter, RunCounts, RunRecord, RunState, StoreTime, Ttl, MAX_BATCH,
-    MAX_BATCH_PAYLOAD_BYTES, MAX_COUNT, MAX_LIST, MAX_PAYLOAD_BYTES, MAX_PURGE_AGE,
+    End, Ending, Fence, JournalEntry, Lease, ListFilter, RunCounts, RunRecord, RunState, StoreTime,
+    Ttl, MAX_BATCH, MAX_BATCH_PAYLOAD_BYTES, MAX_COUNT, MAX_LIST, MAX_PAYLOAD_BYTES, MAX_PURGE_AGE,
     MAX_REASON_BYTES, MAX_RETRY_DELAY,
 };
 pub use worker::{

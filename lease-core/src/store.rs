@@ -28,7 +28,7 @@ use crate::types::{End, Ending, Fence, JournalEntry, Lease, ListFilter, RunRecor
 ///   failed.
 ///
 /// Expiry alone never rejects a write: a holder whose lease expired may still write until
-/// someone reclaims the run, which moves the fence. [`fenced_verdict`] implements these rules
+/// someone reclaims the run, which moves the fence. [`fenced_verdict`](crate::backend::fenced_verdict) implements these rules
 /// for backends that must explain a conditional write that matched nothing.
 ///
 /// # Cancel safety
@@ -37,8 +37,9 @@ use crate::types::{End, Ending, Fence, JournalEntry, Lease, ListFilter, RunRecor
 /// the caller cannot tell which. An applied claim that the caller never saw expires by its TTL,
 /// and its fence is never reused. An applied fenced write is as if the caller had seen it.
 ///
-/// Implementing a backend: run the `lease-conformance` suite against it; passing it is the
-/// definition of a correct backend.
+/// Implementing a backend: see [`backend`](crate::backend) (the shared checks and verdict
+/// rules, and how this trait evolves: methods added later come with defaults), and run the
+/// `lease-conformance` suite against it; passing it is the definition of a correct backend.
 #[async_trait::async_trait] // object-safe: workers hold Arc<dyn LeaseStore>
 pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     /// Creates `run` as runnable and unowned, with fence 0 and no heartbeats — or, for an id

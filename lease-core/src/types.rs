@@ -152,6 +152,7 @@ impl fmt::Display for StoreTime {
 
 /// Where a run is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum RunState {
     /// May be claimed when unowned or when its lease has expired.
     Runnable,
@@ -273,6 +274,7 @@ impl Lease {
 
 /// A run's record as the store holds it, read at [`RunRecord::observed_at`].
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RunRecord {
     /// The run.
     pub run: RunId,
@@ -299,6 +301,58 @@ pub struct RunRecord {
 }
 
 impl RunRecord {
+    /// A record of `run` in `state` at `fence`, read at `observed_at` on the store's clock:
+    /// unowned, no heartbeats, no retry delay, no failure. Backends build their records from
+    /// it with the `with_*` setters.
+    ///
+    /// ```
+    /// use lease_core::{Fence, RunId, RunRecord, RunState, StoreTime, WorkerId};
+    /// let now = StoreTime::from_micros(5_000_000);
+    /// let record = RunRecord::new(RunId::new("order-7")?, RunState::Runnable, Fence::new(3)?, now)
+    ///     .with_lease(WorkerId::new("w1")?, StoreTime::from_micros(6_000_000))
+    ///     .with_heartbeats(2);
+    /// assert_eq!(record.remaining(), Some(std::time::Duration::from_secs(1)));
+    /// # Ok::<(), lease_core::InvalidInput>(())
+    /// ```
+    pub fn new(run: RunId, state: RunState, fence: Fence, observed_at: StoreTime) -> RunRecord {
+        RunRecord {
+            run,
+            state,
+            owner: None,
+            expires_at: None,
+            fence,
+            heartbeats: 0,
+            not_before: None,
+            failure: None,
+            observed_at,
+        }
+    }
+
+    /// Held by `owner` until `expires_at` (possibly past: an expired lease).
+    pub fn with_lease(mut self, owner: WorkerId, expires_at: StoreTime) -> RunRecord {
+        self.owner = Some(owner);
+        self.expires_at = Some(expires_at);
+        self
+    }
+
+    /// `heartbeats` renewals over the run's life.
+    pub fn with_heartbeats(mut self, heartbeats: u64) -> RunRecord {
+        self.heartbeats = heartbeats;
+        self
+    }
+
+    /// Not claimable before `not_before` (see [`RunRecord::not_before`]).
+    pub fn with_not_before(mut self, not_before: Option<StoreTime>) -> RunRecord {
+        self.not_before = not_before;
+        self
+    }
+
+    /// Failed with `reason` (see [`RunRecord::failure`]).
+    pub fn with_failure(mut self, reason: Option<String>) -> RunRecord {
+        self.failure = reason;
+        self
+    }
+
     /// How many times the run has been claimed: its fence, which every claim raises by one, so
     /// a lease's fence is also its attempt number (1 for the first claim).
     pub fn attempts(&self) -> u64 {
@@ -330,6 +384,7 @@ pub const MAX_BATCH_PAYLOAD_BYTES: usize = 64 << 20;
 
 /// One entry of a run's journal.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct JournalEntry {
     /// Position in the run's journal, from 1, gapless.
     pub seq: u64,
@@ -341,8 +396,27 @@ pub struct JournalEntry {
     pub written_at: StoreTime,
 }
 
+impl JournalEntry {
+    /// Entry `seq` of a journal, written under `fence` at `written_at` on the store's clock.
+    pub fn new(seq: u64, fence: Fence, payload: Vec<u8>, written_at: StoreTime) -> JournalEntry {
+        JournalEntry {
+            seq,
+            fence,
+            payload,
+            written_at,
+        }
+    }
+}
+
 /// Which runs [`LeaseStore::list`](crate::LeaseStore::list) returns, ordered by run id.
+///
+/// ```
+/// use lease_core::{ListFilter, RunState};
+/// let filter = ListFilter::new().with_state(RunState::Suspended).with_limit(500);
+/// assert_eq!((filter.state, filter.limit, filter.expired), (Some(RunState::Suspended), 500, false));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ListFilter {
     /// Only runs in this state.
     pub state: Option<RunState>,
@@ -364,7 +438,10 @@ pub const MAX_REASON_BYTES: usize = 4096;
 /// How many runs are in each part of their life, as [`count`](crate::LeaseStore::count) read
 /// them on the store's clock. Each figure is exact up to [`MAX_COUNT`]; a figure of
 /// `MAX_COUNT` means at least that many (the bound on one call's work).
+///
+/// Backends build it from [`RunCounts::default`], setting each field.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RunCounts {
     /// Runnable and claimable now: unowned (past any retry delay) or whose lease expired.
     pub claimable: u64,
@@ -406,6 +483,37 @@ pub fn check_purge(older_than: Duration, max: usize) -> Result<(), InvalidInput>
 /// The most runs one `list` call returns.
 pub const MAX_LIST: usize = 10_000;
 
+impl ListFilter {
+    /// Every run, the first 100 by id (the [`Default`]).
+    pub fn new() -> ListFilter {
+        ListFilter::default()
+    }
+
+    /// Only runs in `state`.
+    pub fn with_state(mut self, state: impl Into<Option<RunState>>) -> ListFilter {
+        self.state = state.into();
+        self
+    }
+
+    /// Only runs whose lease expired (`true`), or every run (`false`).
+    pub fn with_expired(mut self, expired: bool) -> ListFilter {
+        self.expired = expired;
+        self
+    }
+
+    /// Only runs whose id sorts after `after`: the next page after a page's last run.
+    pub fn with_after(mut self, after: impl Into<Option<RunId>>) -> ListFilter {
+        self.after = after.into();
+        self
+    }
+
+    /// At most `limit` runs, 1 to [`MAX_LIST`] (checked by the store).
+    pub fn with_limit(mut self, limit: usize) -> ListFilter {
+        self.limit = limit;
+        self
+    }
+}
+
 impl Default for ListFilter {
     fn default() -> Self {
         ListFilter {
@@ -421,6 +529,7 @@ impl Default for ListFilter {
 ///
 /// Each is a fenced write, judged by the contract's rules.
 #[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum End {
     /// Complete the run: terminal, owner and expiry cleared.
     Complete,
@@ -516,6 +625,7 @@ impl fmt::Debug for End {
 
 /// One lease and how it ends: an item of [`LeaseStore::end_many`](crate::LeaseStore::end_many).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Ending {
     /// The lease, whose fence the store checks.
     pub lease: Lease,

@@ -120,7 +120,7 @@ impl PostgresLeaseStore {
 /// order).
 pub(crate) fn end_verdicts(ends: &[Ending], rows: &[PgRow]) -> Result<Vec<Result<()>>> {
     let mut results = Vec::with_capacity(ends.len());
-    for (Ending { lease, end }, row) in ends.iter().zip(rows) {
+    for (Ending { lease, end, .. }, row) in ends.iter().zip(rows) {
         let result = if get::<bool>(row, "ended")? {
             Ok(())
         } else if !get::<bool>(row, "locked")? {

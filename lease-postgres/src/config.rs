@@ -15,7 +15,8 @@ use crate::error::PgError;
 pub const DEFAULT_SCHEMA: &str = "lease";
 
 /// The URL parameters this adapter reads itself (see [`PostgresConfig::from_url`]).
-const OWN_PARAMETERS: [&str; 5] = [
+const OWN_PARAMETERS: [&str; 6] = [
+    "migrate",
     "sync_replicas",
     "sync_timeout_ms",
     "lock_wait_ms",
@@ -64,7 +65,7 @@ pub struct PostgresConfig {
     pub(crate) schema: String,
     pub(crate) max_connections: u32,
     pub(crate) acquire_timeout: Duration,
-    pub(crate) migrate: bool,
+    pub(crate) migrate: Option<bool>,
     pub(crate) sync_replicas: Option<u32>,
     pub(crate) sync_timeout: Option<Duration>,
     pub(crate) lock_wait: Option<Duration>,
@@ -83,6 +84,7 @@ pub(crate) struct Parsed {
     pub(crate) lock_wait: Duration,
     pub(crate) call_timeout: Duration,
     pub(crate) volatile: bool,
+    pub(crate) migrate: bool,
 }
 
 impl PostgresConfig {
@@ -106,13 +108,14 @@ impl PostgresConfig {
     /// | `lock_wait_ms=MS` | as [`with_lock_wait`](Self::with_lock_wait) | 1000 |
     /// | `call_timeout_ms=MS` | as [`with_call_timeout`](Self::with_call_timeout) | 5000 |
     /// | `volatile=true` | as [`with_volatile`](Self::with_volatile) | false |
+    /// | `migrate=false` | as [`with_migrations`](Self::with_migrations) | true |
     pub fn from_url(url: impl Into<String>) -> PostgresConfig {
         PostgresConfig {
             url: url.into(),
             schema: DEFAULT_SCHEMA.to_owned(),
             max_connections: 10,
             acquire_timeout: Duration::from_secs(5),
-            migrate: true,
+            migrate: None,
             sync_replicas: None,
             sync_timeout: None,
             lock_wait: None,
@@ -121,6 +124,14 @@ impl PostgresConfig {
             transaction_floor: Duration::from_millis(250),
             transaction_cap: Duration::from_secs(60),
         }
+    }
+
+    /// Settings for [`PostgresLeaseStore::from_pool`](crate::PostgresLeaseStore::from_pool),
+    /// which takes its connections from the caller's pool: the defaults of
+    /// [`from_url`](Self::from_url), changed with the `with_*` setters. (A `from_url` config
+    /// works there too: its parameters apply, its hosts are ignored.)
+    pub fn for_pool() -> PostgresConfig {
+        PostgresConfig::from_url("postgres://pool")
     }
 
     /// Keeps the store's tables in `schema` (created if missing), so several tenants or test
@@ -143,10 +154,15 @@ impl PostgresConfig {
         self
     }
 
-    /// Whether connecting runs the embedded migrations (default `true`). Turn off when the
-    /// schema is managed elsewhere.
+    /// Whether connecting runs the embedded migrations (default `true`; overrides the URL's
+    /// `migrate=`). Turn off when the schema is managed elsewhere (run
+    /// [`PostgresLeaseStore::migrate`](crate::PostgresLeaseStore::migrate) or
+    /// [`migrator`](crate::migrator) in your own migration step) or when the caller may not run
+    /// DDL: connecting then runs none, and refuses with
+    /// [`Misconfigured`](lease_core::Error::Misconfigured) a schema that lacks this release's
+    /// migrations.
     pub fn with_migrations(mut self, migrate: bool) -> PostgresConfig {
-        self.migrate = migrate;
+        self.migrate = Some(migrate);
         self
     }
 
@@ -271,6 +287,7 @@ impl PostgresConfig {
         let mut lock_wait = Duration::from_secs(1);
         let mut call_timeout = Duration::from_secs(5);
         let mut volatile = false;
+        let mut migrate = true;
         let mut passed = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -290,16 +307,31 @@ impl PostgresConfig {
                 "sync_timeout_ms" => sync_timeout = Duration::from_millis(number()?.max(1)),
                 "lock_wait_ms" => lock_wait = Duration::from_millis(number()?.max(1)),
                 "call_timeout_ms" => call_timeout = Duration::from_millis(number()?.max(1)),
-                "volatile" => {
-                    volatile = match value {
+                "volatile" | "migrate" => {
+                    let flag = match value {
                         "true" | "1" | "yes" => true,
                         "false" | "0" | "no" => false,
                         _ => {
                             return Err(PgError::Config(format!(
-                                "volatile={value:?}: expected true or false"
+                                "{key}={value:?}: expected true or false"
                             )))
                         }
+                    };
+                    if key == "volatile" {
+                        volatile = flag;
+                    } else {
+                        migrate = flag;
                     }
+                }
+                "sslmode"
+                    if matches!(value, "require" | "verify-ca" | "verify-full")
+                        && !cfg!(any(feature = "tls-rustls", feature = "tls-native-tls")) =>
+                {
+                    return Err(PgError::Config(format!(
+                        "{shown}: sslmode={value} needs TLS, which this build of lease-postgres \
+                         leaves out: enable its `tls-rustls` or `tls-native-tls` feature \
+                         (through the distribution crate, the feature of the same name)"
+                    )));
                 }
                 k if SQLX_PARAMETERS.contains(&k) || k.starts_with("options[") => {
                     passed.push(pair);
@@ -344,6 +376,7 @@ impl PostgresConfig {
             lock_wait: self.lock_wait.unwrap_or(lock_wait),
             call_timeout: self.call_timeout.unwrap_or(call_timeout),
             volatile: self.volatile.unwrap_or(volatile),
+            migrate: self.migrate.unwrap_or(migrate),
         };
         if parsed.sync_replicas > 0 && parsed.call_timeout <= parsed.sync_timeout {
             return Err(PgError::Config(format!(

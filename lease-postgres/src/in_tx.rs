@@ -5,10 +5,8 @@
 
 use std::time::Duration;
 
-use lease_core::{
-    check_create_batch, check_end_batch, fenced_verdict, End, Ending, Error, Lease, Result, RunId,
-    RunRecord,
-};
+use lease_core::backend::{check_create_batch, check_end_batch, fenced_verdict};
+use lease_core::{End, Ending, Error, Lease, Result, RunId, RunRecord};
 use sqlx::PgConnection;
 
 use crate::batch::{created_verdicts, end_verdicts};

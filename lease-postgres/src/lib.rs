@@ -11,7 +11,7 @@ mod store;
 mod transaction;
 
 pub use config::{PostgresConfig, DEFAULT_SCHEMA};
-pub use store::PostgresLeaseStore;
+pub use store::{migrator, PostgresLeaseStore};
 pub use transaction::FencedTransaction;
 
 /// The sqlx this crate is built on, so callers of

@@ -120,24 +120,44 @@ impl Route {
         })
     }
 
-    /// A route over a pool the caller built: one host, no checks.
-    pub(crate) fn over(pool: PgPool) -> Arc<Route> {
+    /// A route over a pool the caller built: its one host, the durability `parsed` demands
+    /// (checked by [`check_pooled`](Route::check_pooled)), no host switching. Its sessions are
+    /// the caller's, without an `application_name` of the store's: a standby wait past the
+    /// sync timeout is not cancelled on the server but given up as `Busy`.
+    pub(crate) fn over(pool: PgPool, parsed: &Parsed) -> Arc<Route> {
         Arc::new(Route {
             hosts: vec![(*pool.connect_options()).clone()],
             pool,
             current: AtomicUsize::new(0),
             switched_at: Mutex::new(Instant::now()),
-            sync_replicas: 0,
-            sync_timeout: Duration::from_secs(2),
+            sync_replicas: parsed.sync_replicas,
+            sync_timeout: parsed.sync_timeout,
             refusal: Mutex::new(None),
             app_name: String::new(),
-            volatile: false,
+            volatile: parsed.volatile,
             accepted: Mutex::new(Vec::new()),
             warned: AtomicBool::new(false),
             worked: AtomicBool::new(false),
             switches: AtomicU64::new(0),
-            call_timeout: Duration::from_secs(5),
+            call_timeout: parsed.call_timeout,
         })
+    }
+
+    /// Checks one connection of a caller's pool as every new connection of the store's own
+    /// pool is checked.
+    pub(crate) async fn check_pooled(&self) -> Result<(), PgError> {
+        let mut conn = self.pool.acquire().await.map_err(|e| self.fail(e))?;
+        match self.check_new(&mut conn).await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let refusal = self
+                    .refusal
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take();
+                Err(refusal.unwrap_or_else(|| self.fail(e)))
+            }
+        }
     }
 
     /// The unsafe settings accepted because the store is volatile; empty otherwise.
@@ -433,6 +453,10 @@ impl Route {
     /// sessions (its `application_name`) waiting on a standby are touched.
     async fn cancel_sync_waits(&self) {
         use sqlx::{ConnectOptions, Connection};
+        if self.app_name.is_empty() {
+            // A caller's pool: its sessions cannot be told from other clients'.
+            return;
+        }
         let bound = self.sync_timeout.as_millis() as i64;
         for options in &self.hosts {
             // Best effort: if this fails too, the write's own connection is gone or will be.

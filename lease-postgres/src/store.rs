@@ -5,10 +5,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{
+use lease_core::backend::{
     check_claim_max, check_list, check_payload, check_purge, check_renew_batch, claim_refusal,
-    fenced_verdict, Ending, Error, Fence, IdempotencyKey, JournalEntry, Lease, LeaseStore,
-    ListFilter, Result, RunId, RunRecord, RunState, StoreTime, Ttl, WorkerId,
+    fenced_verdict,
+};
+use lease_core::{
+    Ending, Error, Fence, IdempotencyKey, JournalEntry, Lease, LeaseStore, ListFilter, Result,
+    RunId, RunRecord, RunState, StoreTime, Ttl, WorkerId,
 };
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgArguments, PgPool, PgPoolOptions, PgRow};
@@ -54,6 +57,22 @@ macro_rules! call {
 /// The embedded migrations; they run unqualified with `search_path` set to the store's schema.
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 
+/// The embedded migrations, for a caller who runs them in their own migration step.
+///
+/// They are written unqualified: run them on a connection whose `search_path` is the store's
+/// schema (created beforehand), as [`PostgresLeaseStore::migrate`] does, which also serializes
+/// concurrent runs with an advisory lock. sqlx records them in `<schema>._sqlx_migrations`;
+/// a store connected with [`with_migrations(false)`](PostgresConfig::with_migrations) checks
+/// that table for the newest version listed here.
+///
+/// ```
+/// let newest = lease_postgres::migrator().iter().map(|m| m.version).max();
+/// assert!(newest.is_some());
+/// ```
+pub fn migrator() -> &'static Migrator {
+    &MIGRATOR
+}
+
 /// How often an operation whose refusal could not be explained (the row changed between the
 /// write and the read that explains it) is tried again before giving up.
 const ATTEMPTS: usize = 5;
@@ -91,6 +110,8 @@ pub(crate) struct Queries {
     create_schema: String,
     set_search_path: String,
     migrate_lock: String,
+    schema_migrated: String,
+    schema_version: String,
 }
 
 impl Queries {
@@ -125,6 +146,8 @@ impl Queries {
             create_schema: q(include_str!("../sql/create_schema.sql")),
             set_search_path: q(include_str!("../sql/set_search_path.sql")),
             migrate_lock: q(include_str!("../sql/migrate_lock.sql")),
+            schema_migrated: q(include_str!("../sql/schema_migrated.sql")),
+            schema_version: q(include_str!("../sql/schema_version.sql")),
         }
     }
 }
@@ -156,6 +179,7 @@ impl PostgresLeaseStore {
     /// migration. No error carries the password.
     pub async fn connect(config: PostgresConfig) -> Result<PostgresLeaseStore> {
         let parsed = config.parse()?;
+        let migrate = parsed.migrate;
         let route = Route::new(&config, parsed);
         // Direct connections first: through the pool, a refused or unreachable server only
         // shows as "pool timed out" after the whole acquire timeout, hiding why. This also
@@ -171,8 +195,10 @@ impl PostgresLeaseStore {
         // before a migration could wait on a standby that is not there.
         let checked = store.pool().acquire().await;
         drop(checked.map_err(|e| store.route.fail(e))?);
-        if config.migrate {
+        if migrate {
             store.migrate().await?;
+        } else {
+            store.check_schema().await?;
         }
         Ok(store)
     }
@@ -185,16 +211,86 @@ impl PostgresLeaseStore {
         PostgresLeaseStore::connect(PostgresConfig::from_url(url)).await
     }
 
-    /// A store over an existing pool, keeping its tables in `schema`; creates the schema and
-    /// runs the migrations. Configure the pool's `acquire_timeout` so an exhausted pool fails
-    /// rather than waits long.
+    /// A store over a pool the caller built, with every setting of `config` but its hosts:
+    /// schema, migrations (or, with [`with_migrations(false)`](PostgresConfig::with_migrations),
+    /// none and a check of the schema's version), `sync_replicas` and its timeout, the call
+    /// timeout, the fenced-transaction bound and `volatile`. The URL of `config` (see
+    /// [`PostgresConfig::for_pool`]) gives parameters only; its hosts are ignored, and the
+    /// store does not move between hosts.
+    ///
+    /// One connection of the pool is checked now as [`connect`](Self::connect) checks each
+    /// of its own: a primary, `fsync` and `synchronous_commit` on (or `volatile`), and under
+    /// `sync_replicas` the standbys. The pool's sessions keep the caller's settings: give them
+    /// a `lock_timeout` (`PgConnectOptions::options([("lock_timeout", "1000")])`) so a call
+    /// waiting on a row held by a fenced transaction fails retryably instead of using up its
+    /// whole call timeout, and an `acquire_timeout`, so an exhausted pool fails rather than
+    /// waits long.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> lease_core::Result<()> {
+    /// use lease_postgres::{sqlx::postgres::PgPoolOptions, PostgresConfig, PostgresLeaseStore};
+    /// let pool = PgPoolOptions::new()
+    ///     .max_connections(20)
+    ///     .connect_lazy("postgres://app@db/engine")
+    ///     .expect("a valid URL");
+    /// let config = PostgresConfig::for_pool().with_schema("leases").with_migrations(false);
+    /// let store = PostgresLeaseStore::from_pool(pool, config).await?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// As [`PostgresLeaseStore::connect`].
-    pub async fn from_pool(pool: PgPool, schema: &str) -> Result<PostgresLeaseStore> {
-        let store = PostgresLeaseStore::assemble(Route::over(pool), schema)?;
-        store.migrate().await?;
+    pub async fn from_pool(pool: PgPool, config: PostgresConfig) -> Result<PostgresLeaseStore> {
+        let parsed = config.parse()?;
+        let migrate = parsed.migrate;
+        let mut store = PostgresLeaseStore::assemble(Route::over(pool, &parsed), &config.schema)?;
+        store.transaction_bound = (
+            config.transaction_floor.as_millis() as i64,
+            config.transaction_cap.as_millis() as i64,
+        );
+        store.route.check_pooled().await?;
+        if migrate {
+            store.migrate().await?;
+        } else {
+            store.check_schema().await?;
+        }
         Ok(store)
+    }
+
+    /// Without migrations: refuses a schema that lacks the newest embedded migration, before
+    /// any operation would fail on a missing table or column. Reads the catalog only.
+    async fn check_schema(&self) -> Result<()> {
+        let needed = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+        let pool = self.pool();
+        let migrated: bool = sqlx::query_scalar(&self.sql.schema_migrated)
+            .bind(&self.schema)
+            .fetch_one(pool)
+            .await
+            .map_err(|e| self.route.fail(e))?;
+        let found: Option<i64> = if migrated {
+            sqlx::query_scalar(&self.sql.schema_version)
+                .fetch_one(pool)
+                .await
+                .map_err(|e| self.route.fail(e))?
+        } else {
+            None
+        };
+        match found {
+            Some(version) if version >= needed => Ok(()),
+            found => {
+                let state = match found {
+                    Some(version) => format!("is at migration {version}"),
+                    None => "has no migrations".to_owned(),
+                };
+                Err(PgError::Config(format!(
+                    "schema {:?} {state} and this release needs {needed}; migrations are off \
+                     (migrate=false), so run them first: `lease migrate`, \
+                     PostgresLeaseStore::migrate, or lease_postgres::migrator() in your own step",
+                    self.schema
+                ))
+                .into())
+            }
+        }
     }
 
     fn assemble(route: Arc<Route>, schema: &str) -> Result<PostgresLeaseStore> {
@@ -612,7 +708,7 @@ impl PostgresLeaseStore {
 
 /// Whether `e` is the driver's unique violation (23505), folded into this adapter's error.
 fn is_duplicate_key(e: &Error) -> bool {
-    matches!(e, Error::Backend { source, .. } if source.to_string().contains("journal_idem_key"))
+    matches!(e, Error::Backend { detail, .. } if detail.to_string().contains("journal_idem_key"))
 }
 
 /// What a refused claim or fenced write is judged against.
@@ -696,19 +792,22 @@ fn ttl_param(ttl: Ttl) -> i64 {
 pub(crate) fn record(row: &PgRow) -> Result<RunRecord, PgError> {
     let expires: Option<i64> = get(row, "expires_us")?;
     let heartbeats: i64 = get(row, "heartbeats")?;
-    Ok(RunRecord {
-        run: RunId::new(get::<String>(row, "run_id")?).map_err(corrupt)?,
-        state: state(get(row, "state")?)?,
-        owner: worker(get(row, "lease_owner")?)?,
-        expires_at: expires.map(store_time).transpose()?,
-        fence: fence(get(row, "fence")?)?,
-        heartbeats: u64::try_from(heartbeats).map_err(corrupt)?,
-        not_before: get::<Option<i64>>(row, "not_before_us")?
+    let mut record = RunRecord::new(
+        RunId::new(get::<String>(row, "run_id")?).map_err(corrupt)?,
+        state(get(row, "state")?)?,
+        fence(get(row, "fence")?)?,
+        store_time(get(row, "observed_us")?)?,
+    )
+    .with_heartbeats(u64::try_from(heartbeats).map_err(corrupt)?)
+    .with_not_before(
+        get::<Option<i64>>(row, "not_before_us")?
             .map(store_time)
             .transpose()?,
-        failure: get(row, "failure")?,
-        observed_at: store_time(get(row, "observed_us")?)?,
-    })
+    )
+    .with_failure(get(row, "failure")?);
+    record.owner = worker(get(row, "lease_owner")?)?;
+    record.expires_at = expires.map(store_time).transpose()?;
+    Ok(record)
 }
 
 fn leased(
@@ -865,12 +964,12 @@ impl LeaseStore for PostgresLeaseStore {
                     .await?;
                 if let Some(row) = row {
                     let seq: i64 = get(&row, "seq")?;
-                    return Ok(JournalEntry {
-                        seq: u64::try_from(seq).map_err(corrupt)?,
-                        fence: fence(get(&row, "fence")?)?,
-                        payload: payload.to_vec(),
-                        written_at: store_time(get(&row, "written_us")?)?,
-                    });
+                    return Ok(JournalEntry::new(
+                        u64::try_from(seq).map_err(corrupt)?,
+                        fence(get(&row, "fence")?)?,
+                        payload.to_vec(),
+                        store_time(get(&row, "written_us")?)?,
+                    ));
                 }
                 self.fenced_refusal(conn, lease).await?;
             }
@@ -906,12 +1005,12 @@ impl LeaseStore for PostgresLeaseStore {
                 };
                 if let Some(row) = row {
                     let seq: i64 = get(&row, "seq")?;
-                    return Ok(JournalEntry {
-                        seq: u64::try_from(seq).map_err(corrupt)?,
-                        fence: fence(get(&row, "fence")?)?,
-                        payload: get(&row, "payload")?,
-                        written_at: store_time(get(&row, "written_us")?)?,
-                    });
+                    return Ok(JournalEntry::new(
+                        u64::try_from(seq).map_err(corrupt)?,
+                        fence(get(&row, "fence")?)?,
+                        get(&row, "payload")?,
+                        store_time(get(&row, "written_us")?)?,
+                    ));
                 }
                 self.fenced_refusal(conn, lease).await?;
             }
@@ -932,12 +1031,12 @@ impl LeaseStore for PostgresLeaseStore {
             let Some(seq) = get::<Option<i64>>(row, "seq")? else {
                 continue; // the run exists and its journal is empty
             };
-            entries.push(JournalEntry {
-                seq: u64::try_from(seq).map_err(corrupt)?,
-                fence: fence(get(row, "fence")?)?,
-                payload: get(row, "payload")?,
-                written_at: store_time(get(row, "written_us")?)?,
-            });
+            entries.push(JournalEntry::new(
+                u64::try_from(seq).map_err(corrupt)?,
+                fence(get(row, "fence")?)?,
+                get(row, "payload")?,
+                store_time(get(row, "written_us")?)?,
+            ));
         }
         Ok(entries)
     }
@@ -979,7 +1078,7 @@ impl LeaseStore for PostgresLeaseStore {
     }
 
     async fn inspect_many(&self, runs: &[RunId]) -> Result<Vec<Result<RunRecord>>> {
-        lease_core::check_create_batch(runs)?; // the batch rule: at most MAX_BATCH ids
+        lease_core::backend::check_create_batch(runs)?; // the batch rule: at most MAX_BATCH ids
         if runs.is_empty() {
             return Ok(Vec::new());
         }
@@ -1024,7 +1123,7 @@ impl LeaseStore for PostgresLeaseStore {
     }
 
     async fn end_many(&self, ends: &[Ending]) -> Result<Vec<Result<()>>> {
-        lease_core::check_end_batch(ends)?;
+        lease_core::backend::check_end_batch(ends)?;
         if ends.is_empty() {
             return Ok(Vec::new());
         }
@@ -1032,7 +1131,7 @@ impl LeaseStore for PostgresLeaseStore {
     }
 
     async fn create_many(&self, runs: &[RunId]) -> Result<Vec<Result<()>>> {
-        lease_core::check_create_batch(runs)?;
+        lease_core::backend::check_create_batch(runs)?;
         if runs.is_empty() {
             return Ok(Vec::new());
         }
@@ -1068,14 +1167,14 @@ impl LeaseStore for PostgresLeaseStore {
             let n: i64 = get(&row, name)?;
             Ok(u64::try_from(n).map_err(corrupt)?)
         };
-        Ok(lease_core::RunCounts {
-            claimable: figure("claimable")?,
-            held: figure("held")?,
-            delayed: figure("delayed")?,
-            suspended: figure("suspended")?,
-            completed: figure("completed")?,
-            failed: figure("failed")?,
-        })
+        let mut counts = lease_core::RunCounts::default();
+        counts.claimable = figure("claimable")?;
+        counts.held = figure("held")?;
+        counts.delayed = figure("delayed")?;
+        counts.suspended = figure("suspended")?;
+        counts.completed = figure("completed")?;
+        counts.failed = figure("failed")?;
+        Ok(counts)
     }
 
     async fn count_purgeable(&self, older_than: Duration) -> Result<u64> {

@@ -494,7 +494,10 @@ async fn eight_concurrent_connects_migrate_an_empty_schema_once() {
     );
 
     // A store over an existing pool in the same schema migrates nothing new and works.
-    let over_pool = PostgresLeaseStore::from_pool(pool, &schema).await.unwrap();
+    let config = lease_postgres::PostgresConfig::for_pool()
+        .with_schema(schema.clone())
+        .with_volatile(true);
+    let over_pool = PostgresLeaseStore::from_pool(pool, config).await.unwrap();
     assert!(over_pool.inspect(&id("shared")).await.is_ok());
 }
 
@@ -596,4 +599,119 @@ async fn a_host_list_skips_a_host_that_is_down() {
     store.create(&run).await.unwrap();
     let lease = store.claim(&run, &worker("a"), ttl(30_000)).await.unwrap();
     assert_eq!(lease.fence().get(), 1);
+}
+
+/// `migrate=false` (the URL) or `with_migrations(false)`: connecting runs no DDL at all, and
+/// a schema without this release's migrations is refused by name before any operation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_migrations_nothing_is_created_and_an_unmigrated_schema_is_refused() {
+    let Some(url) = postgres_url().await else {
+        return;
+    };
+    let schema = unique_namespace("lease_nomigrate");
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let no_ddl = PostgresConfig::from_url(format!("{url}{sep}migrate=false")).with_schema(&schema);
+    let err = PostgresLeaseStore::connect(no_ddl.clone())
+        .await
+        .expect_err("an unmigrated schema is refused");
+    assert!(
+        matches!(&err, Error::Misconfigured { .. })
+            && err.to_string().contains("has no migrations")
+            && err.to_string().contains(&schema),
+        "{err}"
+    );
+    // Nothing was created: not even the schema.
+    let probe = store(&url).await;
+    let schemas: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_namespace WHERE nspname = $1")
+        .bind(&schema)
+        .fetch_one(probe.pool())
+        .await
+        .unwrap();
+    assert_eq!(schemas, 0, "migrate=false created the schema");
+
+    // Migrated once, the same configuration connects and works, still running no DDL.
+    let migrating = PostgresLeaseStore::connect(config(&url).with_schema(&schema))
+        .await
+        .unwrap();
+    migrating.create(&id("made")).await.unwrap();
+    let read_only = PostgresLeaseStore::connect(no_ddl).await.unwrap();
+    assert_eq!(read_only.inspect(&id("made")).await.unwrap().fence.get(), 0);
+
+    // The setter overrides the URL, in both directions.
+    let other = unique_namespace("lease_nomigrate");
+    let err = PostgresLeaseStore::connect(config(&url).with_schema(&other).with_migrations(false))
+        .await
+        .expect_err("with_migrations(false) is refused on an empty schema");
+    assert!(err.to_string().contains("has no migrations"), "{err}");
+    let forced = PostgresConfig::from_url(format!("{url}{sep}migrate=false"))
+        .with_schema(&other)
+        .with_migrations(true);
+    PostgresLeaseStore::connect(forced).await.unwrap();
+
+    // A bad value is refused, naming the parameter.
+    let err =
+        PostgresLeaseStore::connect(PostgresConfig::from_url(format!("{url}{sep}migrate=nah")))
+            .await
+            .expect_err("migrate=nah");
+    assert!(err.to_string().contains("migrate=\"nah\""), "{err}");
+}
+
+/// `from_pool` keeps the adapter's settings: the durability check runs on the caller's pool
+/// (the test server runs with fsync off, which only `volatile` accepts), and
+/// `with_migrations(false)` holds there too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_over_the_callers_pool_keeps_every_setting() {
+    let Some(url) = postgres_url().await else {
+        return;
+    };
+    let plain = url.split('?').next().unwrap().to_owned();
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect(&plain)
+        .await
+        .unwrap();
+    let schema = unique_namespace("lease_pool");
+    let fsync: String = sqlx::query_scalar("SHOW fsync")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let strict = PostgresLeaseStore::from_pool(
+        pool.clone(),
+        PostgresConfig::for_pool().with_schema(unique_namespace("lease_pool")),
+    )
+    .await;
+    match (fsync.as_str(), strict) {
+        ("on", Ok(_)) => {}
+        ("on", Err(e)) => panic!("a safe server's pool is refused: {e}"),
+        (_, Ok(_)) => panic!("fsync={fsync} accepted without volatile through a pool"),
+        (_, Err(err)) => assert!(
+            matches!(&err, Error::Misconfigured { .. }) && err.to_string().contains("fsync"),
+            "{err}"
+        ),
+    }
+    let err = PostgresLeaseStore::from_pool(
+        pool.clone(),
+        PostgresConfig::for_pool()
+            .with_schema(&schema)
+            .with_volatile(true)
+            .with_migrations(false),
+    )
+    .await
+    .expect_err("no migrations on a pool either");
+    assert!(err.to_string().contains("has no migrations"), "{err}");
+    let store = PostgresLeaseStore::from_pool(
+        pool,
+        PostgresConfig::for_pool()
+            .with_schema(&schema)
+            .with_volatile(true),
+    )
+    .await
+    .unwrap();
+    store.create(&id("pooled")).await.unwrap();
+    assert_eq!(
+        store.accepted_risks().is_empty(),
+        fsync == "on",
+        "volatile shows what it accepted"
+    );
 }

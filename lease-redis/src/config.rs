@@ -223,6 +223,15 @@ impl RedisConfig {
                 format!("{base}?{}", passed.join("&"))
             }
         };
+        if scheme.starts_with("rediss")
+            && !cfg!(any(feature = "tls-rustls", feature = "tls-native-tls"))
+        {
+            return Err(format!(
+                "{shown} asks for TLS, which this build of lease-redis leaves out: enable its \
+                 `tls-rustls` or `tls-native-tls` feature (through the distribution crate, the \
+                 feature of the same name)"
+            ));
+        }
         match scheme {
             "redis" | "rediss" | "redis+unix" | "unix" => Ok(Topology::Single {
                 url: with_query(format!("{scheme}://{body}")),
@@ -363,6 +372,32 @@ impl RedisConfig {
     /// How long to wait for replica acknowledgements.
     pub fn replica_timeout(&self) -> Duration {
         self.replica_timeout
+    }
+
+    /// Settings for [`RedisLeaseStore::from_client`](crate::RedisLeaseStore::from_client),
+    /// whose connections come from the caller's client: the defaults of
+    /// [`from_url`](Self::from_url), changed with the `with_*` setters.
+    pub fn for_client() -> RedisConfig {
+        RedisConfig::from_url("redis://client")
+    }
+
+    /// This configuration on the server `client` connects to: shown by its address (never its
+    /// password); a Cluster or Sentinel configuration is refused.
+    pub(crate) fn with_client_address(
+        mut self,
+        client: &redis::Client,
+    ) -> Result<RedisConfig, RedisError> {
+        if !matches!(self.topology()?, Topology::Single { .. }) {
+            return Err(RedisError::Config(
+                "from_client takes a client of one server; for a Cluster or a Sentinel-managed \
+                 primary connect with a redis+cluster:// or redis+sentinel:// URL, so the store \
+                 builds a client that never resends a write"
+                    .to_owned(),
+            ));
+        }
+        let info = client.get_connection_info();
+        self.given = format!("redis://{}/{}", info.addr(), info.redis_settings().db());
+        Ok(self)
     }
 
     pub(crate) fn topology(&self) -> Result<&Topology, RedisError> {

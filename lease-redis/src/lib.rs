@@ -14,3 +14,7 @@ mod store;
 pub use config::RedisConfig;
 pub use keys::MAX_NAMESPACE_BYTES;
 pub use store::{FencedScript, RedisLeaseStore};
+
+/// The redis-rs this crate is built on, so callers of [`RedisLeaseStore::from_client`] and
+/// [`RedisLeaseStore::fenced_script`] name the same types.
+pub use redis;

@@ -89,6 +89,7 @@ impl Link {
         config: &RedisConfig,
         guard: Guard,
         home: String,
+        client: Option<redis::Client>,
     ) -> Result<Link, RedisError> {
         let timeouts = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(config.connect_timeout()))
@@ -104,8 +105,11 @@ impl Link {
         guard.check_topology(matches!(topology, Topology::Sentinel { .. }))?;
         let (kind, secret) = match topology {
             Topology::Single { url } => {
-                let client = redis::Client::open(url.as_str())
-                    .map_err(|e| bad_url(e, Some(url.as_str())))?;
+                let client = match client {
+                    Some(client) => client,
+                    None => redis::Client::open(url.as_str())
+                        .map_err(|e| bad_url(e, Some(url.as_str())))?,
+                };
                 let secret = client
                     .get_connection_info()
                     .redis_settings()

@@ -100,18 +100,15 @@ impl Reply {
         let state = self.state(i)?;
         let at = self.opt_time(i + 2)?;
         let failure = self.str(i + 5)?;
-        Ok(RunRecord {
-            run,
-            state,
-            expires_at: if owner.is_some() { at } else { None },
-            not_before: at
-                .filter(|at| owner.is_none() && state == RunState::Runnable && *at > observed_at),
-            owner,
-            fence: self.fence(i + 3)?,
-            heartbeats: self.parse(i + 4)?,
-            failure: (state == RunState::Failed).then(|| failure.to_owned()),
-            observed_at,
-        })
+        let mut record = RunRecord::new(run, state, self.fence(i + 3)?, observed_at)
+            .with_heartbeats(self.parse(i + 4)?)
+            .with_not_before(
+                at.filter(|at| owner.is_none() && state == RunState::Runnable && *at > observed_at),
+            )
+            .with_failure((state == RunState::Failed).then(|| failure.to_owned()));
+        record.expires_at = if owner.is_some() { at } else { None };
+        record.owner = owner;
+        Ok(record)
     }
 
     /// Fields in one record.

@@ -4,11 +4,13 @@ use std::fmt;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use lease_core::{
+use lease_core::backend::{
     check_claim_max, check_create_batch, check_end_batch, check_list, check_payload, check_purge,
-    check_renew_batch, claim_refusal, fenced_verdict, End, Ending, Error, IdempotencyKey,
-    JournalEntry, Lease, LeaseStore, ListFilter, Result, RunId, RunRecord, RunState, StoreTime,
-    Ttl, WorkerId,
+    check_renew_batch, claim_refusal, fenced_verdict,
+};
+use lease_core::{
+    End, Ending, Error, IdempotencyKey, JournalEntry, Lease, LeaseStore, ListFilter, Result, RunId,
+    RunRecord, RunState, StoreTime, Ttl, WorkerId,
 };
 use redis::{FromRedisValue, ToRedisArgs, Value};
 
@@ -177,7 +179,47 @@ impl RedisLeaseStore {
     pub async fn connect(config: RedisConfig) -> Result<RedisLeaseStore> {
         config.check()?;
         let keys = Keys::new(config.namespace());
-        let link = Link::connect(&config, Guard::new(&config), keys.barrier()).await?;
+        let link = Link::connect(&config, Guard::new(&config), keys.barrier(), None).await?;
+        Ok(RedisLeaseStore {
+            link: Arc::new(link),
+            keys,
+            config,
+        })
+    }
+
+    /// A store on the single server of the caller's `client`, with every other setting of
+    /// `config` (namespace, `replicas` and their timeout, response and connect timeouts,
+    /// `volatile`); the guard runs as in [`connect`](RedisLeaseStore::connect). The store opens
+    /// its own connections from the client (one shared, and one per concurrent acknowledged
+    /// write), so it never interleaves with the caller's commands.
+    ///
+    /// `config` is [`RedisConfig::for_client`], or a `redis://` config whose parameters apply
+    /// and whose address is replaced by the client's. A Cluster or Sentinel needs the store's
+    /// own client, configured not to resend writes: connect with a `redis+cluster://` or
+    /// `redis+sentinel://` URL.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> lease_core::Result<()> {
+    /// use lease_redis::{redis, RedisConfig, RedisLeaseStore};
+    /// let client = redis::Client::open("redis://cache:6379").expect("a valid URL");
+    /// let store =
+    ///     RedisLeaseStore::from_client(client, RedisConfig::for_client().with_namespace("jobs"))
+    ///         .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`connect`](RedisLeaseStore::connect); [`Error::Misconfigured`] for a Cluster or
+    /// Sentinel `config`.
+    pub async fn from_client(
+        client: redis::Client,
+        config: RedisConfig,
+    ) -> Result<RedisLeaseStore> {
+        config.check()?;
+        let config = config.with_client_address(&client)?;
+        let keys = Keys::new(config.namespace());
+        let link =
+            Link::connect(&config, Guard::new(&config), keys.barrier(), Some(client)).await?;
         Ok(RedisLeaseStore {
             link: Arc::new(link),
             keys,
@@ -460,17 +502,12 @@ impl LeaseStore for RedisLeaseStore {
         match reply.status()? {
             "ok" => {
                 ack.confirm()?;
-                Ok(RunRecord {
-                    run: run.clone(),
-                    state: RunState::Runnable,
-                    owner: None,
-                    expires_at: None,
-                    fence: reply.fence(2)?,
-                    heartbeats: 0,
-                    not_before: None,
-                    failure: None,
-                    observed_at: reply.time(1)?,
-                })
+                Ok(RunRecord::new(
+                    run.clone(),
+                    RunState::Runnable,
+                    reply.fence(2)?,
+                    reply.time(1)?,
+                ))
             }
             "exists" => Err(Error::AlreadyExists { run: run.clone() }),
             other => Err(reply.bad(format!("unknown status {other:?}")).into()),
@@ -607,12 +644,12 @@ impl LeaseStore for RedisLeaseStore {
     async fn append(&self, lease: &Lease, payload: &[u8]) -> Result<JournalEntry> {
         check_payload(payload)?;
         let reply = self.fenced(lease, "append", payload).await?;
-        Ok(JournalEntry {
-            seq: reply.parse(1)?,
-            fence: lease.fence(),
-            payload: payload.to_vec(),
-            written_at: reply.time(2)?,
-        })
+        Ok(JournalEntry::new(
+            reply.parse(1)?,
+            lease.fence(),
+            payload.to_vec(),
+            reply.time(2)?,
+        ))
     }
 
     async fn append_keyed(
@@ -695,7 +732,7 @@ impl LeaseStore for RedisLeaseStore {
             .key(self.keys.delayed())
             .key(self.keys.suspended())
             .arg(keep);
-        for Ending { lease, end } in ends {
+        for Ending { lease, end, .. } in ends {
             let delay;
             let payload: &[u8] = match end {
                 End::CompleteWith(payload) => payload,
@@ -706,6 +743,13 @@ impl LeaseStore for RedisLeaseStore {
                 End::Fail(reason) => reason.as_bytes(),
                 // check_end_batch refused Committed above.
                 End::Complete | End::Release | End::Suspend | End::Committed(_) => b"",
+                // An end added to the contract after this adapter: refused before any write.
+                _ => {
+                    return Err(lease_core::InvalidInput::Unsupported {
+                        operation: "an end of this kind",
+                    }
+                    .into())
+                }
             };
             // Declared, like every key a script touches, even if the item is refused.
             call.key(self.keys.calls(lease.run()))
@@ -929,14 +973,14 @@ impl LeaseStore for RedisLeaseStore {
         let reply = self.read("count", &call).await?;
         let figure =
             |i: usize| -> Result<u64> { Ok(reply.parse::<u64>(i)?.min(lease_core::MAX_COUNT)) };
-        Ok(lease_core::RunCounts {
-            claimable: figure(0)?,
-            held: figure(1)?,
-            delayed: figure(2)?,
-            suspended: figure(3)?,
-            completed: figure(4)?,
-            failed: figure(5)?,
-        })
+        let mut counts = lease_core::RunCounts::default();
+        counts.claimable = figure(0)?;
+        counts.held = figure(1)?;
+        counts.delayed = figure(2)?;
+        counts.suspended = figure(3)?;
+        counts.completed = figure(4)?;
+        counts.failed = figure(5)?;
+        Ok(counts)
     }
 
     async fn count_purgeable(&self, older_than: Duration) -> Result<u64> {
@@ -966,7 +1010,7 @@ impl LeaseStore for RedisLeaseStore {
                 RunState::Suspended => Err(Error::Suspended { run: run.clone() }),
                 RunState::Completed => Err(Error::Completed { run: run.clone() }),
                 RunState::Failed => Err(Error::Failed { run: run.clone() }),
-                RunState::Runnable => Err(reply.bad("refused a runnable run").into()),
+                state => Err(reply.bad(format!("refused a run in state {state}")).into()),
             },
             other => Err(reply.bad(format!("unknown status {other:?}")).into()),
         }
@@ -998,10 +1042,10 @@ fn journal_entry(reply: &Reply, i: usize, seq: u64) -> Result<JournalEntry> {
             .and_then(|s| s.parse().ok())
             .ok_or_else(malformed)
     };
-    Ok(JournalEntry {
+    Ok(JournalEntry::new(
         seq,
-        fence: lease_core::Fence::new(number(fence)?)?,
-        payload: payload.to_vec(),
-        written_at: StoreTime::from_micros(number(at)?),
-    })
+        lease_core::Fence::new(number(fence)?)?,
+        payload.to_vec(),
+        StoreTime::from_micros(number(at)?),
+    ))
 }

@@ -1011,3 +1011,61 @@ async fn a_fenced_script_can_end_its_lease_in_the_same_script() {
         .unwrap_err();
     assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
 }
+
+/// A store on the caller's `redis::Client` keeps every other setting of its config, runs the
+/// durability guard like `connect`, shows the client's address and never its password, and
+/// refuses a Cluster or Sentinel configuration (whose client must not resend writes).
+#[tokio::test]
+async fn a_store_on_the_callers_client_keeps_the_guard_and_hides_the_password() {
+    let Some(safe) = server(true, Some("cl1ent-s3cret")) else {
+        return;
+    };
+    let namespace = unique_namespace("from-client");
+    let client = redis::Client::open(safe.url()).unwrap();
+    let config = RedisConfig::for_client()
+        .with_namespace(&namespace)
+        .with_response_timeout(Duration::from_secs(5));
+    let store = RedisLeaseStore::from_client(client, config).await.unwrap();
+    store.create(&run("r")).await.unwrap();
+    let lease = store
+        .claim(&run("r"), &worker("w"), ttl(5_000))
+        .await
+        .unwrap();
+    assert_eq!(lease.fence().get(), 1);
+    let shown = format!("{store} {store:?}");
+    assert!(!shown.contains("cl1ent-s3cret"), "{shown}");
+    assert!(shown.contains("127.0.0.1"), "{shown}");
+    // The namespace is the config's: a store connected by URL in it sees the run.
+    let by_url = connect(&safe.url(), &namespace).await;
+    assert_eq!(by_url.inspect(&run("r")).await.unwrap().fence.get(), 1);
+
+    // The guard runs on the caller's client too: no AOF is refused, naming the setting.
+    let Some(unsafe_server) = server(false, None) else {
+        return;
+    };
+    let err = RedisLeaseStore::from_client(
+        redis::Client::open(unsafe_server.url()).unwrap(),
+        RedisConfig::for_client(),
+    )
+    .await
+    .expect_err("a server without AOF is refused");
+    assert!(
+        matches!(&err, Error::Misconfigured { .. }) && err.to_string().contains("appendonly"),
+        "{err}"
+    );
+
+    // A Cluster configuration cannot take a single-server client.
+    let err = RedisLeaseStore::from_client(
+        redis::Client::open(safe.url()).unwrap(),
+        RedisConfig::from_url("redis+cluster://127.0.0.1:1,127.0.0.1:2"),
+    )
+    .await
+    .expect_err("a cluster config is refused");
+    assert!(
+        matches!(&err, Error::Misconfigured { .. })
+            && err
+                .to_string()
+                .contains("from_client takes a client of one server"),
+        "{err}"
+    );
+}

@@ -125,11 +125,9 @@ fn suspended_ids() -> Vec<RunId> {
 }
 
 fn filter() -> ListFilter {
-    ListFilter {
-        state: Some(RunState::Suspended),
-        limit: 1_000,
-        ..ListFilter::default()
-    }
+    ListFilter::new()
+        .with_state(RunState::Suspended)
+        .with_limit(1_000)
 }
 
 /// A namespace of [`RUNS`] runs, a holder renewing a lease on its own connection, and what

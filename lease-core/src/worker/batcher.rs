@@ -516,7 +516,7 @@ mod tests {
             .iter()
             .map(|p| Ending::new(p.ending.lease.clone(), p.ending.end.clone()))
             .collect();
-        crate::check_end_batch(&ends).expect("a batch the store accepts");
+        crate::backend::check_end_batch(&ends).expect("a batch the store accepts");
         assert_eq!(queue.len(), 70 - first.len());
         assert_eq!(
             queue.front().map(|p| p.ending.lease.run().as_str()),

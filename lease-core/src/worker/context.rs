@@ -104,6 +104,7 @@ where
 /// The end of one lease as the store decided it, handed to [`Worker::on_end`](crate::Worker::on_end) observers after
 /// the batch that carried it returned.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct EndReport<'a> {
     /// The lease that ended (or failed to).
     pub lease: &'a Lease,
@@ -120,6 +121,7 @@ pub(super) type Observer = Arc<dyn Fn(&EndReport<'_>) + Send + Sync>;
 
 /// Totals of a [`Worker::run`](crate::Worker::run).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct WorkerReport {
     /// Leases claimed.
     pub claimed: u64,

@@ -177,11 +177,9 @@ async fn eight_workers_through_a_failover_with_replicas_1_only_move_fences_forwa
     // Run until every run is completed on the new primary.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let filter = ListFilter {
-            state: Some(RunState::Completed),
-            limit: RUNS,
-            ..ListFilter::default()
-        };
+        let filter = ListFilter::new()
+            .with_state(Some(RunState::Completed))
+            .with_limit(RUNS);
         let done = match second.list(&filter).await {
             Ok(done) => done.len(),
             Err(e) if e.is_retryable() => 0,
