@@ -22,9 +22,9 @@ ci:
     bash .ci/run
 
 # The benchmark of BENCHMARKS.md (starts private PostgreSQL and Redis servers unless --store URL).
-# The takeover part runs `lease worker` processes, so the `lease` binary is built first.
+# The takeover part runs `lease-test-worker worker` processes, so that binary is built first.
 bench *ARGS:
-    cargo build --release -p lease-cli --bin lease
+    cargo build --release -p lease-test-worker
     cargo run --release -p lease-bench -- {{ARGS}}
 
 # The model-based property test at soak length (100,000 sequences per backend; the test suite

@@ -1,4 +1,4 @@
-//! Whole-system tests: real `lease worker` processes, one database, a real network partition.
+//! Whole-system tests: real `lease-test-worker worker` processes, one database, a real network partition.
 //!
 //! Every test has `leases` in its name:
 //! `cargo test -p distribution leases -- --test-threads=1`. Each scenario runs on Postgres and
@@ -16,7 +16,7 @@ use distribution::{connect, Config, LeaseStore, RunId, RunState};
 use serde_json::Value;
 use support::partition::{Partition, A_HOST, B_HOST};
 use support::servers::{Kind, Server};
-use support::worker::{lease_bin, Worker};
+use support::worker::{test_worker_bin, Worker};
 
 const SECS: fn(u64) -> Duration = Duration::from_secs;
 
@@ -40,16 +40,16 @@ async fn admin(server: &Server, namespace: &str) -> Arc<dyn LeaseStore> {
     connect(&config).await.expect("admin connection")
 }
 
-/// The reference worker's ledger for `run`, read with `lease ledger --json`.
+/// The reference worker's ledger for `run`, read with `lease-test-worker ledger --json`.
 fn ledger(server: &Server, namespace: &str, run: &str) -> Vec<Value> {
-    let out = Command::new(lease_bin())
+    let out = Command::new(test_worker_bin())
         .args(["--store", &server.url_via(B_HOST), "--namespace", namespace])
         .args(["ledger", run, "--json"])
         .output()
-        .expect("run lease ledger");
+        .expect("run lease-test-worker ledger");
     assert!(
         out.status.success(),
-        "lease ledger failed: {}",
+        "lease-test-worker ledger failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("ledger JSON")
@@ -527,7 +527,7 @@ async fn backlog(store: &Arc<dyn LeaseStore>, prefix: &str, n: usize) -> Vec<Run
     ids
 }
 
-/// A pool worker (`lease worker --pool`, the library's `Worker`) killed with SIGKILL between
+/// A pool worker (`lease-test-worker worker --pool`, the library's `Worker`) killed with SIGKILL between
 /// batch commits never reported an end that the store does not hold: every run it printed as
 /// `ended` is completed in the store under the printed fence, with its effect written once in
 /// the same commit. The store may hold more completions than were printed (committed, then

@@ -10,7 +10,7 @@ use distribution::{
 };
 use tokio::time::Instant;
 
-use crate::{exit, Failure};
+use lease_cli::{exit, Failure};
 
 /// The side effect both workers try to perform; the journal is the demo's ledger.
 const EFFECT: &str = "effect: charge card";

@@ -1,33 +1,19 @@
-//! `lease`: the fencing demo, operator commands, and the reference worker.
+//! `lease`: the operator's command. The fencing demo, commands that show and change runs, and
+//! `lease run -- CMD`, which runs a command while holding a run's lease.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
-use distribution::{Config, ConfigError, Error, RunId, RunState, Ttl};
+use clap::{CommandFactory, Parser, Subcommand};
+use distribution::RunState;
+use lease_cli::{run_id, usage, Failure, StoreArgs};
+
+use output::Format;
 
 mod demo;
-mod ledger;
-mod metrics;
 mod ops;
 mod output;
-mod pool;
-mod worker;
-
-/// Exit codes, documented in the README's CLI reference.
-pub(crate) mod exit {
-    /// Something failed that has no code of its own.
-    pub(crate) const FAILURE: u8 = 1;
-    /// Bad input: arguments, ids, URLs, configuration.
-    pub(crate) const USAGE: u8 = 2;
-    /// The run does not exist.
-    pub(crate) const NOT_FOUND: u8 = 3;
-    /// The store refused: held, delayed, suspended, completed, failed, stale fence, wrong state.
-    pub(crate) const REFUSED: u8 = 4;
-    /// The store could not be reached.
-    pub(crate) const UNAVAILABLE: u8 = 5;
-}
+mod run;
 
 #[derive(Parser)]
 #[command(
@@ -36,28 +22,29 @@ pub(crate) mod exit {
     about = "TTL leases on runs, guarded by fencing tokens"
 )]
 struct Cli {
-    /// A TOML configuration file (keys: store, ttl_ms, heartbeat_ms, namespace, replicas,
-    /// replica_timeout_ms, sync_replicas, max_connections).
-    #[arg(long, global = true, value_name = "FILE")]
-    config: Option<PathBuf>,
-    /// Store URL: memory:, postgres://… (or postgres://h1,h2/db), redis://…, rediss://…,
-    /// redis+cluster://h1:p1,h2:p2, redis+sentinel://s1:p1,s2:p2/SERVICE [env: LEASE_STORE]
-    #[arg(long, global = true, value_name = "URL")]
-    store: Option<String>,
-    /// Namespace: Postgres schema or Redis key prefix [env: LEASE_NAMESPACE]
-    #[arg(long, global = true)]
-    namespace: Option<String>,
-    /// Lease TTL in milliseconds [env: LEASE_TTL_MS]
-    #[arg(long, global = true, value_name = "MS")]
-    ttl_ms: Option<u64>,
-    /// Heartbeat interval in milliseconds; default TTL/3 [env: LEASE_HEARTBEAT_MS]
-    #[arg(long, global = true, value_name = "MS")]
-    heartbeat_ms: Option<u64>,
-    /// Postgres pool size, 1 to 1000; default 10 [env: LEASE_MAX_CONNECTIONS]
-    #[arg(long, global = true, value_name = "N")]
-    max_connections: Option<u32>,
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Output format of the commands that print records or results: text (tables and
+    /// sentences) or json (one object; list and journal print one object per line, NDJSON).
+    /// Each command's --json, deprecated, is an alias of -o json.
+    #[arg(
+        short = 'o',
+        long = "output",
+        global = true,
+        value_name = "FORMAT",
+        default_value = "text"
+    )]
+    output: Format,
     #[command(subcommand)]
     command: Command,
+}
+
+/// The deprecated `--json` of each command: hidden, the same as `-o json`.
+#[derive(clap::Args)]
+struct JsonAlias {
+    /// Deprecated alias of -o json.
+    #[arg(long, hide = true)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -68,22 +55,19 @@ enum Command {
     Create {
         /// The run id.
         run: String,
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        json: JsonAlias,
     },
     /// Show a run's record: state, owner, expiry on the store's clock, fence, heartbeats.
     Inspect {
         /// The run id.
         run: String,
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        json: JsonAlias,
     },
     /// List runs, ordered by id, printing each page of 1,000 as it arrives (the store's work
     /// per call is bounded, so a long listing never stalls other clients). The table's columns
-    /// widen when a later page has longer values; --json prints one JSON array, streamed
-    /// element by element, which is valid only once the command succeeded.
+    /// widen when a later page has longer values; -o json prints one JSON object per line.
     List {
         /// Only runs in this state: runnable, suspended, completed or failed.
         #[arg(long)]
@@ -94,17 +78,23 @@ enum Command {
         /// At most this many runs in total (any number from 1).
         #[arg(long, default_value_t = 100)]
         limit: usize,
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        json: JsonAlias,
+    },
+    /// Show a run's journal in order: each entry's sequence number, the fence it was written
+    /// under, when the store accepted it, and its payload; -o json prints one object per line.
+    Journal {
+        /// The run id.
+        run: String,
+        #[command(flatten)]
+        json: JsonAlias,
     },
     /// Make a suspended or failed run runnable again; its next claim takes a higher fence.
     Resume {
         /// The run id.
         run: String,
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        json: JsonAlias,
     },
     /// Take a run from its holder (administrative takeover). The next claim gets a higher fence,
     /// which fences the old holder out.
@@ -114,9 +104,8 @@ enum Command {
         /// Required: this ignores the holder's fence.
         #[arg(long)]
         force: bool,
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        json: JsonAlias,
     },
     /// Retention: remove completed and failed runs that ended longer ago than --older-than,
     /// with their journals, oldest first, 1,000 per store call. Each leaves a tombstone with
@@ -128,163 +117,101 @@ enum Command {
         /// Only count what would be removed.
         #[arg(long)]
         dry_run: bool,
-        /// Print JSON instead of a sentence.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        json: JsonAlias,
     },
     /// Create or upgrade the Postgres schema.
     Migrate,
-    /// Show the reference worker's side-effect ledger for a run.
-    Ledger {
-        /// The run id.
-        run: String,
-        /// Print JSON instead of lines.
-        #[arg(long)]
-        json: bool,
+    /// Run a command while holding the run's lease (a singleton job across hosts): claim the
+    /// run, start CMD with LEASE_RUN and LEASE_FENCE in its environment, heartbeat while it
+    /// runs, and stop it (SIGTERM, then SIGKILL after --kill-after-ms) before the lease can
+    /// expire on the store's clock if the lease is lost. Exits with the command's code.
+    Run(run::RunArgs),
+    /// Print a shell completion script (for example `lease completions bash >
+    /// /etc/bash_completion.d/lease`).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
     },
-    /// The reference worker: claims a run, heartbeats it, and executes steps sent on stdin,
-    /// printing one JSON event per line.
-    Worker(worker::WorkerArgs),
 }
 
-/// A failure with the exit code it maps to and a one-sentence message.
-pub(crate) struct Failure {
-    pub(crate) code: u8,
-    pub(crate) message: String,
-}
-
-impl From<Error> for Failure {
-    fn from(e: Error) -> Failure {
-        let code = match &e {
-            Error::NotFound { .. } => exit::NOT_FOUND,
-            Error::Unavailable { .. } => exit::UNAVAILABLE,
-            Error::InvalidInput(_) => exit::USAGE,
-            Error::Backend { .. } => exit::FAILURE,
-            Error::Misconfigured { .. } => exit::USAGE,
-            _ => exit::REFUSED,
-        };
-        Failure {
-            code,
-            message: e.to_string(),
-        }
+/// `-o FORMAT`, or `-o json` if the command's deprecated `--json` was given.
+fn format(global: Format, alias: &JsonAlias) -> Format {
+    if alias.json {
+        Format::Json
+    } else {
+        global
     }
 }
 
-impl From<ConfigError> for Failure {
-    fn from(e: ConfigError) -> Failure {
-        match e {
-            ConfigError::Store(e) => e.into(),
-            other => Failure {
-                code: exit::USAGE,
-                message: other.to_string(),
-            },
-        }
+/// Refuses `-o json` for a command whose output is not a record.
+fn text_only(what: &str, format: Format) -> Result<(), Failure> {
+    match format {
+        Format::Text => Ok(()),
+        Format::Json => Err(usage(format!(
+            "-o json does not apply to lease {what}: its output is not a record"
+        ))),
     }
 }
 
-impl From<distribution::InvalidInput> for Failure {
-    fn from(e: distribution::InvalidInput) -> Failure {
-        Error::from(e).into()
+async fn dispatch(cli: Cli) -> Result<u8, Failure> {
+    let out = cli.output;
+    if let Command::Completions { shell } = cli.command {
+        text_only("completions", out)?;
+        let mut script = Vec::new();
+        clap_complete::generate(shell, &mut Cli::command(), "lease", &mut script);
+        // A closed stdout (`| head`) ends the output early; nothing else is left to do.
+        let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), &script);
+        return Ok(0);
     }
-}
-
-pub(crate) fn usage(message: impl Into<String>) -> Failure {
-    Failure {
-        code: exit::USAGE,
-        message: message.into(),
-    }
-}
-
-/// The configuration: defaults, then the file, then the environment, then flags.
-fn config(cli: &Cli) -> Result<Config, Failure> {
-    let mut config = Config::load(cli.config.as_deref())?;
-    if let Some(store) = &cli.store {
-        config = config.with_store(store.clone());
-    }
-    if let Some(ns) = &cli.namespace {
-        config = config.with_namespace(ns.clone());
-    }
-    if let Some(ms) = cli.ttl_ms {
-        config = config.with_ttl(Ttl::from_millis(ms)?);
-    }
-    if let Some(ms) = cli.heartbeat_ms {
-        if ms == 0 {
-            return Err(usage("--heartbeat-ms must be at least 1"));
-        }
-        config = config.with_heartbeat(Duration::from_millis(ms));
-    }
-    if let Some(n) = cli.max_connections {
-        config = config.with_max_connections(n)?;
-    }
-    config.backend()?;
-    Ok(config)
-}
-
-pub(crate) fn run_id(id: &str) -> Result<RunId, Failure> {
-    Ok(RunId::new(id)?)
-}
-
-async fn dispatch(cli: Cli) -> Result<(), Failure> {
-    let config = config(&cli)?;
+    let config = cli.store.config()?;
     match cli.command {
-        Command::Demo => demo::run(&config).await,
-        Command::Create { run, json } => ops::create(&config, &run_id(&run)?, json).await,
-        Command::Inspect { run, json } => ops::inspect(&config, &run_id(&run)?, json).await,
+        Command::Demo => {
+            text_only("demo", out)?;
+            demo::run(&config).await
+        }
+        Command::Create { run, json } => {
+            ops::create(&config, &run_id(&run)?, format(out, &json)).await
+        }
+        Command::Inspect { run, json } => {
+            ops::inspect(&config, &run_id(&run)?, format(out, &json)).await
+        }
         Command::List {
             state,
             expired,
             limit,
             json,
-        } => ops::list(&config, state, expired, limit, json).await,
-        Command::Resume { run, json } => ops::resume(&config, &run_id(&run)?, json).await,
+        } => ops::list(&config, state, expired, limit, format(out, &json)).await,
+        Command::Journal { run, json } => {
+            ops::journal(&config, &run_id(&run)?, format(out, &json)).await
+        }
+        Command::Resume { run, json } => {
+            ops::resume(&config, &run_id(&run)?, format(out, &json)).await
+        }
         Command::Release { run, force, json } => {
             if !force {
                 return Err(usage(
                     "release without a lease needs --force: it takes the run from its holder",
                 ));
             }
-            ops::force_release(&config, &run_id(&run)?, json).await
+            ops::force_release(&config, &run_id(&run)?, format(out, &json)).await
         }
         Command::Purge {
             older_than,
             dry_run,
             json,
-        } => ops::purge(&config, older_than, dry_run, json).await,
-        Command::Migrate => ops::migrate(&config).await,
-        Command::Ledger { run, json } => ops::ledger(&config, &run_id(&run)?, json).await,
-        Command::Worker(args) => worker::run(&config, args).await,
+        } => ops::purge(&config, older_than, dry_run, format(out, &json)).await,
+        Command::Migrate => ops::migrate(&config, out).await,
+        Command::Run(args) => {
+            text_only("run", out)?;
+            return run::run(&config, args).await;
+        }
+        Command::Completions { .. } => unreachable!("answered before the configuration"),
     }
+    .map(|()| 0)
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            // RUST_LOG (e.g. `RUST_LOG=lease_core=debug` for a span per store call), or the
-            // older LEASE_LOG; errors only by default.
-            tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
-                .or_else(|_| tracing_subscriber::EnvFilter::try_from_env("LEASE_LOG"))
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
-        )
-        .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("lease: cannot start the async runtime: {e}");
-            return ExitCode::from(exit::FAILURE);
-        }
-    };
-    match runtime.block_on(dispatch(cli)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(failure) => {
-            eprintln!("lease: {}", failure.message);
-            ExitCode::from(failure.code)
-        }
-    }
+    lease_cli::main_with("lease", dispatch(cli))
 }

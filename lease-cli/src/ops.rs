@@ -1,21 +1,29 @@
-//! Operator commands: create, inspect, list, resume, release --force, purge, migrate.
+//! Operator commands: create, inspect, list, journal, resume, release --force, purge, migrate.
 
 use distribution::{connect, Config, ListFilter, RunId, RunState};
 
-use crate::output::{print_records, RecordStream};
-use crate::{usage, Failure};
+use crate::output::{print_journal, print_record, Format, RecordStream};
+use lease_cli::{usage, Failure};
 
-pub(crate) async fn create(config: &Config, run: &RunId, json: bool) -> Result<(), Failure> {
+pub(crate) async fn create(config: &Config, run: &RunId, format: Format) -> Result<(), Failure> {
     let store = connect(config).await?;
     let record = store.create(run).await?;
-    print_records(&[record], json, true);
+    print_record(&record, format);
     Ok(())
 }
 
-pub(crate) async fn inspect(config: &Config, run: &RunId, json: bool) -> Result<(), Failure> {
-    let store = connect(config).await?;
+/// A store for a read-only command: connecting runs no DDL (`migrate=false`), and a Postgres
+/// schema without this release's migrations is refused, naming `lease migrate`.
+async fn read_only(
+    config: &Config,
+) -> Result<std::sync::Arc<dyn distribution::LeaseStore>, Failure> {
+    Ok(connect(&config.clone().with_migrations(false)).await?)
+}
+
+pub(crate) async fn inspect(config: &Config, run: &RunId, format: Format) -> Result<(), Failure> {
+    let store = read_only(config).await?;
     let record = store.inspect(run).await?;
-    print_records(&[record], json, true);
+    print_record(&record, format);
     Ok(())
 }
 
@@ -30,13 +38,13 @@ pub(crate) async fn list(
     state: Option<RunState>,
     expired: bool,
     limit: usize,
-    json: bool,
+    format: Format,
 ) -> Result<(), Failure> {
     if limit == 0 {
         return Err(usage("--limit must be at least 1"));
     }
-    let store = connect(config).await?;
-    let mut stream = RecordStream::new(json);
+    let store = read_only(config).await?;
+    let mut stream = RecordStream::new(format);
     let mut out = std::io::stdout();
     let mut after = None;
     while stream.printed() < limit {
@@ -58,23 +66,35 @@ pub(crate) async fn list(
 
 fn closed_stdout(e: std::io::Error) -> Failure {
     Failure {
-        code: crate::exit::FAILURE,
+        code: lease_cli::exit::FAILURE,
         message: format!("cannot write the listing to stdout: {e}"),
     }
 }
 
-pub(crate) async fn resume(config: &Config, run: &RunId, json: bool) -> Result<(), Failure> {
+/// `lease journal RUN`: the run's journal in order, each entry with the fence it was written
+/// under, printed entry by entry.
+pub(crate) async fn journal(config: &Config, run: &RunId, format: Format) -> Result<(), Failure> {
+    let store = read_only(config).await?;
+    let entries = store.journal(run).await?;
+    print_journal(&mut std::io::stdout().lock(), run, &entries, format).map_err(closed_stdout)
+}
+
+pub(crate) async fn resume(config: &Config, run: &RunId, format: Format) -> Result<(), Failure> {
     let store = connect(config).await?;
     let record = store.resume(run).await?;
-    print_records(&[record], json, true);
+    print_record(&record, format);
     Ok(())
 }
 
-pub(crate) async fn force_release(config: &Config, run: &RunId, json: bool) -> Result<(), Failure> {
+pub(crate) async fn force_release(
+    config: &Config,
+    run: &RunId,
+    format: Format,
+) -> Result<(), Failure> {
     let store = connect(config).await?;
     let before = store.inspect(run).await?;
     let record = store.force_release(run).await?;
-    if !json {
+    if format == Format::Text {
         match &before.owner {
             Some(owner) if before.fence >= distribution::Fence::MAX => println!(
                 "released {run} from {owner} (fence {}, the last fence there is); the run can \
@@ -90,38 +110,23 @@ pub(crate) async fn force_release(config: &Config, run: &RunId, json: bool) -> R
             None => println!("{run} had no holder; nothing to release"),
         }
     }
-    print_records(&[record], json, true);
+    print_record(&record, format);
     Ok(())
 }
 
-pub(crate) async fn migrate(config: &Config) -> Result<(), Failure> {
+pub(crate) async fn migrate(config: &Config, format: Format) -> Result<(), Failure> {
     match config.backend()? {
         distribution::Backend::Postgres => {
             // Connecting runs the embedded migrations under the advisory lock.
             connect(config).await?;
-            println!("schema is up to date");
+            match format {
+                Format::Text => println!("schema is up to date"),
+                Format::Json => println!("{}", serde_json::json!({"schema": "up to date"})),
+            }
             Ok(())
         }
         _ => Err(usage("migrate applies to a postgres:// store only")),
     }
-}
-
-pub(crate) async fn ledger(config: &Config, run: &RunId, json: bool) -> Result<(), Failure> {
-    let connected = distribution::connect_store(config).await?;
-    let ledger = crate::ledger::Ledger::new(connected, &config.store).await?;
-    let entries = ledger.entries(run).await?;
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&entries).expect("entries serialize")
-        );
-    } else {
-        for e in &entries {
-            println!("fence {}  {}  {}", e.fence, e.worker, e.effect);
-        }
-        println!("({} entries)", entries.len());
-    }
-    Ok(())
 }
 
 /// How many runs one `purge` call removes at most.
@@ -133,13 +138,13 @@ pub(crate) async fn purge(
     config: &Config,
     age: std::time::Duration,
     dry_run: bool,
-    json: bool,
+    format: Format,
 ) -> Result<(), Failure> {
     let store = connect(config).await?;
     let shown = humantime(age);
     if dry_run {
         let n = store.count_purgeable(age).await?;
-        if json {
+        if format == Format::Json {
             println!(
                 "{}",
                 serde_json::json!({"dry_run": true, "older_than_ms": age.as_millis() as u64, "would_purge": n})
@@ -157,7 +162,7 @@ pub(crate) async fn purge(
             break;
         }
     }
-    if json {
+    if format == Format::Json {
         println!(
             "{}",
             serde_json::json!({"dry_run": false, "older_than_ms": age.as_millis() as u64, "purged": purged})

@@ -1,8 +1,8 @@
-//! Table and JSON renderings of run records.
+//! Table and JSON renderings of run records and journal entries (`-o text|json`).
 
 use std::io::{self, Write};
 
-use distribution::RunRecord;
+use distribution::{JournalEntry, RunId, RunRecord};
 use serde::Serialize;
 
 /// A run record as the CLI prints it.
@@ -53,31 +53,43 @@ impl From<&RunRecord> for RecordView {
     }
 }
 
-/// Prints records as a JSON array (or one object) or as an aligned table.
-pub(crate) fn print_records(records: &[RunRecord], json: bool, single: bool) {
-    if json && single && records.len() == 1 {
-        let text = serde_json::to_string_pretty(&RecordView::from(&records[0]));
-        println!("{}", text.expect("records serialize"));
-        return;
+/// How a command prints its results: `-o text` (tables and sentences, the default) or
+/// `-o json` (one JSON object per record; a stream is NDJSON, one object per line).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Format {
+    /// Tables and sentences for people.
+    Text,
+    /// JSON: one object for a single record, one object per line (NDJSON) for a stream.
+    Json,
+}
+
+/// Prints one record: a pretty-printed JSON object, or a one-row table.
+pub(crate) fn print_record(record: &RunRecord, format: Format) {
+    match format {
+        Format::Json => {
+            let text = serde_json::to_string_pretty(&RecordView::from(record));
+            println!("{}", text.expect("records serialize"));
+        }
+        Format::Text => {
+            let mut out = std::io::stdout().lock();
+            let mut stream = RecordStream::new(Format::Text);
+            // A closed stdout (`| head`) ends the output early; nothing else is left to do.
+            let _ = stream
+                .page(&mut out, std::slice::from_ref(record))
+                .and_then(|()| stream.finish(&mut out));
+        }
     }
-    let mut out = std::io::stdout().lock();
-    let mut stream = RecordStream::new(json);
-    // A closed stdout (`| head`) ends the output early; nothing else is left to do.
-    let _ = stream
-        .page(&mut out, records)
-        .and_then(|()| stream.finish(&mut out));
 }
 
 /// Prints records page by page, as they arrive, so a long listing shows its first page at once
 /// and holds one page in memory.
 ///
-/// With `json`, the pages form one JSON array, pretty-printed exactly as a whole array would
-/// be (`[` before the first record, `]` after the last, in [`finish`](RecordStream::finish)):
-/// a listing cut short by an error is not valid JSON, so it cannot pass for a complete one.
-/// The table prints its header with the first page; each page is aligned as it arrives, and a
-/// page with longer values widens the columns from there on (never narrows them).
+/// As JSON, each record is one compact object on its own line (NDJSON), so a consumer can
+/// process each as it arrives; no runs print nothing. The table prints its header with the
+/// first page; each page is aligned as it arrives, and a page with longer values widens the
+/// columns from there on (never narrows them).
 pub(crate) struct RecordStream {
-    json: bool,
+    format: Format,
     widths: [usize; 6],
     printed: usize,
 }
@@ -92,9 +104,9 @@ const HEADER: [&str; 6] = [
 ];
 
 impl RecordStream {
-    pub(crate) fn new(json: bool) -> RecordStream {
+    pub(crate) fn new(format: Format) -> RecordStream {
         RecordStream {
-            json,
+            format,
             widths: HEADER.map(str::len),
             printed: 0,
         }
@@ -107,13 +119,11 @@ impl RecordStream {
 
     /// Prints one page and flushes it.
     pub(crate) fn page(&mut self, out: &mut impl Write, records: &[RunRecord]) -> io::Result<()> {
-        if self.json {
+        if self.format == Format::Json {
             for record in records {
-                let text = serde_json::to_string_pretty(&RecordView::from(record))
-                    .expect("records serialize");
-                out.write_all(if self.printed == 0 { b"[\n" } else { b",\n" })?;
-                let indented: Vec<String> = text.lines().map(|l| format!("  {l}")).collect();
-                out.write_all(indented.join("\n").as_bytes())?;
+                let text =
+                    serde_json::to_string(&RecordView::from(record)).expect("records serialize");
+                writeln!(out, "{text}")?;
                 self.printed += 1;
             }
             return out.flush();
@@ -134,19 +144,105 @@ impl RecordStream {
         out.flush()
     }
 
-    /// Ends the output: closes the JSON array, or says that there were no runs.
+    /// Ends the output: a table with no rows says that there were no runs.
     pub(crate) fn finish(self, out: &mut impl Write) -> io::Result<()> {
-        match (self.json, self.printed) {
-            (true, 0) => writeln!(out, "[]")?,
-            (true, _) => writeln!(out, "\n]")?,
-            (false, 0) => {
-                writeln!(out, "{}", line(&HEADER.map(String::from), self.widths))?;
-                writeln!(out, "(no runs)")?;
-            }
-            (false, _) => {}
+        if self.format == Format::Text && self.printed == 0 {
+            writeln!(out, "{}", line(&HEADER.map(String::from), self.widths))?;
+            writeln!(out, "(no runs)")?;
         }
         out.flush()
     }
+}
+
+/// A journal entry as the CLI prints it.
+#[derive(Serialize)]
+pub(crate) struct EntryView {
+    run: String,
+    /// Position in the run's journal, from 1.
+    seq: u64,
+    /// The fence the entry was written under.
+    fence: u64,
+    /// When the store accepted it, on the store's clock, microseconds.
+    written_at_us: u64,
+    /// The payload as text, when it is UTF-8.
+    payload: Option<String>,
+    /// The payload in hexadecimal, when it is not UTF-8.
+    payload_hex: Option<String>,
+}
+
+impl EntryView {
+    pub(crate) fn new(run: &RunId, e: &JournalEntry) -> EntryView {
+        let text = std::str::from_utf8(&e.payload).ok().map(str::to_owned);
+        EntryView {
+            run: run.to_string(),
+            seq: e.seq,
+            fence: e.fence.get(),
+            written_at_us: e.written_at.as_micros(),
+            payload_hex: text
+                .is_none()
+                .then(|| e.payload.iter().map(|b| format!("{b:02x}")).collect()),
+            payload: text,
+        }
+    }
+}
+
+/// Prints a run's journal entry by entry: NDJSON, or a table whose payload column shows text
+/// with control characters escaped (hexadecimal for a payload that is not UTF-8).
+pub(crate) fn print_journal(
+    out: &mut impl Write,
+    run: &RunId,
+    entries: &[JournalEntry],
+    format: Format,
+) -> io::Result<()> {
+    let views: Vec<EntryView> = entries.iter().map(|e| EntryView::new(run, e)).collect();
+    if format == Format::Json {
+        for view in &views {
+            writeln!(
+                out,
+                "{}",
+                serde_json::to_string(view).expect("entries serialize")
+            )?;
+        }
+        return out.flush();
+    }
+    let rows: Vec<[String; 4]> = views
+        .iter()
+        .map(|v| {
+            [
+                v.seq.to_string(),
+                v.fence.to_string(),
+                v.written_at_us.to_string(),
+                match (&v.payload, &v.payload_hex) {
+                    (Some(text), _) => text.escape_debug().to_string(),
+                    (None, Some(hex)) => format!("(not UTF-8) {hex}"),
+                    (None, None) => String::new(),
+                },
+            ]
+        })
+        .collect();
+    let header = ["SEQ", "FENCE", "WRITTEN (store clock, µs)", "PAYLOAD"].map(String::from);
+    let mut widths = header.clone().map(|h| h.chars().count());
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let print = |out: &mut dyn Write, cells: &[String; 4]| {
+        let text: Vec<String> = cells
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        writeln!(out, "{}", text.join("  ").trim_end())
+    };
+    print(out, &header)?;
+    for row in &rows {
+        print(out, row)?;
+    }
+    if rows.is_empty() {
+        writeln!(out, "(no entries)")?;
+    }
+    out.flush()
 }
 
 fn row(v: &RecordView) -> [String; 6] {
@@ -178,7 +274,7 @@ fn line(cells: &[String; 6], widths: [usize; 6]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use distribution::{Fence, RunId, RunState, StoreTime, WorkerId};
+    use distribution::{Fence, RunState, StoreTime, WorkerId};
 
     use super::*;
 
@@ -200,9 +296,9 @@ mod tests {
             .collect()
     }
 
-    fn streamed(json: bool, pages: &[&[RunRecord]]) -> String {
+    fn streamed(format: Format, pages: &[&[RunRecord]]) -> String {
         let mut out = Vec::new();
-        let mut stream = RecordStream::new(json);
+        let mut stream = RecordStream::new(format);
         for page in pages {
             stream.page(&mut out, page).unwrap();
         }
@@ -211,20 +307,69 @@ mod tests {
     }
 
     #[test]
-    fn json_pages_print_the_same_bytes_as_one_array() {
+    fn json_pages_print_one_object_per_line_whatever_the_paging() {
         let all = records(5, 3);
-        let whole: Vec<RecordView> = all.iter().map(RecordView::from).collect();
-        let expected = format!("{}\n", serde_json::to_string_pretty(&whole).unwrap());
-        assert_eq!(streamed(true, &[&all[..2], &all[2..], &[]]), expected);
-        assert_eq!(streamed(true, &[&all]), expected);
-        assert_eq!(streamed(true, &[&[]]), "[]\n");
+        let expected: String = all
+            .iter()
+            .map(|r| format!("{}\n", serde_json::to_string(&RecordView::from(r)).unwrap()))
+            .collect();
+        assert_eq!(
+            streamed(Format::Json, &[&all[..2], &all[2..], &[]]),
+            expected
+        );
+        assert_eq!(streamed(Format::Json, &[&all]), expected);
+        assert_eq!(streamed(Format::Json, &[&[]]), "");
+        for line in expected.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert!(v["run"].as_str().unwrap().starts_with("run-"), "{line}");
+        }
+    }
+
+    #[test]
+    fn journal_entries_print_as_text_or_hex_and_as_ndjson() {
+        let run = RunId::new("r").unwrap();
+        let entries = [
+            JournalEntry::new(
+                1,
+                Fence::new(1).unwrap(),
+                b"step\tone".to_vec(),
+                StoreTime::from_micros(5),
+            ),
+            JournalEntry::new(
+                2,
+                Fence::new(2).unwrap(),
+                vec![0xff, 0x00],
+                StoreTime::from_micros(9),
+            ),
+        ];
+        let mut out = Vec::new();
+        print_journal(&mut out, &run, &entries, Format::Json).unwrap();
+        let lines: Vec<serde_json::Value> = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0]["payload"], "step\tone");
+        assert_eq!(lines[1]["payload"], serde_json::Value::Null);
+        assert_eq!(lines[1]["payload_hex"], "ff00");
+        assert_eq!(
+            (lines[1]["seq"].as_u64(), lines[1]["fence"].as_u64()),
+            (Some(2), Some(2))
+        );
+        let mut out = Vec::new();
+        print_journal(&mut out, &run, &entries, Format::Text).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.starts_with("SEQ"), "{text}");
+        assert!(text.contains("step\\tone"), "{text}");
+        assert!(text.contains("(not UTF-8) ff00"), "{text}");
     }
 
     #[test]
     fn a_table_prints_its_header_once_and_widens_for_later_pages() {
         let first = records(2, 1);
         let later = records(1, 20);
-        let text = streamed(false, &[&first, &later]);
+        let text = streamed(Format::Text, &[&first, &later]);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 4, "{text}");
         assert!(lines[0].starts_with("RUN      STATE     OWNER  "), "{text}");
@@ -232,6 +377,9 @@ mod tests {
         // The later page's longer owner pushes its columns right; the first page kept its own.
         let expires = |line: &str| line.find("in 1000ms").unwrap();
         assert!(expires(lines[3]) > expires(lines[1]), "{text}");
-        assert_eq!(streamed(false, &[]).lines().nth(1), Some("(no runs)"));
+        assert_eq!(
+            streamed(Format::Text, &[]).lines().nth(1),
+            Some("(no runs)")
+        );
     }
 }

@@ -1,7 +1,11 @@
 //! The `lease` binary as a user runs it: the demo, operator commands against the memory store
-//! and a real PostgreSQL, and the exit codes and messages of bad input.
+//! and a real PostgreSQL, `lease run -- CMD`, and the exit codes and messages of bad input.
 
 use std::process::{Command, Output};
+use std::sync::Arc;
+use std::time::Duration;
+
+use distribution::{Config, LeaseStore, RunId, Ttl, WorkerId};
 
 use lease_conformance::fixtures::{unavailable, PostgresServer, RedisServer};
 
@@ -9,6 +13,7 @@ const NOT_FOUND: i32 = 3;
 const REFUSED: i32 = 4;
 const UNAVAILABLE: i32 = 5;
 const USAGE: i32 = 2;
+const LEASE_LOST: i32 = 6;
 
 fn lease(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_lease"))
@@ -70,9 +75,13 @@ fn operator_commands_on_the_memory_store_report_missing_runs() {
     assert_eq!(stderr(&out).trim(), "lease: run order-1 not found");
     assert_exit(&lease(&["release", "order-1", "--force"]), NOT_FOUND);
     assert_exit(&lease(&["resume", "order-1", "--json"]), NOT_FOUND);
-    let out = lease(&["list", "--json"]);
+    // NDJSON: no runs, no lines.
+    let out = lease(&["list", "-o", "json"]);
     assert_exit(&out, 0);
-    assert_eq!(stdout(&out).trim(), "[]");
+    assert_eq!(stdout(&out), "");
+    let out = lease(&["list"]);
+    assert_exit(&out, 0);
+    assert!(stdout(&out).contains("(no runs)"), "{}", stdout(&out));
     let out = lease(&["create", "order-1", "--json"]);
     assert_exit(&out, 0);
     let record: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
@@ -159,6 +168,37 @@ fn a_bad_namespace_exits_2_naming_the_rule_on_every_backend() {
     }
 }
 
+/// Each line of the output as a JSON object (NDJSON).
+fn ndjson(out: &Output) -> Vec<serde_json::Value> {
+    stdout(out)
+        .lines()
+        .map(|line| {
+            serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("not one JSON object: {line:?}: {e}"))
+        })
+        .collect()
+}
+
+fn id(run: &str) -> RunId {
+    RunId::new(run).unwrap()
+}
+
+fn worker(name: &str) -> WorkerId {
+    WorkerId::new(name).unwrap()
+}
+
+fn ttl(ms: u64) -> Ttl {
+    Ttl::from_millis(ms).unwrap()
+}
+
+/// The test's own connection to the store, and a runtime to drive it.
+fn admin(url: &str, namespace: &str) -> (tokio::runtime::Runtime, Arc<dyn LeaseStore>) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let config = Config::default().with_store(url).with_namespace(namespace);
+    let store = rt.block_on(distribution::connect(&config)).unwrap();
+    (rt, store)
+}
+
 fn postgres() -> Option<(PostgresServer, String)> {
     match PostgresServer::start() {
         Ok(server) => {
@@ -186,6 +226,47 @@ fn redis() -> Option<RedisServer> {
     )
 }
 
+/// `inspect`, `list` and `journal` run no DDL: on a schema nobody migrated they create
+/// nothing and say to run `lease migrate`; after it they work.
+#[test]
+fn read_only_commands_never_create_the_schema() {
+    let Some((server, url)) = postgres() else {
+        return;
+    };
+    let base = ["--store", url.as_str(), "--namespace", "cli_readonly"];
+    let with = |args: &[&str]| lease(&[&base[..], args].concat());
+    for args in [&["inspect", "r"][..], &["list"], &["journal", "r"]] {
+        let out = with(args);
+        assert_exit(&out, USAGE);
+        let message = stderr(&out);
+        assert!(
+            message.contains("has no migrations") && message.contains("lease migrate"),
+            "{args:?}: {message}"
+        );
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let probe = Config::default()
+        .with_store(url.as_str())
+        .with_namespace("cli_readonly_probe");
+    let schemas: i64 = rt.block_on(async {
+        let Ok(distribution::Store::Postgres(pg)) = distribution::connect_store(&probe).await
+        else {
+            panic!("a postgres store");
+        };
+        distribution::postgres::sqlx::query_scalar(
+            "SELECT count(*) FROM pg_namespace WHERE nspname = 'cli_readonly'",
+        )
+        .fetch_one(pg.pool())
+        .await
+        .unwrap()
+    });
+    assert_eq!(schemas, 0, "a read-only command created the schema");
+    assert_exit(&with(&["migrate"]), 0);
+    assert_exit(&with(&["inspect", "r"]), NOT_FOUND);
+    assert_exit(&with(&["list"]), 0);
+    drop(server);
+}
+
 #[test]
 fn operator_commands_on_postgres_show_and_hand_over_a_run() {
     let Some((server, url)) = postgres() else {
@@ -196,21 +277,12 @@ fn operator_commands_on_postgres_show_and_hand_over_a_run() {
 
     assert_exit(&with(&["migrate"]), 0);
     assert_exit(&with(&["create", "order-7"]), 0);
-    // A worker claims (fence 1) and exits without releasing: the lease stays held.
-    let mut worker = Command::new(env!("CARGO_BIN_EXE_lease"))
-        .args(base)
-        .args([
-            "--ttl-ms", "60000", "worker", "--id", "worker-a", "--run", "order-7",
-        ])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run the worker");
-    assert_exit(&worker, 0);
-    assert!(
-        stdout(&worker).contains("\"fence\":1"),
-        "{}",
-        stdout(&worker)
-    );
+    // A worker claims (fence 1) and goes away without releasing: the lease stays held.
+    let (rt, store) = admin(&url, "cli_ops");
+    let held = rt
+        .block_on(store.claim(&id("order-7"), &worker("worker-a"), ttl(60_000)))
+        .unwrap();
+    assert_eq!(held.fence().get(), 1);
 
     let out = with(&["inspect", "order-7", "--json"]);
     assert_exit(&out, 0);
@@ -230,9 +302,10 @@ fn operator_commands_on_postgres_show_and_hand_over_a_run() {
 
     let out = with(&["list", "--state", "runnable", "--json"]);
     assert_exit(&out, 0);
-    let runs: Vec<serde_json::Value> = serde_json::from_str(&stdout(&out)).unwrap();
+    let runs = ndjson(&out);
     assert_eq!(runs.len(), 1);
-    assert_eq!(stdout(&with(&["list", "--expired", "--json"])).trim(), "[]");
+    assert_eq!(runs[0]["owner"], "worker-a");
+    assert_eq!(stdout(&with(&["list", "--expired", "-o", "json"])), "");
 
     let out = with(&["resume", "order-7"]);
     assert_exit(&out, REFUSED);
@@ -250,18 +323,22 @@ fn operator_commands_on_postgres_show_and_hand_over_a_run() {
         stdout(&out)
     );
     // The next claim takes fence 2, which fences worker-a out.
-    worker = Command::new(env!("CARGO_BIN_EXE_lease"))
-        .args(base)
-        .args(["worker", "--id", "worker-b", "--run", "order-7"])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run the worker");
-    assert_exit(&worker, 0);
+    let out = with(&["run", "order-7", "--", "sh", "-c", "echo $LEASE_FENCE"]);
+    assert_exit(&out, 0);
+    assert_eq!(stdout(&out), "2\n");
+    let stale = rt.block_on(store.append(&held, b"late")).unwrap_err();
     assert!(
-        stdout(&worker).contains("\"fence\":2"),
-        "{}",
-        stdout(&worker)
+        matches!(
+            stale,
+            distribution::Error::StaleFence {
+                presented: 1,
+                current: 2,
+                ..
+            }
+        ),
+        "{stale}"
     );
+    drop(rt);
 
     let out = with(&["inspect", "missing"]);
     assert_exit(&out, NOT_FOUND);
@@ -304,12 +381,12 @@ fn set_fence(port: u16, namespace: &str, run: &str, fence: &str) {
     redis_cli(port, &["HSET", &key, &field, &parts.join(":")]);
 }
 
-/// Fences are exact up to the last one (i64::MAX) in the reference worker's Redis ledger and in
-/// the operator's messages: an effect written under fence 100000000000001 reads back as that
-/// integer (a Lua number would make it 1e+14), and force-releasing a run at the last fence says
-/// it can never be claimed again instead of naming a fence that does not exist.
+/// Fences are exact up to the last one (i64::MAX) in `lease run`'s environment and in the
+/// operator's messages: a claim at fence 100000000000001 hands the command exactly that (a Lua
+/// number would make it 1e+14), and force-releasing a run at the last fence says it can never
+/// be claimed again instead of naming a fence that does not exist.
 #[test]
-fn fences_stay_exact_to_the_last_one_in_the_redis_ledger_and_messages() {
+fn fences_stay_exact_to_the_last_one_in_lease_run_and_messages() {
     let Some(server) = redis() else {
         return;
     };
@@ -320,53 +397,27 @@ fn fences_stay_exact_to_the_last_one_in_the_redis_ledger_and_messages() {
     assert_exit(&with(&["create", "order-9"]), 0);
     set_fence(port, "cli_fences", "order-9", "100000000000000");
 
-    let mut worker = Command::new(env!("CARGO_BIN_EXE_lease"))
-        .args(base)
-        .args([
-            "--ttl-ms", "60000", "worker", "--id", "worker-a", "--run", "order-9",
-        ])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("run the worker");
-    {
-        use std::io::Write;
-        let mut stdin = worker.stdin.take().expect("stdin");
-        stdin.write_all(b"step charge-card\nwait\nexit\n").unwrap();
-    }
-    let worker = worker.wait_with_output().expect("worker output");
-    assert_exit(&worker, 0);
-    assert!(
-        stdout(&worker).contains("\"fence\":100000000000001"),
-        "{}",
-        stdout(&worker)
-    );
-    let ledger = with(&["ledger", "order-9", "--json"]);
-    assert_exit(&ledger, 0);
-    let entries: serde_json::Value = serde_json::from_str(&stdout(&ledger)).expect("ledger JSON");
-    assert_eq!(
-        entries[0]["fence"].as_u64(),
-        Some(100_000_000_000_001),
-        "{entries}"
-    );
-    assert_eq!(entries[0]["effect"], "charge-card");
+    let out = with(&["run", "order-9", "--", "sh", "-c", "echo $LEASE_FENCE"]);
+    assert_exit(&out, 0);
+    assert_eq!(stdout(&out), "100000000000001\n");
 
-    // The worker exited holding the run; move it to the last fence and take it back.
+    // A worker holds the run; move it to the last fence and take it back.
+    let (rt, store) = admin(&url, "cli_fences");
+    rt.block_on(store.claim(&id("order-9"), &worker("worker-a"), ttl(60_000)))
+        .unwrap();
     set_fence(port, "cli_fences", "order-9", "9223372036854775807");
     let released = with(&["release", "order-9", "--force"]);
     assert_exit(&released, 0);
     let said = stdout(&released);
     assert!(!said.contains("9223372036854775808"), "{said}");
     assert!(said.contains("never be claimed again"), "{said}");
-    let refused = lease(
-        &[
-            &base[..],
-            &["worker", "--id", "worker-b", "--run", "order-9"],
-        ]
-        .concat(),
-    );
+    let refused = with(&["run", "order-9", "--", "true"]);
     assert_exit(&refused, REFUSED);
-    assert!(stderr(&refused).contains("fence"), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("has used every fence up to the maximum"),
+        "{}",
+        stderr(&refused)
+    );
 }
 
 /// `lease list` pages through the store, 1,000 records a call, and prints every page: past
@@ -406,8 +457,7 @@ fn list_streams_pages_until_the_limit_or_the_end() {
     let with = |args: &[&str]| lease(&[&base[..], args].concat());
     let ids = |out: &Output| -> Vec<String> {
         assert_exit(out, 0);
-        let records: Vec<serde_json::Value> = serde_json::from_str(&stdout(out)).unwrap();
-        records
+        ndjson(out)
             .iter()
             .map(|r| r["run"].as_str().unwrap().to_owned())
             .collect()
@@ -415,6 +465,7 @@ fn list_streams_pages_until_the_limit_or_the_end() {
     let all: Vec<String> = runs.iter().map(ToString::to_string).collect();
 
     assert_eq!(ids(&with(&["list", "--json"])), all[..100]);
+    assert_eq!(ids(&with(&["-o", "json", "list"])), all[..100]);
     assert_eq!(
         ids(&with(&["list", "--limit", "2500", "--json"])),
         all[..2500]
@@ -451,4 +502,331 @@ fn list_streams_pages_until_the_limit_or_the_end() {
         "{}",
         stderr(&out)
     );
+}
+
+/// `lease run` starts the command with the run and its fence in the environment, exits with
+/// the command's code (128 + N for a death by signal N, 127 for a command not found), and
+/// refuses a kill grace that does not fit in the TTL before touching the store.
+#[test]
+fn lease_run_passes_the_lease_in_the_environment_and_the_exit_code_through() {
+    let out = lease(&[
+        "run",
+        "nightly",
+        "--create",
+        "--",
+        "sh",
+        "-c",
+        "echo \"$LEASE_RUN $LEASE_FENCE\"; exit 7",
+    ]);
+    assert_exit(&out, 7);
+    assert_eq!(stdout(&out), "nightly 1\n");
+
+    let out = lease(&["run", "nightly", "--create", "--", "sh", "-c", "kill -9 $$"]);
+    assert_exit(&out, 128 + 9);
+
+    let out = lease(&["run", "nightly", "--create", "--", "/no/such/command"]);
+    assert_exit(&out, 127);
+    assert!(
+        stderr(&out).contains("cannot start /no/such/command"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = lease(&["run", "nightly", "--", "true"]);
+    assert_exit(&out, NOT_FOUND);
+    assert_eq!(stderr(&out).trim(), "lease: run nightly not found");
+
+    let out = lease(&[
+        "--ttl-ms",
+        "1500",
+        "run",
+        "nightly",
+        "--create",
+        "--kill-after-ms",
+        "750",
+        "--",
+        "true",
+    ]);
+    assert_exit(&out, USAGE);
+    let err = stderr(&out);
+    assert!(
+        err.contains("--kill-after-ms 750 does not fit in the TTL of 1500 ms"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "one sentence: {err}");
+
+    let out = lease(&["run", "nightly", "--create"]);
+    assert_exit(&out, USAGE);
+    let out = lease(&["-o", "json", "run", "nightly", "--create", "--", "true"]);
+    assert_exit(&out, USAGE);
+    assert!(
+        stderr(&out).contains("-o json does not apply to lease run"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// A run held by someone else is refused with the holder's name and exit 4, and the command
+/// never starts; with --wait-ms it is claimed as soon as the holder's lease expires, under the
+/// next fence; by default the lease is released after the command, with --complete the run is
+/// completed on exit 0.
+#[test]
+fn lease_run_refuses_a_held_run_or_waits_for_it_and_ends_the_lease_after() {
+    let Some((_server, url)) = postgres() else {
+        return;
+    };
+    let base = ["--store", url.as_str(), "--namespace", "cli_run"];
+    let with = |args: &[&str]| lease(&[&base[..], args].concat());
+    let (rt, store) = admin(&url, "cli_run");
+    rt.block_on(store.create(&id("job"))).unwrap();
+    rt.block_on(store.claim(&id("job"), &worker("holder"), ttl(60_000)))
+        .unwrap();
+
+    let marker = std::env::temp_dir().join(format!("lease-run-{}", std::process::id()));
+    let touch = format!("touch {}", marker.display());
+    let out = with(&["run", "job", "--", "sh", "-c", &touch]);
+    assert_exit(&out, REFUSED);
+    let err = stderr(&out);
+    assert!(
+        err.starts_with("lease: run job is held by holder for another "),
+        "{err}"
+    );
+    assert!(err.contains("(--wait-ms MS waits for it)"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one sentence: {err}");
+    let out = with(&["run", "job", "--wait-ms", "300", "--", "sh", "-c", &touch]);
+    assert_exit(&out, REFUSED);
+    assert!(
+        stderr(&out).contains("after waiting 300 ms"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!marker.exists(), "the command ran without the lease");
+
+    // A holder whose lease expires in a second: --wait-ms takes the run when the store allows.
+    rt.block_on(store.force_release(&id("job"))).unwrap();
+    rt.block_on(store.claim(&id("job"), &worker("holder"), ttl(1_000)))
+        .unwrap();
+    let out = with(&[
+        "run",
+        "job",
+        "--wait-ms",
+        "20000",
+        "--id",
+        "cron-b",
+        "--",
+        "sh",
+        "-c",
+        "echo $LEASE_FENCE",
+    ]);
+    assert_exit(&out, 0);
+    assert_eq!(stdout(&out), "3\n");
+    let record = rt.block_on(store.inspect(&id("job"))).unwrap();
+    assert_eq!(
+        (record.state, record.owner, record.fence.get()),
+        (distribution::RunState::Runnable, None, 3),
+        "released after the command"
+    );
+
+    // --complete: a failing command still releases, a succeeding one completes.
+    assert_exit(&with(&["run", "job", "--complete", "--", "false"]), 1);
+    let record = rt.block_on(store.inspect(&id("job"))).unwrap();
+    assert_eq!(
+        (record.state, record.fence.get()),
+        (distribution::RunState::Runnable, 4)
+    );
+    assert_exit(&with(&["run", "job", "--complete", "--", "true"]), 0);
+    let record = rt.block_on(store.inspect(&id("job"))).unwrap();
+    assert_eq!(
+        (record.state, record.fence.get()),
+        (distribution::RunState::Completed, 5)
+    );
+    let out = with(&["run", "job", "--", "true"]);
+    assert_exit(&out, REFUSED);
+    assert!(
+        stderr(&out).contains("run job is completed"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// When the store refuses a renewal (an operator took the run over and someone claimed it),
+/// `lease run` stops the command, SIGKILL after the grace for one that ignores SIGTERM, and
+/// exits 6 saying why.
+#[test]
+fn lease_run_kills_the_command_when_the_lease_is_taken_and_exits_6() {
+    let Some((_server, url)) = postgres() else {
+        return;
+    };
+    let (rt, store) = admin(&url, "cli_lost");
+    let child = Command::new(env!("CARGO_BIN_EXE_lease"))
+        .args([
+            "--store",
+            &url,
+            "--namespace",
+            "cli_lost",
+            "--ttl-ms",
+            "1500",
+        ])
+        .args([
+            "run",
+            "job",
+            "--create",
+            "--id",
+            "cron-a",
+            "--kill-after-ms",
+            "200",
+        ])
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "trap '' TERM; while :; do sleep 0.05; done",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start lease run");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let record = rt.block_on(store.inspect(&id("job")));
+        if record.is_ok_and(|r| r.heartbeats > 0) {
+            break; // claimed and renewing
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "lease run never claimed and renewed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    rt.block_on(store.force_release(&id("job"))).unwrap();
+    let intruder = rt
+        .block_on(store.claim(&id("job"), &worker("intruder"), ttl(60_000)))
+        .unwrap();
+    assert_eq!(intruder.fence().get(), 2);
+    let out = child.wait_with_output().expect("lease run exits");
+    assert_exit(&out, LEASE_LOST);
+    let err = stderr(&out);
+    assert!(
+        err.contains("lost the lease on run job under fence 1 (renewal rejected: stale fence"),
+        "{err}"
+    );
+    assert!(err.contains("stopped with SIGKILL"), "{err}");
+}
+
+/// `lease journal RUN` prints the journal in order with each entry's fence: a table, or one
+/// JSON object per line with `-o json` (the deprecated `--json` prints the same).
+#[test]
+fn lease_journal_prints_each_entry_with_its_fence() {
+    let Some((_server, url)) = postgres() else {
+        return;
+    };
+    let base = ["--store", url.as_str(), "--namespace", "cli_journal"];
+    let with = |args: &[&str]| lease(&[&base[..], args].concat());
+    let (rt, store) = admin(&url, "cli_journal");
+    rt.block_on(store.create(&id("order"))).unwrap();
+    let first = rt
+        .block_on(store.claim(&id("order"), &worker("a"), ttl(60_000)))
+        .unwrap();
+    rt.block_on(store.append(&first, b"charged card")).unwrap();
+    rt.block_on(store.force_release(&id("order"))).unwrap();
+    let second = rt
+        .block_on(store.claim(&id("order"), &worker("b"), ttl(60_000)))
+        .unwrap();
+    rt.block_on(store.append(&second, &[0xff, 0xfe])).unwrap();
+
+    let out = with(&["-o", "json", "journal", "order"]);
+    assert_exit(&out, 0);
+    let entries = ndjson(&out);
+    assert_eq!(entries.len(), 2, "{}", stdout(&out));
+    assert_eq!(
+        (entries[0]["seq"].as_u64(), entries[0]["fence"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(entries[0]["payload"], "charged card");
+    assert_eq!(entries[1]["fence"], 2);
+    assert_eq!(entries[1]["payload_hex"], "fffe");
+    assert_eq!(stdout(&with(&["journal", "order", "--json"])), stdout(&out));
+
+    let out = with(&["journal", "order"]);
+    assert_exit(&out, 0);
+    let table = stdout(&out);
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(lines[0].starts_with("SEQ"), "{table}");
+    assert!(
+        lines[1].starts_with("1 ") && lines[1].ends_with("charged card"),
+        "{table}"
+    );
+    assert!(lines[2].ends_with("(not UTF-8) fffe"), "{table}");
+    assert_exit(&with(&["journal", "missing"]), NOT_FOUND);
+}
+
+/// `lease completions bash` prints a bash completion script for `lease` and its commands.
+#[test]
+fn completions_print_a_script_for_the_shell() {
+    let out = lease(&["completions", "bash"]);
+    assert_exit(&out, 0);
+    let script = stdout(&out);
+    assert!(script.contains("_lease()"), "{script}");
+    assert!(script.contains("complete -F _lease"), "{script}");
+    for command in ["journal", "run", "completions", "inspect"] {
+        assert!(script.contains(command), "{command} missing: {script}");
+    }
+    assert!(
+        !script.contains("worker"),
+        "the test worker's commands are not lease's"
+    );
+    let out = lease(&["completions", "tcsh"]);
+    assert_exit(&out, USAGE);
+}
+
+/// SIGINT and SIGTERM sent to `lease run` are forwarded to the command, which exits as it
+/// chooses (its code passes through); a command that ignores the signal is killed with SIGKILL
+/// one grace later (exit 137).
+#[test]
+fn lease_run_forwards_stop_signals_to_the_command_and_kills_it_after_the_grace() {
+    let dir = std::env::temp_dir().join(format!("lease-run-signals-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for (signal, script, code) in [
+        ("INT", "trap 'exit 9' INT", 9),
+        ("TERM", "trap 'exit 10' TERM", 10),
+        ("TERM", "trap '' TERM", 128 + 9),
+    ] {
+        let started = dir.join(format!("{signal}-{code}"));
+        let command = format!(
+            "{script}; touch '{}'; while :; do sleep 0.05; done",
+            started.display()
+        );
+        let child = Command::new(env!("CARGO_BIN_EXE_lease"))
+            .args(["--ttl-ms", "1500", "run", "job", "--create"])
+            .args(["--kill-after-ms", "200", "--", "sh", "-c", &command])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start lease run");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !started.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the command never started"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let sent = std::time::Instant::now();
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let out = child.wait_with_output().unwrap();
+        assert_exit(&out, code);
+        if code == 128 + 9 {
+            assert!(
+                sent.elapsed() >= Duration::from_millis(200),
+                "SIGKILL came before the grace: {:?}",
+                sent.elapsed()
+            );
+        }
+    }
 }

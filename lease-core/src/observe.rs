@@ -158,7 +158,7 @@ pub const SERIES: &[(&str, &str, &str, &str, &str)] = &[
         "gauge",
         "runs",
         "state",
-        "runs by state, from the store's count (lease worker --metrics refreshes it every 5 s)",
+        "runs by state, from the store's count (lease-test-worker worker --metrics refreshes it every 5 s)",
     ),
     (
         WORKER_HANDLER_ERRORS,

@@ -1,4 +1,5 @@
-//! `lease worker` processes driven over stdin, read through their JSON event stream.
+//! `lease-test-worker worker` processes driven over stdin, read through their JSON event
+//! stream, and the binaries the whole-system tests start (`lease`, `lease-test-worker`).
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -10,14 +11,15 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 
-/// The `lease` binary, built once per test process.
+/// The directory holding the `lease` and `lease-test-worker` binaries, built once per test
+/// process.
 ///
-/// It is built in its own target directory (`target/lease-it`): building it in the test's
-/// target directory would resolve features differently from the test build and make the two
-/// rebuild each other's dependencies on every run.
-pub(crate) fn lease_bin() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
+/// They are built in their own target directory (`target/lease-it`): building them in the
+/// test's target directory would resolve features differently from the test build and make the
+/// two rebuild each other's dependencies on every run.
+fn bin_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
         let exe = std::env::current_exe().expect("test executable path");
         // target/<profile>/deps/<test> → target/<profile>
         let profile_dir = exe
@@ -28,7 +30,15 @@ pub(crate) fn lease_bin() -> PathBuf {
         let release = profile_dir.file_name().is_some_and(|n| n == "release");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
         let mut build = std::process::Command::new(cargo);
-        build.args(["build", "--quiet", "-p", "lease-cli", "--bin", "lease"]);
+        build.args([
+            "build",
+            "--quiet",
+            "-p",
+            "lease-cli",
+            "-p",
+            "lease-test-worker",
+            "--bins",
+        ]);
         if release {
             build.arg("--release");
         }
@@ -40,15 +50,29 @@ pub(crate) fn lease_bin() -> PathBuf {
         let status = build
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .status()
-            .expect("run cargo build for the lease binary");
-        assert!(status.success(), "building the lease binary failed");
-        let profile = if release { "release" } else { "debug" };
-        target.join(profile).join("lease")
+            .expect("run cargo build for the lease binaries");
+        assert!(
+            status.success(),
+            "building lease and lease-test-worker failed"
+        );
+        target.join(if release { "release" } else { "debug" })
     })
     .clone()
 }
 
-/// A running `lease worker`.
+/// The operator's `lease` binary.
+#[allow(dead_code)] // each test file uses the half of this module it needs
+pub(crate) fn lease_bin() -> PathBuf {
+    bin_dir().join("lease")
+}
+
+/// The test-support binary: `lease-test-worker worker …` and `lease-test-worker ledger …`.
+#[allow(dead_code)]
+pub(crate) fn test_worker_bin() -> PathBuf {
+    bin_dir().join("lease-test-worker")
+}
+
+/// A running `lease-test-worker worker`.
 pub(crate) struct Worker {
     pub(crate) name: &'static str,
     child: Child,
@@ -59,7 +83,7 @@ pub(crate) struct Worker {
 }
 
 impl Worker {
-    /// Starts `lease worker` against `store` in `namespace` with `ttl_ms`, plus `args`.
+    /// Starts `lease-test-worker worker` against `store` in `namespace` with `ttl_ms`, plus `args`.
     pub(crate) fn spawn(
         name: &'static str,
         store: &str,
@@ -68,7 +92,7 @@ impl Worker {
         heartbeat_ms: Option<u64>,
         args: &[&str],
     ) -> Worker {
-        let mut command = Command::new(lease_bin());
+        let mut command = Command::new(test_worker_bin());
         command
             .args(["--store", store, "--namespace", namespace])
             .args(["--ttl-ms", &ttl_ms.to_string()]);
@@ -83,7 +107,7 @@ impl Worker {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true);
-        let mut child = command.spawn().expect("spawn lease worker");
+        let mut child = command.spawn().expect("spawn lease-test-worker worker");
         let stdout = child.stdout.take().expect("piped stdout");
         let stdin = child.stdin.take();
         let (tx, events) = mpsc::unbounded_channel();

@@ -341,8 +341,8 @@ pub(super) async fn contention(
     }))
 }
 
-/// The poll interval of `lease worker --next` while nothing is claimable (see
-/// `lease-cli/src/worker.rs`).
+/// The poll interval of `lease-test-worker worker --next` while nothing is claimable (see
+/// `lease-cli/test-worker/src/worker.rs`).
 const WORKER_POLL: Duration = Duration::from_millis(50);
 
 async fn event(
@@ -375,7 +375,7 @@ fn spawn_worker(
     ttl_ms: u64,
     args: &[&str],
 ) -> Result<(Child, Lines<BufReader<ChildStdout>>), BenchError> {
-    let exe = lease_binary()?;
+    let exe = test_worker_binary()?;
     let mut child = Command::new(exe)
         .args([
             "--store",
@@ -392,7 +392,7 @@ fn spawn_worker(
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| BenchError::setup(format!("cannot start `lease worker`: {e}")))?;
+        .map_err(|e| BenchError::setup(format!("cannot start `lease-test-worker worker`: {e}")))?;
     let stdout = child
         .stdout
         .take()
@@ -400,26 +400,28 @@ fn spawn_worker(
     Ok((child, BufReader::new(stdout).lines()))
 }
 
-/// The `lease` binary the takeover trials start: `LEASE_BIN`, or `lease` next to this binary
-/// (`cargo build --release -p lease-cli` puts it there; `just bench` builds it first).
-fn lease_binary() -> Result<std::path::PathBuf, BenchError> {
-    if let Some(path) = std::env::var_os("LEASE_BIN") {
+/// The `lease-test-worker` binary the takeover trials start: `LEASE_TEST_WORKER_BIN`, or
+/// `lease-test-worker` next to this binary (`cargo build --release -p lease-test-worker` puts it
+/// there; `just bench` builds it first).
+fn test_worker_binary() -> Result<std::path::PathBuf, BenchError> {
+    if let Some(path) = std::env::var_os("LEASE_TEST_WORKER_BIN") {
         return Ok(path.into());
     }
     let exe = std::env::current_exe().map_err(|e| BenchError::setup(e.to_string()))?;
-    let sibling = exe.with_file_name(format!("lease{}", std::env::consts::EXE_SUFFIX));
+    let sibling = exe.with_file_name(format!("lease-test-worker{}", std::env::consts::EXE_SUFFIX));
     if sibling.exists() {
         Ok(sibling)
     } else {
         Err(BenchError::setup(format!(
-            "the takeover part runs `lease worker` processes and found no {}: build it with \
-             `cargo build --release -p lease-cli` (same profile and target dir), or set LEASE_BIN",
+            "the takeover part runs `lease-test-worker worker` processes and found no {}: build \
+             it with `cargo build --release -p lease-test-worker` (same profile and target dir), \
+             or set LEASE_TEST_WORKER_BIN",
             sibling.display()
         )))
     }
 }
 
-/// `trials` times: a `lease worker` process claims a run and is SIGKILLed; another, polling
+/// `trials` times: a `lease-test-worker worker` process claims a run and is SIGKILLed; another, polling
 /// with `--next`, claims it. Measures kill → claimed, which must be ≤ TTL + one poll interval.
 pub(super) async fn takeover(
     target: &Target,

@@ -10,7 +10,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-use crate::{usage, Failure};
+use lease_cli::{usage, Failure};
 
 /// Installs the Prometheus recorder and serves it on `addr` (port 0 picks a free port).
 /// Returns the address it listens on.

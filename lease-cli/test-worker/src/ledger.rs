@@ -6,7 +6,7 @@
 
 use distribution::postgres::PostgresLeaseStore;
 use distribution::redis::{FencedScript, RedisLeaseStore};
-use distribution::{Error, Lease, Result, RunId, Store};
+use distribution::{Config, Error, Lease, Result, RunId, Store};
 use serde::{Deserialize, Serialize};
 
 /// One recorded side effect.
@@ -217,6 +217,29 @@ async fn record_postgres(pg: &PostgresLeaseStore, lease: &Lease, effect: &str) -
         .await
         .map_err(pg_error)?;
     tx.commit().await
+}
+
+/// `lease-test-worker ledger RUN [--json]`: prints the ledger's entries for `run`.
+pub(crate) async fn show(
+    config: &Config,
+    run: &RunId,
+    json: bool,
+) -> Result<(), lease_cli::Failure> {
+    let connected = distribution::connect_store(config).await?;
+    let ledger = Ledger::new(connected, &config.store).await?;
+    let entries = ledger.entries(run).await?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&entries).expect("entries serialize")
+        );
+    } else {
+        for e in &entries {
+            println!("fence {}  {}  {}", e.fence, e.worker, e.effect);
+        }
+        println!("({} entries)", entries.len());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! `lease worker`: the reference worker, and the program the whole-system tests drive.
+//! `lease-test-worker worker`: the reference worker, and the program the whole-system tests drive.
 //!
 //! With `--pool N` it is a fleet worker built on the library's `Worker` (see [`crate::pool`]).
 //! Otherwise it claims one run, drives it with a `RunScope`, and executes the steps it is sent
@@ -30,9 +30,9 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::task::JoinSet;
 
 use crate::ledger::Ledger;
-use crate::{run_id, usage, Failure};
+use lease_cli::{run_id, usage, Failure};
 
-/// Arguments of `lease worker`.
+/// Arguments of `lease-test-worker worker`.
 #[derive(clap::Args)]
 pub(crate) struct WorkerArgs {
     /// This worker's id, recorded as the lease owner.
@@ -241,7 +241,7 @@ async fn claim(
         };
         if tokio::time::Instant::now() + retry_in > give_up {
             return Err(Failure {
-                code: crate::exit::REFUSED,
+                code: lease_cli::exit::REFUSED,
                 message: "no run could be claimed in time".to_string(),
             });
         }
@@ -278,7 +278,9 @@ pub(crate) async fn run(config: &Config, args: WorkerArgs) -> Result<(), Failure
         return crate::pool::run(config, worker, n, &args.pool_args, args.margin_ms).await;
     }
     if args.run.is_none() && !args.next {
-        return Err(usage("lease worker needs --run RUN, --next or --pool N"));
+        return Err(usage(
+            "lease-test-worker worker needs --run RUN, --next or --pool N",
+        ));
     }
     let events = Events(Arc::new(Mutex::new(std::io::stdout())));
     let connected = connect_store(config).await?;

@@ -1,4 +1,4 @@
-//! `lease worker --pool N`: the library's `Worker` as a process. It claims runs up to N at a
+//! `lease-test-worker worker --pool N`: the library's `Worker` as a process. It claims runs up to N at a
 //! time, runs each job (an optional pause, then its effect), ends every job's lease with its
 //! effect in one write, group-committed, and prints one JSON line per lease end **after** the
 //! store committed it. SIGINT or SIGTERM stop it gracefully: no new claims, running jobs get the
@@ -13,7 +13,7 @@ use distribution::{
 use serde_json::json;
 
 use crate::worker::{rejection, Events};
-use crate::{usage, Failure};
+use lease_cli::{usage, Failure};
 
 /// The pool worker's settings.
 #[derive(clap::Args)]
