@@ -848,6 +848,8 @@ mod tests {
         }
     }
 
+    // Needs both backends built (the default features).
+    #[cfg(all(feature = "postgres", feature = "redis"))]
     #[test]
     fn replica_settings_come_from_file_and_environment() {
         let config =
@@ -899,6 +901,8 @@ mod tests {
         assert!(Config::default().with_max_connections(0).is_err());
     }
 
+    // Needs both backends built (the default features).
+    #[cfg(all(feature = "postgres", feature = "redis"))]
     #[test]
     fn one_namespace_rule_on_every_backend() {
         for store in [
@@ -993,6 +997,8 @@ mod tests {
         }
     }
 
+    // Needs both backends built (the default features).
+    #[cfg(all(feature = "postgres", feature = "redis"))]
     /// Every backend refuses a parameter it does not document, naming it, before any I/O
     /// (port 1 is never dialled: the URL is refused first).
     #[tokio::test]

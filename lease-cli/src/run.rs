@@ -74,7 +74,7 @@ fn timing(
     heartbeat: Option<Duration>,
 ) -> Result<Timing, Failure> {
     let grace = kill_after_ms.map_or(ttl / 10, Duration::from_millis);
-    if grace * 2 >= ttl {
+    if grace.checked_mul(2).is_none_or(|twice| twice >= ttl) {
         return Err(usage(format!(
             "--kill-after-ms {} does not fit in the TTL of {} ms: the grace between SIGTERM and \
              SIGKILL must be less than half the TTL, so the command is killed before the lease \
@@ -103,8 +103,17 @@ fn default_worker() -> String {
     format!("{host}:{}", std::process::id())
 }
 
+/// The longest `--wait-ms`: a year.
+const MAX_WAIT_MS: u64 = 365 * 86_400 * 1_000;
+
 pub(crate) async fn run(config: &Config, args: RunArgs) -> Result<u8, Failure> {
     let run = run_id(&args.run)?;
+    if args.wait_ms > MAX_WAIT_MS {
+        return Err(usage(format!(
+            "--wait-ms {} is longer than a year ({MAX_WAIT_MS} ms); give a shorter wait",
+            args.wait_ms
+        )));
+    }
     let worker = WorkerId::new(args.id.clone().unwrap_or_else(default_worker))?;
     let timing = timing(
         config.ttl.as_duration(),
@@ -355,7 +364,7 @@ mod tests {
     #[test]
     fn a_grace_of_half_the_ttl_or_more_is_refused_with_one_sentence() {
         let ttl = Duration::from_millis(1_500);
-        for ms in [750, 2_000, u64::from(u32::MAX)] {
+        for ms in [750, 2_000, u64::from(u32::MAX), u64::MAX] {
             let failure = timing(ttl, Some(ms), None).expect_err("refused");
             assert_eq!(failure.code, exit::USAGE);
             assert!(

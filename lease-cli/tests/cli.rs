@@ -830,3 +830,42 @@ fn lease_run_forwards_stop_signals_to_the_command_and_kills_it_after_the_grace()
         }
     }
 }
+
+/// Hostile numbers and a missing command are usage errors with one sentence, before anything
+/// is claimed or started (no panic on an overflowing grace or wait).
+#[test]
+fn lease_run_refuses_absurd_waits_graces_and_a_missing_command() {
+    let huge = u64::MAX.to_string();
+    let out = lease(&["run", "job", "--create", "--wait-ms", &huge, "--", "true"]);
+    assert_exit(&out, USAGE);
+    assert!(
+        stderr(&out).contains("is longer than a year"),
+        "{}",
+        stderr(&out)
+    );
+    let out = lease(&[
+        "run",
+        "job",
+        "--create",
+        "--kill-after-ms",
+        &huge,
+        "--",
+        "true",
+    ]);
+    assert_exit(&out, USAGE);
+    assert!(
+        stderr(&out).contains("does not fit in the TTL"),
+        "{}",
+        stderr(&out)
+    );
+    let out = lease(&["run", "job", "--create"]);
+    assert_exit(&out, USAGE);
+    assert!(stderr(&out).contains("CMD"), "{}", stderr(&out));
+    let out = lease(&["run", "bad\u{7}id", "--create", "--", "true"]);
+    assert_exit(&out, USAGE);
+    assert!(
+        stderr(&out).contains("control character"),
+        "{}",
+        stderr(&out)
+    );
+}
