@@ -577,34 +577,24 @@ pub async fn count_tells_how_many_runs_are_in_each_state(factory: &dyn StoreFact
     let l = store.claim(&id("failed"), &w, long()).await.unwrap();
     store.fail(&l, "gave up").await.unwrap();
     tokio::time::sleep(crate::scenarios::PAST_SHORT).await;
-    let counts = store.count().await.unwrap();
-    assert_eq!(
-        (
-            counts.claimable,
-            counts.held,
-            counts.delayed,
-            counts.suspended,
-            counts.completed,
-            counts.failed
-        ),
-        (3, 1, 1, 1, 2, 1)
-    );
+    assert_eq!(figures(store.count().await.unwrap()), (3, 1, 1, 1, 2, 1));
 
     store.resume(&id("parked")).await.unwrap();
     store.force_release(&id("delayed")).await.unwrap();
     store.resume(&id("failed")).await.unwrap();
-    let counts = store.count().await.unwrap();
-    assert_eq!(
-        (
-            counts.claimable,
-            counts.held,
-            counts.delayed,
-            counts.suspended,
-            counts.completed,
-            counts.failed
-        ),
-        (6, 1, 0, 0, 2, 0)
-    );
+    assert_eq!(figures(store.count().await.unwrap()), (6, 1, 0, 0, 2, 0));
     assert_eq!(store.purge(Duration::ZERO, 10).await.unwrap().len(), 2);
     assert_eq!(store.count().await.unwrap().completed, 0);
+}
+
+/// A count's figures in the order claimable, held, delayed, suspended, completed, failed.
+fn figures(counts: lease_core::RunCounts) -> (u64, u64, u64, u64, u64, u64) {
+    (
+        counts.claimable,
+        counts.held,
+        counts.delayed,
+        counts.suspended,
+        counts.completed,
+        counts.failed,
+    )
 }

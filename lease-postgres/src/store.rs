@@ -185,21 +185,13 @@ impl PostgresLeaseStore {
         // shows as "pool timed out" after the whole acquire timeout, hiding why. This also
         // picks the primary among several hosts.
         route.find_primary(config.acquire_timeout).await?;
-        let mut store = PostgresLeaseStore::assemble(route, &config.schema)?;
-        store.transaction_bound = (
-            config.transaction_floor.as_millis() as i64,
-            config.transaction_cap.as_millis() as i64,
-        );
+        let store = PostgresLeaseStore::assemble(route, &config)?;
         // One pooled connection now, so a server that fails the checks (a standby, missing
         // synchronous standbys) is refused at connect rather than on the first operation, and
         // before a migration could wait on a standby that is not there.
         let checked = store.pool().acquire().await;
         drop(checked.map_err(|e| store.route.fail(e))?);
-        if migrate {
-            store.migrate().await?;
-        } else {
-            store.check_schema().await?;
-        }
+        store.prepare_schema(migrate).await?;
         Ok(store)
     }
 
@@ -243,18 +235,20 @@ impl PostgresLeaseStore {
     pub async fn from_pool(pool: PgPool, config: PostgresConfig) -> Result<PostgresLeaseStore> {
         let parsed = config.parse()?;
         let migrate = parsed.migrate;
-        let mut store = PostgresLeaseStore::assemble(Route::over(pool, &parsed), &config.schema)?;
-        store.transaction_bound = (
-            config.transaction_floor.as_millis() as i64,
-            config.transaction_cap.as_millis() as i64,
-        );
+        let store = PostgresLeaseStore::assemble(Route::over(pool, &parsed), &config)?;
         store.route.check_pooled().await?;
-        if migrate {
-            store.migrate().await?;
-        } else {
-            store.check_schema().await?;
-        }
+        store.prepare_schema(migrate).await?;
         Ok(store)
+    }
+
+    /// Runs the migrations, or without them checks the schema's version: the last step of
+    /// [`connect`](Self::connect) and [`from_pool`](Self::from_pool).
+    async fn prepare_schema(&self, migrate: bool) -> Result<()> {
+        if migrate {
+            self.migrate().await
+        } else {
+            self.check_schema().await
+        }
     }
 
     /// Without migrations: refuses a schema that lacks the newest embedded migration, before
@@ -293,7 +287,8 @@ impl PostgresLeaseStore {
         }
     }
 
-    fn assemble(route: Arc<Route>, schema: &str) -> Result<PostgresLeaseStore> {
+    fn assemble(route: Arc<Route>, config: &PostgresConfig) -> Result<PostgresLeaseStore> {
+        let schema = config.schema.as_str();
         if schema.is_empty() || schema.len() > 63 || schema.contains('\0') {
             return Err(PgError::Config(format!(
                 "schema name {schema:?} must be 1 to 63 bytes without NUL"
@@ -309,7 +304,10 @@ impl PostgresLeaseStore {
         );
         Ok(PostgresLeaseStore {
             route,
-            transaction_bound: (250, 60_000),
+            transaction_bound: (
+                config.transaction_floor.as_millis() as i64,
+                config.transaction_cap.as_millis() as i64,
+            ),
             schema: schema.to_owned(),
             sql: Arc::new(Queries::new(schema)),
             shown,

@@ -178,8 +178,13 @@ impl RedisLeaseStore {
     /// [`Error::Backend`] for a rejected password.
     pub async fn connect(config: RedisConfig) -> Result<RedisLeaseStore> {
         config.check()?;
+        Self::open(config, None).await
+    }
+
+    /// The store over `config`, checked, on its own client or the caller's.
+    async fn open(config: RedisConfig, client: Option<redis::Client>) -> Result<RedisLeaseStore> {
         let keys = Keys::new(config.namespace());
-        let link = Link::connect(&config, Guard::new(&config), keys.barrier(), None).await?;
+        let link = Link::connect(&config, Guard::new(&config), keys.barrier(), client).await?;
         Ok(RedisLeaseStore {
             link: Arc::new(link),
             keys,
@@ -217,14 +222,7 @@ impl RedisLeaseStore {
     ) -> Result<RedisLeaseStore> {
         config.check()?;
         let config = config.with_client_address(&client)?;
-        let keys = Keys::new(config.namespace());
-        let link =
-            Link::connect(&config, Guard::new(&config), keys.barrier(), Some(client)).await?;
-        Ok(RedisLeaseStore {
-            link: Arc::new(link),
-            keys,
-            config,
-        })
+        Self::open(config, Some(client)).await
     }
 
     /// [`connect`](RedisLeaseStore::connect) with [`RedisConfig::from_url`].
