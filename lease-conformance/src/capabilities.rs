@@ -44,6 +44,12 @@ pub struct Capabilities {
     pub min_ttl: Duration,
     /// The store times TTLs in whole multiples of this; scenarios only ask for such TTLs.
     pub ttl_granularity: Duration,
+    /// How long after a lease's TTL has run out (counted from the instant the store received
+    /// the claim or renewal) the store may still judge it live. Never early, but a store
+    /// whose expiry is found by a periodic sweep (etcd's leader checks its leases every
+    /// 500 ms) may be this late. Scenarios wait this much longer before they expect expiry,
+    /// and the model check accepts either answer for this much longer.
+    pub max_expiry_lag: Duration,
 }
 
 impl Default for Capabilities {
@@ -51,6 +57,7 @@ impl Default for Capabilities {
         Capabilities {
             min_ttl: Duration::from_millis(1),
             ttl_granularity: Duration::from_millis(1),
+            max_expiry_lag: Duration::ZERO,
         }
     }
 }
@@ -82,6 +89,20 @@ impl Capabilities {
              got {granularity:?}"
         );
         self.ttl_granularity = granularity;
+        self
+    }
+
+    /// How late the store may judge a lease expired.
+    ///
+    /// # Panics
+    /// When `lag` is over [`MAX_MIN_TTL`] or not a whole number of milliseconds.
+    #[must_use]
+    pub fn with_max_expiry_lag(mut self, lag: Duration) -> Self {
+        assert!(
+            lag <= MAX_MIN_TTL && whole_millis(lag),
+            "max_expiry_lag must be whole milliseconds up to {MAX_MIN_TTL:?}, got {lag:?}"
+        );
+        self.max_expiry_lag = lag;
         self
     }
 
@@ -155,9 +176,10 @@ impl Timing {
     }
 
     /// How long to wait after a claim under [`Timing::short_ttl`] until it has surely expired
-    /// on the store (400 ms at scale 1): the TTL, plus slack stretched like the TTL.
+    /// on the store (400 ms at scale 1): the TTL, plus slack stretched like the TTL, plus the
+    /// store's [`max_expiry_lag`](Capabilities::max_expiry_lag).
     pub fn past_short(&self) -> Duration {
-        self.short + self.scale(BASE_EXPIRY_SLACK)
+        self.short + self.scale(BASE_EXPIRY_SLACK) + self.caps.max_expiry_lag
     }
 
     fn timeable(&self, wanted: Duration) -> Ttl {
@@ -239,6 +261,16 @@ mod tests {
             .timing();
         assert_eq!(t.short_ttl().as_millis(), 2_000);
         assert_eq!(t.at_least(1).as_millis(), 2_000);
+    }
+
+    #[test]
+    fn an_expiry_lag_lengthens_the_wait_past_expiry_only() {
+        let lagging = Capabilities::default()
+            .with_max_expiry_lag(ms(500))
+            .timing();
+        assert_eq!(lagging.past_short(), ms(900));
+        assert!(!lagging.is_stretched());
+        assert_eq!(lagging.short_ttl().as_millis(), 150);
     }
 
     #[test]

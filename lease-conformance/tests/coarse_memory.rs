@@ -7,7 +7,7 @@
 //! store that happens to time milliseconds. A handful of scenarios only: stretched, each takes
 //! seconds. The chosen ones cover each kind of timing the suite derives: the short TTL and the
 //! wait past it, a retry delay, a TTL-proportional scope (heartbeat, margin, hang), a late
-//! reply, and a timing check made of fractions of the TTL.
+//! reply, and a timing check made of fractions of the TTL; and a few model-check sequences.
 
 use std::fmt;
 use std::sync::Arc;
@@ -19,10 +19,13 @@ use lease_core::{
     MemoryLeaseStore, Result, RunCounts, RunId, RunRecord, Ttl, WorkerId,
 };
 
+/// etcd's shape: whole-second leases of at least a second, found expired by a sweep every
+/// 500 ms (the memory store is never late, so the lag only lengthens the waits here).
 fn etcd_like() -> Capabilities {
     Capabilities::default()
         .with_min_ttl(Duration::from_secs(1))
         .with_ttl_granularity(Duration::from_secs(1))
+        .with_max_expiry_lag(Duration::from_millis(500))
 }
 
 /// The memory store, refusing TTLs that `caps` says the store cannot time.
@@ -207,3 +210,11 @@ stretched!(
     scope_timing_without_room_for_a_retry_is_refused,
     scope_deadline_counts_from_the_send_instant_of_a_late_renewal,
 );
+
+/// The model check reads the capabilities too: its short TTL, retry delays and `Advance` steps
+/// stretch to whole seconds (the coarse store refuses anything else), and leases still expire
+/// inside sequences. Few cases: each sequence now sleeps seconds.
+#[test]
+fn the_model_check_stretches_to_whole_second_ttls() {
+    lease_conformance::model_check::run_model_check(Arc::new(CoarseFactory), 12);
+}
