@@ -91,7 +91,8 @@ pub async fn a_retry_delay_holds_the_run_back_on_the_store_clock(factory: &dyn S
     ));
 
     // Handed out once the delay is over, and not before it could have passed.
-    let deadline = sent + delay + Duration::from_secs(5);
+    let lag = crate::timing(factory).capabilities().max_expiry_lag;
+    let deadline = sent + delay + lag + Duration::from_secs(5);
     let second = loop {
         let polled = Instant::now();
         let got = store.claim_next(&worker("b"), long(), 10).await.unwrap();

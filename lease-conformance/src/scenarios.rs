@@ -315,8 +315,11 @@ pub async fn fences_strictly_increase_over_a_hundred_claim_expire_cycles(
         let lease = loop {
             match store.claim(&r, &workers[cycle % 2], t.at_least(10)).await {
                 Ok(lease) => break lease,
-                // The previous lease has not expired on the store clock yet.
-                Err(Error::Held { remaining, .. }) => tokio::time::sleep(remaining).await,
+                // The previous lease has not expired on the store clock yet. A store that finds
+                // expiry by a sweep may still say held with nothing left: wait a little then.
+                Err(Error::Held { remaining, .. }) => {
+                    tokio::time::sleep(remaining.max(Duration::from_millis(1))).await
+                }
                 Err(e) => panic!("cycle {cycle}: {e}"),
             }
         };

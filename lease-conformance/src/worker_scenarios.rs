@@ -134,7 +134,7 @@ pub async fn worker_handler_ignoring_its_token_is_still_fenced(factory: &dyn Sto
     });
     started.notified().await;
     faulty.set(Fault::Hang); // the worker's heartbeats stop reaching the store
-    tokio::time::sleep(t.scale(Duration::from_millis(900))).await;
+    tokio::time::sleep(t.scale(Duration::from_millis(900)) + t.capabilities().max_expiry_lag).await;
     let b = inner
         .claim(&id, &worker("b"), Ttl::from_secs(30).unwrap())
         .await
