@@ -6,7 +6,7 @@ use lease_core::{
     RunId, RunState, StoreTime, MAX_BATCH, MAX_PAYLOAD_BYTES,
 };
 
-use crate::scenarios::{created, long, run, ttl_ms, worker, PAST_SHORT, SHORT_MS};
+use crate::scenarios::{created, long, run, worker};
 use crate::StoreFactory;
 
 /// A lease the store never issued, for a run that may not exist.
@@ -37,6 +37,7 @@ fn expect_ended(result: &lease_core::Result<()>, fence: u64, how: Ended, item: &
 /// suspend) in one call, and gives every item its own verdict: a stale, ended, unknown or
 /// never-issued lease is refused alone, with its reason, and the others commit.
 pub async fn end_many_ends_each_lease_as_asked_with_a_verdict_per_item(factory: &dyn StoreFactory) {
+    let t = crate::timing(factory);
     let store = factory.fresh().await;
     let a = worker("a");
     let mut leases = Vec::new();
@@ -45,8 +46,8 @@ pub async fn end_many_ends_each_lease_as_asked_with_a_verdict_per_item(factory: 
         leases.push(store.claim(&r, &a, long()).await.unwrap());
     }
     let stale_run = created(&*store, "stale").await;
-    let stale = store.claim(&stale_run, &a, ttl_ms(SHORT_MS)).await.unwrap();
-    tokio::time::sleep(PAST_SHORT).await;
+    let stale = store.claim(&stale_run, &a, t.short_ttl()).await.unwrap();
+    tokio::time::sleep(t.past_short()).await;
     store.claim(&stale_run, &worker("b"), long()).await.unwrap();
     store.complete(&leases[4]).await.unwrap();
 
@@ -142,14 +143,12 @@ pub async fn end_many_ends_each_lease_as_asked_with_a_verdict_per_item(factory: 
 /// journal entry and no completion, and one under the current fence leaves exactly one entry
 /// under that fence and a completed run, after which the lease writes nothing more.
 pub async fn complete_with_writes_its_effect_only_with_the_completion(factory: &dyn StoreFactory) {
+    let t = crate::timing(factory);
     let store = factory.fresh().await;
     let r = created(&*store, "order-7").await;
-    let old = store
-        .claim(&r, &worker("a"), ttl_ms(SHORT_MS))
-        .await
-        .unwrap();
+    let old = store.claim(&r, &worker("a"), t.short_ttl()).await.unwrap();
     store.append(&old, b"step 1").await.unwrap();
-    tokio::time::sleep(PAST_SHORT).await;
+    tokio::time::sleep(t.past_short()).await;
     let new = store.claim(&r, &worker("b"), long()).await.unwrap();
 
     match store.complete_with(&old, b"charge card").await {

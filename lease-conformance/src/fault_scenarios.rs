@@ -9,7 +9,7 @@ use lease_core::{
 };
 use tokio::time::{timeout, Instant};
 
-use crate::scenarios::{created, long, ttl_ms, worker};
+use crate::scenarios::{created, long, worker};
 use crate::scope_scenarios::{assert_stopped_at_deadline_before_expiry, cancelled_within};
 use crate::StoreFactory;
 
@@ -32,6 +32,7 @@ async fn renewed(faulty: &FaultyStore, scope: &RunScope, n: u64) {
 /// renewal of it is sent any more, by a scope's own heartbeat or by a hub. Renewals are counted
 /// at the store's door, so a renewal the store would refuse counts too.
 pub async fn heartbeats_stop_once_a_lease_ends(factory: &dyn StoreFactory) {
+    let t = crate::timing(factory);
     let inner = factory.fresh().await;
     let counting = FaultyStore::new(inner.clone());
     let store: Arc<dyn LeaseStore> = Arc::new(counting.clone());
@@ -49,7 +50,7 @@ pub async fn heartbeats_stop_once_a_lease_ends(factory: &dyn StoreFactory) {
                 store.clone(),
                 &r,
                 &worker("a"),
-                ttl_ms(3_000),
+                t.at_least(3_000),
                 config.clone(),
             )
             .await
@@ -100,6 +101,7 @@ pub async fn heartbeats_stop_once_a_lease_ends(factory: &dyn StoreFactory) {
 pub async fn scope_deadline_counts_from_the_send_instant_of_a_late_renewal(
     factory: &dyn StoreFactory,
 ) {
+    let t = crate::timing(factory);
     let inner = factory.fresh().await;
     let r = created(&*inner, "late-reply").await;
     let faulty = FaultyStore::new(inner.clone());
@@ -107,21 +109,21 @@ pub async fn scope_deadline_counts_from_the_send_instant_of_a_late_renewal(
     // reply arrives at 1.1 s: the deadline becomes 0.6 + 1.7 = 2.3 s, 0.3 s before the store's
     // expiry. Taken at the reply it would be 1.1 + 1.7 = 2.8 s, after it.
     let config = ScopeConfig::default()
-        .with_heartbeat(Duration::from_millis(600))
-        .with_margin(Duration::from_millis(300));
+        .with_heartbeat(t.scale(Duration::from_millis(600)))
+        .with_margin(t.scale(Duration::from_millis(300)));
     let scope = RunScope::claim(
         Arc::new(faulty.clone()) as Arc<dyn LeaseStore>,
         &r,
         &worker("a"),
-        ttl_ms(2_000),
+        t.ttl(2_000),
         config,
     )
     .await
     .expect("claim");
-    faulty.set_reply(ReplyFault::Delay(Duration::from_millis(500)));
+    faulty.set_reply(ReplyFault::Delay(t.scale(Duration::from_millis(500))));
     // Wait until the store has applied the first renewal, then cut the network: the late reply
     // still arrives, later renewals hang.
-    let applied = timeout(Duration::from_secs(2), async {
+    let applied = timeout(t.scale(Duration::from_secs(2)), async {
         loop {
             if inner.inspect(&r).await.expect("inspect").heartbeats >= 1 {
                 return Instant::now();
@@ -132,7 +134,7 @@ pub async fn scope_deadline_counts_from_the_send_instant_of_a_late_renewal(
     .await
     .expect("the first renewal was applied");
     faulty.set(Fault::Hang);
-    let (at, reason) = cancelled_within(&scope, Duration::from_secs(5)).await;
+    let (at, reason) = cancelled_within(&scope, t.scale(Duration::from_secs(5))).await;
     let record = inner.inspect(&r).await.expect("inspect");
     assert_eq!(record.heartbeats, 1, "exactly the late renewal was applied");
     assert!(

@@ -6,7 +6,7 @@ use std::time::Duration;
 use lease_core::{Fault, FaultyStore, Heartbeats, LeaseStore, RunScope, ScopeConfig};
 use tokio::time::{timeout, Instant};
 
-use crate::scenarios::{created, long, ttl_ms, worker};
+use crate::scenarios::{created, long, worker};
 use crate::scope_scenarios::{
     assert_rejected_as_stale, assert_stopped_at_deadline_before_expiry, cancelled_within,
 };
@@ -53,6 +53,7 @@ async fn scopes(
 /// In a batch renewal where one lease is stale (someone took its run over), only that run's
 /// scope is cancelled, with the stale fence as the reason; the others keep renewing.
 pub async fn hub_cancels_only_the_scope_whose_lease_is_stale(factory: &dyn StoreFactory) {
+    let t = crate::timing(factory);
     let store = factory.fresh().await;
     let hub = Heartbeats::new(store.clone(), Duration::from_millis(100)).unwrap();
     let all = scopes(
@@ -60,7 +61,7 @@ pub async fn hub_cancels_only_the_scope_whose_lease_is_stale(factory: &dyn Store
         &hub,
         "batch",
         5,
-        ttl_ms(3_000),
+        t.at_least(3_000),
         Duration::from_millis(300),
     )
     .await;
@@ -130,20 +131,21 @@ pub async fn hub_cancels_only_the_scope_whose_lease_is_stale(factory: &dyn Store
 pub async fn hub_over_a_hanging_store_cancels_every_scope_at_its_local_deadline(
     factory: &dyn StoreFactory,
 ) {
+    let t = crate::timing(factory);
     let inner = factory.fresh().await;
     let faulty = FaultyStore::new(inner.clone());
     let store: Arc<dyn LeaseStore> = Arc::new(faulty.clone());
-    let hub = Heartbeats::new(store.clone(), Duration::from_millis(200)).unwrap();
+    let hub = Heartbeats::new(store.clone(), t.scale(Duration::from_millis(200))).unwrap();
     let all = scopes(
         &store,
         &hub,
         "dark",
         4,
-        ttl_ms(1_500),
-        Duration::from_millis(400),
+        t.ttl(1_500),
+        t.scale(Duration::from_millis(400)),
     )
     .await;
-    ticked(&hub, 2, Duration::from_secs(5)).await;
+    ticked(&hub, 2, t.scale(Duration::from_secs(5))).await;
     assert!(
         all.iter().all(|s| s.renewals() >= 1),
         "renewed before the partition"
@@ -152,7 +154,7 @@ pub async fn hub_over_a_hanging_store_cancels_every_scope_at_its_local_deadline(
     faulty.set(Fault::Hang);
 
     for scope in &all {
-        timeout(Duration::from_secs(5), scope.cancelled())
+        timeout(t.scale(Duration::from_secs(5)), scope.cancelled())
             .await
             .unwrap_or_else(|_| panic!("scope not cancelled at its deadline: {scope:?}"));
         let (at, reason) = scope.cancel_reason().expect("a reason");
@@ -166,6 +168,7 @@ pub async fn hub_over_a_hanging_store_cancels_every_scope_at_its_local_deadline(
 /// A hub holding more than [`MAX_BATCH`](lease_core::MAX_BATCH) leases renews them in chunks of
 /// at most that many per round trip, and renews every one.
 pub async fn hub_renews_in_chunks_of_at_most_max_batch(factory: &dyn StoreFactory) {
+    let t = crate::timing(factory);
     let store = factory.fresh().await;
     let n = lease_core::MAX_BATCH * 2 + 1;
     for i in 0..n {
@@ -179,7 +182,7 @@ pub async fn hub_renews_in_chunks_of_at_most_max_batch(factory: &dyn StoreFactor
         let claimed = RunScope::claim_next(
             store.clone(),
             &worker("a"),
-            ttl_ms(20_000),
+            t.at_least(20_000),
             max,
             config.clone(),
         )

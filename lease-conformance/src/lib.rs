@@ -16,6 +16,7 @@ use lease_core::{Error, LeaseStore};
 
 pub mod acked_scenarios;
 mod batch_scenarios;
+mod capabilities;
 mod fault_scenarios;
 pub mod fixtures;
 pub mod fuzz;
@@ -27,6 +28,7 @@ mod scope_scenarios;
 mod worker_scenarios;
 
 pub use batch_scenarios::*;
+pub use capabilities::{Capabilities, Timing, MAX_MIN_TTL};
 pub use fault_scenarios::*;
 pub use hub_scenarios::*;
 pub use life_scenarios::*;
@@ -54,6 +56,19 @@ pub trait StoreFactory: Send + Sync {
     /// A store over its own empty namespace: no runs, and nothing another store from this
     /// factory does is visible to it.
     async fn fresh(&self) -> Arc<dyn LeaseStore>;
+
+    /// What the stores from this factory can time. Scenarios read it through
+    /// [`Capabilities::timing`] and stretch their TTLs and waits to what the store can time.
+    /// The default is a store that times any TTL to the millisecond (memory, Postgres,
+    /// Redis), with which every scenario keeps the timings it was written with.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+    }
+}
+
+/// The scenario timings for `factory`'s stores.
+pub(crate) fn timing(factory: &dyn StoreFactory) -> Timing {
+    factory.capabilities().timing()
 }
 
 /// Expands to the ignored benchmark tests of a run's life against a store from `$factory` (as

@@ -14,9 +14,9 @@ use tokio::time::Instant;
 use crate::scenarios::{created, long, worker};
 use crate::StoreFactory;
 
-/// The delay the scenarios wait out: long enough that a claim attempted right after the end
-/// surely lands inside it, short enough to wait.
-const DELAY: Duration = Duration::from_millis(400);
+/// The delay the scenarios wait out, at scale 1 (stretched by [`crate::Timing::ttl`]): long enough
+/// that a claim attempted right after the end surely lands inside it, short enough to wait.
+const BASE_DELAY_MS: u64 = 400;
 
 /// `RetryAfter` releases the run but no claim takes it before the delay has passed on the
 /// store's clock: `claim` is refused as `Delayed` with the time left, `claim_next` passes it
@@ -25,6 +25,8 @@ const DELAY: Duration = Duration::from_millis(400);
 /// plain release; a delay over the maximum is refused before the store and changes nothing;
 /// `force_release` ends a delay at once.
 pub async fn a_retry_delay_holds_the_run_back_on_the_store_clock(factory: &dyn StoreFactory) {
+    // A delay is timed by the store like a TTL, so it stretches with the store's TTLs.
+    let delay = crate::timing(factory).ttl(BASE_DELAY_MS).as_duration();
     let store = factory.fresh().await;
     let r = created(&*store, "retry").await;
     let first = store.claim(&r, &worker("a"), long()).await.unwrap();
@@ -41,7 +43,7 @@ pub async fn a_retry_delay_holds_the_run_back_on_the_store_clock(factory: &dyn S
         .expect("a refused end changes nothing");
 
     let sent = Instant::now();
-    store.retry_after(&first, DELAY).await.unwrap();
+    store.retry_after(&first, delay).await.unwrap();
     let record = store.inspect(&r).await.unwrap();
     assert_eq!(
         (record.state, record.owner.as_ref(), record.expires_at),
@@ -52,13 +54,13 @@ pub async fn a_retry_delay_holds_the_run_back_on_the_store_clock(factory: &dyn S
         .expect("a delayed run says when it is claimable");
     let left = not_before.saturating_since(record.observed_at);
     assert!(
-        !left.is_zero() && left <= DELAY,
-        "claimable in {left:?} after a delay of {DELAY:?}"
+        !left.is_zero() && left <= delay,
+        "claimable in {left:?} after a delay of {delay:?}"
     );
     match store.claim(&r, &worker("b"), long()).await {
         Err(Error::Delayed { run, remaining }) => {
             assert_eq!(run, r);
-            assert!(!remaining.is_zero() && remaining <= DELAY, "{remaining:?}");
+            assert!(!remaining.is_zero() && remaining <= delay, "{remaining:?}");
         }
         other => panic!("a claim inside the delay answered {other:?}"),
     }
@@ -80,7 +82,7 @@ pub async fn a_retry_delay_holds_the_run_back_on_the_store_clock(factory: &dyn S
     ));
     // A retry of the end learns its first result.
     assert!(matches!(
-        store.retry_after(&first, DELAY).await,
+        store.retry_after(&first, delay).await,
         Err(Error::LeaseEnded {
             ended: Ended::Released,
             fence: 1,
@@ -89,14 +91,15 @@ pub async fn a_retry_delay_holds_the_run_back_on_the_store_clock(factory: &dyn S
     ));
 
     // Handed out once the delay is over, and not before it could have passed.
-    let deadline = sent + DELAY + Duration::from_secs(5);
+    let lag = crate::timing(factory).capabilities().max_expiry_lag;
+    let deadline = sent + delay + lag + Duration::from_secs(5);
     let second = loop {
         let polled = Instant::now();
         let got = store.claim_next(&worker("b"), long(), 10).await.unwrap();
         if let Some(lease) = got.into_iter().next() {
             assert!(
-                polled + Duration::from_millis(5) >= sent + DELAY,
-                "claimed {:?} after the end was sent, inside a delay of {DELAY:?}",
+                polled + Duration::from_millis(5) >= sent + delay,
+                "claimed {:?} after the end was sent, inside a delay of {delay:?}",
                 polled - sent
             );
             break lease;
@@ -229,6 +232,8 @@ pub async fn a_failed_run_stays_failed_until_an_operator_resumes_it(factory: &dy
 /// runs exactly five times, each under the next fence, with growing delays between attempts,
 /// then the run is failed with the last error as its reason; the store saw five claims.
 pub async fn worker_gives_up_on_a_poison_run_after_its_attempts(factory: &dyn StoreFactory) {
+    // Backoff delays are timed by the store like TTLs, so they stretch with them.
+    let t = crate::timing(factory);
     let store = factory.fresh().await;
     let r = created(&*store, "poison").await;
     let attempts: Arc<Mutex<Vec<(u64, Instant)>>> = Arc::default();
@@ -236,7 +241,10 @@ pub async fn worker_gives_up_on_a_poison_run_after_its_attempts(factory: &dyn St
         .with_poll_interval(Duration::from_millis(10))
         .with_retry(
             RetryPolicy::default()
-                .with_backoff(Duration::from_millis(50), Duration::from_secs(1))
+                .with_backoff(
+                    t.scale(Duration::from_millis(50)),
+                    t.scale(Duration::from_secs(1)),
+                )
                 .with_max_attempts(5),
         );
     let w = Worker::new(store.clone(), worker("poisoned"), config).unwrap();
@@ -257,13 +265,13 @@ pub async fn worker_gives_up_on_a_poison_run_after_its_attempts(factory: &dyn St
         )
         .await
     });
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + t.scale(Duration::from_secs(20));
     while state_failed(&*store, &r).await.is_none() {
         assert!(Instant::now() < deadline, "the poison run never failed");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Nothing more may happen to it: give a sixth attempt the time it would need.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(t.scale(Duration::from_millis(300))).await;
     shutdown.cancel();
     let report = handle.await.unwrap().unwrap();
     let attempts = attempts.lock().unwrap().clone();
@@ -276,7 +284,7 @@ pub async fn worker_gives_up_on_a_poison_run_after_its_attempts(factory: &dyn St
     // end's commit, which comes after the handler returned.
     for (n, pair) in attempts.windows(2).enumerate() {
         let gap = pair[1].1 - pair[0].1;
-        let least = Duration::from_millis(25 << n);
+        let least = t.scale(Duration::from_millis(25 << n));
         assert!(
             gap + Duration::from_millis(5) >= least,
             "attempt {} came {gap:?} after attempt {}: under the backoff's {least:?}",
@@ -352,8 +360,10 @@ pub async fn purge_removes_old_ended_runs_and_never_reuses_a_fence(factory: &dyn
         store.purge(hour, 10).await.unwrap().is_empty(),
         "runs that ended a moment ago are younger than an hour"
     );
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let age = Duration::from_millis(20);
+    // Ends are stamped by the store's clock, which ticks at the store's own resolution.
+    let t = crate::timing(factory);
+    tokio::time::sleep(t.scale(Duration::from_millis(50))).await;
+    let age = t.scale(Duration::from_millis(20));
     assert_eq!(store.count_purgeable(age).await.unwrap(), 2);
     // Oldest end first, at most max per call.
     assert_eq!(
@@ -552,8 +562,9 @@ pub async fn poison_claim_rate(
 /// expired), held, delayed, suspended, completed and failed, and follows them as they move:
 /// a resume, a force-release that ends a delay, a purge.
 pub async fn count_tells_how_many_runs_are_in_each_state(factory: &dyn StoreFactory) {
+    let t = crate::timing(factory);
     let store = factory.fresh().await;
-    let short = crate::scenarios::ttl_ms(crate::scenarios::SHORT_MS);
+    let short = t.short_ttl();
     for name in [
         "fresh-1", "fresh-2", "expired", "held", "delayed", "parked", "done-1", "done-2", "failed",
     ] {
@@ -576,7 +587,7 @@ pub async fn count_tells_how_many_runs_are_in_each_state(factory: &dyn StoreFact
     }
     let l = store.claim(&id("failed"), &w, long()).await.unwrap();
     store.fail(&l, "gave up").await.unwrap();
-    tokio::time::sleep(crate::scenarios::PAST_SHORT).await;
+    tokio::time::sleep(t.past_short()).await;
     assert_eq!(figures(store.count().await.unwrap()), (3, 1, 1, 1, 2, 1));
 
     store.resume(&id("parked")).await.unwrap();

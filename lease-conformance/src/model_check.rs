@@ -22,18 +22,20 @@ use lease_core::{
 use proptest::prelude::*;
 use tokio::time::Instant;
 
-use crate::StoreFactory;
+use crate::{StoreFactory, Timing};
 
 /// Run names a case may use (after its prefix), hostile ones included.
 const NAMES: [&str; 5] = ["a", "b:{x}", "ä €", "c}{", "d d"];
 /// Workers.
 const WORKERS: [&str; 3] = ["w0", "w1", "w2:{x}"];
-/// The short TTL: expires within a sequence.
+/// The short TTL at scale 1: expires within a sequence. A store that cannot time it declares
+/// so in its [`Capabilities`](crate::Capabilities): the short TTL is then stretched
+/// ([`Timing::ttl`]) and `Advance` steps with it, in the same proportion.
 const SHORT_MS: u64 = 25;
 /// The long TTL: never expires within a sequence.
 const LONG_MS: u64 = 60_000;
 /// Store clocks have µs precision and statement start times: this much either side of a window
-/// counts as inside it.
+/// counts as inside it (and, after the window, the store's declared expiry lag).
 const SLACK: Duration = Duration::from_millis(3);
 
 /// Which fence a fenced operation presents.
@@ -170,6 +172,7 @@ enum Liveness {
 }
 
 struct Model {
+    timing: Timing,
     runs: BTreeMap<RunId, Run>,
     leases: Vec<Lease>,
     /// Purged runs' last fences: a run created again starts there.
@@ -184,17 +187,37 @@ impl Model {
         run
     }
 
+    /// How late after its window the store may still judge a lease live (or a delay running).
+    fn lag(&self) -> Duration {
+        self.timing.capabilities().max_expiry_lag
+    }
+
+    /// The TTL a step's `short` flag asks for.
+    fn ttl(&self, short: bool) -> Ttl {
+        if short {
+            self.timing.ttl(SHORT_MS)
+        } else {
+            long_ttl()
+        }
+    }
+
+    /// How long an `Advance(ms)` step sleeps: `ms` in proportion to the short TTL, so at
+    /// scale 1 exactly `ms`.
+    fn advance(&self, ms: u64) -> Duration {
+        Duration::from_millis(self.timing.ttl(SHORT_MS).as_millis() * ms / SHORT_MS)
+    }
+
     fn live(&self, run: &Run, sent: Instant, received: Instant) -> Liveness {
         match (run.owner.as_ref(), run.window) {
             (None, _) => match run.delay {
                 None => Liveness::Free,
-                Some((_, hi)) if sent >= hi + SLACK => Liveness::Free,
+                Some((_, hi)) if sent >= hi + SLACK + self.lag() => Liveness::Free,
                 Some((lo, _)) if received + SLACK <= lo => Liveness::Delayed,
                 Some(_) => Liveness::DelayUnsure,
             },
             (Some(_), None) => Liveness::Unsure,
             (Some(_), Some((lo, hi))) => {
-                if sent >= hi + SLACK {
+                if sent >= hi + SLACK + self.lag() {
                     Liveness::Expired
                 } else if received + SLACK <= lo {
                     Liveness::Held
@@ -265,13 +288,26 @@ fn expect_same<T: std::fmt::Debug>(what: &str, got: &Result<T, Error>, want: &Re
     assert!(ok, "{what}: the store said {got:?}, the model {want:?}");
 }
 
-fn ttl(short: bool) -> Ttl {
-    Ttl::from_millis(if short { SHORT_MS } else { LONG_MS }).expect("valid TTL")
+/// The TTL that never expires within a sequence.
+fn long_ttl() -> Ttl {
+    Ttl::from_millis(LONG_MS).expect("valid TTL")
 }
 
 /// Runs `steps` against `store` and the model; panics at the first disagreement. `case` makes
-/// the run ids unique to this sequence.
+/// the run ids unique to this sequence. For a store with the default capabilities; see
+/// [`check_sequence_with`] for others.
 pub async fn check_sequence(store: &dyn LeaseStore, case: u64, steps: &[Step]) {
+    check_sequence_with(store, Timing::default(), case, steps).await;
+}
+
+/// [`check_sequence`] with the timings of a store's capabilities
+/// ([`StoreFactory::capabilities`]).
+pub async fn check_sequence_with(
+    store: &dyn LeaseStore,
+    timing: Timing,
+    case: u64,
+    steps: &[Step],
+) {
     let prefix = format!("m{case:08}-");
     let ids: Vec<RunId> = NAMES
         .iter()
@@ -283,6 +319,7 @@ pub async fn check_sequence(store: &dyn LeaseStore, case: u64, steps: &[Step]) {
         .collect();
     sweep(store).await;
     let mut model = Model {
+        timing,
         runs: BTreeMap::new(),
         leases: Vec::new(),
         tombstones: BTreeMap::new(),
@@ -346,7 +383,7 @@ async fn apply(
         }
         Step::Claim(r, w, short) => {
             let id = &ids[*r];
-            let got = store.claim(id, &workers[*w], ttl(*short)).await;
+            let got = store.claim(id, &workers[*w], model.ttl(*short)).await;
             let received = Instant::now();
             let Some(run) = model.runs.get(id) else {
                 expect_same(what, &got, &Err(Error::NotFound { run: id.clone() }));
@@ -395,7 +432,7 @@ async fn apply(
         }
         Step::ClaimNext(w, short, max) => {
             let got = store
-                .claim_next(&workers[*w], ttl(*short), *max)
+                .claim_next(&workers[*w], model.ttl(*short), *max)
                 .await
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
             let received = Instant::now();
@@ -521,7 +558,7 @@ async fn apply(
                             1 => End::CompleteWith(vec![*kind, b'=', 0, b'\n']),
                             2 => End::Release,
                             3 => End::Suspend,
-                            4 => End::RetryAfter(Duration::from_millis(SHORT_MS)),
+                            4 => End::RetryAfter(model.timing.ttl(SHORT_MS).as_duration()),
                             _ => End::Fail(format!("gave up: {{\u{e4}}} #{kind}")),
                         };
                         batch.push(Ending::new(lease, end));
@@ -736,7 +773,7 @@ async fn apply(
                 }
             }
         }
-        Step::Advance(ms) => tokio::time::sleep(Duration::from_millis(*ms)).await,
+        Step::Advance(ms) => tokio::time::sleep(model.advance(*ms)).await,
     }
 }
 
@@ -789,7 +826,7 @@ async fn retire(store: &dyn LeaseStore, model: &Model, ids: &[RunId]) {
             .await
             .expect("force release to retire");
         let lease = store
-            .claim(id, &retirer, ttl(false))
+            .claim(id, &retirer, long_ttl())
             .await
             .expect("claim to retire");
         store.complete(&lease).await.expect("complete to retire");
@@ -802,7 +839,7 @@ async fn sweep(store: &dyn LeaseStore) {
     let janitor = WorkerId::new("janitor").expect("valid worker");
     loop {
         let leftovers = store
-            .claim_next(&janitor, ttl(false), 100)
+            .claim_next(&janitor, long_ttl(), 100)
             .await
             .expect("claim leftovers");
         if leftovers.is_empty() {
@@ -816,7 +853,7 @@ async fn sweep(store: &dyn LeaseStore) {
 
 /// Runs `cases` random sequences (`LEASE_MODEL_CASES` overrides) against one store from
 /// `factory`, each checked against the model. A failure is shrunk to a short sequence and
-/// printed as the steps to replay with [`check_sequence`].
+/// printed as the steps to replay with [`check_sequence_with`].
 ///
 /// # Panics
 /// On the first disagreement between the store and the model.
@@ -831,6 +868,7 @@ pub fn run_model_check(factory: Arc<dyn StoreFactory>, cases: u32) {
         .build()
         .expect("a tokio runtime");
     let store = runtime.block_on(factory.fresh());
+    let timing = factory.capabilities().timing();
     let next = std::sync::atomic::AtomicU64::new(0);
     let config = ProptestConfig {
         cases,
@@ -840,7 +878,7 @@ pub fn run_model_check(factory: Arc<dyn StoreFactory>, cases: u32) {
     let started = std::time::Instant::now();
     proptest!(config, |(steps in sequences())| {
         let case = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        runtime.block_on(check_sequence(&*store, case, &steps));
+        runtime.block_on(check_sequence_with(&*store, timing, case, &steps));
     });
     eprintln!(
         "model check: {cases} sequences ({} runs of the store) against {store} in {:.1?}",

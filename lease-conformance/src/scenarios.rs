@@ -27,10 +27,6 @@ pub(crate) fn long() -> Ttl {
     ttl_ms(60_000)
 }
 
-/// A TTL short enough to wait out, and how long to wait so it has surely expired on the store.
-pub(crate) const SHORT_MS: u64 = 150;
-pub(crate) const PAST_SHORT: Duration = Duration::from_millis(400);
-
 pub(crate) async fn created(store: &dyn LeaseStore, id: &str) -> RunId {
     let id = run(id);
     store.create(&id).await.expect("create");
@@ -117,13 +113,11 @@ pub async fn a_held_run_is_refused_with_its_holder(factory: &dyn StoreFactory) {
 
 /// A lease that expired by the store clock is reclaimable, and the new fence is the old + 1.
 pub async fn an_expired_lease_is_reclaimable_with_the_next_fence(factory: &dyn StoreFactory) {
+    let t = crate::timing(factory);
     let store = factory.fresh().await;
     let r = created(&*store, "expiring").await;
-    let a = store
-        .claim(&r, &worker("a"), ttl_ms(SHORT_MS))
-        .await
-        .unwrap();
-    tokio::time::sleep(PAST_SHORT).await;
+    let a = store.claim(&r, &worker("a"), t.short_ttl()).await.unwrap();
+    tokio::time::sleep(t.past_short()).await;
     let record = store.inspect(&r).await.unwrap();
     assert!(record.is_expired(), "{record:?}");
     let b = store.claim(&r, &worker("b"), long()).await.unwrap();
@@ -133,13 +127,11 @@ pub async fn an_expired_lease_is_reclaimable_with_the_next_fence(factory: &dyn S
 
 /// A write under a fence lower than the current one is rejected with both fences, and not applied.
 pub async fn a_write_under_a_lower_fence_is_rejected_with_both_fences(factory: &dyn StoreFactory) {
+    let t = crate::timing(factory);
     let store = factory.fresh().await;
     let r = created(&*store, "stale").await;
-    let a = store
-        .claim(&r, &worker("a"), ttl_ms(SHORT_MS))
-        .await
-        .unwrap();
-    tokio::time::sleep(PAST_SHORT).await;
+    let a = store.claim(&r, &worker("a"), t.short_ttl()).await.unwrap();
+    tokio::time::sleep(t.past_short()).await;
     let b = store.claim(&r, &worker("b"), long()).await.unwrap();
     assert_eq!((a.fence().get(), b.fence().get()), (1, 2));
     assert_stale(store.append(&a, b"from a").await, 1, 2);
@@ -159,13 +151,11 @@ pub async fn a_write_under_a_lower_fence_is_rejected_with_both_fences(factory: &
 /// A write under the current fence after the lease expired, before anyone reclaimed, is accepted:
 /// no rejection is ever "your lease expired".
 pub async fn a_write_under_the_current_fence_after_expiry_is_accepted(factory: &dyn StoreFactory) {
+    let t = crate::timing(factory);
     let store = factory.fresh().await;
     let r = created(&*store, "late").await;
-    let a = store
-        .claim(&r, &worker("a"), ttl_ms(SHORT_MS))
-        .await
-        .unwrap();
-    tokio::time::sleep(PAST_SHORT).await;
+    let a = store.claim(&r, &worker("a"), t.short_ttl()).await.unwrap();
+    tokio::time::sleep(t.past_short()).await;
     assert!(store.inspect(&r).await.unwrap().is_expired());
     let entry = store.append(&a, b"late but safe").await.unwrap();
     assert_eq!(entry.fence.get(), 1);
@@ -204,9 +194,13 @@ pub async fn a_fence_the_store_never_issued_is_rejected_as_ahead(factory: &dyn S
 
 /// Renew moves the expiry forward on the store clock and increments `heartbeats`.
 pub async fn renew_extends_expiry_and_counts_heartbeats(factory: &dyn StoreFactory) {
+    let t = crate::timing(factory);
     let store = factory.fresh().await;
     let r = created(&*store, "renewed").await;
-    let lease = store.claim(&r, &worker("a"), ttl_ms(2_000)).await.unwrap();
+    let lease = store
+        .claim(&r, &worker("a"), t.at_least(2_000))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
     let renewed = store.renew(&lease).await.unwrap();
     assert!(renewed.expires_at() > lease.expires_at());
@@ -217,19 +211,17 @@ pub async fn renew_extends_expiry_and_counts_heartbeats(factory: &dyn StoreFacto
     assert_eq!(record.heartbeats, 2);
     assert_eq!(record.expires_at, Some(twice.expires_at()));
     // Renewing past the original TTL keeps the lease: claims are refused.
-    let lease = store.claim(&r, &worker("a"), ttl_ms(SHORT_MS)).await;
+    let lease = store.claim(&r, &worker("a"), t.short_ttl()).await;
     assert!(matches!(lease, Err(Error::Held { .. })), "{lease:?}");
 }
 
 /// Renew under a stale fence is rejected with both fences and bumps nothing.
 pub async fn renew_under_a_stale_fence_is_rejected(factory: &dyn StoreFactory) {
+    let t = crate::timing(factory);
     let store = factory.fresh().await;
     let r = created(&*store, "stale-renew").await;
-    let a = store
-        .claim(&r, &worker("a"), ttl_ms(SHORT_MS))
-        .await
-        .unwrap();
-    tokio::time::sleep(PAST_SHORT).await;
+    let a = store.claim(&r, &worker("a"), t.short_ttl()).await.unwrap();
+    tokio::time::sleep(t.past_short()).await;
     let b = store.claim(&r, &worker("b"), long()).await.unwrap();
     assert_stale(store.renew(&a).await, 1, 2);
     let record = store.inspect(&r).await.unwrap();
@@ -314,16 +306,20 @@ pub async fn resume_then_claim_takes_a_higher_fence(factory: &dyn StoreFactory) 
 pub async fn fences_strictly_increase_over_a_hundred_claim_expire_cycles(
     factory: &dyn StoreFactory,
 ) {
+    let t = crate::timing(factory);
     let store = factory.fresh().await;
     let r = created(&*store, "cycles").await;
     let workers = [worker("a"), worker("b")];
     let mut fences = Vec::new();
     for cycle in 0..100 {
         let lease = loop {
-            match store.claim(&r, &workers[cycle % 2], ttl_ms(10)).await {
+            match store.claim(&r, &workers[cycle % 2], t.at_least(10)).await {
                 Ok(lease) => break lease,
-                // The previous lease has not expired on the store clock yet.
-                Err(Error::Held { remaining, .. }) => tokio::time::sleep(remaining).await,
+                // The previous lease has not expired on the store clock yet. A store that finds
+                // expiry by a sweep may still say held with nothing left: wait a little then.
+                Err(Error::Held { remaining, .. }) => {
+                    tokio::time::sleep(remaining.max(Duration::from_millis(1))).await
+                }
                 Err(e) => panic!("cycle {cycle}: {e}"),
             }
         };
@@ -405,6 +401,7 @@ pub async fn claim_next_never_hands_out_a_run_twice(factory: &dyn StoreFactory) 
 /// `claim_next` takes unowned and expired runnable runs, longest claimable first, never held,
 /// suspended or completed ones, and returns nothing when none is claimable.
 pub async fn claim_next_takes_claimable_runs_longest_waiting_first(factory: &dyn StoreFactory) {
+    let t = crate::timing(factory);
     let store = factory.fresh().await;
     let old = created(&*store, "z-oldest").await;
     let expiring = created(&*store, "y-expiring").await;
@@ -412,7 +409,7 @@ pub async fn claim_next_takes_claimable_runs_longest_waiting_first(factory: &dyn
     let suspended = created(&*store, "w-suspended").await;
     let done = created(&*store, "v-done").await;
     let e = store
-        .claim(&expiring, &worker("a"), ttl_ms(SHORT_MS))
+        .claim(&expiring, &worker("a"), t.short_ttl())
         .await
         .unwrap();
     store.claim(&held, &worker("a"), long()).await.unwrap();
@@ -420,7 +417,7 @@ pub async fn claim_next_takes_claimable_runs_longest_waiting_first(factory: &dyn
     store.suspend(&s).await.unwrap();
     let d = store.claim(&done, &worker("a"), long()).await.unwrap();
     store.complete(&d).await.unwrap();
-    tokio::time::sleep(PAST_SHORT).await;
+    tokio::time::sleep(t.past_short()).await;
     let newest = created(&*store, "a-newest").await;
 
     let got = store.claim_next(&worker("b"), long(), 2).await.unwrap();
@@ -448,13 +445,11 @@ pub async fn claim_next_takes_claimable_runs_longest_waiting_first(factory: &dyn
 
 /// Complete is fenced and terminal: the run can never be claimed or written again.
 pub async fn complete_is_terminal_and_fenced(factory: &dyn StoreFactory) {
+    let t = crate::timing(factory);
     let store = factory.fresh().await;
     let r = created(&*store, "completed").await;
-    let a = store
-        .claim(&r, &worker("a"), ttl_ms(SHORT_MS))
-        .await
-        .unwrap();
-    tokio::time::sleep(PAST_SHORT).await;
+    let a = store.claim(&r, &worker("a"), t.short_ttl()).await.unwrap();
+    tokio::time::sleep(t.past_short()).await;
     let b = store.claim(&r, &worker("b"), long()).await.unwrap();
     assert_stale(store.complete(&a).await, 1, 2);
     store.complete(&b).await.unwrap();
@@ -523,18 +518,19 @@ pub async fn journal_entries_keep_order_and_record_their_fence(factory: &dyn Sto
 
 /// `renew_many` answers each lease on its own: fine ones renew, stale and ended ones are rejected.
 pub async fn renew_many_reports_a_result_per_lease(factory: &dyn StoreFactory) {
+    let t = crate::timing(factory);
     let store = factory.fresh().await;
     let fine = created(&*store, "fine").await;
     let stale = created(&*store, "stale").await;
     let released = created(&*store, "released").await;
     let fine_lease = store.claim(&fine, &worker("a"), long()).await.unwrap();
     let stale_lease = store
-        .claim(&stale, &worker("a"), ttl_ms(SHORT_MS))
+        .claim(&stale, &worker("a"), t.short_ttl())
         .await
         .unwrap();
     let released_lease = store.claim(&released, &worker("a"), long()).await.unwrap();
     store.release(&released_lease).await.unwrap();
-    tokio::time::sleep(PAST_SHORT).await;
+    tokio::time::sleep(t.past_short()).await;
     store.claim(&stale, &worker("b"), long()).await.unwrap();
 
     let batch = [
@@ -714,19 +710,17 @@ pub async fn hostile_run_ids_are_stored_verbatim(factory: &dyn StoreFactory) {
 
 /// `list` filters by state and by expiry, pages by run id, and orders by run id.
 pub async fn list_filters_by_state_and_expiry(factory: &dyn StoreFactory) {
+    let t = crate::timing(factory);
     let store = factory.fresh().await;
     let a = created(&*store, "a").await;
     let b = created(&*store, "b").await;
     let c = created(&*store, "c").await;
     let d = created(&*store, "d").await;
     store.claim(&a, &worker("w"), long()).await.unwrap();
-    store
-        .claim(&b, &worker("w"), ttl_ms(SHORT_MS))
-        .await
-        .unwrap();
+    store.claim(&b, &worker("w"), t.short_ttl()).await.unwrap();
     let lc = store.claim(&c, &worker("w"), long()).await.unwrap();
     store.suspend(&lc).await.unwrap();
-    tokio::time::sleep(PAST_SHORT).await;
+    tokio::time::sleep(t.past_short()).await;
 
     let ids = |records: Vec<lease_core::RunRecord>| {
         records.into_iter().map(|r| r.run).collect::<Vec<_>>()

@@ -8,7 +8,7 @@ use lease_core::{
 };
 use tokio::time::{timeout, Instant};
 
-use crate::scenarios::{created, long, ttl_ms, worker};
+use crate::scenarios::{created, long, worker};
 use crate::StoreFactory;
 
 /// Waits for the scope to cancel, failing the scenario after `limit`.
@@ -67,18 +67,13 @@ pub(crate) fn assert_stopped_at_deadline_before_expiry(
 
 /// A scope's heartbeats keep its lease well past one TTL, and the store counts them.
 pub async fn scope_heartbeats_keep_a_lease_past_its_ttl(factory: &dyn StoreFactory) {
+    let ttl = crate::timing(factory).ttl(300);
     let store = factory.fresh().await;
     let r = created(&*store, "kept").await;
-    let scope = RunScope::claim(
-        store.clone(),
-        &r,
-        &worker("a"),
-        ttl_ms(300),
-        ScopeConfig::default(),
-    )
-    .await
-    .unwrap();
-    tokio::time::sleep(Duration::from_millis(1_000)).await; // more than three TTLs
+    let scope = RunScope::claim(store.clone(), &r, &worker("a"), ttl, ScopeConfig::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(ttl.as_duration() * 10 / 3).await; // more than three TTLs
     assert!(!scope.is_cancelled(), "{:?}", scope.cancel_reason());
     assert!(matches!(
         store.claim(&r, &worker("b"), long()).await,
@@ -99,27 +94,28 @@ pub async fn scope_heartbeats_keep_a_lease_past_its_ttl(factory: &dyn StoreFacto
 pub async fn scope_over_a_hanging_store_cancels_at_its_local_deadline_before_store_expiry(
     factory: &dyn StoreFactory,
 ) {
+    let t = crate::timing(factory);
     let inner = factory.fresh().await;
     let r = created(&*inner, "partitioned").await;
     let faulty = FaultyStore::new(inner.clone());
     let config = ScopeConfig::default()
-        .with_heartbeat(Duration::from_millis(200))
-        .with_margin(Duration::from_millis(400));
+        .with_heartbeat(t.scale(Duration::from_millis(200)))
+        .with_margin(t.scale(Duration::from_millis(400)));
     let scope = RunScope::claim(
         Arc::new(faulty.clone()) as Arc<dyn LeaseStore>,
         &r,
         &worker("a"),
-        ttl_ms(1_500),
+        t.ttl(1_500),
         config,
     )
     .await
     .unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(t.scale(Duration::from_millis(500))).await;
     assert!(scope.renewals() >= 1, "heartbeats ran before the partition");
     let partitioned_at = Instant::now();
     faulty.set(Fault::Hang);
 
-    let (at, reason) = cancelled_within(&scope, Duration::from_secs(5)).await;
+    let (at, reason) = cancelled_within(&scope, t.scale(Duration::from_secs(5))).await;
     // Straight away, ask the store (around the fault) whether the lease is still held.
     let record = inner.inspect(&r).await.unwrap();
     let refused = inner.claim(&r, &worker("b"), long()).await;
@@ -133,10 +129,11 @@ pub async fn scope_over_a_hanging_store_cancels_at_its_local_deadline_before_sto
 pub async fn scope_whose_renewal_is_rejected_cancels_with_the_rejection(
     factory: &dyn StoreFactory,
 ) {
+    let t = crate::timing(factory);
     let store = factory.fresh().await;
     let r = created(&*store, "taken").await;
     let config = ScopeConfig::default().with_heartbeat(Duration::from_millis(100));
-    let scope = RunScope::claim(store.clone(), &r, &worker("a"), ttl_ms(5_000), config)
+    let scope = RunScope::claim(store.clone(), &r, &worker("a"), t.at_least(5_000), config)
         .await
         .unwrap();
     store.force_release(&r).await.unwrap();
@@ -163,11 +160,12 @@ pub async fn scope_whose_renewal_is_rejected_cancels_with_the_rejection(
 
 /// Suspending through the scope stops its heartbeat: the store's counter stays still.
 pub async fn scope_suspend_stops_heartbeats(factory: &dyn StoreFactory) {
+    let t = crate::timing(factory);
     let store = factory.fresh().await;
     let r = created(&*store, "parked").await;
     let interval = Duration::from_millis(60);
     let config = ScopeConfig::default().with_heartbeat(interval);
-    let scope = RunScope::claim(store.clone(), &r, &worker("a"), ttl_ms(600), config)
+    let scope = RunScope::claim(store.clone(), &r, &worker("a"), t.at_least(600), config)
         .await
         .unwrap();
     tokio::time::sleep(interval * 3).await;
@@ -197,9 +195,11 @@ pub async fn scope_suspend_stops_heartbeats(factory: &dyn StoreFactory) {
 /// room for a retry before the local deadline (2.25 × heartbeat ≥ TTL − margin) are refused
 /// with their own reasons before anything is claimed.
 pub async fn scope_timing_without_room_for_a_retry_is_refused(factory: &dyn StoreFactory) {
+    let t = crate::timing(factory);
     let store = factory.fresh().await;
     let r = created(&*store, "timing").await;
-    let ttl = ttl_ms(1_000);
+    let ttl = t.at_least(1_000);
+    let of_ttl = |thousandths: u32| ttl.as_duration() * thousandths / 1_000;
     let claim = |config: ScopeConfig| {
         let (store, r) = (store.clone(), r.clone());
         async move { RunScope::claim(store, &r, &worker("a"), ttl, config).await }
@@ -207,16 +207,17 @@ pub async fn scope_timing_without_room_for_a_retry_is_refused(factory: &dyn Stor
     for margin in [Duration::ZERO, Duration::from_millis(9)] {
         match claim(ScopeConfig::default().with_margin(margin)).await {
             Err(Error::InvalidInput(lease_core::InvalidInput::MarginTooSmall { min, .. })) => {
-                assert_eq!(min, Duration::from_millis(50), "TTL/20 of 1 s");
+                assert_eq!(min, ttl.as_duration() / 20, "TTL/20");
             }
             other => panic!("margin {margin:?}: expected MarginTooSmall, got {other:?}"),
         }
     }
     // TTL 1 s, margin 100 ms: the window is 900 ms, so 400 ms leaves no retry; 390 ms does.
+    // (For a store whose shortest TTL is longer, all of them in the same proportion.)
     let config = |hb| {
         ScopeConfig::default()
-            .with_margin(Duration::from_millis(100))
-            .with_heartbeat(Duration::from_millis(hb))
+            .with_margin(of_ttl(100))
+            .with_heartbeat(of_ttl(hb))
     };
     assert!(matches!(
         claim(config(400)).await,
@@ -240,6 +241,7 @@ pub async fn scope_timing_without_room_for_a_retry_is_refused(factory: &dyn Stor
 /// successful renewal, a renewal that is lost still leaves time for a retry before the local
 /// deadline, and the scope keeps its lease.
 pub async fn scope_after_a_slow_renewal_still_has_time_to_retry(factory: &dyn StoreFactory) {
+    let t = crate::timing(factory);
     let inner = factory.fresh().await;
     let r = created(&*inner, "slow-then-lost").await;
     let faulty = FaultyStore::new(inner.clone());
@@ -247,27 +249,29 @@ pub async fn scope_after_a_slow_renewal_still_has_time_to_retry(factory: &dyn St
     // answered at 1.2 s. Renewal 2, sent at 1.4 s (0.7 s after renewal 1 was sent), is lost:
     // abandoned at 2.1 s, retried at 2.275 s, before the deadline of 0.7 + 1.8 = 2.5 s.
     // Scheduled from the answer instead, it would go at 1.9 s, be abandoned at 2.6 s and the
-    // scope would be cancelled at 2.5 s.
+    // scope would be cancelled at 2.5 s. (All stretched alike for a store with longer TTLs.)
     let config = ScopeConfig::default()
-        .with_heartbeat(Duration::from_millis(700))
-        .with_margin(Duration::from_millis(200));
+        .with_heartbeat(t.scale(Duration::from_millis(700)))
+        .with_margin(t.scale(Duration::from_millis(200)));
     let started = Instant::now();
     let scope = RunScope::claim(
         Arc::new(faulty.clone()) as Arc<dyn LeaseStore>,
         &r,
         &worker("a"),
-        ttl_ms(2_000),
+        t.ttl(2_000),
         config,
     )
     .await
     .unwrap();
-    faulty.set_reply(lease_core::ReplyFault::Delay(Duration::from_millis(500)));
-    tokio::time::sleep_until(started + Duration::from_millis(1_250)).await;
+    faulty.set_reply(lease_core::ReplyFault::Delay(
+        t.scale(Duration::from_millis(500)),
+    ));
+    tokio::time::sleep_until(started + t.scale(Duration::from_millis(1_250))).await;
     assert_eq!(scope.renewals(), 1, "the slow renewal was answered");
     faulty.set_reply(lease_core::ReplyFault::Lose);
-    tokio::time::sleep_until(started + Duration::from_millis(2_000)).await;
+    tokio::time::sleep_until(started + t.scale(Duration::from_millis(2_000))).await;
     faulty.set_reply(lease_core::ReplyFault::Pass);
-    tokio::time::sleep_until(started + Duration::from_millis(2_900)).await;
+    tokio::time::sleep_until(started + t.scale(Duration::from_millis(2_900))).await;
     assert!(
         !scope.is_cancelled(),
         "cancelled: {:?}",

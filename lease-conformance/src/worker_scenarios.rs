@@ -12,7 +12,7 @@ use lease_core::{
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
-use crate::scenarios::{run, ttl_ms, worker};
+use crate::scenarios::{run, worker};
 use crate::StoreFactory;
 
 async fn backlog(store: &dyn LeaseStore, prefix: &str, n: usize) -> Vec<RunId> {
@@ -108,11 +108,12 @@ pub async fn worker_runs_at_most_its_concurrency_limit(factory: &dyn StoreFactor
 /// answers `StaleFence`, its effect-and-complete is refused, nothing it wrote late lands, and
 /// the worker counts the end as refused, not completed.
 pub async fn worker_handler_ignoring_its_token_is_still_fenced(factory: &dyn StoreFactory) {
+    let t = crate::timing(factory);
     let inner = factory.fresh().await;
     let id = backlog(&*inner, "ignored", 1).await.remove(0);
     let faulty = Arc::new(FaultyStore::new(inner.clone()));
-    let config = WorkerConfig::new(ttl_ms(400))
-        .with_heartbeat(Duration::from_millis(100))
+    let config = WorkerConfig::new(t.ttl(400))
+        .with_heartbeat(t.scale(Duration::from_millis(100)))
         .with_poll_interval(Duration::from_millis(20))
         .with_concurrency(1);
     let w = Worker::new(faulty.clone(), worker("paused"), config).unwrap();
@@ -133,7 +134,7 @@ pub async fn worker_handler_ignoring_its_token_is_still_fenced(factory: &dyn Sto
     });
     started.notified().await;
     faulty.set(Fault::Hang); // the worker's heartbeats stop reaching the store
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    tokio::time::sleep(t.scale(Duration::from_millis(900)) + t.capabilities().max_expiry_lag).await;
     let b = inner
         .claim(&id, &worker("b"), Ttl::from_secs(30).unwrap())
         .await
