@@ -118,7 +118,7 @@ pub enum ConfigError {
     /// A URL whose scheme no backend serves.
     #[error(
         "unknown store scheme {scheme:?}: use memory:, postgres://, redis://, rediss://, \
-         redis+cluster:// or redis+sentinel://"
+         redis+cluster://, redis+sentinel:// or etcd://"
     )]
     UnknownScheme {
         /// The scheme found.
@@ -516,6 +516,8 @@ impl Config {
                 "redis+cluster" | "rediss+cluster" | "redis+sentinel" | "rediss+sentinel" => {
                     Some(Backend::Redis)
                 }
+                // An endpoint list (`h1:p1,h2:p2`): the etcd adapter reads it.
+                "etcd" | "etcds" => Some(Backend::Etcd),
                 // A Postgres host list (`h1:p1,h2:p2`): the adapter reads it, and follows the
                 // primary among them.
                 "postgres" | "postgresql" if several_hosts => Some(Backend::Postgres),
@@ -579,6 +581,8 @@ pub enum Backend {
     Postgres,
     /// Redis (the `redis` feature).
     Redis,
+    /// etcd (the `etcd` feature, off by default).
+    Etcd,
 }
 
 impl Backend {
@@ -588,6 +592,7 @@ impl Backend {
             Backend::Memory => "memory",
             Backend::Postgres => "postgres",
             Backend::Redis => "redis",
+            Backend::Etcd => "etcd",
         }
     }
 
@@ -598,6 +603,7 @@ impl Backend {
             Backend::Memory => None,
             Backend::Postgres => Some("postgres"),
             Backend::Redis => Some("redis"),
+            Backend::Etcd => Some("etcd"),
         }
     }
 
@@ -607,6 +613,7 @@ impl Backend {
             Backend::Memory => true,
             Backend::Postgres => cfg!(feature = "postgres"),
             Backend::Redis => cfg!(feature = "redis"),
+            Backend::Etcd => cfg!(feature = "etcd"),
         }
     }
 }
@@ -644,6 +651,9 @@ pub enum Store {
     /// Redis.
     #[cfg(feature = "redis")]
     Redis(Arc<lease_redis::RedisLeaseStore>),
+    /// etcd.
+    #[cfg(feature = "etcd")]
+    Etcd(Arc<lease_etcd::EtcdLeaseStore>),
 }
 
 impl Store {
@@ -657,6 +667,8 @@ impl Store {
             Store::Postgres(s) => lease_core::Instrumented::wrap(s.clone(), "postgres"),
             #[cfg(feature = "redis")]
             Store::Redis(s) => lease_core::Instrumented::wrap(s.clone(), "redis"),
+            #[cfg(feature = "etcd")]
+            Store::Etcd(s) => lease_core::Instrumented::wrap(s.clone(), "etcd"),
         }
     }
 }
@@ -703,6 +715,14 @@ pub async fn connect_store(config: &Config) -> Result<Store, ConfigError> {
                 lease_redis::RedisLeaseStore::connect(redis).await?,
             ))
         }
+        #[cfg(feature = "etcd")]
+        Backend::Etcd => {
+            let mut etcd = lease_etcd::EtcdConfig::from_url(&config.store)?;
+            if let Some(ns) = &config.namespace {
+                etcd = etcd.with_prefix(ns.clone());
+            }
+            Store::Etcd(Arc::new(lease_etcd::EtcdLeaseStore::connect(etcd).await?))
+        }
         // `backend()` refuses a backend whose feature is off before any I/O.
         #[allow(unreachable_patterns)]
         other => return Err(feature_disabled(other)),
@@ -721,6 +741,8 @@ mod tests {
             (Backend::Postgres, "postgres://app:hunter2@db/runs"),
             (Backend::Redis, "redis://:hunter2@cache:6379"),
             (Backend::Redis, "redis+cluster://:hunter2@a:1,b:2"),
+            (Backend::Etcd, "etcd://app:hunter2@a:2379,b:2379/jobs"),
+            (Backend::Etcd, "etcd://a:2379"),
         ];
         for (backend, url) in urls {
             let config = Config::default().with_store(url);

@@ -24,6 +24,9 @@ pub use lease_core::{
 pub mod testing {
     pub use lease_core::{Fault, FaultyStore, ReplyFault, FAULT_BACKEND};
 }
+/// The etcd backend (the `etcd` feature).
+#[cfg(feature = "etcd")]
+pub use lease_etcd as etcd;
 /// The Postgres backend (the `postgres` feature).
 #[cfg(feature = "postgres")]
 pub use lease_postgres as postgres;

@@ -358,6 +358,17 @@ pub enum InvalidInput {
         /// The TTL asked for.
         ttl: Duration,
     },
+    /// A TTL shorter than the backend can time: etcd times its leases in whole seconds, with
+    /// a floor of one second.
+    #[error("TTL {ttl:?} is shorter than the {backend} backend's minimum of {min:?}")]
+    TtlUnderBackendMinimum {
+        /// The TTL asked for.
+        ttl: Duration,
+        /// The backend's shortest TTL.
+        min: Duration,
+        /// Which backend.
+        backend: &'static str,
+    },
     /// A TTL over [`Ttl::MAX`](crate::Ttl::MAX).
     #[error("TTL {ttl:?} is longer than the maximum of {max:?}")]
     TtlTooLong {

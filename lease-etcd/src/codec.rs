@@ -1,0 +1,341 @@
+//! Key layout and value encoding.
+//!
+//! Every key is `prefix NUL kind NUL …`. Run ids hold no control characters, so a NUL after
+//! a run id ends it: `prefix\0j\0run\0` lists exactly that run's journal, never that of a run
+//! whose id starts with `run`.
+//!
+//! | key | value | lifetime |
+//! |---|---|---|
+//! | `r\0{run}` | the run record ([`Rec`]), fence included | never leased, never deleted (a purge leaves a tombstone) |
+//! | `b\0{run}` | `h` (held) or `d` (delayed) | attached to an etcd lease: gone when it expires |
+//! | `i\0{state}{since}{run}` | empty | the state index, ordered by claimable-since / ended-at |
+//! | `j\0{run}\0{seq}` | a journal entry | until purge |
+//! | `k\0{run}\0{key}` | the entry's seq | until purge |
+
+use lease_core::{Error, RunState};
+
+use crate::error::BACKEND;
+
+/// Builds every key of one store's namespace.
+#[derive(Debug, Clone)]
+pub(crate) struct Keys {
+    prefix: Vec<u8>,
+}
+
+impl Keys {
+    pub(crate) fn new(prefix: &str) -> Keys {
+        let mut p = prefix.as_bytes().to_vec();
+        p.push(0);
+        Keys { prefix: p }
+    }
+
+    fn kind(&self, kind: u8) -> Vec<u8> {
+        let mut k = self.prefix.clone();
+        k.push(kind);
+        k.push(0);
+        k
+    }
+
+    pub(crate) fn records(&self) -> Vec<u8> {
+        self.kind(b'r')
+    }
+
+    pub(crate) fn record(&self, run: &str) -> Vec<u8> {
+        let mut k = self.records();
+        k.extend_from_slice(run.as_bytes());
+        k
+    }
+
+    /// The run id of a record key.
+    pub(crate) fn run_of_record<'a>(&self, key: &'a [u8]) -> Option<&'a str> {
+        let base = self.prefix.len() + 2;
+        key.get(base..).and_then(|r| std::str::from_utf8(r).ok())
+    }
+
+    pub(crate) fn blocks(&self) -> Vec<u8> {
+        self.kind(b'b')
+    }
+
+    pub(crate) fn block(&self, run: &str) -> Vec<u8> {
+        let mut k = self.blocks();
+        k.extend_from_slice(run.as_bytes());
+        k
+    }
+
+    pub(crate) fn journal_prefix(&self, run: &str) -> Vec<u8> {
+        let mut k = self.kind(b'j');
+        k.extend_from_slice(run.as_bytes());
+        k.push(0);
+        k
+    }
+
+    pub(crate) fn entry(&self, run: &str, seq: u64) -> Vec<u8> {
+        let mut k = self.journal_prefix(run);
+        k.extend_from_slice(&seq.to_be_bytes());
+        k
+    }
+
+    pub(crate) fn keys_prefix(&self, run: &str) -> Vec<u8> {
+        let mut k = self.kind(b'k');
+        k.extend_from_slice(run.as_bytes());
+        k.push(0);
+        k
+    }
+
+    pub(crate) fn idempotency(&self, run: &str, key: &str) -> Vec<u8> {
+        let mut k = self.keys_prefix(run);
+        k.extend_from_slice(key.as_bytes());
+        k
+    }
+
+    /// The index family of `state`.
+    pub(crate) fn index_family(&self, state: RunState) -> Vec<u8> {
+        let mut k = self.kind(b'i');
+        k.push(state_byte(state));
+        k
+    }
+
+    pub(crate) fn index(&self, state: RunState, since: u64, run: &str) -> Vec<u8> {
+        let mut k = self.index_family(state);
+        k.extend_from_slice(&since.to_be_bytes());
+        k.extend_from_slice(run.as_bytes());
+        k
+    }
+
+    /// The first key of `state`'s index family past every entry at or before `since`.
+    pub(crate) fn index_bound(&self, state: RunState, since: u64) -> Vec<u8> {
+        let mut k = self.index_family(state);
+        k.extend_from_slice(&since.saturating_add(1).to_be_bytes());
+        k
+    }
+
+    /// `(since, run)` of an index key.
+    pub(crate) fn parse_index<'a>(&self, key: &'a [u8]) -> Option<(u64, &'a str)> {
+        let base = self.prefix.len() + 3;
+        let since = u64::from_be_bytes(key.get(base..base + 8)?.try_into().ok()?);
+        let run = std::str::from_utf8(key.get(base + 8..)?).ok()?;
+        Some((since, run))
+    }
+
+    pub(crate) fn meta(&self) -> Vec<u8> {
+        self.kind(b'm')
+    }
+}
+
+/// The end of the range of every key starting with `prefix` (etcd's `range_end`).
+pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+fn state_byte(state: RunState) -> u8 {
+    match state {
+        RunState::Runnable => b'r',
+        RunState::Suspended => b's',
+        RunState::Completed => b'c',
+        _ => b'f',
+    }
+}
+
+/// A run record as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Rec {
+    /// `None`: a tombstone (a purged run): only its fence is kept.
+    pub(crate) state: Option<RunState>,
+    pub(crate) fence: u64,
+    pub(crate) heartbeats: u64,
+    pub(crate) journal_len: u64,
+    /// Its index position: when it became (or becomes) claimable, or when it ended; client
+    /// microseconds, for ordering and reporting only.
+    pub(crate) since: u64,
+    pub(crate) owner: Option<String>,
+    pub(crate) expires_at: u64,
+    pub(crate) not_before: u64,
+    pub(crate) ttl_ms: u64,
+    pub(crate) failure: Option<String>,
+}
+
+const VERSION: u8 = 1;
+const TOMBSTONE: u8 = 0xff;
+
+impl Rec {
+    pub(crate) fn fresh(fence: u64, now: u64) -> Rec {
+        Rec {
+            state: Some(RunState::Runnable),
+            fence,
+            heartbeats: 0,
+            journal_len: 0,
+            since: now,
+            owner: None,
+            expires_at: 0,
+            not_before: 0,
+            ttl_ms: 0,
+            failure: None,
+        }
+    }
+
+    pub(crate) fn tombstone(fence: u64) -> Rec {
+        Rec {
+            state: None,
+            ..Rec::fresh(fence, 0)
+        }
+    }
+
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64);
+        out.push(VERSION);
+        out.push(self.state.map_or(TOMBSTONE, state_byte));
+        for n in [
+            self.fence,
+            self.heartbeats,
+            self.journal_len,
+            self.since,
+            self.expires_at,
+            self.not_before,
+            self.ttl_ms,
+        ] {
+            out.extend_from_slice(&n.to_be_bytes());
+        }
+        put_text(&mut out, self.owner.as_deref());
+        put_text(&mut out, self.failure.as_deref());
+        out
+    }
+
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Rec, Error> {
+        let corrupt = || {
+            Error::backend(
+                BACKEND,
+                "a run record in etcd is not in this adapter's format",
+            )
+        };
+        let mut r = Reader(bytes);
+        if r.byte().ok_or_else(corrupt)? != VERSION {
+            return Err(corrupt());
+        }
+        let state = match r.byte().ok_or_else(corrupt)? {
+            b'r' => Some(RunState::Runnable),
+            b's' => Some(RunState::Suspended),
+            b'c' => Some(RunState::Completed),
+            b'f' => Some(RunState::Failed),
+            TOMBSTONE => None,
+            _ => return Err(corrupt()),
+        };
+        let mut n = [0u64; 7];
+        for slot in &mut n {
+            *slot = r.u64().ok_or_else(corrupt)?;
+        }
+        let owner = r.text().ok_or_else(corrupt)?;
+        let failure = r.text().ok_or_else(corrupt)?;
+        Ok(Rec {
+            state,
+            fence: n[0],
+            heartbeats: n[1],
+            journal_len: n[2],
+            since: n[3],
+            expires_at: n[4],
+            not_before: n[5],
+            ttl_ms: n[6],
+            owner,
+            failure,
+        })
+    }
+}
+
+/// A journal entry as stored.
+pub(crate) fn encode_entry(fence: u64, written_at: u64, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 + payload.len());
+    out.extend_from_slice(&fence.to_be_bytes());
+    out.extend_from_slice(&written_at.to_be_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+pub(crate) fn decode_entry(bytes: &[u8]) -> Result<(u64, u64, Vec<u8>), Error> {
+    let mut r = Reader(bytes);
+    match (r.u64(), r.u64()) {
+        (Some(fence), Some(at)) => Ok((fence, at, r.0.to_vec())),
+        _ => Err(Error::backend(
+            BACKEND,
+            "a journal entry in etcd is not in this adapter's format",
+        )),
+    }
+}
+
+fn put_text(out: &mut Vec<u8>, text: Option<&str>) {
+    match text {
+        None => out.extend_from_slice(&u32::MAX.to_be_bytes()),
+        Some(t) => {
+            out.extend_from_slice(&(t.len() as u32).to_be_bytes());
+            out.extend_from_slice(t.as_bytes());
+        }
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn byte(&mut self) -> Option<u8> {
+        let (&b, rest) = self.0.split_first()?;
+        self.0 = rest;
+        Some(b)
+    }
+
+    fn take(&mut self, n: usize) -> Option<&[u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_be_bytes(self.take(8)?.try_into().ok()?))
+    }
+
+    fn text(&mut self) -> Option<Option<String>> {
+        let len = u32::from_be_bytes(self.take(4)?.try_into().ok()?);
+        if len == u32::MAX {
+            return Some(None);
+        }
+        let bytes = self.take(len as usize)?;
+        Some(Some(std::str::from_utf8(bytes).ok()?.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_garbage_is_a_typed_error() {
+        let mut rec = Rec::fresh(7, 42);
+        rec.owner = Some("w-1".into());
+        rec.failure = Some("gave up".into());
+        rec.expires_at = 99;
+        assert_eq!(Rec::decode(&rec.encode()).unwrap(), rec);
+        assert_eq!(Rec::decode(&Rec::tombstone(3).encode()).unwrap().fence, 3);
+        for bad in [&b""[..], b"\x02r", b"\x01r\0\0"] {
+            assert!(matches!(Rec::decode(bad), Err(Error::Backend { .. })));
+        }
+    }
+
+    #[test]
+    fn keys_of_one_run_never_cover_another() {
+        let k = Keys::new("p");
+        let (a, ab) = (k.journal_prefix("a"), k.entry("a/b", 1));
+        assert!(!ab.starts_with(&a));
+        let i = k.index(RunState::Runnable, 5, "x/y");
+        assert_eq!(k.parse_index(&i), Some((5, "x/y")));
+        assert!(i < k.index_bound(RunState::Runnable, 5));
+        assert!(i >= k.index_bound(RunState::Runnable, 4));
+        assert_eq!(k.run_of_record(&k.record("r-1")), Some("r-1"));
+        assert_eq!(prefix_end(b"a\xff"), b"b");
+    }
+}

@@ -1,0 +1,66 @@
+//! etcd's failures, folded into [`lease_core::Error`].
+
+use lease_core::Error;
+
+/// Tags every error this adapter returns.
+pub(crate) const BACKEND: &str = "etcd";
+
+/// Classifies a client error. Retryable: the cluster or a member unreachable, no leader, a
+/// request that timed out or was cut by a leader change. Misconfigured: authentication and
+/// permission failures (the message is the server's and never holds the password). Anything
+/// else is a backend failure.
+pub(crate) fn classify(err: etcd_client::Error) -> Error {
+    use tonic::Code;
+    match err {
+        etcd_client::Error::GRpcStatus(status) => {
+            let message = format!("{} ({:?})", status.message(), status.code());
+            match status.code() {
+                Code::Unavailable
+                | Code::DeadlineExceeded
+                | Code::Aborted
+                | Code::Cancelled
+                | Code::Unknown
+                | Code::Internal => Error::unavailable(BACKEND, message),
+                // "database space exceeded" (NOSPACE): writes fail until an operator compacts
+                // and defragments; retrying cannot help.
+                Code::ResourceExhausted => Error::misconfigured(
+                    BACKEND,
+                    format!("{message}: compact and defragment etcd, or raise --quota-backend-bytes"),
+                ),
+                Code::Unauthenticated | Code::PermissionDenied => Error::misconfigured(
+                    BACKEND,
+                    format!("{message}: check the user and password in the URL and its role's key range"),
+                ),
+                Code::FailedPrecondition if status.message().contains("auth") => {
+                    Error::misconfigured(BACKEND, message)
+                }
+                Code::InvalidArgument if status.message().contains("too many operations") => {
+                    Error::misconfigured(
+                        BACKEND,
+                        format!("{message}: etcd's --max-txn-ops must be at least 128"),
+                    )
+                }
+                Code::InvalidArgument if status.message().contains("too large") => {
+                    Error::misconfigured(
+                        BACKEND,
+                        format!("{message}: etcd's --max-request-bytes must be at least 2 MiB"),
+                    )
+                }
+                _ => Error::backend(BACKEND, message),
+            }
+        }
+        etcd_client::Error::TransportError(e) => Error::unavailable(BACKEND, e.to_string()),
+        etcd_client::Error::IoError(e) => Error::unavailable(BACKEND, e.to_string()),
+        etcd_client::Error::InvalidUri(e) => Error::misconfigured(BACKEND, e.to_string()),
+        etcd_client::Error::InvalidArgs(e) => Error::misconfigured(BACKEND, e),
+        other => Error::backend(BACKEND, other.to_string()),
+    }
+}
+
+/// A call that did not finish within the client-side bound: it may or may not have been applied.
+pub(crate) fn timed_out(what: &str, bound: std::time::Duration) -> Error {
+    Error::unavailable(
+        BACKEND,
+        format!("{what} did not answer within {} ms", bound.as_millis()),
+    )
+}
