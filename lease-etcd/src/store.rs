@@ -55,7 +55,7 @@ const MAX_DECODING: usize = 96 << 20;
 /// disappears and the run is claimable. No client clock decides expiry. Every write is one
 /// etcd transaction that compares the record's revision with the one the decision was made
 /// on, so each check is atomic; batches are nested transactions, one commit per chunk of
-/// [`CHUNK`] items, each item judged on its own.
+/// up to 128 operations (etcd's default `--max-txn-ops`), each item judged on its own.
 ///
 /// Times in records ([`RunRecord::observed_at`], expiries, journal times) are the client's
 /// wall clock when written or read, for display and ordering only (etcd has no time read);

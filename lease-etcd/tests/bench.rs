@@ -188,6 +188,13 @@ async fn acquire_release(client: &Client, name: String) -> String {
     key
 }
 
+/// The 1-, 5- and 15-minute load averages, to show the machine was idle.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".to_string())
+}
+
 /// Checks that every lock call returned its own key.
 fn assert_unique_keys(keys: &[String]) {
     let distinct: HashSet<&String> = keys.iter().collect();
@@ -198,6 +205,7 @@ fn assert_unique_keys(keys: &[String]) {
 #[ignore = "benchmark: starts a three-member etcd cluster and makes ~30,000 calls; run with --release -- --ignored --nocapture"]
 async fn etcd_throughput_beside_etcds_own_lock() {
     let started = Instant::now();
+    let load_at_start = load_average();
     let cluster = EtcdCluster::start().expect("a three-member etcd cluster");
     let endpoints: Vec<String> = (0..MEMBERS).map(|i| cluster.endpoint(i)).collect();
     let fixture = EtcdFixture::new(endpoints.clone());
@@ -320,11 +328,14 @@ async fn etcd_throughput_beside_etcds_own_lock() {
         .await
     };
     let mut handed: Vec<Lease> = Vec::new();
-    let mut short_calls = 0;
+    let (mut short_calls, mut empty_calls) = (0, 0);
     for result in nexts.results {
         let got = result.unwrap_or_else(|e| panic!("claim_next: {e}"));
         if got.len() < CLAIM_NEXT_MAX {
             short_calls += 1;
+        }
+        if got.is_empty() {
+            empty_calls += 1;
         }
         for lease in &got {
             assert_eq!(
@@ -433,11 +444,14 @@ async fn etcd_throughput_beside_etcds_own_lock() {
     println!();
     println!(
         "peer acquire + release halves (first row, then last): {:.0} and {:.0} ops/s; \
-         claim_next calls that got fewer than {CLAIM_NEXT_MAX}: {short_calls} of {CLAIM_NEXT_CALLS}; \
-         whole test {:.1} s",
+         claim_next calls that got fewer than {CLAIM_NEXT_MAX}: {short_calls} of {CLAIM_NEXT_CALLS} \
+         ({empty_calls} empty, with {} runs still runnable); whole test {:.1} s; load average \
+         at start {load_at_start}, at end {}",
         halves[0],
         halves[1],
-        started.elapsed().as_secs_f64()
+        backlog - handed.len(),
+        started.elapsed().as_secs_f64(),
+        load_average(),
     );
     drop(cluster);
 }

@@ -295,7 +295,7 @@ async fn eight_workers_ride_through_the_leaders_death_and_restart() {
     .await
     .unwrap();
 
-    let ledger = ledger.lock().unwrap();
+    let ledger = std::mem::take(&mut *ledger.lock().unwrap());
     let twice: Vec<_> = ledger
         .issued
         .iter()
