@@ -74,7 +74,19 @@ pub async fn hub_cancels_only_the_scope_whose_lease_is_stale(factory: &dyn Store
     let taken_at = Instant::now();
 
     let (at, reason) = cancelled_within(lost, Duration::from_secs(2)).await;
-    assert_rejected_as_stale(&reason, 1, 2);
+    // A tick can fall between the operator's force_release and B's claim (on a store whose
+    // calls take tens of milliseconds): then the refusal is "released" under fence 1 instead
+    // of the stale fence. Either ends the scope on that tick; nothing else is accepted.
+    let released = matches!(
+        &reason,
+        lease_core::CancelReason::Rejected(e) if matches!(
+            **e,
+            lease_core::Error::LeaseEnded { fence: 1, ended: lease_core::Ended::Released, .. }
+        )
+    );
+    if !released {
+        assert_rejected_as_stale(&reason, 1, 2);
+    }
     assert!(
         at.duration_since(taken_at) < Duration::from_millis(1_500),
         "cancelled on the next tick, long before the old lease's TTL"

@@ -15,6 +15,11 @@ pub(crate) fn classify(err: etcd_client::Error) -> Error {
         etcd_client::Error::GRpcStatus(status) => {
             let message = format!("{} ({:?})", status.message(), status.code());
             match status.code() {
+                // A lease this call granted expired before the transaction that attaches it
+                // (a stall longer than the TTL): nothing was written; retry with a new grant.
+                Code::NotFound if status.message().contains("lease not found") => {
+                    Error::unavailable(BACKEND, format!("{message}: the call outlived the lease it granted; retry"))
+                }
                 Code::Unavailable
                 | Code::DeadlineExceeded
                 | Code::Aborted

@@ -1,7 +1,7 @@
 //! [`EtcdLeaseStore`]: the [`LeaseStore`] contract as etcd transactions.
 
 use std::fmt;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -61,14 +61,22 @@ const MAX_DECODING: usize = 96 << 20;
 /// wall clock when written or read, for display and ordering only (etcd has no time read);
 /// claimability is always etcd's lease. See the crate docs for the pitfalls this handles.
 pub struct EtcdLeaseStore {
-    kv: KvClient,
-    leases: LeaseClient,
+    /// One client per endpoint; calls go to `current` and move on when it fails.
+    links: Vec<Link>,
+    current: Arc<AtomicUsize>,
     keys: Keys,
     config: EtcdConfig,
     cluster: u64,
     /// The highest revision an answer carried: a later call answered below it means the
     /// cluster's history went back (restored from a snapshot), and the store fails closed.
     floor: Arc<AtomicI64>,
+}
+
+/// The clients of one endpoint.
+#[derive(Clone)]
+struct Link {
+    kv: KvClient,
+    leases: LeaseClient,
 }
 
 /// What one read saw of a run.
@@ -160,18 +168,33 @@ impl EtcdLeaseStore {
             !config.tls(),
             "from_url refuses etcds:// without the tls feature"
         );
+        // A member that has lost its leader answers "no leader" at once instead of letting a
+        // request wait out its timeout (etcd's require-leader metadata).
+        let options = options.with_require_leader(true);
         let bound = config.connect_timeout() + config.timeout();
-        let client = tokio::time::timeout(
-            bound,
-            Client::connect(config.endpoints().to_vec(), Some(options)),
-        )
-        .await
-        .map_err(|_| timed_out("connecting to etcd", bound))?
-        .map_err(classify)?;
-        let kv = client.kv_client().max_decoding_message_size(MAX_DECODING);
+        let mut links = Vec::with_capacity(config.endpoints().len());
+        let mut last = None;
+        for endpoint in config.endpoints() {
+            let connected = tokio::time::timeout(
+                bound,
+                Client::connect([endpoint.as_str()], Some(options.clone())),
+            )
+            .await;
+            match connected {
+                Ok(Ok(client)) => links.push(Link {
+                    kv: client.kv_client().max_decoding_message_size(MAX_DECODING),
+                    leases: client.lease_client(),
+                }),
+                Ok(Err(e)) => last = Some(classify(e)),
+                Err(_) => last = Some(timed_out("connecting to etcd", bound)),
+            }
+        }
+        if links.is_empty() {
+            return Err(last.unwrap_or_else(|| timed_out("connecting to etcd", bound)));
+        }
         let mut store = EtcdLeaseStore {
-            kv,
-            leases: client.lease_client(),
+            links,
+            current: Arc::new(AtomicUsize::new(0)),
             keys: Keys::new(config.prefix()),
             config,
             cluster: 0,
@@ -189,8 +212,21 @@ impl EtcdLeaseStore {
             .when([Compare::create_revision(meta.clone(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(meta.clone(), b"".to_vec(), None)])
             .or_else([TxnOp::get(meta.clone(), None)]);
-        let mut kv = self.kv.clone();
-        let response = self.bounded("connect", kv.txn(txn)).await?;
+        let mut answer = None;
+        for _ in 0..self.links.len() {
+            let txn = txn.clone();
+            match self
+                .call("connect", |mut l| async move { l.kv.txn(txn).await })
+                .await
+            {
+                Err(e) if e.is_retryable() => answer = Some(Err(e)),
+                other => {
+                    answer = Some(other);
+                    break;
+                }
+            }
+        }
+        let response = answer.expect("at least one endpoint")?;
         let header = response
             .header()
             .ok_or_else(|| Error::backend(BACKEND, "etcd answered without a header"))?;
@@ -209,9 +245,11 @@ impl EtcdLeaseStore {
         };
         match stored.as_deref() {
             None | Some("") => {
-                let mut kv = self.kv.clone();
-                self.bounded("connect", kv.put(meta, id.into_bytes(), None))
-                    .await?;
+                let value = id.into_bytes();
+                self.call("connect", |mut l| async move {
+                    l.kv.put(meta, value, None).await
+                })
+                .await?;
             }
             Some(bound) if bound == id => {}
             Some(bound) => {
@@ -239,17 +277,32 @@ impl EtcdLeaseStore {
         &self.config
     }
 
-    /// Runs one call under the client-side bound.
-    async fn bounded<T>(
-        &self,
-        what: &str,
-        call: impl std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
-    ) -> Result<T> {
+    /// Runs one call on the current endpoint under the client-side bound. When it fails as
+    /// unavailable (the member is down, cut off, or has no leader), later calls go to the next
+    /// endpoint: the client fails over to the members that can answer.
+    async fn call<T, F, Fut>(&self, what: &str, make: F) -> Result<T>
+    where
+        F: FnOnce(Link) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        let at = self.current.load(Ordering::Relaxed) % self.links.len();
         let bound = self.config.timeout();
-        match tokio::time::timeout(bound, call).await {
+        let answer = match tokio::time::timeout(bound, make(self.links[at].clone())).await {
             Ok(result) => result.map_err(classify),
             Err(_) => Err(timed_out(what, bound)),
+        };
+        if let Err(Error::Unavailable { .. }) = &answer {
+            let next = (at + 1) % self.links.len();
+            if self
+                .current
+                .compare_exchange(at, next, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+                && self.links.len() > 1
+            {
+                tracing::debug!(from = %self.config.endpoints()[at], to = %self.config.endpoints()[next], "etcd endpoint unavailable; failing over");
+            }
         }
+        answer
     }
 
     /// Fails closed when an answer comes from another cluster or from below a revision an
@@ -285,8 +338,9 @@ impl EtcdLeaseStore {
 
     async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
         let floor = self.floor.load(Ordering::SeqCst);
-        let mut kv = self.kv.clone();
-        let response = self.bounded("a transaction", kv.txn(txn)).await?;
+        let response = self
+            .call("a transaction", |mut l| async move { l.kv.txn(txn).await })
+            .await?;
         self.check_header(response.header(), floor)?;
         Ok(response)
     }
@@ -299,27 +353,19 @@ impl EtcdLeaseStore {
         let mut distinct: Vec<i64> = secs.to_vec();
         distinct.sort_unstable();
         distinct.dedup();
-        let mut tasks = tokio::task::JoinSet::new();
-        for &ttl in &distinct {
-            let mut leases = self.leases.clone();
-            let bound = self.config.timeout();
-            tasks.spawn(async move {
-                let answer = tokio::time::timeout(bound, leases.grant(ttl, None)).await;
-                (ttl, answer)
-            });
-        }
-        let mut ids = std::collections::HashMap::with_capacity(distinct.len());
-        while let Some(joined) = tasks.join_next().await {
-            let (ttl, answer) =
-                joined.map_err(|e| Error::backend(BACKEND, format!("lease grant task: {e}")))?;
-            let granted = answer
-                .map_err(|_| timed_out("a lease grant", self.config.timeout()))?
-                .map_err(classify)?;
+        let granted = futures_util::future::try_join_all(distinct.iter().map(|&ttl| async move {
+            let granted = self
+                .call("a lease grant", |mut l| async move {
+                    l.leases.grant(ttl, None).await
+                })
+                .await?;
             if !granted.error().is_empty() {
                 return Err(Error::unavailable(BACKEND, granted.error().to_string()));
             }
-            ids.insert(ttl, granted.id());
-        }
+            Ok::<_, Error>((ttl, granted.id()))
+        }))
+        .await?;
+        let ids: std::collections::HashMap<i64, i64> = granted.into_iter().collect();
         Ok(secs.iter().map(|s| ids[s]).collect())
     }
 
@@ -765,9 +811,10 @@ impl EtcdLeaseStore {
             options = options.with_revision(revision);
         }
         let floor = self.floor.load(Ordering::SeqCst);
-        let mut kv = self.kv.clone();
         let response = self
-            .bounded("a range read", kv.get(from, Some(options)))
+            .call("a range read", |mut l| async move {
+                l.kv.get(from, Some(options)).await
+            })
             .await?;
         self.check_header(response.header(), floor)?;
         Ok(response)
@@ -1300,8 +1347,9 @@ impl EtcdLeaseStore {
         let used = match key {
             Some(key) => {
                 let index = self.keys.idempotency(run.as_str(), key.as_str());
-                let mut kv = self.kv.clone();
-                let got = self.bounded("a read", kv.get(index, None)).await?;
+                let got = self
+                    .call("a read", |mut l| async move { l.kv.get(index, None).await })
+                    .await?;
                 got.kvs()
                     .first()
                     .and_then(|kv| <[u8; 8]>::try_from(kv.value()).ok().map(u64::from_be_bytes))
@@ -1320,9 +1368,9 @@ impl EtcdLeaseStore {
                     rec.owner.is_some(),
                 )?;
             }
-            let mut kv = self.kv.clone();
+            let entry = self.keys.entry(run.as_str(), seq);
             let got = self
-                .bounded("a read", kv.get(self.keys.entry(run.as_str(), seq), None))
+                .call("a read", |mut l| async move { l.kv.get(entry, None).await })
                 .await?;
             if let Some(kv) = got.kvs().first() {
                 let (fence, at, payload) = decode_entry(kv.value())?;

@@ -350,3 +350,154 @@ async fn eight_workers_ride_through_the_leaders_death_and_restart() {
         acked.len()
     );
 }
+
+/// Minority partition: the member cut off from the other two refuses writes (a client that
+/// reaches only it gets a retryable `Unavailable` within its bound, and a lease is never handed
+/// out), a client of all three keeps working through the other two, and nothing acknowledged
+/// before the cut is lost. Once the cut heals the member serves everything written meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_cut_off_from_the_majority_refuses_writes_and_loses_nothing() {
+    let Some(cluster) = required(
+        "etcd cluster",
+        EtcdCluster::start_isolatable().map_err(|e| e.to_string()),
+        lease_conformance::fixtures::etcd::HINT,
+    ) else {
+        return;
+    };
+    let lone = MEMBERS - 1;
+    let all: Vec<String> = (0..MEMBERS).map(|i| cluster.endpoint(i)).collect();
+    let bound = Duration::from_secs(1);
+    let majority = store(all, "minority", bound).await;
+    let minority = store(vec![cluster.endpoint(lone)], "minority", bound).await;
+    let w = WorkerId::new("w").unwrap();
+    let ttl = Ttl::from_secs(30).unwrap();
+
+    // Acknowledged before the cut: created, claimed, journaled, completed or held.
+    let before: Vec<RunId> = (0..20).map(|i| id(&format!("before-{i:02}"))).collect();
+    for r in majority.create_many(&before).await.unwrap() {
+        r.unwrap();
+    }
+    let mut held = Vec::new();
+    for (i, run) in before.iter().enumerate() {
+        let lease = majority.claim(run, &w, ttl).await.unwrap();
+        majority
+            .append(&lease, format!("step {i}").as_bytes())
+            .await
+            .unwrap();
+        if i % 2 == 0 {
+            majority.complete(&lease).await.unwrap();
+        } else {
+            held.push(lease);
+        }
+    }
+
+    let Some(mut cut) = required("iptables and ss", cluster.isolate(lone), LINK_CUT_HINT) else {
+        return;
+    };
+    // Let the lone member notice it lost the leader (election timeout 500 ms).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // The lone member refuses: each write answers Unavailable, retryably, within its bound.
+    let refused = id("during-refused");
+    for attempt in 0..3 {
+        let sent = Instant::now();
+        let answer = minority.create(&refused).await;
+        assert!(
+            matches!(&answer, Err(e @ Error::Unavailable { .. }) if e.is_retryable()),
+            "attempt {attempt}: the cut-off member answered {answer:?}"
+        );
+        assert!(sent.elapsed() < bound * 3, "took {:?}", sent.elapsed());
+    }
+    let claim = minority.claim(&before[1], &w, ttl).await;
+    assert!(
+        matches!(&claim, Err(Error::Unavailable { .. })),
+        "a claim through the cut-off member answered {claim:?}"
+    );
+
+    // The client of all three fails over to the majority: with retries, everything goes on.
+    let during: Vec<RunId> = (0..10).map(|i| id(&format!("during-{i:02}"))).collect();
+    let retry = Duration::from_secs(20);
+    let started = Instant::now();
+    for run in &during {
+        loop {
+            match majority.create(run).await {
+                Ok(_) | Err(Error::AlreadyExists { .. }) => break,
+                Err(e) if e.is_retryable() && started.elapsed() < retry => {}
+                Err(e) => panic!("create {run} through the majority: {e}"),
+            }
+        }
+        let lease = loop {
+            match majority.claim(run, &w, ttl).await {
+                Ok(lease) => break lease,
+                Err(e) if e.is_retryable() && started.elapsed() < retry => {}
+                Err(e) => panic!("claim {run} through the majority: {e}"),
+            }
+        };
+        assert_eq!(lease.fence().get(), 1, "{run}");
+        loop {
+            match majority.complete(&lease).await {
+                Ok(())
+                | Err(Error::LeaseEnded {
+                    ended: Ended::Completed,
+                    fence: 1,
+                    ..
+                }) => break,
+                Err(e) if e.is_retryable() && started.elapsed() < retry => {}
+                Err(e) => panic!("complete {run} through the majority: {e}"),
+            }
+        }
+    }
+    // Nothing acknowledged before the cut is lost: read through the majority, during the cut.
+    for (i, run) in before.iter().enumerate() {
+        let record = loop {
+            match majority.inspect(run).await {
+                Ok(record) => break record,
+                Err(e) if e.is_retryable() && started.elapsed() < retry => {}
+                Err(e) => panic!("inspect {run}: {e}"),
+            }
+        };
+        let want = if i % 2 == 0 {
+            RunState::Completed
+        } else {
+            RunState::Runnable
+        };
+        assert_eq!((record.state, record.fence.get()), (want, 1), "{run}");
+        assert_eq!(record.owner.is_some(), i % 2 == 1, "{run}: still held");
+    }
+    for (i, lease) in held.iter().enumerate() {
+        let journal = loop {
+            match majority.journal(lease.run()).await {
+                Ok(journal) => break journal,
+                Err(e) if e.is_retryable() && started.elapsed() < retry => {}
+                Err(e) => panic!("journal of {}: {e}", lease.run()),
+            }
+        };
+        let step = format!("step {}", 2 * i + 1);
+        assert_eq!(journal.len(), 1, "{}", lease.run());
+        assert_eq!(journal[0].payload, step.as_bytes());
+        loop {
+            match majority.renew(lease).await {
+                Ok(_) => break,
+                Err(e) if e.is_retryable() && started.elapsed() < retry => {}
+                Err(e) => panic!("renew {} during the cut: {e}", lease.run()),
+            }
+        }
+    }
+    cut.heal();
+    // Healed: the lone member catches up and serves what the majority wrote meanwhile.
+    let healed = Instant::now();
+    for run in &during {
+        loop {
+            match minority.inspect(run).await {
+                Ok(record) => {
+                    assert_eq!(record.state, RunState::Completed, "{run}");
+                    break;
+                }
+                Err(e) if e.is_retryable() && healed.elapsed() < retry => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("inspect {run} on the healed member: {e}"),
+            }
+        }
+    }
+}
