@@ -43,6 +43,12 @@ const ROUNDS: usize = 32;
 /// Journal entries per read: each can be 1 MiB.
 const JOURNAL_PAGE: i64 = 64;
 
+/// Index entries `claim_next` looks at past now, per sweep.
+const SWEEP: usize = 64;
+
+/// How often a store sweeps past now.
+const SWEEP_EVERY: Duration = Duration::from_millis(250);
+
 /// The largest message this adapter accepts from etcd (a journal page).
 const MAX_DECODING: usize = 96 << 20;
 
@@ -64,6 +70,9 @@ pub struct EtcdLeaseStore {
     /// One client per endpoint; calls go to `current` and move on when it fails.
     links: Vec<Link>,
     current: Arc<AtomicUsize>,
+    /// Where `claim_next`'s sweep past now goes on from, and when it last ran.
+    cursor: Arc<std::sync::Mutex<Option<Vec<u8>>>>,
+    swept: Arc<AtomicU64>,
     keys: Keys,
     config: EtcdConfig,
     cluster: u64,
@@ -97,6 +106,17 @@ impl Seen {
             _ => Err(Error::NotFound { run: run.clone() }),
         }
     }
+}
+
+/// What one page of `claim_next` claimed.
+struct ClaimPage {
+    leases: Vec<Lease>,
+    /// Candidates another caller claimed first.
+    lost: usize,
+    /// Whether the range had more entries than it returned.
+    more: bool,
+    /// The last index key it returned.
+    last: Option<Vec<u8>>,
 }
 
 /// One item's conditional write, and what it returns if its compares hold.
@@ -195,6 +215,8 @@ impl EtcdLeaseStore {
         let mut store = EtcdLeaseStore {
             links,
             current: Arc::new(AtomicUsize::new(0)),
+            cursor: Arc::new(std::sync::Mutex::new(None)),
+            swept: Arc::new(AtomicU64::new(0)),
             keys: Keys::new(config.prefix()),
             config,
             cluster: 0,
@@ -794,6 +816,71 @@ impl EtcdLeaseStore {
         .await
     }
 
+    /// Claims up to `want` claimable runs among the first `limit` entries of the runnable
+    /// index in `[from, to)`, under one etcd lease granted for them.
+    #[allow(clippy::too_many_arguments)]
+    async fn claim_page(
+        &self,
+        worker: &WorkerId,
+        ttl: Ttl,
+        secs: i64,
+        from: Vec<u8>,
+        to: Vec<u8>,
+        limit: usize,
+        want: usize,
+    ) -> Result<ClaimPage> {
+        let now = now_micros();
+        let page = self.range(from, to, limit as i64, false, 0).await?;
+        let mut listed: Vec<(u64, RunId)> = Vec::new();
+        for kv in page.kvs() {
+            if let Some((since, run)) = self.keys.parse_index(kv.key()) {
+                listed.push((since, RunId::new(run)?));
+            }
+        }
+        let ids: Vec<&RunId> = listed.iter().map(|(_, r)| r).collect();
+        let seen = self.read(&ids).await?;
+        let mut candidates = Vec::new();
+        for ((since, run), item) in listed.iter().zip(&seen) {
+            let claimable = item.live(run).is_ok_and(|rec| rec.since == *since)
+                && matches!(Self::claim_verdict(run, item, now), Ok(None));
+            if claimable && candidates.len() < want {
+                candidates.push((run, item));
+            }
+        }
+        let mut out = ClaimPage {
+            leases: Vec::new(),
+            lost: 0,
+            more: page.more(),
+            last: page.kvs().last().map(|kv| kv.key().to_vec()),
+        };
+        if candidates.is_empty() {
+            return Ok(out);
+        }
+        let lease = self.grant(&[secs]).await?[0];
+        let mut plans = Vec::with_capacity(candidates.len());
+        for (run, item) in &candidates {
+            plans.push(self.claim_plan(run, worker, ttl, lease, item, now)?);
+        }
+        for claimed in self.execute(plans).await? {
+            match claimed {
+                Some(lease) => out.leases.push(lease),
+                None => out.lost += 1,
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether the sweep past now is due: at most every [`SWEEP_EVERY`] per store.
+    fn sweep_due(&self) -> bool {
+        let now = now_micros();
+        let last = self.swept.load(Ordering::Relaxed);
+        now.saturating_sub(last) >= SWEEP_EVERY.as_micros() as u64
+            && self
+                .swept
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+
     /// Ranges `[from, to)`, up to `limit` keys (0: all), keys only unless `values`.
     async fn range(
         &self,
@@ -872,60 +959,46 @@ impl LeaseStore for EtcdLeaseStore {
         let family = self.keys.index_family(RunState::Runnable);
         let mut got: Vec<Lease> = Vec::new();
         let mut from = family.clone();
+        // The index in order, up to now: fresh and released runs, and held runs whose
+        // recorded expiry has passed (etcd's block decides whether they are claimable).
         for _ in 0..8 {
             let want = max - got.len();
-            let now = now_micros();
+            let to = self.keys.index_bound(RunState::Runnable, now_micros());
             let page = self
-                .range(
-                    from.clone(),
-                    self.keys.index_bound(RunState::Runnable, now),
-                    (want * 2 + 8) as i64,
-                    false,
-                    0,
-                )
+                .claim_page(worker, ttl, secs, from.clone(), to, want * 2 + 8, want)
                 .await?;
-            let mut listed: Vec<(u64, RunId)> = Vec::new();
-            for kv in page.kvs() {
-                let Some((since, run)) = self.keys.parse_index(kv.key()) else {
-                    continue;
-                };
-                listed.push((since, RunId::new(run)?));
-            }
-            if let Some(last) = page.kvs().last() {
-                from = last.key().to_vec();
+            got.extend(page.leases);
+            if let Some(last) = page.last {
+                from = last;
                 from.push(0);
             }
-            let ids: Vec<&RunId> = listed.iter().map(|(_, r)| r).collect();
-            let seen = self.read(&ids).await?;
-            let mut candidates = Vec::new();
-            for ((since, run), item) in listed.iter().zip(&seen) {
-                let claimable = item.live(run).is_ok_and(|rec| rec.since == *since)
-                    && matches!(Self::claim_verdict(run, item, now), Ok(None));
-                if claimable && candidates.len() < want {
-                    candidates.push((run, item));
-                }
-            }
-            let lease = match candidates.is_empty() {
-                true => 0,
-                false => self.grant(&[secs]).await?[0],
-            };
-            let mut plans = Vec::with_capacity(candidates.len());
-            for (run, item) in &candidates {
-                plans.push(self.claim_plan(run, worker, ttl, lease, item, now)?);
-            }
-            let mut lost = 0;
-            for out in self.execute(plans).await? {
-                match out {
-                    Some(lease) => got.push(lease),
-                    None => lost += 1,
-                }
-            }
-            if got.len() >= max || (!page.more() && lost == 0) {
+            if got.len() >= max || (!page.more && page.lost == 0) {
                 break;
             }
-            if lost > 0 {
+            if page.lost > 0 {
                 from = family.clone();
             }
+        }
+        // Past now, a bounded window from a rotating cursor: runs whose recorded times a
+        // client with a clock ahead wrote in the future. Their blocks are etcd's judgement
+        // too, and every entry comes under the window within a bounded number of sweeps, so
+        // no run waits on a clock.
+        if got.len() < max && self.sweep_due() {
+            let bound = self.keys.index_bound(RunState::Runnable, now_micros());
+            let start = {
+                let cursor = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
+                cursor.clone().filter(|c| *c > bound).unwrap_or(bound)
+            };
+            let want = max - got.len();
+            let page = self
+                .claim_page(worker, ttl, secs, start, prefix_end(&family), SWEEP, want)
+                .await?;
+            got.extend(page.leases);
+            let next = page.last.filter(|_| page.more).map(|mut last| {
+                last.push(0);
+                last
+            });
+            *self.cursor.lock().unwrap_or_else(|p| p.into_inner()) = next;
         }
         got.sort_by_key(|l| l.expires_at());
         Ok(got)
@@ -1441,5 +1514,57 @@ impl fmt::Debug for EtcdLeaseStore {
 impl fmt::Display for EtcdLeaseStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(&self.config, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lease_conformance::fixtures::etcd::{EtcdCluster, HINT, MEMBERS};
+
+    /// A run whose recorded claimable-since is an hour ahead (written by a client whose clock
+    /// is an hour fast) is still handed out by `claim_next` on the next sweep past now, while a
+    /// run etcd still holds is not: no run waits on a clock.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_run_stamped_by_a_fast_clock_is_still_claimed() {
+        let Some(cluster) = lease_conformance::fixtures::required(
+            "etcd cluster",
+            EtcdCluster::start().map_err(|e| e.to_string()),
+            HINT,
+        ) else {
+            return;
+        };
+        let endpoints: Vec<String> = (0..MEMBERS).map(|i| cluster.endpoint(i)).collect();
+        let store = EtcdLeaseStore::connect(EtcdConfig::new(endpoints, "skew").unwrap())
+            .await
+            .unwrap();
+        let w = WorkerId::new("w").unwrap();
+        let (skewed, held) = (RunId::new("skewed").unwrap(), RunId::new("held").unwrap());
+        store.create(&skewed).await.unwrap();
+        store.create(&held).await.unwrap();
+        store
+            .claim(&held, &w, Ttl::from_secs(60).unwrap())
+            .await
+            .unwrap();
+        // Rewrite the fresh run as a client an hour fast would have written it.
+        let seen = store.read(&[&skewed]).await.unwrap().remove(0);
+        let mut ahead = seen.rec.clone().unwrap();
+        ahead.since = now_micros() + 3_600_000_000;
+        let plan = store.plan(skewed.as_str(), &seen, &ahead, Vec::new(), ());
+        assert_eq!(store.execute(vec![plan]).await.unwrap(), vec![Some(())]);
+
+        // The first call sweeps past now at once; a later one within SWEEP_EVERY would not.
+        let got = store
+            .claim_next(&w, Ttl::from_secs(30).unwrap(), 10)
+            .await
+            .unwrap();
+        let runs: Vec<&RunId> = got.iter().map(Lease::run).collect();
+        assert_eq!(runs, vec![&skewed], "the skewed run, and not the held one");
+        assert_eq!(got[0].fence().get(), 1);
+        assert!(store
+            .claim_next(&w, Ttl::from_secs(30).unwrap(), 10)
+            .await
+            .unwrap()
+            .is_empty());
     }
 }

@@ -304,7 +304,12 @@ async fn eight_workers_ride_through_the_leaders_death_and_restart() {
             distinct.len() != fences.len()
         })
         .collect();
-    assert!(twice.is_empty(), "fences issued twice: {twice:?}");
+    assert!(
+        twice.is_empty(),
+        "fences issued twice on {} runs, first: {:?}",
+        twice.len(),
+        twice.iter().take(5).collect::<Vec<_>>()
+    );
     let max_fence = ledger.issued.values().flatten().max().copied().unwrap_or(0);
     let reclaimed = ledger.issued.values().filter(|f| f.len() > 1).count();
     let acked: Vec<RunId> = ledger.acked.iter().cloned().collect();
