@@ -1522,6 +1522,19 @@ mod tests {
     use super::*;
     use lease_conformance::fixtures::etcd::{EtcdCluster, HINT, MEMBERS};
 
+    #[test]
+    fn ttls_are_whole_seconds_from_one_rounded_up_and_shorter_ones_refused() {
+        let secs = |ms| lease_seconds(Ttl::from_millis(ms).unwrap());
+        assert!(matches!(
+            secs(999),
+            Err(Error::InvalidInput(InvalidInput::TtlUnderBackendMinimum { min, .. })) if min == MIN_TTL
+        ));
+        let (n, ttl) = secs(1_001).unwrap();
+        assert_eq!((n, ttl.as_millis()), (2, 2_000));
+        let (n, ttl) = secs(30_000).unwrap();
+        assert_eq!((n, ttl.as_millis()), (30, 30_000));
+    }
+
     /// A run whose recorded claimable-since is an hour ahead (written by a client whose clock
     /// is an hour fast) is still handed out by `claim_next` on the next sweep past now, while a
     /// run etcd still holds is not: no run waits on a clock.
