@@ -152,10 +152,11 @@ struct Ledger {
     errors: Vec<String>,
 }
 
-/// Leader loss under load: eight workers claim, journal and complete runs in batches while the
-/// leader is SIGKILLed and later restarted. No fence is issued twice for a run, every
-/// acknowledged completion is there at the end, and every worker completes runs again after the
-/// restart without being restarted itself. Every error the workers saw was retryable.
+/// Leader loss under load: eight workers claim and complete runs in batches while the leader is
+/// SIGKILLed and later restarted; one of them abandons every other batch under 2 s leases, so
+/// the others reclaim those runs at higher fences, across the kill. No fence is issued twice
+/// for a run, every acknowledged completion is there at the end, and every worker completes
+/// runs again after the restart without being restarted itself. Every error was retryable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_workers_ride_through_the_leaders_death_and_restart() {
     let Some(mut cluster) = cluster() else { return };
@@ -172,7 +173,11 @@ async fn eight_workers_ride_through_the_leaders_death_and_restart() {
         let restarted = restarted.clone();
         workers.push(tokio::spawn(async move {
             let worker = WorkerId::new(format!("w{w}")).unwrap();
-            let ttl = Ttl::from_secs(10).unwrap();
+            // w0 plays a worker that keeps dying: 2 s leases, and every other batch it claims
+            // is abandoned, so others reclaim those runs at higher fences, across the kill.
+            let dies = w == 0;
+            let ttl = Ttl::from_secs(if dies { 2 } else { 10 }).unwrap();
+            let mut batches = 0u64;
             let mut made = 0;
             while Instant::now() < stop {
                 // Each worker brings its own work: ten runs per round, created (a retry that
@@ -223,6 +228,10 @@ async fn eight_workers_ride_through_the_leaders_death_and_restart() {
                             .push(lease.fence().get());
                     }
                 }
+                batches += 1;
+                if dies && batches % 2 == 0 {
+                    continue;
+                }
                 let ends: Vec<Ending> = leases
                     .iter()
                     .map(|l| Ending::new(l.clone(), End::Complete))
@@ -251,6 +260,9 @@ async fn eight_workers_ride_through_the_leaders_death_and_restart() {
                                         }
                                     }
                                     Err(e) if e.is_retryable() => again.push(ending.clone()),
+                                    // Reclaimed after its lease expired (only w0's 2 s leases
+                                    // can): refused by the fence, not acknowledged.
+                                    Err(Error::StaleFence { .. }) if dies => {}
                                     Err(e) => panic!("end of {}: {e}", ending.lease.run()),
                                 }
                             }
@@ -312,6 +324,10 @@ async fn eight_workers_ride_through_the_leaders_death_and_restart() {
     );
     let max_fence = ledger.issued.values().flatten().max().copied().unwrap_or(0);
     let reclaimed = ledger.issued.values().filter(|f| f.len() > 1).count();
+    assert!(
+        reclaimed > 0 && max_fence >= 2,
+        "no run abandoned by w0 was reclaimed: the test did not exercise reclaims"
+    );
     let acked: Vec<RunId> = ledger.acked.iter().cloned().collect();
     for chunk in acked.chunks(1_000) {
         for (run, record) in chunk.iter().zip(loader.inspect_many(chunk).await.unwrap()) {
