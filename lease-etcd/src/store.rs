@@ -115,8 +115,8 @@ struct ClaimPage {
     lost: usize,
     /// Whether the range had more entries than it returned.
     more: bool,
-    /// The last index key it returned.
-    last: Option<Vec<u8>>,
+    /// The index key the next page starts after.
+    resume: Option<Vec<u8>>,
 }
 
 /// One item's conditional write, and what it returns if its compares hold.
@@ -141,6 +141,18 @@ fn now_micros() -> u64 {
             Ok(_) => return next,
             Err(seen) => last = seen,
         }
+    }
+}
+
+/// Shuffles `items` (Fisher–Yates over a xorshift stream from `seed`): enough to spread
+/// concurrent callers over different runs; nothing depends on its quality.
+fn shuffle(items: &mut [usize], seed: u64) {
+    let mut x = seed | 1;
+    for i in (1..items.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        items.swap(i, (x % (i as u64 + 1)) as usize);
     }
 }
 
@@ -828,6 +840,7 @@ impl EtcdLeaseStore {
         to: Vec<u8>,
         limit: usize,
         want: usize,
+        spread: bool,
     ) -> Result<ClaimPage> {
         let now = now_micros();
         let page = self.range(from, to, limit as i64, false, 0).await?;
@@ -839,19 +852,37 @@ impl EtcdLeaseStore {
         }
         let ids: Vec<&RunId> = listed.iter().map(|(_, r)| r).collect();
         let seen = self.read(&ids).await?;
-        let mut candidates = Vec::new();
-        for ((since, run), item) in listed.iter().zip(&seen) {
-            let claimable = item.live(run).is_ok_and(|rec| rec.since == *since)
-                && matches!(Self::claim_verdict(run, item, now), Ok(None));
-            if claimable && candidates.len() < want {
-                candidates.push((run, item));
-            }
+        let mut claimable: Vec<usize> = listed
+            .iter()
+            .zip(&seen)
+            .enumerate()
+            .filter(|(_, ((since, run), item))| {
+                item.live(run).is_ok_and(|rec| rec.since == *since)
+                    && matches!(Self::claim_verdict(run, item, now), Ok(None))
+            })
+            .map(|(i, _)| i)
+            .collect();
+        // In order, the page resumes after the last run tried; spread, after the whole page.
+        let mut resume = page.kvs().last().map(|kv| kv.key().to_vec());
+        if spread {
+            shuffle(
+                &mut claimable,
+                now ^ (worker.as_str().len() as u64).rotate_left(17),
+            );
+        } else if claimable.len() > want {
+            resume = Some(page.kvs()[claimable[want - 1]].key().to_vec());
         }
+        claimable.truncate(want);
+        claimable.sort_unstable();
+        let candidates: Vec<(&RunId, &Seen)> = claimable
+            .iter()
+            .map(|&i| (&listed[i].1, &seen[i]))
+            .collect();
         let mut out = ClaimPage {
             leases: Vec::new(),
             lost: 0,
-            more: page.more(),
-            last: page.kvs().last().map(|kv| kv.key().to_vec()),
+            more: page.more() || resume.as_deref() != page.kvs().last().map(|kv| kv.key()),
+            resume,
         };
         if candidates.is_empty() {
             return Ok(out);
@@ -961,23 +992,26 @@ impl LeaseStore for EtcdLeaseStore {
         let mut from = family.clone();
         // The index in order, up to now: fresh and released runs, and held runs whose
         // recorded expiry has passed (etcd's block decides whether they are claimable).
+        // After a lost race (concurrent callers read the same oldest entries) the next page
+        // goes on past what was tried, wider, and picks among its claimable runs at random,
+        // so that callers spread out instead of colliding on the same runs again.
+        let mut spread = false;
         for _ in 0..8 {
             let want = max - got.len();
             let to = self.keys.index_bound(RunState::Runnable, now_micros());
+            let limit = if spread { want * 8 + 8 } else { want * 2 + 8 };
             let page = self
-                .claim_page(worker, ttl, secs, from.clone(), to, want * 2 + 8, want)
+                .claim_page(worker, ttl, secs, from.clone(), to, limit, want, spread)
                 .await?;
             got.extend(page.leases);
-            if let Some(last) = page.last {
-                from = last;
-                from.push(0);
+            if let Some(mut next) = page.resume {
+                next.push(0);
+                from = next;
             }
             if got.len() >= max || (!page.more && page.lost == 0) {
                 break;
             }
-            if page.lost > 0 {
-                from = family.clone();
-            }
+            spread |= page.lost > 0;
         }
         // Past now, a bounded window from a rotating cursor: runs whose recorded times a
         // client with a clock ahead wrote in the future. Their blocks are etcd's judgement
@@ -991,10 +1025,19 @@ impl LeaseStore for EtcdLeaseStore {
             };
             let want = max - got.len();
             let page = self
-                .claim_page(worker, ttl, secs, start, prefix_end(&family), SWEEP, want)
+                .claim_page(
+                    worker,
+                    ttl,
+                    secs,
+                    start,
+                    prefix_end(&family),
+                    SWEEP,
+                    want,
+                    false,
+                )
                 .await?;
             got.extend(page.leases);
-            let next = page.last.filter(|_| page.more).map(|mut last| {
+            let next = page.resume.filter(|_| page.more).map(|mut last| {
                 last.push(0);
                 last
             });
