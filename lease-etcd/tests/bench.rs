@@ -17,8 +17,12 @@ use lease_core::{End, Ending, Lease, LeaseStore, RunId, RunState, Ttl, WorkerId,
 /// Concurrent tasks per row, the same for the library's rows and the peer's.
 const TASKS: usize = 8;
 
-/// Operations in each of the claim, renew and lock rows.
+/// Operations in each of the claim, renew and acquire-only rows.
 const OPS: usize = 2_000;
+
+/// Cycles of the peer's acquire + release in each slice: one slice before the first row and
+/// one after each row.
+const PEER_SLICE: usize = 400;
 
 /// Unmeasured operations before the rows, to open connections and warm etcd up.
 const WARM_UP: usize = 64;
@@ -206,7 +210,10 @@ fn assert_unique_keys(keys: &[String]) {
 async fn etcd_throughput_beside_etcds_own_lock() {
     let started = Instant::now();
     let load_at_start = load_average();
-    let cluster = EtcdCluster::start().expect("a three-member etcd cluster");
+    let mut cluster = EtcdCluster::start().expect("a three-member etcd cluster");
+    let leader = cluster
+        .leader(Duration::from_secs(10))
+        .expect("the cluster's leader");
     let endpoints: Vec<String> = (0..MEMBERS).map(|i| cluster.endpoint(i)).collect();
     let fixture = EtcdFixture::new(endpoints.clone());
     let store: Arc<dyn LeaseStore> = Arc::new(fixture.store().await);
@@ -243,18 +250,18 @@ async fn etcd_throughput_beside_etcds_own_lock() {
         .await;
     }
 
-    let mut rows: Vec<Row> = Vec::new();
-
-    // The peer's cycle, first half (the second half runs last: one row from both halves, so
-    // drift of the cluster over the run falls on the base of the ratios evenly).
-    let peer_cycle = |tag: &'static str| {
+    // The peer's cycle in slices of PEER_SLICE, one before the first row, one after each:
+    // every row's ratios are against the slices right before and after it, so a drift of
+    // the cluster or the machine over the run falls on both sides of each ratio.
+    let peer_slice = |k: usize| {
         let (client, prefix) = (client.clone(), lock_prefix.clone());
-        measure((0..OPS / 2).collect(), move |i: usize| {
-            let (client, name) = (client.clone(), format!("{prefix}/{tag}/{i}"));
+        measure((0..PEER_SLICE).collect(), move |i: usize| {
+            let (client, name) = (client.clone(), format!("{prefix}/cycle-{k}/{i}"));
             async move { acquire_release(&client, name).await }
         })
     };
-    let first = peer_cycle("cycle-a").await;
+    let mut slices: Vec<Measured<String>> = vec![peer_slice(0).await];
+    let mut rows: Vec<Row> = Vec::new();
 
     // The peer's acquire alone: lease grant + lock, left held (distinct names).
     let acquired = {
@@ -272,6 +279,7 @@ async fn etcd_throughput_beside_etcds_own_lock() {
         acquired.wall,
         acquired.latencies,
     ));
+    slices.push(peer_slice(slices.len()).await);
 
     // 1. claim: one run per call, each run claimed once.
     let claimed = {
@@ -294,6 +302,7 @@ async fn etcd_throughput_beside_etcds_own_lock() {
         claimed.wall,
         claimed.latencies,
     ));
+    slices.push(peer_slice(slices.len()).await);
     check_held(&*store, &runs, &worker, 0).await;
 
     // 2. renew: each lease once.
@@ -315,6 +324,7 @@ async fn etcd_throughput_beside_etcds_own_lock() {
         renewed.wall,
         renewed.latencies,
     ));
+    slices.push(peer_slice(slices.len()).await);
     check_held(&*store, &runs, &worker, 1).await;
 
     // 3. claim_next: the tasks take from one backlog, each call up to CLAIM_NEXT_MAX leases.
@@ -356,6 +366,7 @@ async fn etcd_throughput_beside_etcds_own_lock() {
         nexts.wall,
         nexts.latencies,
     ));
+    slices.push(peer_slice(slices.len()).await);
 
     // 4. end_many: every lease claim_next handed out completed, END_BATCH per call.
     let ended_leases = handed.len() / END_BATCH * END_BATCH;
@@ -383,6 +394,13 @@ async fn etcd_throughput_beside_etcds_own_lock() {
             item.unwrap_or_else(|e| panic!("an end_many item: {e}"));
         }
     }
+    rows.push(Row::new(
+        &format!("end_many({END_BATCH} completes): leases/s, p50/p99 per call"),
+        ended_leases,
+        ended.wall,
+        ended.latencies,
+    ));
+    slices.push(peer_slice(slices.len()).await);
     let counts = queue.count().await.expect("count");
     assert_eq!(counts.completed, ended_leases as u64, "completed runs");
     assert_eq!(
@@ -390,44 +408,36 @@ async fn etcd_throughput_beside_etcds_own_lock() {
         (handed.len() - ended_leases) as u64,
         "held runs"
     );
-    rows.push(Row::new(
-        &format!("end_many({END_BATCH} completes): leases/s, p50/p99 per call"),
-        ended_leases,
-        ended.wall,
-        ended.latencies,
-    ));
 
-    // The peer's cycle, second half; the two halves make the base row of the ratios.
-    let second = peer_cycle("cycle-b").await;
-    let halves = [first.per_second_of(OPS / 2), second.per_second_of(OPS / 2)];
-    let mut keys = first.results;
-    keys.extend(second.results);
+    // Every lock call of every slice got its own key.
+    let keys: Vec<String> = slices
+        .iter()
+        .flat_map(|slice| slice.results.iter().cloned())
+        .collect();
     assert_unique_keys(&keys);
-    let mut latencies = first.latencies;
-    latencies.extend(second.latencies);
-    let peer = Row::new(
-        "etcd lock: acquire + release (lease grant + lock + unlock)",
-        OPS,
-        first.wall + second.wall,
-        latencies,
-    );
-    rows.insert(0, peer);
+    assert_eq!(keys.len(), slices.len() * PEER_SLICE);
 
-    let base = &rows[0];
-    let (base_rate, base_p99) = (base.per_second(), base.percentile_ms(0.99));
+    // The peer's row is all its slices; row k's base is slices k and k + 1.
+    let peer = join(
+        "etcd lock: acquire + release (lease grant + lock + unlock), all slices",
+        &slices,
+    );
     println!();
     println!(
-        "etcd 3.4, {MEMBERS} members on 127.0.0.1 (fixture: heartbeat 50 ms, election 500 ms), \
-         {TASKS} concurrent tasks per row (library and peer alike), TTL {TTL_SECS} s"
+        "etcd 3.4, {MEMBERS} members on 127.0.0.1 (fixture: heartbeat 50 ms, election 500 ms; \
+         member {leader} led), {TASKS} concurrent tasks per row (library and peer alike), TTL \
+         {TTL_SECS} s; the library's client calls member 0 (it fails over to the next on \
+         error), the peer's etcd-client balances over all {MEMBERS}"
     );
     println!(
-        "ratios against the peer's acquire + release row (ops/s ratio > 1: more per second; \
-         p99 ratio > 1: slower call)"
+        "ratios against the peer's acquire + release measured right before and after the row \
+         ({PEER_SLICE} cycles each side; ops/s ratio > 1: more per second; p99 ratio > 1: \
+         slower call)"
     );
     println!();
     println!("| row | items | calls | ops/s | p50 ms | p99 ms | ops/s ratio | p99 ratio |");
     println!("|---|--:|--:|--:|--:|--:|--:|--:|");
-    for row in &rows {
+    let line = |row: &Row, base: &Row| {
         let p99 = row.percentile_ms(0.99);
         println!(
             "| {} | {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} |",
@@ -437,18 +447,25 @@ async fn etcd_throughput_beside_etcds_own_lock() {
             row.per_second(),
             row.percentile_ms(0.50),
             p99,
-            row.per_second() / base_rate,
-            p99 / base_p99,
+            row.per_second() / base.per_second(),
+            p99 / base.percentile_ms(0.99),
         );
+    };
+    line(&peer, &peer);
+    for (k, row) in rows.iter().enumerate() {
+        line(row, &join("", &slices[k..k + 2]));
     }
     println!();
+    let rates: Vec<String> = slices
+        .iter()
+        .map(|slice| format!("{:.0}", PEER_SLICE as f64 / slice.wall.as_secs_f64()))
+        .collect();
     println!(
-        "peer acquire + release halves (first row, then last): {:.0} and {:.0} ops/s; \
-         claim_next calls that got fewer than {CLAIM_NEXT_MAX}: {short_calls} of {CLAIM_NEXT_CALLS} \
-         ({empty_calls} empty, with {} runs still runnable); whole test {:.1} s; load average \
-         at start {load_at_start}, at end {}",
-        halves[0],
-        halves[1],
+        "peer acquire + release slices, in order: {} ops/s; claim_next calls that got fewer \
+         than {CLAIM_NEXT_MAX}: {short_calls} of {CLAIM_NEXT_CALLS} ({empty_calls} empty, with \
+         {} runs still runnable after the row); whole test {:.1} s; load average at start \
+         {load_at_start}, at end {}",
+        rates.join(", "),
         backlog - handed.len(),
         started.elapsed().as_secs_f64(),
         load_average(),
@@ -456,8 +473,12 @@ async fn etcd_throughput_beside_etcds_own_lock() {
     drop(cluster);
 }
 
-impl<R> Measured<R> {
-    fn per_second_of(&self, items: usize) -> f64 {
-        items as f64 / self.wall.as_secs_f64()
-    }
+/// The peer slices as one row: their cycles, summed wall time and every latency.
+fn join(name: &str, slices: &[Measured<String>]) -> Row {
+    let latencies: Vec<Duration> = slices
+        .iter()
+        .flat_map(|slice| slice.latencies.iter().copied())
+        .collect();
+    let wall = slices.iter().map(|slice| slice.wall).sum();
+    Row::new(name, latencies.len(), wall, latencies)
 }
