@@ -224,9 +224,11 @@ impl EtcdLeaseStore {
         if links.is_empty() {
             return Err(last.unwrap_or_else(|| timed_out("connecting to etcd", bound)));
         }
+        let links_len = links.len();
         let mut store = EtcdLeaseStore {
             links,
-            current: Arc::new(AtomicUsize::new(0)),
+            // Each store starts at an endpoint of its own, so a fleet spreads over the members.
+            current: Arc::new(AtomicUsize::new(now_micros() as usize % links_len)),
             cursor: Arc::new(std::sync::Mutex::new(None)),
             swept: Arc::new(AtomicU64::new(0)),
             keys: Keys::new(config.prefix()),
