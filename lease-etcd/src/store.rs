@@ -99,6 +99,19 @@ struct Seen {
 }
 
 impl Seen {
+    /// The live record if `lease` may write to it, per the fenced-write rules.
+    fn writable(&self, lease: &Lease) -> Result<&Rec> {
+        let rec = self.live(lease.run())?;
+        fenced_verdict(
+            lease.run(),
+            lease.fence(),
+            Fence::new(rec.fence)?,
+            state_of(rec),
+            rec.owner.is_some(),
+        )?;
+        Ok(rec)
+    }
+
     /// The live record (not a tombstone), or `NotFound`.
     fn live(&self, run: &RunId) -> Result<&Rec> {
         match &self.rec {
@@ -711,14 +724,7 @@ impl EtcdLeaseStore {
         now: u64,
     ) -> Result<Plan<()>> {
         let run = lease.run();
-        let rec = seen.live(run)?;
-        fenced_verdict(
-            run,
-            lease.fence(),
-            Fence::new(rec.fence)?,
-            state_of(rec),
-            rec.owner.is_some(),
-        )?;
+        let rec = seen.writable(lease)?;
         let delay = end.delay_millis() * 1000;
         let mut new = rec.clone();
         new.state = Some(end.state());
@@ -800,14 +806,7 @@ impl EtcdLeaseStore {
         self.decide(&runs, |i, seen, now| {
             let lease = &leases[i];
             let run = lease.run();
-            let rec = seen.live(run)?;
-            fenced_verdict(
-                run,
-                lease.fence(),
-                Fence::new(rec.fence)?,
-                state_of(rec),
-                rec.owner.is_some(),
-            )?;
+            let rec = seen.writable(lease)?;
             let mut new = rec.clone();
             new.heartbeats += 1;
             new.expires_at = now + ttls[i].as_millis() * 1000;
@@ -1476,15 +1475,9 @@ impl EtcdLeaseStore {
         };
         if let Some(seq) = used {
             let seen = self.read(&[run]).await?;
-            let rec = seen[0].live(run)?;
-            if lease.fence().get() != rec.fence {
-                fenced_verdict(
-                    run,
-                    lease.fence(),
-                    Fence::new(rec.fence)?,
-                    state_of(rec),
-                    rec.owner.is_some(),
-                )?;
+            // The fence first: a used key never lets a stale or forged fence through.
+            if lease.fence().get() != seen[0].live(run)?.fence {
+                seen[0].writable(lease)?;
             }
             let entry = self.keys.entry(run.as_str(), seq);
             let got = self
@@ -1503,14 +1496,7 @@ impl EtcdLeaseStore {
         let index = key.map(|key| self.keys.idempotency(run.as_str(), key.as_str()));
         let appended = self
             .decide_one(run, |seen, now| {
-                let rec = seen.live(run)?;
-                fenced_verdict(
-                    run,
-                    lease.fence(),
-                    Fence::new(rec.fence)?,
-                    state_of(rec),
-                    rec.owner.is_some(),
-                )?;
+                let rec = seen.writable(lease)?;
                 let mut new = rec.clone();
                 new.journal_len += 1;
                 let seq = new.journal_len;
