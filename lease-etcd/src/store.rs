@@ -1099,10 +1099,10 @@ impl LeaseStore for EtcdLeaseStore {
             let page = self
                 .range(from.clone(), end.clone(), JOURNAL_PAGE, true, revision)
                 .await?;
-            for (i, kv) in page.kvs().iter().enumerate() {
+            for kv in page.kvs() {
                 let (fence, at, payload) = decode_entry(kv.value())?;
+                // Entries are numbered from 1 without gaps, and read in key (seq) order.
                 let seq = entries.len() as u64 + 1;
-                let _ = i;
                 entries.push(JournalEntry::new(
                     seq,
                     Fence::new(fence)?,
