@@ -10,13 +10,14 @@ pub use config::{
 // What a user of the library needs. The backend author's helpers (input checks, verdict
 // rules) stay in `lease_core::backend`.
 pub use lease_core::{
-    min_margin, observe, redact_url, BoxError, CancelReason, CancellationToken, End, EndReport,
-    Ended, Ending, Error, Fence, Handler, HandlerFuture, HeartbeatStats, Heartbeats,
-    IdempotencyKey, Instrumented, InvalidInput, JournalEntry, Lease, LeaseStore, LeaseStoreExt,
-    ListFilter, MemoryLeaseStore, MemoryTransaction, Result, RetryPolicy, RunContext, RunCounts,
-    RunId, RunRecord, RunScope, RunState, ScopeConfig, StoreTime, TickReport, Ttl, Worker,
-    WorkerConfig, WorkerId, WorkerReport, MAX_BATCH, MAX_BATCH_PAYLOAD_BYTES, MAX_COUNT,
-    MAX_ID_BYTES, MAX_LIST, MAX_PAYLOAD_BYTES, MAX_PURGE_AGE, MAX_REASON_BYTES, MAX_RETRY_DELAY,
+    min_margin, observe, redact_url, sanitize_reason, BoxError, CancelReason, CancellationToken,
+    End, EndReport, Ended, Ending, Error, Fence, Handler, HandlerFuture, HeartbeatStats,
+    Heartbeats, IdempotencyKey, Instrumented, InvalidInput, JournalEntry, Lease, LeaseStore,
+    LeaseStoreExt, ListFilter, MemoryLeaseStore, MemoryTransaction, Result, RetryPolicy,
+    RunContext, RunCounts, RunId, RunRecord, RunScope, RunState, ScopeConfig, StoreTime,
+    TickReport, Ttl, Worker, WorkerConfig, WorkerId, WorkerReport, MAX_BATCH,
+    MAX_BATCH_PAYLOAD_BYTES, MAX_COUNT, MAX_ID_BYTES, MAX_LIST, MAX_PAYLOAD_BYTES, MAX_PURGE_AGE,
+    MAX_REASON_BYTES, MAX_RETRY_DELAY,
 };
 
 /// Fault injection for tests of code built on the library: a store wrapper that hangs, fails

@@ -23,6 +23,7 @@ pub mod fuzz;
 mod hub_scenarios;
 mod life_scenarios;
 pub mod model_check;
+mod safety_scenarios;
 mod scenarios;
 mod scope_scenarios;
 mod worker_scenarios;
@@ -32,6 +33,7 @@ pub use capabilities::{Capabilities, Timing, MAX_MIN_TTL};
 pub use fault_scenarios::*;
 pub use hub_scenarios::*;
 pub use life_scenarios::*;
+pub use safety_scenarios::*;
 pub use scenarios::*;
 pub use scope_scenarios::*;
 pub use worker_scenarios::*;
@@ -159,6 +161,10 @@ macro_rules! conformance_tests {
             a_failed_run_stays_failed_until_an_operator_resumes_it,
             worker_gives_up_on_a_poison_run_after_its_attempts,
             purge_removes_old_ended_runs_and_never_reuses_a_fence,
+            a_purged_id_created_again_refuses_every_lease_of_its_old_life,
+            purge_racing_creates_never_reissues_a_fence,
+            a_failure_reason_with_a_control_character_is_refused_before_any_io,
+            a_worker_escapes_control_characters_in_the_reasons_it_records,
             count_tells_how_many_runs_are_in_each_state,
             worker_runs_at_most_its_concurrency_limit,
             worker_handler_ignoring_its_token_is_still_fenced,

@@ -503,6 +503,19 @@ pub enum InvalidInput {
         /// The maximum.
         max: usize,
     },
+    /// An [`End::Fail`](crate::End::Fail) reason holding a control character other than a
+    /// tab or a line feed (a NUL, which Postgres cannot store, or a terminal escape).
+    #[error(
+        "failure reason contains the control character U+{code:04X} at byte {at}; a reason may \
+         hold tabs and line feeds but no other control character (lease_core::sanitize_reason \
+         escapes them)"
+    )]
+    ReasonControlCharacter {
+        /// Byte offset of the first such character.
+        at: usize,
+        /// Its code point.
+        code: u32,
+    },
     /// A [`purge`](crate::LeaseStore::purge) age over [`MAX_PURGE_AGE`](crate::MAX_PURGE_AGE).
     #[error("purge age {age:?} is longer than the maximum of {max:?}")]
     PurgeAgeTooLong {

@@ -56,9 +56,9 @@ pub use redact::{redact_url, REDACTED, UNPARSEABLE_URL};
 pub use scope::{min_margin, CancelReason, RunScope, ScopeConfig};
 pub use store::{LeaseStore, LeaseStoreExt};
 pub use types::{
-    End, Ending, Fence, JournalEntry, Lease, ListFilter, RunCounts, RunRecord, RunState, StoreTime,
-    Ttl, MAX_BATCH, MAX_BATCH_PAYLOAD_BYTES, MAX_COUNT, MAX_LIST, MAX_PAYLOAD_BYTES, MAX_PURGE_AGE,
-    MAX_REASON_BYTES, MAX_RETRY_DELAY,
+    sanitize_reason, End, Ending, Fence, JournalEntry, Lease, ListFilter, RunCounts, RunRecord,
+    RunState, StoreTime, Ttl, MAX_BATCH, MAX_BATCH_PAYLOAD_BYTES, MAX_COUNT, MAX_LIST,
+    MAX_PAYLOAD_BYTES, MAX_PURGE_AGE, MAX_REASON_BYTES, MAX_RETRY_DELAY,
 };
 pub use worker::{
     EndReport, Handler, HandlerFuture, RetryPolicy, RunContext, Worker, WorkerConfig, WorkerReport,

@@ -699,10 +699,21 @@ pub fn check_retry_delay(delay: Duration) -> Result<(), InvalidInput> {
     Ok(())
 }
 
-/// Validates an [`End::Fail`] reason (at most [`MAX_REASON_BYTES`]).
+/// Validates an [`End::Fail`] reason: at most [`MAX_REASON_BYTES`], and no control character
+/// but tabs and line feeds. Every backend stores the same reasons (Postgres cannot store a
+/// NUL), and one bad reason is refused before any I/O instead of failing a whole batch.
+///
+/// ```
+/// use lease_core::{backend::check_reason, InvalidInput};
+/// assert!(check_reason("card declined:\n\tinsufficient funds").is_ok());
+/// assert_eq!(
+///     check_reason("bad\0byte"),
+///     Err(InvalidInput::ReasonControlCharacter { at: 3, code: 0 })
+/// );
+/// ```
 ///
 /// # Errors
-/// [`InvalidInput::ReasonTooLong`].
+/// [`InvalidInput::ReasonTooLong`], [`InvalidInput::ReasonControlCharacter`].
 pub fn check_reason(reason: &str) -> Result<(), InvalidInput> {
     if reason.len() > MAX_REASON_BYTES {
         return Err(InvalidInput::ReasonTooLong {
@@ -710,7 +721,45 @@ pub fn check_reason(reason: &str) -> Result<(), InvalidInput> {
             max: MAX_REASON_BYTES,
         });
     }
+    if let Some((at, c)) = reason.char_indices().find(|&(_, c)| !reason_char(c)) {
+        return Err(InvalidInput::ReasonControlCharacter {
+            at,
+            code: u32::from(c),
+        });
+    }
     Ok(())
+}
+
+/// Whether a failure reason may hold `c`: anything but a control character, except a tab or a
+/// line feed.
+fn reason_char(c: char) -> bool {
+    !c.is_control() || c == '\t' || c == '\n'
+}
+
+/// `text` as a failure reason [`check_reason`] accepts: each control character other than a tab
+/// or a line feed written as its escape (`\0`, `\u{1b}`, `\r`), then cut to at most
+/// [`MAX_REASON_BYTES`] at a character boundary. What the [`Worker`](crate::Worker) does to the
+/// error messages it records.
+///
+/// ```
+/// use lease_core::{backend::check_reason, sanitize_reason};
+/// let reason = sanitize_reason("bad\0byte \u{1b}[31mred");
+/// assert_eq!(reason, "bad\\0byte \\u{1b}[31mred");
+/// assert!(check_reason(&reason).is_ok());
+/// ```
+pub fn sanitize_reason(text: &str) -> String {
+    let mut out = String::with_capacity(text.len().min(MAX_REASON_BYTES));
+    for c in text.chars() {
+        if reason_char(c) {
+            out.push(c);
+        } else {
+            out.extend(c.escape_debug());
+        }
+        if out.len() >= MAX_REASON_BYTES {
+            break;
+        }
+    }
+    truncate_reason(&out, MAX_REASON_BYTES).to_owned()
 }
 
 /// `text` cut to at most `max` bytes at a character boundary.

@@ -1,10 +1,30 @@
 -- $1 run_id
 -- Returns: the new record, or no row if the run exists.
--- A purged id starts at its tombstone's fence.
-INSERT INTO {schema}.runs (run_id, fence)
-VALUES ($1, coalesce((SELECT t.fence FROM {schema}.tombstones t WHERE t.run_id = $1), 0))
-ON CONFLICT (run_id) DO NOTHING
-RETURNING run_id, state, lease_owner, (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS expires_us, fence, heartbeats, (extract(epoch FROM now()) * 1000000)::bigint AS observed_us,
+-- A purged id kept its row (state 'purged', its last fence): it is revived there, so its next
+-- claim continues above every fence the id ever carried. The revival and the insert decide on
+-- the row's latest version: under READ COMMITTED, a purge in progress is either not seen (the
+-- run still exists: no row, and a retry sees the purge) or waited for; under REPEATABLE READ
+-- or SERIALIZABLE, a purge committed after the transaction's snapshot makes the insert's
+-- conflict check fail with a serialization failure (40001) instead of inserting below the
+-- fence. Never inserts a row where one exists, purged or not.
+-- The transaction commits synchronously whatever the session says (create_in runs this inside
+-- the caller's transaction).
+WITH revived AS (
+    UPDATE {schema}.runs
+    SET state = 'runnable', lease_owner = NULL, lease_expires_at = NULL, heartbeats = 0,
+        claimable_at = now(), journal_len = 0, failure = NULL, created_seq = DEFAULT
+    WHERE run_id = $1 AND state = 'purged'
+    RETURNING *
+), inserted AS (
+    INSERT INTO {schema}.runs (run_id)
+    SELECT $1 WHERE NOT EXISTS (SELECT 1 FROM revived)
+    ON CONFLICT (run_id) DO NOTHING
+    RETURNING *
+), durable AS (
+    SELECT set_config('synchronous_commit', 'on', true) AS setting
+)
+SELECT run_id, state, lease_owner, (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS expires_us, fence, heartbeats, (extract(epoch FROM now()) * 1000000)::bigint AS observed_us,
        CASE WHEN state = 'runnable' AND lease_owner IS NULL AND claimable_at > now()
             THEN (extract(epoch FROM claimable_at) * 1000000)::bigint END AS not_before_us,
        failure
+FROM (SELECT * FROM revived UNION ALL SELECT * FROM inserted) AS r, durable

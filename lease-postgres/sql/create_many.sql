@@ -3,18 +3,31 @@
 -- run that existed, or repeats an id earlier in the batch. The new runs take created_seq (the
 -- claim order's tie-breaker) in input order: the rows are inserted, and their identity drawn,
 -- in the order of the first copy of each id.
+-- A purged id is revived in its row, at its last fence, as in create.sql (a serialization
+-- failure under REPEATABLE READ when the purge committed after the snapshot); it takes a new
+-- created_seq too. The transaction commits synchronously whatever the session says.
 -- Linear in the batch: the answer is assembled by grouping on the id, not by joining the CTEs.
 WITH input AS (
     SELECT i.run_id COLLATE "C" AS run_id, i.ord
     FROM unnest($1::text[]) WITH ORDINALITY AS i(run_id, ord)
+    -- Volatile, so evaluated (per row) and never folded away.
+    WHERE set_config('synchronous_commit', 'on', true) IS NOT NULL
+), first AS (
+    SELECT DISTINCT ON (input.run_id) input.run_id, input.ord
+    FROM input
+    ORDER BY input.run_id, input.ord
+), revived AS (
+    UPDATE {schema}.runs r
+    SET state = 'runnable', lease_owner = NULL, lease_expires_at = NULL, heartbeats = 0,
+        claimable_at = now(), journal_len = 0, failure = NULL, created_seq = DEFAULT
+    WHERE r.run_id = ANY ((SELECT array_agg(first.run_id) FROM first)::text[])
+      AND r.state = 'purged'
+    RETURNING r.run_id
 ), created AS (
-    -- A purged id starts at its tombstone's fence.
-    INSERT INTO {schema}.runs (run_id, fence)
-    SELECT first.run_id, coalesce(t.fence, 0)
-    FROM (SELECT DISTINCT ON (input.run_id) input.run_id, input.ord
-          FROM input
-          ORDER BY input.run_id, input.ord) AS first
-    LEFT JOIN {schema}.tombstones t ON t.run_id = first.run_id
+    -- The revived ids conflict with their own rows and are skipped.
+    INSERT INTO {schema}.runs (run_id)
+    SELECT first.run_id
+    FROM first
     ORDER BY first.ord
     ON CONFLICT (run_id) DO NOTHING
     RETURNING run_id
@@ -24,6 +37,8 @@ FROM (
     SELECT input.run_id, input.ord, false AS created FROM input
     UNION ALL
     SELECT created.run_id, NULL, true FROM created
+    UNION ALL
+    SELECT revived.run_id, NULL, true FROM revived
 ) AS part
 GROUP BY part.run_id
 HAVING bool_or(part.created)

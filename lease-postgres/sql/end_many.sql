@@ -14,11 +14,14 @@ WITH input AS (
     SELECT i.run_id, i.fence, i.to_state, i.payload, i.delay_ms, i.failure, i.ord
     FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bytea[], $5::bigint[], $6::text[])
          WITH ORDINALITY AS i(run_id, fence, to_state, payload, delay_ms, failure, ord)
+    -- The transaction commits synchronously whatever the session says (end_in runs this
+    -- inside the caller's transaction). Volatile, so evaluated per row, never folded away.
+    WHERE set_config('synchronous_commit', 'on', true) IS NOT NULL
 ), locked AS (
     SELECT input.ord, input.fence AS presented, input.to_state, input.payload, input.delay_ms,
            input.failure, r.run_id, r.state, r.lease_owner, r.fence
     FROM input
-    JOIN {schema}.runs r ON r.run_id = input.run_id COLLATE "C"
+    JOIN {schema}.runs r ON r.run_id = input.run_id COLLATE "C" AND r.state <> 'purged'
     FOR UPDATE OF r SKIP LOCKED
 ), ended AS (
     UPDATE {schema}.runs r
@@ -53,7 +56,8 @@ FROM (
     -- Existence only (a skipped row is not read); no lock, so this never waits.
     SELECT input.ord, false AS ended, false AS locked,
            EXISTS (SELECT 1 FROM {schema}.runs cur
-                   WHERE cur.run_id = input.run_id COLLATE "C") AS run_exists,
+                   WHERE cur.run_id = input.run_id COLLATE "C"
+                     AND cur.state <> 'purged') AS run_exists,
            NULL::text AS state, NULL::text AS lease_owner, NULL::bigint AS fence
     FROM input
     UNION ALL

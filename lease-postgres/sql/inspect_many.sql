@@ -1,6 +1,6 @@
 -- $1 run_ids (text[])
 -- Returns: one row per input, in input order (ord); the record's columns are null (run_id too)
--- for a run that does not exist. Primary-key lookups, linear in the batch.
+-- for a run that does not exist or was purged. Primary-key lookups, linear in the batch.
 SELECT i.ord, r.run_id, r.state, r.lease_owner,
        (extract(epoch FROM r.lease_expires_at) * 1000000)::bigint AS expires_us, r.fence,
        r.heartbeats, (extract(epoch FROM now()) * 1000000)::bigint AS observed_us,
@@ -8,5 +8,5 @@ SELECT i.ord, r.run_id, r.state, r.lease_owner,
             THEN (extract(epoch FROM r.claimable_at) * 1000000)::bigint END AS not_before_us,
        r.failure
 FROM unnest($1::text[]) WITH ORDINALITY AS i(run_id, ord)
-LEFT JOIN {schema}.runs r ON r.run_id = i.run_id COLLATE "C"
+LEFT JOIN {schema}.runs r ON r.run_id = i.run_id COLLATE "C" AND r.state <> 'purged'
 ORDER BY i.ord

@@ -5,7 +5,8 @@ SELECT run_id, state, lease_owner, (extract(epoch FROM lease_expires_at) * 10000
             THEN (extract(epoch FROM claimable_at) * 1000000)::bigint END AS not_before_us,
        failure
 FROM {schema}.runs
-WHERE ($1::text IS NULL OR state = $1::text)
+WHERE state <> 'purged'
+  AND ($1::text IS NULL OR state = $1::text)
   AND (NOT $2::bool OR (lease_owner IS NOT NULL AND lease_expires_at <= now()))
   AND ($3::text IS NULL OR run_id > $3::text COLLATE "C")
 ORDER BY run_id

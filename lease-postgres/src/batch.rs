@@ -29,7 +29,7 @@ impl PostgresLeaseStore {
         {
             // "Already ended under your fence": a retry takes it for its commit, so the
             // standbys must hold it, as they must hold a fresh end.
-            self.route.confirm_on(conn, Instant::now()).await?;
+            self.route.confirm_seen(conn).await?;
         }
         Ok(results)
     }
@@ -79,7 +79,16 @@ impl PostgresLeaseStore {
         let rows = self
             .write_batch(conn, query, 0, "create_many", |_| Ok(true))
             .await?;
-        created_verdicts(runs, &rows)
+        let results = created_verdicts(runs, &rows)?;
+        if results
+            .iter()
+            .any(|r| matches!(r, Err(Error::AlreadyExists { .. })))
+        {
+            // A retried batch takes "already exists" for its own commit: those runs must be as
+            // durable as the ones it created.
+            self.route.confirm_seen(conn).await?;
+        }
+        Ok(results)
     }
 
     /// Runs a batch statement that writes: its wait for synchronous standbys is bounded, and if

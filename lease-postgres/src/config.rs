@@ -15,14 +15,19 @@ use crate::error::PgError;
 pub const DEFAULT_SCHEMA: &str = "lease";
 
 /// The URL parameters this adapter reads itself (see [`PostgresConfig::from_url`]).
-const OWN_PARAMETERS: [&str; 6] = [
+const OWN_PARAMETERS: [&str; 7] = [
     "migrate",
     "sync_replicas",
     "sync_timeout_ms",
     "lock_wait_ms",
     "call_timeout_ms",
     "volatile",
+    "async_standbys",
 ];
+
+/// The longest a timeout of the adapter may be set to: a day. A longer one is a unit mistake,
+/// and some would overflow the clock arithmetic or the server's setting.
+const MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
 
 /// The URL parameters sqlx 0.8 documents and reads; every other parameter is refused.
 const SQLX_PARAMETERS: [&str; 18] = [
@@ -71,6 +76,7 @@ pub struct PostgresConfig {
     pub(crate) lock_wait: Option<Duration>,
     pub(crate) call_timeout: Option<Duration>,
     pub(crate) volatile: Option<bool>,
+    pub(crate) async_standbys: Option<bool>,
     pub(crate) transaction_floor: Duration,
     pub(crate) transaction_cap: Duration,
 }
@@ -84,6 +90,8 @@ pub(crate) struct Parsed {
     pub(crate) lock_wait: Duration,
     pub(crate) call_timeout: Duration,
     pub(crate) volatile: bool,
+    /// Standbys that acknowledge nothing are accepted (`async_standbys=accept`).
+    pub(crate) async_standbys: bool,
     pub(crate) migrate: bool,
 }
 
@@ -108,6 +116,7 @@ impl PostgresConfig {
     /// | `lock_wait_ms=MS` | as [`with_lock_wait`](Self::with_lock_wait) | 1000 |
     /// | `call_timeout_ms=MS` | as [`with_call_timeout`](Self::with_call_timeout) | 5000 |
     /// | `volatile=true` | as [`with_volatile`](Self::with_volatile) | false |
+    /// | `async_standbys=accept` | as [`with_async_standbys_accepted`](Self::with_async_standbys_accepted) | refused |
     /// | `migrate=false` | as [`with_migrations`](Self::with_migrations) | true |
     pub fn from_url(url: impl Into<String>) -> PostgresConfig {
         PostgresConfig {
@@ -121,6 +130,7 @@ impl PostgresConfig {
             lock_wait: None,
             call_timeout: None,
             volatile: None,
+            async_standbys: None,
             transaction_floor: Duration::from_millis(250),
             transaction_cap: Duration::from_secs(60),
         }
@@ -224,6 +234,20 @@ impl PostgresConfig {
         self
     }
 
+    /// Accepts (`true`) or refuses (`false`, the default) standbys that acknowledge nothing:
+    /// with [`sync_replicas`](Self::with_sync_replicas) at 0, a store whose URL lists several
+    /// hosts (it would follow a promoted standby) or whose primary has standbys streaming from
+    /// it (`pg_stat_replication`) is refused, because a standby promoted after a failure lacks
+    /// the last claims the primary acknowledged and **issues their fences again**. Accept this
+    /// one risk, and no other (`fsync` and `synchronous_commit` are still checked), for read
+    /// replicas that are never promoted while the store runs; otherwise set `sync_replicas`.
+    /// Overrides the URL's `async_standbys=accept`. What was accepted shows in `Display` and
+    /// [`accepted_risks`](crate::PostgresLeaseStore::accepted_risks).
+    pub fn with_async_standbys_accepted(mut self, accept: bool) -> PostgresConfig {
+        self.async_standbys = Some(accept);
+        self
+    }
+
     /// The floor and cap of a fenced transaction's bound (defaults 250 ms and 60 s); see
     /// [`PostgresLeaseStore::fenced_transaction`](crate::PostgresLeaseStore::fenced_transaction).
     pub fn with_transaction_bound(mut self, floor: Duration, cap: Duration) -> PostgresConfig {
@@ -287,6 +311,7 @@ impl PostgresConfig {
         let mut lock_wait = Duration::from_secs(1);
         let mut call_timeout = Duration::from_secs(5);
         let mut volatile = false;
+        let mut async_standbys = false;
         let mut migrate = true;
         let mut passed = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -304,9 +329,21 @@ impl PostgresConfig {
                         PgError::Config(format!("sync_replicas={value} is out of range"))
                     })?;
                 }
-                "sync_timeout_ms" => sync_timeout = Duration::from_millis(number()?.max(1)),
-                "lock_wait_ms" => lock_wait = Duration::from_millis(number()?.max(1)),
-                "call_timeout_ms" => call_timeout = Duration::from_millis(number()?.max(1)),
+                "sync_timeout_ms" => sync_timeout = Duration::from_millis(number()?),
+                "lock_wait_ms" => lock_wait = Duration::from_millis(number()?),
+                "call_timeout_ms" => call_timeout = Duration::from_millis(number()?),
+                "async_standbys" => {
+                    async_standbys = match value {
+                        "accept" => true,
+                        "refuse" => false,
+                        _ => {
+                            return Err(PgError::Config(format!(
+                                "async_standbys={value:?}: expected accept (standbys that \
+                                 acknowledge nothing may exist and are never promoted) or refuse"
+                            )))
+                        }
+                    };
+                }
                 "volatile" | "migrate" => {
                     let flag = match value {
                         "true" | "1" | "yes" => true,
@@ -376,8 +413,37 @@ impl PostgresConfig {
             lock_wait: self.lock_wait.unwrap_or(lock_wait),
             call_timeout: self.call_timeout.unwrap_or(call_timeout),
             volatile: self.volatile.unwrap_or(volatile),
+            async_standbys: self.async_standbys.unwrap_or(async_standbys),
             migrate: self.migrate.unwrap_or(migrate),
         };
+        for (name, value) in [
+            ("sync_timeout_ms", parsed.sync_timeout),
+            ("lock_wait_ms", parsed.lock_wait),
+            ("call_timeout_ms", parsed.call_timeout),
+            ("acquire timeout", self.acquire_timeout),
+        ] {
+            // Under 1 ms a timeout would be sent as 0, which Postgres reads as "no limit".
+            if value < Duration::from_millis(1) || value > MAX_TIMEOUT {
+                return Err(PgError::Config(format!(
+                    "{name} of {value:?} is out of range: it must be 1 ms to 1 day (a lock wait \
+                     under 1 ms would be sent as 0, which Postgres reads as no limit at all)"
+                )));
+            }
+        }
+        if parsed.hosts.len() > 1
+            && parsed.sync_replicas == 0
+            && !parsed.async_standbys
+            && !parsed.volatile
+        {
+            return Err(PgError::Config(format!(
+                "{shown} lists {} hosts, so the store follows a standby when it is promoted, and \
+                 with sync_replicas=0 a claim is acknowledged before any standby has it: the \
+                 promoted standby would issue its fence again; set sync_replicas=N (with \
+                 synchronous_standby_names on the primary), or accept exactly this risk with \
+                 async_standbys=accept",
+                parsed.hosts.len()
+            )));
+        }
         if parsed.sync_replicas > 0 && parsed.call_timeout <= parsed.sync_timeout {
             return Err(PgError::Config(format!(
                 "call_timeout_ms={} is not above sync_timeout_ms={}: a write waiting for its \
@@ -403,6 +469,7 @@ impl fmt::Debug for PostgresConfig {
             .field("lock_wait", &self.lock_wait)
             .field("call_timeout", &self.call_timeout)
             .field("volatile", &self.volatile)
+            .field("async_standbys", &self.async_standbys)
             .field("transaction_floor", &self.transaction_floor)
             .field("transaction_cap", &self.transaction_cap)
             .finish()

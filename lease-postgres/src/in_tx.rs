@@ -3,6 +3,7 @@
 //! writes its effect, calls these, and commits: the effect and the store's part commit
 //! together or not at all.
 
+use std::future::Future;
 use std::time::Duration;
 
 use lease_core::backend::{check_create_batch, check_end_batch, fenced_verdict};
@@ -11,7 +12,7 @@ use sqlx::PgConnection;
 
 use crate::batch::{created_verdicts, end_verdicts};
 use crate::error::PgError;
-use crate::store::{fence, record, state, PostgresLeaseStore};
+use crate::store::{fence, get, record, state, PostgresLeaseStore};
 
 impl PostgresLeaseStore {
     /// In the caller's transaction on `conn`: locks the run's row (`SELECT … FOR UPDATE`) and
@@ -28,25 +29,45 @@ impl PostgresLeaseStore {
     /// so a refusal costs nothing and the bound covers the rest.
     ///
     /// `conn` must be inside a transaction (`pool.begin()`): outside one the lock and the
-    /// bound end with the statement.
+    /// bound end with the statement. The same statement makes the transaction commit
+    /// synchronously (`synchronous_commit = on`, transaction-local) whatever the session's
+    /// setting, so the caller's commit is flushed before it returns.
+    ///
+    /// Like every call of the store it is bounded by the call timeout: past it the answer is
+    /// [`Error::Unavailable`] and `conn`, still waiting for the server, must be dropped, not
+    /// reused (roll back by dropping the transaction).
     ///
     /// # Errors
     /// [`Error::NotFound`], [`Error::StaleFence`], [`Error::FenceAhead`],
     /// [`Error::LeaseEnded`]; [`Error::Unavailable`] if the row stayed locked by another
-    /// transaction past the lock wait, or the connection failed. After an error the caller
-    /// rolls back.
+    /// transaction past the lock wait, the connection failed, or no answer came within the call
+    /// timeout. After an error the caller rolls back.
     ///
     /// [`fenced_transaction`]: PostgresLeaseStore::fenced_transaction
     pub async fn fence_in(&self, conn: &mut PgConnection, lease: &Lease) -> Result<Duration> {
+        Ok(self.lock_in(conn, lease).await?.0)
+    }
+
+    /// [`fence_in`](Self::fence_in), also returning the session's process id.
+    pub(crate) async fn lock_in(
+        &self,
+        conn: &mut PgConnection,
+        lease: &Lease,
+    ) -> Result<(Duration, i32)> {
         let (floor, cap) = self.transaction_bound;
-        let row = sqlx::query_as::<_, (String, Option<String>, i64, i64)>(&self.sql.lock_run)
+        let query = sqlx::query(&self.sql.lock_run)
             .bind(lease.run().as_str())
             .bind(floor)
-            .bind(cap)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(|e| self.route.fail(e))?;
-        let Some((current_state, owner, current, bound_ms)) = row else {
+            .bind(cap);
+        let row = self
+            .in_time(async {
+                query
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .map_err(|e| self.route.fail(e).into())
+            })
+            .await?;
+        let Some(row) = row else {
             return Err(Error::NotFound {
                 run: lease.run().clone(),
             });
@@ -54,11 +75,30 @@ impl PostgresLeaseStore {
         fenced_verdict(
             lease.run(),
             lease.fence(),
-            fence(current)?,
-            state(current_state)?,
-            owner.is_some(),
+            fence(get(&row, "fence")?)?,
+            state(get(&row, "state")?)?,
+            get::<Option<String>>(&row, "lease_owner")?.is_some(),
         )?;
-        Ok(Duration::from_millis(bound_ms.max(0) as u64))
+        let bound_ms: i64 = get(&row, "bound_ms")?;
+        Ok((
+            Duration::from_millis(bound_ms.max(0) as u64),
+            get(&row, "pid")?,
+        ))
+    }
+
+    /// `call`, or a retryable [`Error::Unavailable`] once it outlives the call timeout: the
+    /// bound of every call on a connection the caller owns, which the store cannot discard.
+    pub(crate) async fn in_time<T>(&self, call: impl Future<Output = Result<T>>) -> Result<T> {
+        let limit = self.route.call_timeout;
+        match tokio::time::timeout(limit, call).await {
+            Ok(answer) => answer,
+            Err(_) => Err(PgError::Unreachable(format!(
+                "no answer from postgres within the call timeout ({limit:?}); the caller's \
+                 connection is still waiting: drop it (its transaction rolls back when the \
+                 session ends), do not reuse it"
+            ))
+            .into()),
+        }
     }
 
     /// In the caller's transaction on `conn`: ends `lease` as `end` says (complete, complete
@@ -73,7 +113,9 @@ impl PostgresLeaseStore {
     /// earlier statements ran unfenced.
     ///
     /// Under `sync_replicas`, the caller's commit is durable on the standbys only once
-    /// [`confirm_in`](PostgresLeaseStore::confirm_in) says so.
+    /// [`confirm_in`](PostgresLeaseStore::confirm_in) says so. The statement makes the
+    /// transaction commit synchronously, as [`fence_in`](Self::fence_in) does; it is bounded
+    /// by the call timeout as `fence_in` is.
     ///
     /// # Errors
     /// The fenced-write verdicts (`StaleFence`, `FenceAhead`, `LeaseEnded`, `NotFound`);
@@ -82,11 +124,15 @@ impl PostgresLeaseStore {
     pub async fn end_in(&self, conn: &mut PgConnection, lease: &Lease, end: End) -> Result<()> {
         let ends = [Ending::new(lease.clone(), end)];
         check_end_batch(&ends)?;
+        let query = self.end_query(&ends);
         let rows = self
-            .end_query(&ends)
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(|e| self.route.fail(e))?;
+            .in_time(async {
+                query
+                    .fetch_all(&mut *conn)
+                    .await
+                    .map_err(|e| self.route.fail(e).into())
+            })
+            .await?;
         if rows.len() != 1 {
             return Err(PgError::Failed(format!(
                 "end_many returned {} rows for one end",
@@ -105,21 +151,48 @@ impl PostgresLeaseStore {
     /// the commit), so a job is enqueued exactly when the business change that needs it
     /// commits.
     ///
+    /// A purged id is created again at its last fence, as
+    /// [`create`](lease_core::LeaseStore::create) does. Under `REPEATABLE READ` or
+    /// `SERIALIZABLE`, if the id was purged after the transaction took its snapshot, the
+    /// statement fails with a serialization failure ([`Error::Unavailable`]; roll back and run
+    /// the transaction again) rather than create the run below its last fence.
+    ///
     /// # Errors
-    /// [`Error::AlreadyExists`]; [`Error::Unavailable`] if the connection failed. A failed
+    /// [`Error::AlreadyExists`]; [`Error::Unavailable`] if the connection failed, no answer
+    /// came within the call timeout, or the snapshot predates a purge of the id. A failed
     /// statement aborts the caller's transaction: check for the run beforehand if an existing
     /// one is expected, or use [`create_many_in`](PostgresLeaseStore::create_many_in), which
     /// answers per id without failing.
     pub async fn create_in(&self, conn: &mut PgConnection, run: &RunId) -> Result<RunRecord> {
-        let row = sqlx::query(&self.sql.create)
-            .bind(run.as_str())
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(|e| self.route.fail(e))?;
+        let query = sqlx::query(&self.sql.create).bind(run.as_str());
+        let row = self
+            .in_time(async {
+                query
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .map_err(|e| self.purged_meanwhile(&format!("run {run}"), e).into())
+            })
+            .await?;
         match row {
             Some(row) => Ok(record(&row)?),
             None => Err(Error::AlreadyExists { run: run.clone() }),
         }
+    }
+
+    /// A serialization failure of a create in the caller's transaction, said as what it
+    /// almost always is: the id was purged after the transaction's snapshot.
+    fn purged_meanwhile(&self, what: &str, e: sqlx::Error) -> PgError {
+        let serialization =
+            matches!(&e, sqlx::Error::Database(db) if db.code().as_deref() == Some("40001"));
+        let e = self.route.fail(e);
+        if serialization {
+            return PgError::Busy(format!(
+                "{what} changed after this transaction's snapshot (purged, or created again, \
+                 meanwhile), so none is created below its last fence; roll back and run the \
+                 transaction again ({e})"
+            ));
+        }
+        e
     }
 
     /// [`create_in`](PostgresLeaseStore::create_in) for up to
@@ -138,26 +211,31 @@ impl PostgresLeaseStore {
             return Ok(Vec::new());
         }
         let ids: Vec<&str> = runs.iter().map(RunId::as_str).collect();
-        let rows = sqlx::query(&self.sql.create_many)
-            .bind(&ids)
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(|e| self.route.fail(e))?;
+        let query = sqlx::query(&self.sql.create_many).bind(&ids);
+        let rows = self
+            .in_time(async {
+                query.fetch_all(&mut *conn).await.map_err(|e| {
+                    self.purged_meanwhile(&format!("one of the {} runs", runs.len()), e)
+                        .into()
+                })
+            })
+            .await?;
         created_verdicts(runs, &rows)
     }
 
     /// After the caller committed on `conn` a transaction holding the store's part: returns
     /// once the configured synchronous standbys flushed it (`sync_replicas`), as every write
     /// of the store is confirmed; at once without `sync_replicas`. Run it on the connection
-    /// that committed, before reporting the job done.
+    /// that committed, before reporting the job done. It covers any commit made on `conn`
+    /// before it, synchronous or not: the target is the server's WAL insert position, and a
+    /// barrier write of the store's flushes it to the standbys. Bounded by the call timeout.
     ///
     /// # Errors
     /// A retryable [`Error::Unavailable`] when the standbys did not flush the commit within
-    /// the sync timeout: it committed on the primary and may be lost on failover.
+    /// the sync timeout (it committed on the primary and may be lost on failover), or no
+    /// answer came within the call timeout.
     pub async fn confirm_in(&self, conn: &mut PgConnection) -> Result<()> {
-        Ok(self
-            .route
-            .confirm_on(conn, std::time::Instant::now())
-            .await?)
+        self.in_time(async { Ok(self.route.confirm_caller(conn).await?) })
+            .await
     }
 }

@@ -2,6 +2,7 @@
 
 mod batch;
 mod config;
+mod durable;
 mod error;
 #[cfg(test)]
 mod fuzz_url;

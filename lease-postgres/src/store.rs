@@ -33,7 +33,7 @@ macro_rules! call {
         let store: &PostgresLeaseStore = $store;
         let started = std::time::Instant::now();
         let limit = store.route.call_timeout;
-        let mut pooled = match tokio::time::timeout(limit, store.pool().acquire()).await {
+        let mut pooled = match tokio::time::timeout(limit, store.route.own.acquire()).await {
             Ok(Ok(pooled)) => pooled,
             Ok(Err(e)) => return Err(store.route.fail(e).into()),
             Err(_) => return Err(store.timed_out(limit).into()),
@@ -189,7 +189,7 @@ impl PostgresLeaseStore {
         // One pooled connection now, so a server that fails the checks (a standby, missing
         // synchronous standbys) is refused at connect rather than on the first operation, and
         // before a migration could wait on a standby that is not there.
-        let checked = store.pool().acquire().await;
+        let checked = store.route.own.acquire().await;
         drop(checked.map_err(|e| store.route.fail(e))?);
         store.prepare_schema(migrate).await?;
         Ok(store)
@@ -206,17 +206,19 @@ impl PostgresLeaseStore {
     /// A store over a pool the caller built, with every setting of `config` but its hosts:
     /// schema, migrations (or, with [`with_migrations(false)`](PostgresConfig::with_migrations),
     /// none and a check of the schema's version), `sync_replicas` and its timeout, the call
-    /// timeout, the fenced-transaction bound and `volatile`. The URL of `config` (see
-    /// [`PostgresConfig::for_pool`]) gives parameters only; its hosts are ignored, and the
-    /// store does not move between hosts.
+    /// timeout, the fenced-transaction bound, `volatile` and `async_standbys`. The URL of
+    /// `config` (see [`PostgresConfig::for_pool`]) gives parameters only; its hosts are
+    /// ignored, and the store does not move between hosts.
     ///
-    /// One connection of the pool is checked now as [`connect`](Self::connect) checks each
-    /// of its own: a primary, `fsync` and `synchronous_commit` on (or `volatile`), and under
-    /// `sync_replicas` the standbys. The pool's sessions keep the caller's settings: give them
-    /// a `lock_timeout` (`PgConnectOptions::options([("lock_timeout", "1000")])`) so a call
-    /// waiting on a row held by a fenced transaction fails retryably instead of using up its
-    /// whole call timeout, and an `acquire_timeout`, so an exhausted pool fails rather than
-    /// waits long.
+    /// The caller's pool serves the caller: [`pool`](Self::pool) returns it, and fenced
+    /// transactions run on it; one of its connections is checked now as
+    /// [`connect`](Self::connect) checks each of its own (a primary, `fsync` and
+    /// `synchronous_commit` on or `volatile`, the standbys). The store's own statements run
+    /// on a pool of the store's, made from the same connect options (`max_connections` and
+    /// the acquire timeout of `config`), whose every new connection is checked and whose
+    /// sessions no caller can reach: a session setting the caller changes (a
+    /// `synchronous_commit = off`) never weakens a claim. The caller's `after_connect` hooks
+    /// do not run on those sessions; the store's statements name their schema and need none.
     ///
     /// ```no_run
     /// # async fn demo() -> lease_core::Result<()> {
@@ -235,7 +237,7 @@ impl PostgresLeaseStore {
     pub async fn from_pool(pool: PgPool, config: PostgresConfig) -> Result<PostgresLeaseStore> {
         let parsed = config.parse()?;
         let migrate = parsed.migrate;
-        let store = PostgresLeaseStore::assemble(Route::over(pool, &parsed), &config)?;
+        let store = PostgresLeaseStore::assemble(Route::over(pool, &config, &parsed), &config)?;
         store.route.check_pooled().await?;
         store.prepare_schema(migrate).await?;
         Ok(store)
@@ -255,7 +257,7 @@ impl PostgresLeaseStore {
     /// any operation would fail on a missing table or column. Reads the catalog only.
     async fn check_schema(&self) -> Result<()> {
         let needed = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
-        let pool = self.pool();
+        let pool = &self.route.own;
         let migrated: bool = sqlx::query_scalar(&self.sql.schema_migrated)
             .bind(&self.schema)
             .fetch_one(pool)
@@ -322,7 +324,7 @@ impl PostgresLeaseStore {
     /// # Errors
     /// As [`PostgresLeaseStore::connect`].
     pub async fn migrate(&self) -> Result<()> {
-        let timeout = self.pool().options().get_acquire_timeout();
+        let timeout = self.route.own.options().get_acquire_timeout();
         let prepare: Arc<[String; 3]> = Arc::new([
             self.sql.migrate_lock.clone(),
             self.sql.create_schema.clone(),
@@ -360,13 +362,17 @@ impl PostgresLeaseStore {
         Ok(applied.map_err(PgError::from)?)
     }
 
-    /// The pool, for the caller's own statements.
+    /// The pool for the caller's own statements (and the caller's transactions with
+    /// [`fence_in`](Self::fence_in) / [`end_in`](Self::end_in)): the one given to
+    /// [`from_pool`](Self::from_pool), or one the store opened beside its own.
     ///
-    /// Its sessions carry the store's settings: `lock_timeout` (the
-    /// [lock wait](PostgresConfig::with_lock_wait)) and, under `sync_replicas`,
-    /// `synchronous_commit = on`.
+    /// The store's own statements never run on it, so nothing done to its sessions changes how
+    /// the store's writes commit, and the store never cancels its sessions' waits. Sessions
+    /// the store opened carry its settings: `lock_timeout` (the
+    /// [lock wait](PostgresConfig::with_lock_wait)) and `synchronous_commit = on`, and are
+    /// checked as the store's own before use.
     pub fn pool(&self) -> &PgPool {
-        &self.route.pool
+        &self.route.caller
     }
 
     /// A statement that writes, returning at most one row: its wait for synchronous standbys
@@ -431,13 +437,12 @@ impl PostgresLeaseStore {
 
     /// `verdict`, once the standbys hold what it reports when it reports a lease ended under
     /// the caller's own fence: a retrying caller takes that answer for its own commit, so it
-    /// is confirmed like a fresh write (on `conn`, which read it). A retry never confirms less
-    /// than the first attempt.
+    /// is confirmed like a fresh write (through `conn`, which read it), whoever committed the
+    /// end and however (a caller's transaction may have committed asynchronously). A retry
+    /// never confirms less than the first attempt.
     async fn confirmed<T>(&self, conn: &mut PgConnection, verdict: Result<T>) -> Result<T> {
         if matches!(verdict, Err(Error::LeaseEnded { .. })) {
-            self.route
-                .confirm_on(conn, std::time::Instant::now())
-                .await?;
+            self.route.confirm_seen(conn).await?;
         }
         verdict
     }
@@ -638,9 +643,7 @@ impl PostgresLeaseStore {
             .iter()
             .any(|r| matches!(r, Err(Error::LeaseEnded { .. })))
         {
-            self.route
-                .confirm_on(conn, std::time::Instant::now())
-                .await?;
+            self.route.confirm_seen(conn).await?;
         }
         Ok(results)
     }
@@ -687,6 +690,11 @@ impl PostgresLeaseStore {
                 Err(e) => return Err(e),
             };
             if let Some(refusal) = refusal(current.as_ref()) {
+                if matches!(refusal, Error::AlreadyExists { .. }) {
+                    // A retried create takes "already exists" for its own commit: the run
+                    // must be as durable as if this call had created it.
+                    self.route.confirm_seen(conn).await?;
+                }
                 return Err(refusal);
             }
         }
@@ -832,7 +840,7 @@ impl fmt::Debug for PostgresLeaseStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostgresLeaseStore")
             .field("server", &self.shown)
-            .field("pool_size", &self.pool().size())
+            .field("pool_size", &self.route.own.size())
             .finish()
     }
 }
@@ -856,8 +864,10 @@ impl fmt::Display for PostgresLeaseStore {
 impl LeaseStore for PostgresLeaseStore {
     async fn create(&self, run: &RunId) -> Result<RunRecord> {
         call!(self, |conn| {
-            self.record_write(conn, &self.sql.create, run, |_| {
-                Some(Error::AlreadyExists { run: run.clone() })
+            // No row and no record: the run was purged between the two reads; the next attempt
+            // revives it.
+            self.record_write(conn, &self.sql.create, run, |current| {
+                current.map(|_| Error::AlreadyExists { run: run.clone() })
             })
             .await
         })

@@ -7,6 +7,7 @@ use std::time::Duration;
 use lease_core::{End, Lease, Result};
 use sqlx::{PgConnection, Postgres, Transaction};
 
+use crate::durable::Waiter;
 use crate::store::PostgresLeaseStore;
 
 /// A database transaction that holds the lock on a run's row, opened by
@@ -23,6 +24,9 @@ pub struct FencedTransaction {
     lease: Lease,
     store: PostgresLeaseStore,
     bound: Duration,
+    /// Whose wait for standbys the store may cancel when this transaction's commit waits past
+    /// the sync timeout: this session, on the host it was opened on.
+    waiter: Waiter,
 }
 
 impl FencedTransaction {
@@ -35,18 +39,20 @@ impl FencedTransaction {
     }
 
     async fn lock(store: &PostgresLeaseStore, lease: &Lease) -> Result<Self> {
+        let host = store.route.host_index();
         let mut tx = store
             .pool()
             .begin()
             .await
             .map_err(|e| store.route.fail(e))?;
         // On a refusal `tx` is dropped, which rolls it back and releases the row.
-        let bound = store.fence_in(&mut tx, lease).await?;
+        let (bound, pid) = store.lock_in(&mut tx, lease).await?;
         Ok(FencedTransaction {
             tx,
             lease: lease.clone(),
             store: store.clone(),
             bound,
+            waiter: Waiter::Session { pid, host },
         })
     }
 
@@ -69,24 +75,34 @@ impl FencedTransaction {
 
     /// Commits the caller's statements; the fence held throughout.
     ///
+    /// The commit and, under `sync_replicas`, its confirmation are each bounded by the call
+    /// timeout. The confirmation covers the commit even if the caller's statements turned
+    /// synchronous commit off for it (a barrier write flushes it to the standbys first).
+    ///
     /// # Errors
     /// [`Error::Unavailable`](lease_core::Error::Unavailable) if the server already aborted the transaction because it outlived
     /// its [bound](FencedTransaction::bound) (the message says which; nothing was committed), if
-    /// the connection failed (the commit may or may not have happened), or, under
-    /// `sync_replicas`, if the commit was not confirmed on the standbys in time (it happened on
-    /// the primary and may be lost on failover); [`Error::Backend`](lease_core::Error::Backend) if the database refused it
-    /// (nothing was committed).
+    /// the connection failed or did not answer in time (the commit may or may not have
+    /// happened), or, under `sync_replicas`, if the commit was not confirmed on the standbys in
+    /// time (it happened on the primary and may be lost on failover);
+    /// [`Error::Backend`](lease_core::Error::Backend) if the database refused it (nothing was
+    /// committed).
     pub async fn commit(self) -> Result<()> {
-        let FencedTransaction { tx, store, .. } = self;
-        let sent = std::time::Instant::now();
+        let FencedTransaction {
+            tx, store, waiter, ..
+        } = self;
         let switches = store.route.switches();
         let limit = store.route.call_timeout;
-        let committed = tokio::time::timeout(limit, store.route.bounded(tx.commit())).await;
+        let committed =
+            tokio::time::timeout(limit, store.route.bounded_for(waiter, tx.commit())).await;
         match committed {
             Ok(result) => result?,
             Err(_) => return Err(store.timed_out(limit).into()),
         }
-        Ok(store.route.confirm_after(sent, switches).await?)
+        match tokio::time::timeout(limit, store.route.confirm_after(switches)).await {
+            Ok(result) => Ok(result?),
+            Err(_) => Err(store.timed_out(limit).into()),
+        }
     }
 
     /// Ends the lease as `end` says (complete, complete with a journaled effect, release,
@@ -137,13 +153,16 @@ impl FencedTransaction {
     /// Rolls everything back and releases the run's row.
     ///
     /// # Errors
-    /// [`Error::Unavailable`](lease_core::Error::Unavailable) if the connection failed (the server rolls back anyway).
+    /// [`Error::Unavailable`](lease_core::Error::Unavailable) if the connection failed or did
+    /// not answer within the call timeout (the server rolls back anyway when the session ends;
+    /// the row stays locked at most the transaction's bound after its last statement).
     pub async fn rollback(self) -> Result<()> {
-        Ok(self
-            .tx
-            .rollback()
-            .await
-            .map_err(|e| self.store.route.fail(e))?)
+        let FencedTransaction { tx, store, .. } = self;
+        let limit = store.route.call_timeout;
+        match tokio::time::timeout(limit, tx.rollback()).await {
+            Ok(result) => Ok(result.map_err(|e| store.route.fail(e))?),
+            Err(_) => Err(store.timed_out(limit).into()),
+        }
     }
 }
 

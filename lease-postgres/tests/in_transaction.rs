@@ -335,3 +335,154 @@ async fn runs_enqueued_in_a_transaction_exist_only_if_it_commits() {
     assert!(matches!(err, Error::AlreadyExists { .. }), "{err:?}");
     tx.rollback().await.unwrap();
 }
+
+/// Begins a transaction at `level` on `pool` and takes its snapshot now (the first statement).
+async fn snapshot_at(
+    pool: &sqlx::PgPool,
+    level: &str,
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query(&format!("SET TRANSACTION ISOLATION LEVEL {level}"))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("SELECT 1").execute(&mut *tx).await.unwrap();
+    tx
+}
+
+/// The purge of a run committed after the snapshot of the caller's REPEATABLE READ (or
+/// SERIALIZABLE) transaction: `create_in` of the id there is refused, retryably and saying
+/// why, instead of creating it at fence 0 (which the next claim would turn into fence 1 again,
+/// accepting the purged life's fence-1 lease). Run again in a new transaction, it creates the
+/// id at its last fence; the next claim takes fence 2 and the old lease is stale. Under READ
+/// COMMITTED the statement sees the purge and creates at the last fence at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_in_whose_snapshot_predates_a_purge_never_goes_below_the_last_fence() {
+    let Some((store, _)) = store_and_payments().await else {
+        return;
+    };
+    let pool = store.pool().clone();
+    for level in ["REPEATABLE READ", "SERIALIZABLE", "READ COMMITTED"] {
+        let run = id(&format!("purged-{}", level.replace(' ', "-")));
+        store.create(&run).await.unwrap();
+        let old = store.claim(&run, &worker("a"), ttl(60_000)).await.unwrap();
+        assert_eq!(old.fence().get(), 1);
+        store.complete(&old).await.unwrap();
+
+        let mut tx = snapshot_at(&pool, level).await;
+        let mut batch_tx = snapshot_at(&pool, level).await;
+        assert_eq!(
+            store.purge(Duration::ZERO, 100).await.unwrap(),
+            std::slice::from_ref(&run),
+            "{level}"
+        );
+        let created = store.create_in(&mut tx, &run).await;
+        if level == "READ COMMITTED" {
+            // The statement's own snapshot sees the purge: created at the last fence.
+            assert_eq!(created.unwrap().fence.get(), 1, "{level}");
+            tx.commit().await.unwrap();
+            // The batch's statement sees the run created again: it exists.
+            let batched = store
+                .create_many_in(&mut batch_tx, std::slice::from_ref(&run))
+                .await;
+            assert!(
+                matches!(&batched.unwrap()[0], Err(Error::AlreadyExists { .. })),
+                "{level}"
+            );
+            batch_tx.rollback().await.unwrap();
+        } else {
+            let batched = store
+                .create_many_in(&mut batch_tx, std::slice::from_ref(&run))
+                .await;
+            for err in [
+                created.map(drop).unwrap_err(),
+                batched.map(drop).unwrap_err(),
+            ] {
+                assert!(
+                    matches!(err, Error::Unavailable { .. }) && err.is_retryable(),
+                    "{level}: {err:?}"
+                );
+                assert!(
+                    err.to_string().contains("snapshot")
+                        && err.to_string().contains("below its last fence"),
+                    "{level}: {err}"
+                );
+            }
+            tx.rollback().await.unwrap();
+            batch_tx.rollback().await.unwrap();
+            assert!(
+                matches!(store.inspect(&run).await, Err(Error::NotFound { .. })),
+                "{level}: nothing was created"
+            );
+            // The retry the error asks for: a new transaction, a new snapshot.
+            let mut tx = snapshot_at(&pool, level).await;
+            let record = store.create_in(&mut tx, &run).await.unwrap();
+            assert_eq!(record.fence.get(), 1, "{level}: created at the last fence");
+            tx.commit().await.unwrap();
+        }
+        let next = store.claim(&run, &worker("b"), ttl(60_000)).await.unwrap();
+        assert_eq!(next.fence().get(), 2, "{level}: no fence issued twice");
+        match store.append(&old, b"late").await {
+            Err(Error::StaleFence {
+                presented: 1,
+                current: 2,
+                ..
+            }) => {}
+            other => panic!("{level}: the purged life's lease wrote: {other:?}"),
+        }
+    }
+}
+
+/// The migration that keeps purged runs as rows turns every tombstone into a purged row, and
+/// raises a live run the old race created below its tombstone to it: applied over a schema at
+/// the previous migration holding both, a create of the tombstoned id starts at its fence, and
+/// the run created below it claims above it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_migration_turns_tombstones_into_purged_rows_and_raises_runs_below_them() {
+    use sqlx::Connection;
+    let Some(url) = postgres_url().await else {
+        return;
+    };
+    let schema = unique_namespace("tomb_mig");
+    let plain = url.split('?').next().unwrap().to_owned();
+    let mut conn = sqlx::PgConnection::connect(&plain).await.unwrap();
+    for sql in [
+        format!("CREATE SCHEMA \"{schema}\""),
+        format!("SET search_path TO \"{schema}\""),
+    ] {
+        sqlx::query(&sql).execute(&mut conn).await.unwrap();
+    }
+    let all = lease_postgres::migrator();
+    let newest = all.iter().map(|m| m.version).max().unwrap();
+    let previous = sqlx::migrate::Migrator {
+        migrations: std::borrow::Cow::Owned(
+            all.iter().filter(|m| m.version < newest).cloned().collect(),
+        ),
+        ..sqlx::migrate::Migrator::DEFAULT
+    };
+    previous.run(&mut conn).await.unwrap();
+    for sql in [
+        // "lost" was purged at fence 5; "raced" too, then created again at fence 0 by the race.
+        "INSERT INTO tombstones (run_id, fence) VALUES ('lost', 5), ('raced', 7)",
+        "INSERT INTO runs (run_id, fence) VALUES ('raced', 0), ('alive', 3)",
+    ] {
+        sqlx::query(sql).execute(&mut conn).await.unwrap();
+    }
+    conn.close().await.unwrap();
+
+    let store = PostgresLeaseStore::connect(PostgresConfig::from_url(url).with_schema(schema))
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.inspect(&id("lost")).await,
+        Err(Error::NotFound { .. })
+    ));
+    assert_eq!(store.create(&id("lost")).await.unwrap().fence.get(), 5);
+    assert_eq!(store.inspect(&id("raced")).await.unwrap().fence.get(), 7);
+    assert_eq!(store.inspect(&id("alive")).await.unwrap().fence.get(), 3);
+    let lease = store
+        .claim(&id("raced"), &worker("a"), ttl(60_000))
+        .await
+        .unwrap();
+    assert_eq!(lease.fence().get(), 8);
+}

@@ -9,8 +9,9 @@
 //!   run again, so an end still being retried never meets a new lease of its own run. An
 //!   end that answers [`Error::LeaseEnded`] with its own fence and end on a retry was
 //!   committed by an earlier attempt.
-//! - A batch the store refuses as invalid ([`Error::InvalidInput`]: a bug, never a lease
-//!   loss) is logged as an error and its ends are tried again one by one.
+//! - A batch the store refuses as a whole with an error no retry mends (invalid input,
+//!   anything but a retryable failure: never a lease loss) is logged as an error and its ends
+//!   are tried again one by one, so one bad end never costs its neighbours their commit.
 //! - Once `stop` (the end of the shutdown grace) is cancelled, an attempt in flight is
 //!   abandoned and every waiting end gets one last attempt, without further retries: a
 //!   shutdown takes at most one more call of the store.
@@ -391,10 +392,12 @@ async fn flush_writes(b: &Shared, mut batch: Vec<Pending>) -> Vec<Pending> {
             let e = Error::unavailable("worker", why);
             batch.iter().map(|_| Err(e.duplicate())).collect()
         }
-        Err(Error::InvalidInput(why)) if batch.len() > 1 => {
-            // The worker built a batch the store must refuse: a bug, not a lease loss. Nothing
-            // was written; each end is tried again on its own.
-            tracing::error!(error = %why, ends = batch.len(), "end_many refused the batch as invalid; trying its ends one by one");
+        Err(e) if !e.is_retryable() && batch.len() > 1 => {
+            // The store refused the batch as a whole (an item it cannot take: a bug, or input
+            // nobody checked), which is no lease loss and need not be any other item's fate.
+            // Nothing was written; each end is tried again on its own, so the neighbours of a
+            // bad item commit and the bad one gets its own verdict.
+            tracing::error!(error = %e, ends = batch.len(), "end_many refused the whole batch; trying its ends one by one");
             for p in &mut batch {
                 p.alone = true;
             }

@@ -385,8 +385,7 @@ struct Job {
 /// the attempts are used up.
 fn after_failure(retry: &RetryPolicy, attempt: u64, why: &str) -> End {
     if retry.gives_up(attempt) {
-        let reason = crate::types::truncate_reason(why, crate::types::MAX_REASON_BYTES);
-        End::Fail(reason.to_owned())
+        End::Fail(crate::types::sanitize_reason(why))
     } else {
         match retry.delay(attempt) {
             d if d.is_zero() => End::Release,
@@ -463,6 +462,11 @@ async fn job(job: Job) {
                 .increment(1);
         };
         match outcome {
+            // A reason the store would refuse (a NUL, a terminal escape) is escaped, so the
+            // run fails as its handler asked instead of staying held.
+            Ok(Ok(End::Fail(reason))) if crate::types::check_reason(&reason).is_err() => {
+                (End::Fail(crate::types::sanitize_reason(&reason)), true)
+            }
             Ok(Ok(end)) => (end, true),
             Ok(Err(e)) if scope.is_cancelled() => {
                 // It failed once its token was cancelled (the shutdown's grace ended, or the
