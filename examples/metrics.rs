@@ -1,7 +1,7 @@
 //! The library's metrics on a Prometheus endpoint.
 //!
 //! ```sh
-//! cargo run -p distribution --example metrics                 # the memory store
+//! cargo run -p distribution --example metrics                 # memory:, this process only
 //! LEASE_STORE=redis://127.0.0.1:6379 cargo run -p distribution --example metrics
 //! ```
 //!
@@ -12,7 +12,8 @@
 //!    ([`observe::describe`]: help text and units);
 //! 2. serves the exposition on `/metrics` on a free loopback port, from a few lines of tokio
 //!    (the exporter's own `http-listener` feature would do too, at the cost of an HTTP stack);
-//! 3. connects the store from a [`Config`] (`LEASE_STORE`, default `memory:`); stores from
+//! 3. connects the store from a [`Config`] (`LEASE_STORE`; this example alone falls back to
+//!    `memory:`, written out: the library has no default store); stores from
 //!    `connect` are [`Instrumented`](distribution::Instrumented), so every call is counted;
 //! 4. runs a [`Worker`] over a few runs until they are completed;
 //! 5. scrapes its own endpoint over TCP, prints the `lease_*` samples, and checks that the
@@ -61,7 +62,10 @@ async fn run() -> Result<(), BoxError> {
     println!("serving http://{addr}/metrics");
 
     // 3. The store, instrumented by `connect`.
-    let config = Config::load(None)?;
+    let mut config = Config::load(None)?;
+    if config.store.is_empty() {
+        config = config.with_store("memory:");
+    }
     let store = connect(&config).await?;
     let millis = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
     let ids: Vec<RunId> = (0..RUNS)

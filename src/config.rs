@@ -10,6 +10,11 @@ use lease_core::{redact_url, InvalidInput, LeaseStore, MemoryLeaseStore, Ttl};
 
 /// Where leases live and how long they last: what a worker or the `lease` command needs to start.
 ///
+/// There is **no default store**: a configuration that names none is refused with
+/// [`ConfigError::NoStore`], naming `LEASE_STORE` and `--store`, so a service never runs on a
+/// private in-process store without a word. `memory:` works only written out: it is one
+/// process's store (tests, demos), and connecting to it logs a warning saying so.
+///
 /// Sources, lowest precedence first: [`Config::default`], a TOML file ([`Config::from_toml`]),
 /// the environment ([`Config::with_env`]: `LEASE_STORE`, `LEASE_TTL_MS`,
 /// `LEASE_HEARTBEAT_MS`, `LEASE_NAMESPACE`, `LEASE_REPLICAS`, `LEASE_REPLICA_TIMEOUT_MS`,
@@ -42,7 +47,9 @@ use lease_core::{redact_url, InvalidInput, LeaseStore, MemoryLeaseStore, Ttl};
 #[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Config {
-    /// The store URL: `memory:`, `postgres://…`, `postgresql://…`, `redis://…` or `rediss://…`.
+    /// The store URL: `postgres://…`, `postgresql://…`, `redis://…`, `rediss://…`,
+    /// `redis+cluster://…`, `redis+sentinel://…`, `etcd://…`, or `memory:` for one process.
+    /// Empty (the default) until a file, the environment or a flag names one.
     pub store: String,
     /// The TTL of the leases a worker takes.
     pub ttl: Ttl,
@@ -71,7 +78,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            store: "memory:".to_string(),
+            store: String::new(),
             ttl: Ttl::from_secs(30).expect("30 s is a valid TTL"),
             heartbeat: None,
             namespace: None,
@@ -159,6 +166,13 @@ pub enum ConfigError {
         /// The Cargo feature that brings it in.
         feature: &'static str,
     },
+    /// No store was named: nothing in the file, the environment or the flags. There is no
+    /// default, so that a service is never silently given a store of its own process.
+    #[error(
+        "no store configured: set LEASE_STORE or pass --store with a postgres://, redis:// or \
+         etcd:// URL (memory: is a store inside one process, for tests and demos only)"
+    )]
+    NoStore,
     /// The store refused the connection or could not be reached.
     #[error(transparent)]
     Store(#[from] lease_core::Error),
@@ -502,6 +516,9 @@ impl Config {
         if let Some(ns) = &self.namespace {
             check_namespace(ns)?;
         }
+        if self.store.trim().is_empty() {
+            return Err(ConfigError::NoStore);
+        }
         if self.store == "memory:" || self.store == "memory" {
             return Ok(Backend::Memory);
         }
@@ -627,7 +644,8 @@ fn feature_disabled(backend: Backend) -> ConfigError {
 
 /// Connects to the store `config` selects.
 ///
-/// `memory:` gives a new, empty, in-process store each call. Postgres runs its migrations
+/// `memory:` gives a new, empty, in-process store each call, and logs a warning: nothing it
+/// holds is seen by another process, so it excludes no other worker. Postgres runs its migrations
 /// (serialized by an advisory lock). Redis checks persistence first (see `lease-redis`).
 ///
 /// # Errors
@@ -679,7 +697,14 @@ impl Store {
 /// As [`connect`].
 pub async fn connect_store(config: &Config) -> Result<Store, ConfigError> {
     Ok(match config.backend()? {
-        Backend::Memory => Store::Memory(Arc::new(MemoryLeaseStore::new())),
+        Backend::Memory => {
+            tracing::warn!(
+                "the store is memory:, a store inside this one process: no other process sees \
+                 its runs or its leases, so it excludes no other worker; use postgres://, \
+                 redis:// or etcd:// for anything that runs on more than one process"
+            );
+            Store::Memory(Arc::new(MemoryLeaseStore::new()))
+        }
         #[cfg(feature = "postgres")]
         Backend::Postgres => {
             let mut pg = lease_postgres::PostgresConfig::from_url(config.store.clone());
@@ -732,6 +757,32 @@ pub async fn connect_store(config: &Config) -> Result<Store, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// There is no default store: a configuration naming none, from the defaults, a file or
+    /// the environment, is refused before any I/O with one sentence naming `LEASE_STORE` and
+    /// `--store`; `memory:` works only written out.
+    #[tokio::test]
+    async fn a_configuration_without_a_store_is_refused_naming_lease_store() {
+        let unset = |_: &str| None;
+        for config in [
+            Config::default(),
+            Config::default().with_vars(unset).unwrap(),
+            Config::from_toml("ttl_ms = 5000\nnamespace = \"billing\"\n").unwrap(),
+            Config::default().with_store("  "),
+        ] {
+            let err = config.backend().unwrap_err();
+            assert!(matches!(err, ConfigError::NoStore), "{err:?}");
+            let message = err.to_string();
+            assert!(
+                message.contains("LEASE_STORE") && message.contains("--store"),
+                "{message}"
+            );
+            assert!(matches!(connect(&config).await, Err(ConfigError::NoStore)));
+        }
+        let memory = Config::default().with_store("memory:");
+        assert_eq!(memory.backend().unwrap(), Backend::Memory);
+        assert!(connect(&memory).await.is_ok());
+    }
 
     /// Run by CI with `--no-default-features --features postgres` (and `redis`): a URL of a
     /// backend left out of the build is refused before any I/O, naming the feature.

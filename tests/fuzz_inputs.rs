@@ -76,6 +76,7 @@ fn check_config_error(e: &ConfigError) -> Result<(), TestCaseError> {
                 | ConfigError::BadSetting { .. }
                 | ConfigError::MalformedUrl { .. }
                 | ConfigError::UnknownScheme { .. }
+                | ConfigError::NoStore
         ),
         "a configuration error is decided without connecting: {e:?}"
     );
@@ -229,7 +230,7 @@ proptest! {
                 e
             );
         }
-        let config = Config::default().with_namespace(ns.clone());
+        let config = Config::default().with_store("memory:").with_namespace(ns.clone());
         prop_assert_eq!(config.backend().is_ok(), valid_namespace(&ns));
     }
 

@@ -100,8 +100,9 @@ pub struct StoreArgs {
     /// replica_timeout_ms, sync_replicas, max_connections).
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Store URL: memory:, postgres://… (or postgres://h1,h2/db), redis://…, rediss://…,
-    /// redis+cluster://h1:p1,h2:p2, redis+sentinel://s1:p1,s2:p2/SERVICE [env: LEASE_STORE]
+    /// Store URL, required (there is no default): postgres://… (or postgres://h1,h2/db),
+    /// redis://…, rediss://…, redis+cluster://h1:p1,h2:p2, redis+sentinel://s1:p1,s2:p2/SERVICE,
+    /// or memory: (inside this one process: tests and `lease demo` only) [env: LEASE_STORE]
     #[arg(long, global = true, value_name = "URL")]
     pub store: Option<String>,
     /// Namespace: Postgres schema or Redis key prefix [env: LEASE_NAMESPACE]
@@ -122,8 +123,20 @@ impl StoreArgs {
     /// The configuration: defaults, then the file, then the environment, then these flags.
     ///
     /// # Errors
-    /// A usage failure for a bad setting; the store URL is checked, not connected to.
+    /// A usage failure for a bad setting, or when no store is named (there is no default);
+    /// the store URL is checked, not connected to.
     pub fn config(&self) -> Result<Config, Failure> {
+        let config = self.load()?;
+        config.backend()?;
+        Ok(config)
+    }
+
+    /// [`config`](StoreArgs::config) without requiring a store: for `lease demo`, which runs
+    /// on the embedded store when none is named.
+    ///
+    /// # Errors
+    /// A usage failure for a bad setting.
+    pub fn load(&self) -> Result<Config, Failure> {
         let mut config = Config::load(self.config.as_deref())?;
         if let Some(store) = &self.store {
             config = config.with_store(store.clone());
@@ -143,7 +156,6 @@ impl StoreArgs {
         if let Some(n) = self.max_connections {
             config = config.with_max_connections(n)?;
         }
-        config.backend()?;
         Ok(config)
     }
 }

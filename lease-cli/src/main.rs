@@ -49,7 +49,8 @@ struct JsonAlias {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Show the guarantee: a partitioned worker's late write is rejected by fence.
+    /// Show the guarantee: a partitioned worker's late write is rejected by fence. Runs on the
+    /// embedded store unless --store names one.
     Demo,
     /// Create a runnable run.
     Create {
@@ -164,12 +165,19 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), &script);
         return Ok(0);
     }
+    if let Command::Demo = cli.command {
+        text_only("demo", out)?;
+        // The demo needs no server: the embedded store unless one is named.
+        let mut config = cli.store.load()?;
+        if config.store.trim().is_empty() {
+            config = config.with_store("memory:");
+        }
+        config.backend()?;
+        return demo::run(&config).await.map(|()| 0);
+    }
     let config = cli.store.config()?;
     match cli.command {
-        Command::Demo => {
-            text_only("demo", out)?;
-            demo::run(&config).await
-        }
+        Command::Demo => unreachable!("answered before the store is required"),
         Command::Create { run, json } => {
             ops::create(&config, &run_id(&run)?, format(out, &json)).await
         }

@@ -20,8 +20,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distribution::{
-    connect, min_margin, CancelReason, Config, Error, LeaseStore, LeaseStoreExt, RunId, RunScope,
-    ScopeConfig, WorkerId,
+    connect, min_margin, Backend, CancelReason, Config, Error, LeaseStore, LeaseStoreExt, RunId,
+    RunScope, ScopeConfig, WorkerId,
 };
 use lease_cli::{exit, run_id, usage, Failure};
 use rustix::process::{kill_process_group, Pid, Signal};
@@ -107,6 +107,13 @@ fn default_worker() -> String {
 const MAX_WAIT_MS: u64 = 365 * 86_400 * 1_000;
 
 pub(crate) async fn run(config: &Config, args: RunArgs) -> Result<u8, Failure> {
+    if config.backend()? == Backend::Memory {
+        return Err(usage(
+            "lease run keeps a command to one host at a time through a store every host shares; \
+             memory: lives inside this one process, so every host would run the command: name a \
+             shared store with --store or LEASE_STORE (postgres://, redis:// or etcd://)",
+        ));
+    }
     let run = run_id(&args.run)?;
     if args.wait_ms > MAX_WAIT_MS {
         return Err(usage(format!(

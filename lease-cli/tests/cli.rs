@@ -70,19 +70,24 @@ fn demo_shows_the_stale_write_rejected_by_fence_and_one_effect() {
 #[test]
 fn operator_commands_on_the_memory_store_report_missing_runs() {
     // Each `memory:` process starts empty: there is nothing to inspect or release.
-    let out = lease(&["inspect", "order-1"]);
+    let memory = |args: &[&str]| {
+        let mut all = vec!["--store", "memory:"];
+        all.extend_from_slice(args);
+        lease(&all)
+    };
+    let out = memory(&["inspect", "order-1"]);
     assert_exit(&out, NOT_FOUND);
     assert_eq!(stderr(&out).trim(), "lease: run order-1 not found");
-    assert_exit(&lease(&["release", "order-1", "--force"]), NOT_FOUND);
-    assert_exit(&lease(&["resume", "order-1", "--json"]), NOT_FOUND);
+    assert_exit(&memory(&["release", "order-1", "--force"]), NOT_FOUND);
+    assert_exit(&memory(&["resume", "order-1", "--json"]), NOT_FOUND);
     // NDJSON: no runs, no lines.
-    let out = lease(&["list", "-o", "json"]);
+    let out = memory(&["list", "-o", "json"]);
     assert_exit(&out, 0);
     assert_eq!(stdout(&out), "");
-    let out = lease(&["list"]);
+    let out = memory(&["list"]);
     assert_exit(&out, 0);
     assert!(stdout(&out).contains("(no runs)"), "{}", stdout(&out));
-    let out = lease(&["create", "order-1", "--json"]);
+    let out = memory(&["create", "order-1", "--json"]);
     assert_exit(&out, 0);
     let record: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(
@@ -91,13 +96,75 @@ fn operator_commands_on_the_memory_store_report_missing_runs() {
     );
 }
 
+/// There is no default store: every command that reaches one exits 2 with one sentence naming
+/// LEASE_STORE and --store when none is configured (before, `lease list` answered "(no runs)"
+/// and `lease run --create -- CMD` ran CMD on a private store of its own, on every host), and
+/// the command of `lease run` never starts. `lease run` refuses `memory:` even written out;
+/// `lease demo` runs on the embedded store without a flag.
+#[test]
+fn without_a_store_every_command_that_needs_one_exits_2_naming_lease_store() {
+    let marker = std::env::temp_dir().join(format!("lease-no-store-{}", std::process::id()));
+    let touch = format!("touch {}", marker.display());
+    let commands: &[&[&str]] = &[
+        &["list"],
+        &["inspect", "nightly"],
+        &["create", "nightly"],
+        &["journal", "nightly"],
+        &["resume", "nightly"],
+        &["release", "nightly", "--force"],
+        &["purge", "--older-than", "7d"],
+        &["migrate"],
+        &["run", "nightly", "--create", "--", "sh", "-c", &touch],
+    ];
+    for args in commands {
+        let out = lease(args);
+        assert_exit(&out, USAGE);
+        let err = stderr(&out);
+        assert!(
+            err.contains("no store configured")
+                && err.contains("LEASE_STORE")
+                && err.contains("--store"),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "one sentence: {err}");
+        assert_eq!(stdout(&out), "", "{args:?} printed something");
+    }
+    let out = lease(&[
+        "--store", "memory:", "run", "nightly", "--create", "--", "sh", "-c", &touch,
+    ]);
+    assert_exit(&out, USAGE);
+    let err = stderr(&out);
+    assert!(
+        err.contains("memory: lives inside this one process") && err.contains("LEASE_STORE"),
+        "{err}"
+    );
+    assert!(
+        !marker.exists(),
+        "lease run started its command without a store every host shares"
+    );
+    // The demo needs no store.
+    assert_exit(&lease(&["demo"]), 0);
+}
+
 #[test]
 fn bad_input_gets_its_exit_code_and_one_sentence() {
     let cases: &[(&[&str], i32, &str)] = &[
-        (&["inspect", ""], USAGE, "run id is empty"),
-        (&["inspect", "a\nb"], USAGE, "control character"),
+        (
+            &["--store", "memory:", "inspect", ""],
+            USAGE,
+            "run id is empty",
+        ),
+        (
+            &["--store", "memory:", "inspect", "a\nb"],
+            USAGE,
+            "control character",
+        ),
         (&["--ttl-ms", "0", "inspect", "r"], USAGE, "TTL"),
-        (&["release", "r"], USAGE, "needs --force"),
+        (
+            &["--store", "memory:", "release", "r"],
+            USAGE,
+            "needs --force",
+        ),
         (
             &["--store", "mysql://app:hunter2@db/runs", "inspect", "r"],
             USAGE,
@@ -128,6 +195,7 @@ fn bad_input_gets_its_exit_code_and_one_sentence() {
             USAGE,
             "postgres:// store only",
         ),
+        (&["list"], USAGE, "no store configured"),
     ];
     for (args, code, says) in cases {
         let out = lease(args);
@@ -509,6 +577,11 @@ fn list_streams_pages_until_the_limit_or_the_end() {
 /// refuses a kill grace that does not fit in the TTL before touching the store.
 #[test]
 fn lease_run_passes_the_lease_in_the_environment_and_the_exit_code_through() {
+    let Some((_server, url)) = postgres() else {
+        return;
+    };
+    let base = ["--store", url.as_str(), "--namespace", "cli_env"];
+    let lease = |args: &[&str]| lease(&[&base[..], args].concat());
     let out = lease(&[
         "run",
         "nightly",
@@ -532,9 +605,9 @@ fn lease_run_passes_the_lease_in_the_environment_and_the_exit_code_through() {
         stderr(&out)
     );
 
-    let out = lease(&["run", "nightly", "--", "true"]);
+    let out = lease(&["run", "never-created", "--", "true"]);
     assert_exit(&out, NOT_FOUND);
-    assert_eq!(stderr(&out).trim(), "lease: run nightly not found");
+    assert_eq!(stderr(&out).trim(), "lease: run never-created not found");
 
     let out = lease(&[
         "--ttl-ms",
@@ -784,6 +857,9 @@ fn completions_print_a_script_for_the_shell() {
 /// one grace later (exit 137).
 #[test]
 fn lease_run_forwards_stop_signals_to_the_command_and_kills_it_after_the_grace() {
+    let Some((_server, url)) = postgres() else {
+        return;
+    };
     let dir = std::env::temp_dir().join(format!("lease-run-signals-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -797,8 +873,10 @@ fn lease_run_forwards_stop_signals_to_the_command_and_kills_it_after_the_grace()
             "{script}; touch '{}'; while :; do sleep 0.05; done",
             started.display()
         );
+        let job = format!("job-{signal}-{code}");
         let child = Command::new(env!("CARGO_BIN_EXE_lease"))
-            .args(["--ttl-ms", "1500", "run", "job", "--create"])
+            .args(["--store", &url, "--namespace", "cli_signals"])
+            .args(["--ttl-ms", "1500", "run", &job, "--create"])
             .args(["--kill-after-ms", "200", "--", "sh", "-c", &command])
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -835,6 +913,9 @@ fn lease_run_forwards_stop_signals_to_the_command_and_kills_it_after_the_grace()
 /// is claimed or started (no panic on an overflowing grace or wait).
 #[test]
 fn lease_run_refuses_absurd_waits_graces_and_a_missing_command() {
+    // Refused before any connection: the store named here does not exist.
+    let base = ["--store", "postgres://lease@127.0.0.1:1/none"];
+    let lease = |args: &[&str]| lease(&[&base[..], args].concat());
     let huge = u64::MAX.to_string();
     let out = lease(&["run", "job", "--create", "--wait-ms", &huge, "--", "true"]);
     assert_exit(&out, USAGE);

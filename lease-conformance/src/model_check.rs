@@ -85,6 +85,9 @@ pub enum Step {
     List(Option<u8>),
     /// `purge(0, max)`: every ended run is due.
     Purge(usize),
+    /// `purge(0, MAX_BATCH)` and `create(run)` at once: either order is right, never a
+    /// creation below the purged run's last fence.
+    PurgeRacingCreate(usize),
     /// Let this many milliseconds pass.
     Advance(u64),
 }
@@ -117,6 +120,7 @@ fn step() -> impl Strategy<Value = Step> {
         2 => run.prop_map(Step::Inspect),
         1 => prop::option::of(0..4u8).prop_map(Step::List),
         1 => (1..4usize).prop_map(Step::Purge),
+        1 => (0..NAMES.len()).prop_map(Step::PurgeRacingCreate),
         2 => (0..=2 * SHORT_MS).prop_map(Step::Advance),
     ]
 }
@@ -771,6 +775,52 @@ async fn apply(
                         got.len()
                     );
                 }
+            }
+        }
+        Step::PurgeRacingCreate(r) => {
+            let id = &ids[*r];
+            let (purged, created) = tokio::join!(
+                store.purge(Duration::ZERO, lease_core::MAX_BATCH),
+                store.create(id)
+            );
+            let purged = purged.unwrap_or_else(|e| panic!("{what}: purge: {e}"));
+            let existed = model.runs.get(id).map(|run| run.fence);
+            for gone in purged.iter().filter(|gone| ids.contains(gone)) {
+                let run = model
+                    .runs
+                    .remove(gone)
+                    .unwrap_or_else(|| panic!("{what}: purged {gone}, which does not exist"));
+                assert!(
+                    matches!(run.state, RunState::Completed | RunState::Failed),
+                    "{what}: purged {gone}, which is {}",
+                    run.state
+                );
+                model.tombstones.insert(gone.clone(), run.fence);
+            }
+            match (existed, purged.contains(id), created) {
+                // It did not exist: created, at its last fence if it had one.
+                (None, _, Ok(record)) => {
+                    let run = model.created(id);
+                    assert_eq!(record.fence.get(), run.fence, "{what}: a purged id's fence");
+                    model.runs.insert(id.clone(), run);
+                }
+                // It existed and was not purged: it exists.
+                (Some(_), false, Err(Error::AlreadyExists { .. })) => {}
+                // Purged, then created: at its last fence, never below.
+                (Some(fence), true, Ok(record)) => {
+                    assert_eq!(
+                        record.fence.get(),
+                        fence,
+                        "{what}: created again below (or above) its last fence"
+                    );
+                    model.runs.insert(id.clone(), model.created(id));
+                }
+                // Created (refused, it existed), then purged: gone.
+                (Some(_), true, Err(Error::AlreadyExists { .. })) => {}
+                (existed, purged, created) => panic!(
+                    "{what}: existed at fence {existed:?}, purged {purged}, create said \
+                     {created:?}"
+                ),
             }
         }
         Step::Advance(ms) => tokio::time::sleep(model.advance(*ms)).await,

@@ -154,6 +154,11 @@ impl Route {
             .clone()
     }
 
+    /// Whether the store accepts every risk (`volatile=true`).
+    pub(crate) fn is_volatile(&self) -> bool {
+        self.volatile
+    }
+
     /// How many times the store moved hosts so far.
     pub(crate) fn switches(&self) -> u64 {
         self.switches.load(Ordering::Acquire)

@@ -448,8 +448,10 @@ impl PostgresLeaseStore {
     }
 
     /// The unsafe durability settings this store accepted because it is
-    /// [volatile](PostgresConfig::with_volatile) (for example `fsync off`); empty when the
-    /// server is safe. Also shown by `Display`.
+    /// [volatile](PostgresConfig::with_volatile) (for example `fsync off`) or accepts
+    /// [standbys that acknowledge nothing](PostgresConfig::with_async_standbys_accepted)
+    /// (`standbys without sync_replicas`); empty when nothing risky was accepted. Also shown by
+    /// `Display`.
     pub fn accepted_risks(&self) -> Vec<String> {
         self.route.accepted()
     }
@@ -852,7 +854,12 @@ impl fmt::Display for PostgresLeaseStore {
         if !accepted.is_empty() {
             write!(
                 f,
-                " [volatile: accepts {}; a fence may be issued twice]",
+                " [{}accepts {}; a fence may be issued twice]",
+                if self.route.is_volatile() {
+                    "volatile: "
+                } else {
+                    ""
+                },
                 accepted.join(", ")
             )?;
         }

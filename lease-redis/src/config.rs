@@ -27,6 +27,7 @@ use crate::error::RedisError;
 /// | `replicas=N` | hand out a lease, or report a write as done, only once `N` replicas acknowledged it (`WAIT`); see [`with_replicas`](RedisConfig::with_replicas) |
 /// | `replica_timeout_ms=T` | how long to wait for those acknowledgements (default 1000) |
 /// | `volatile=true` | accept a server on which an acknowledged claim can be lost; see [`with_volatile`](RedisConfig::with_volatile) |
+/// | `async_replicas=accept` | accept replicas attached to a plain `redis://` master with `replicas=0`, and only that; see [`with_async_replicas_accepted`](RedisConfig::with_async_replicas_accepted) |
 /// | `protocol=resp2` or `resp3` | the wire protocol (default RESP2) |
 /// | `db=N`, `user=U`, `pass=P` | socket URLs only (`redis+unix:///path`, `unix:///path`), read by redis-rs: the database and credentials |
 ///
@@ -51,6 +52,7 @@ pub struct RedisConfig {
     topology: Result<Topology, String>,
     namespace: String,
     volatile: bool,
+    async_replicas: bool,
     replicas: u32,
     replica_timeout: Duration,
     response_timeout: Duration,
@@ -106,6 +108,7 @@ impl RedisConfig {
             topology: Err(String::new()),
             namespace: Self::DEFAULT_NAMESPACE.to_owned(),
             volatile: false,
+            async_replicas: false,
             replicas: 0,
             replica_timeout: Self::DEFAULT_REPLICA_TIMEOUT,
             response_timeout: Self::DEFAULT_RESPONSE_TIMEOUT,
@@ -164,6 +167,19 @@ impl RedisConfig {
                         _ => return Err(format!("volatile={value:?}: expected true or false")),
                     }
                 }
+                "async_replicas" => {
+                    self.async_replicas = match value {
+                        "accept" => true,
+                        "refuse" => false,
+                        _ => {
+                            return Err(format!(
+                                "async_replicas={value:?}: expected accept (replicas that \
+                                 acknowledge nothing may be attached and are never promoted) or \
+                                 refuse"
+                            ))
+                        }
+                    }
+                }
                 "replicas" => {
                     self.replicas = value.parse().map_err(|_| {
                         format!("replicas={value:?}: expected a number of replicas (0 or more)")
@@ -194,7 +210,7 @@ impl RedisConfig {
                     let socket_too = if socket { ", db, user, pass" } else { "" };
                     return Err(format!(
                         "unknown URL parameter {key:?}{hint}: the redis adapter understands \
-                         replicas, replica_timeout_ms, volatile, protocol{socket_too}"
+                         replicas, replica_timeout_ms, volatile, async_replicas, protocol{socket_too}"
                     ));
                 }
             }
@@ -319,6 +335,24 @@ impl RedisConfig {
         self
     }
 
+    /// Accepts (`true`) or refuses (`false`, the default) replicas attached to a plain
+    /// `redis://` master while [`replicas`](RedisConfig::with_replicas) is 0: such a master is
+    /// refused at connect and on every new connection (`INFO replication` shows
+    /// `connected_slaves`), because a replica promoted after a failure lacks the last claims
+    /// the master acknowledged and **issues their fences again**. Accept this one risk, and no
+    /// other, for read replicas that are never promoted while the store runs; otherwise set
+    /// `replicas=N`. What was accepted shows in `Display` and
+    /// [`accepted_risks`](crate::RedisLeaseStore::accepted_risks).
+    pub fn with_async_replicas_accepted(mut self, accept: bool) -> RedisConfig {
+        self.async_replicas = accept;
+        self
+    }
+
+    /// Whether replicas that acknowledge nothing are accepted.
+    pub fn accepts_async_replicas(&self) -> bool {
+        self.async_replicas
+    }
+
     /// Hands out a lease (claim, `claim_next`), renews it, and reports a fenced write
     /// (append, release, suspend, complete, a fenced script) as done only once `replicas`
     /// replicas confirmed it with `WAIT`; otherwise the call fails with a retryable
@@ -416,6 +450,19 @@ impl RedisConfig {
 
     pub(crate) fn check(&self) -> Result<(), RedisError> {
         self.topology()?;
+        for (name, value) in [
+            ("replica timeout", self.replica_timeout),
+            ("response timeout", self.response_timeout),
+            ("connect timeout", self.connect_timeout),
+        ] {
+            // Under 1 ms a replica timeout would be sent as WAIT N 0, which blocks forever.
+            if value < Duration::from_millis(1) || value > Duration::from_secs(86_400) {
+                return Err(RedisError::Config(format!(
+                    "the {name} of {value:?} is out of range: it must be 1 ms to 1 day (a replica \
+                     timeout under 1 ms would be sent as WAIT N 0, which waits forever)"
+                )));
+            }
+        }
         if self.replicas > 0 && self.replica_timeout >= self.response_timeout {
             return Err(RedisError::Config(format!(
                 "the replica timeout ({:?}) must be shorter than the response timeout ({:?}), \
@@ -465,6 +512,7 @@ impl fmt::Debug for RedisConfig {
             .field("url", &self.shown_url())
             .field("namespace", &self.namespace)
             .field("volatile", &self.volatile)
+            .field("async_replicas", &self.async_replicas)
             .field("replicas", &self.replicas)
             .field("replica_timeout", &self.replica_timeout)
             .field("response_timeout", &self.response_timeout)

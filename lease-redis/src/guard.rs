@@ -20,6 +20,8 @@ use crate::error::RedisError;
 /// What the guard requires and what it has accepted.
 pub(crate) struct Guard {
     volatile: bool,
+    /// Replicas of a plain master that acknowledge nothing are accepted (`async_replicas`).
+    async_replicas: bool,
     replicas: u32,
     replica_timeout: Duration,
     server: String,
@@ -34,12 +36,15 @@ struct Risk {
     setting: String,
     /// The sentence a refusal says.
     sentence: String,
+    /// Whether `async_replicas=accept` covers it (it covers nothing but attached replicas).
+    narrow: bool,
 }
 
 impl Guard {
     pub(crate) fn new(config: &RedisConfig) -> Guard {
         Guard {
             volatile: config.is_volatile(),
+            async_replicas: config.accepts_async_replicas(),
             replicas: config.replicas(),
             replica_timeout: config.replica_timeout(),
             server: config.shown_url(),
@@ -64,14 +69,52 @@ impl Guard {
             .clone()
     }
 
-    /// Checks the server behind a direct (single server or Sentinel) connection.
+    /// Checks the server behind a direct (single server or Sentinel) connection: its
+    /// settings, and — without replica acknowledgements — that no replica is attached, which a
+    /// failover could promote without the last claims (Sentinel is refused before, from the
+    /// URL alone).
     pub(crate) async fn check_direct(
         &self,
         conn: &mut MultiplexedConnection,
         secret: Option<&str>,
     ) -> Result<(), RedisError> {
         let reply: redis::RedisResult<Value> = query().query_async(conn).await;
-        let risks = self.judge(&self.server, reply, true, secret)?;
+        let mut risks = self.judge(&self.server, reply, true, secret)?;
+        if self.replicas == 0 {
+            let mut info = redis::cmd("INFO");
+            info.arg("replication");
+            let reply: redis::RedisResult<Value> = info.query_async(conn).await;
+            let attached = match reply {
+                Ok(Value::BulkString(b)) => connected_replicas(&String::from_utf8_lossy(&b)),
+                Ok(Value::VerbatimString { text, .. }) => connected_replicas(&text),
+                Ok(_) => 0,
+                Err(e) => match RedisError::from_driver(&e, secret) {
+                    // INFO renamed or not permitted: the replicas cannot be counted.
+                    RedisError::Command(_) => usize::MAX,
+                    other => return Err(other),
+                },
+            };
+            if attached > 0 {
+                let count = if attached == usize::MAX {
+                    "an unknown number of replicas (INFO replication is not permitted)".to_owned()
+                } else {
+                    format!("{attached} replica(s)")
+                };
+                risks.push(Risk {
+                    setting: "replicas without replicas=N".to_owned(),
+                    sentence: format!(
+                        "redis at {} has {count} attached (connected_slaves) and replicas=0, so \
+                         a claim is acknowledged before any replica has it: a replica promoted \
+                         after a failure would issue its fence again; add ?replicas=N (N \
+                         replicas acknowledge every lease and write), or, for read replicas \
+                         that are never promoted while this store runs, accept exactly this \
+                         risk with ?async_replicas=accept",
+                        self.server
+                    ),
+                    narrow: true,
+                });
+            }
+        }
         self.settle(risks)
     }
 
@@ -91,6 +134,7 @@ impl Guard {
                  every lease and write), or accept the risk with ?volatile=true",
                 self.server
             ),
+            narrow: false,
         }])
     }
 
@@ -151,6 +195,7 @@ impl Guard {
                          lease and write), or accept the risk with ?volatile=true",
                         self.server
                     ),
+                    narrow: false,
                 });
             }
         }
@@ -184,6 +229,7 @@ impl Guard {
                      lose acknowledged claims: allow CONFIG GET for this user (ACL +config|get) \
                      or accept the risk with ?volatile=true"
                 ),
+                narrow: false,
             }]);
         };
         let get = |name: &str| settings.get(name).map(String::as_str).unwrap_or("");
@@ -204,6 +250,7 @@ impl Guard {
                      old holder still carries; set appendonly yes with appendfsync always, or \
                      accept the risk with ?volatile=true"
                 ),
+                narrow: false,
             });
         } else {
             // Replicas do not waive this: a primary that restarts faster than a failover is
@@ -220,6 +267,7 @@ impl Guard {
                          replicas resync from it); set appendfsync always, or accept the risk \
                          with ?volatile=true"
                     ),
+                    narrow: false,
                 });
             }
             if get("no-appendfsync-on-rewrite") == "yes" {
@@ -231,6 +279,7 @@ impl Guard {
                          rewrite can be lost in an OS crash and their fences issued again; set \
                          no-appendfsync-on-rewrite no, or accept the risk with ?volatile=true"
                     ),
+                    narrow: false,
                 });
             }
         }
@@ -244,25 +293,30 @@ impl Guard {
                      maxmemory-policy noeviction (or a volatile-* policy: this adapter sets no \
                      expiry on its keys), or accept the risk with ?volatile=true"
                 ),
+                narrow: false,
             });
         }
         Ok(risks)
     }
 
-    /// Refuses on the first risk unless volatile; in volatile mode records and warns once.
+    /// Refuses every risk not accepted (by `volatile`, or the narrow `async_replicas`);
+    /// records the accepted ones and warns once.
     fn settle(&self, risks: Vec<Risk>) -> Result<(), RedisError> {
         if risks.is_empty() {
             return Ok(());
         }
-        if !self.volatile {
-            let sentences: Vec<String> = risks.into_iter().map(|r| r.sentence).collect();
+        let (taken, refused): (Vec<Risk>, Vec<Risk>) = risks
+            .into_iter()
+            .partition(|r| self.volatile || (r.narrow && self.async_replicas));
+        if !refused.is_empty() {
+            let sentences: Vec<String> = refused.into_iter().map(|r| r.sentence).collect();
             return Err(RedisError::Unsafe(sentences.join("; also, ")));
         }
         let mut accepted = self
             .accepted
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        for risk in risks {
+        for risk in taken {
             if !accepted.contains(&risk.setting) {
                 accepted.push(risk.setting);
             }
@@ -271,8 +325,8 @@ impl Guard {
             tracing::warn!(
                 server = %self.server,
                 accepted = %accepted.join(", "),
-                "volatile mode: accepting redis settings under which an acknowledged claim can \
-                 be lost, so a fence may be issued twice after a crash, an eviction or a failover"
+                "accepting redis settings under which an acknowledged claim can be lost, so a \
+                 fence may be issued twice after a crash, an eviction or a failover"
             );
         }
         Ok(())

@@ -234,8 +234,10 @@ impl RedisLeaseStore {
     }
 
     /// The unsafe durability settings this store accepted because it is
-    /// [volatile](RedisConfig::with_volatile) (for example `appendfsync everysec`); empty when
-    /// the server is safe. Also shown by `Display`.
+    /// [volatile](RedisConfig::with_volatile) (for example `appendfsync everysec`) or accepts
+    /// [replicas that acknowledge nothing](RedisConfig::with_async_replicas_accepted)
+    /// (`replicas without replicas=N`); empty when nothing risky was accepted. Also shown by
+    /// `Display`.
     pub fn accepted_risks(&self) -> Vec<String> {
         self.link.guard().accepted()
     }
@@ -478,7 +480,12 @@ impl fmt::Display for RedisLeaseStore {
         if !accepted.is_empty() {
             write!(
                 f,
-                " [volatile: accepts {}; a fence may be issued twice]",
+                " [{}accepts {}; a fence may be issued twice]",
+                if self.config.is_volatile() {
+                    "volatile: "
+                } else {
+                    ""
+                },
                 accepted.join(", ")
             )?;
         }
@@ -507,7 +514,12 @@ impl LeaseStore for RedisLeaseStore {
                     reply.time(1)?,
                 ))
             }
-            "exists" => Err(Error::AlreadyExists { run: run.clone() }),
+            "exists" => {
+                // A retried create takes "already exists" for its own commit: the run must be
+                // on the replicas as if this call had created it.
+                ack.confirm()?;
+                Err(Error::AlreadyExists { run: run.clone() })
+            }
             other => Err(reply.bad(format!("unknown status {other:?}")).into()),
         }
     }
@@ -800,9 +812,9 @@ impl LeaseStore for RedisLeaseStore {
                 other => Err(reply.bad(format!("unknown result {other:?}")).into()),
             })
             .collect::<Vec<Result<()>>>();
-        if results.iter().any(Result::is_ok) {
-            ack.confirm()?;
-        }
+        // Created now, or already there (which a retried batch takes for its own commit):
+        // either way on the replicas before it is reported.
+        ack.confirm()?;
         Ok(results)
     }
 

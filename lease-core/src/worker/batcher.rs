@@ -252,75 +252,75 @@ async fn flush(b: &Shared, batch: Vec<Pending>) -> Vec<Pending> {
     retry
 }
 
-/// Ends the handlers committed themselves ([`End::Committed`]): nothing is written; one read of
-/// their runs ([`inspect_many`](LeaseStore::inspect_many)) decides them: each is reported
-/// committed once the store shows it, or as an error if the store shows the lease still held
-/// under its fence, or ended otherwise.
+/// Ends the handlers committed themselves ([`End::Committed`]): nothing is written. One
+/// [`renew_many`](LeaseStore::renew_many) of their leases decides them, because a fenced write
+/// is answered and confirmed as a fresh write would be: a lease the store reports ended under
+/// its own fence, as the handler said ([`Error::LeaseEnded`]), is committed — and that answer,
+/// like a retried end's, is confirmed first (replicas, synchronous standbys: a commit the
+/// handler's transaction made asynchronously included), so nothing a failover could lose is
+/// ever counted. A read would not be confirmed. A lease the store still holds under its fence
+/// (the renewal went through) was not ended by that transaction: an error, the lease left to
+/// expire. A released or suspended run already claimed again answers a higher fence, which
+/// is not held against the handler; a completed run's fence never moves.
 async fn check_committed(b: &Shared, checks: Vec<Pending>) -> Vec<Pending> {
     if checks.is_empty() {
         return checks;
     }
-    let runs: Vec<crate::RunId> = checks
-        .iter()
-        .map(|p| p.ending.lease.run().clone())
-        .collect();
+    let leases: Vec<crate::Lease> = checks.iter().map(|p| p.ending.lease.clone()).collect();
     let deadline = checks
         .iter()
         .map(|p| p.give_up_at)
         .max()
         .unwrap_or_else(Instant::now)
         .max(Instant::now() + LAST_ATTEMPT);
-    let read = tokio::time::timeout_at(deadline, b.store.inspect_many(&runs))
+    let probe = tokio::time::timeout_at(deadline, b.store.renew_many(&leases))
         .await
-        .unwrap_or_else(|_| Err(Error::unavailable("worker", "inspect_many did not answer")));
-    let records: Vec<Result<crate::RunRecord>> = match read {
-        Ok(records) if records.len() == checks.len() => records,
-        Ok(records) => {
+        .unwrap_or_else(|_| Err(Error::unavailable("worker", "renew_many did not answer")));
+    let verdicts: Vec<Result<crate::Lease>> = match probe {
+        Ok(verdicts) if verdicts.len() == checks.len() => verdicts,
+        Ok(verdicts) => {
             let e = Error::unavailable(
                 "worker",
                 format!(
-                    "inspect_many answered {} of {} runs",
-                    records.len(),
+                    "renew_many answered {} of {} leases",
+                    verdicts.len(),
                     checks.len()
                 ),
             );
-            records.iter().map(|_| Err(e.duplicate())).collect()
+            verdicts.iter().map(|_| Err(e.duplicate())).collect()
         }
         Err(e) => checks.iter().map(|_| Err(e.duplicate())).collect(),
     };
     let mut retry = Vec::new();
-    for (mut p, read) in checks.into_iter().zip(records) {
+    for (mut p, verdict) in checks.into_iter().zip(verdicts) {
         let lease = &p.ending.lease;
-        let End::Committed(ended) = p.ending.end else {
+        let End::Committed(said) = p.ending.end else {
             unreachable!("partitioned on End::Committed")
         };
-        let result = match read {
-            Ok(record) => {
-                let as_said = record.fence == lease.fence()
-                    && record.owner.is_none()
-                    && record.state == p.ending.end.state();
-                // A released or suspended run may already be claimed (or resumed and
-                // claimed) again: a higher fence cannot tell, so it is not held against the
-                // handler. A completed run is terminal: its fence never moves again.
-                let moved_on = record.fence > lease.fence() && ended != crate::Ended::Completed;
-                if as_said || moved_on {
-                    Ok(())
-                } else {
-                    Err(Error::backend(
-                        "worker",
-                        format!(
-                            "the handler of run {} reported the lease under fence {} {ended} in \
-                             its own transaction, but the store shows the run {} at fence {}{}: \
-                             that transaction did not end it (the lease is left to expire)",
-                            lease.run(),
-                            lease.fence(),
-                            record.state,
-                            record.fence,
-                            if record.owner.is_some() { ", held" } else { "" }
-                        ),
-                    ))
-                }
+        let not_so = |shown: String| {
+            Err(Error::backend(
+                "worker",
+                format!(
+                    "the handler of run {} reported the lease under fence {} {said} in its own \
+                     transaction, but the store shows {shown}: that transaction did not end it \
+                     as said",
+                    lease.run(),
+                    lease.fence(),
+                ),
+            ))
+        };
+        let result = match verdict {
+            Err(Error::LeaseEnded { fence, ended, .. })
+                if fence == lease.fence().get() && ended == said =>
+            {
+                Ok(())
             }
+            Err(Error::LeaseEnded { ended, .. }) => not_so(format!("the lease {ended}")),
+            Err(Error::StaleFence { current, .. }) if said != crate::Ended::Completed => {
+                tracing::debug!(run = %lease.run(), current, "ended, and already claimed again");
+                Ok(())
+            }
+            Ok(_) => not_so("the lease still held (the lease is left to expire)".to_owned()),
             Err(e)
                 if e.is_retryable()
                     && !p.last_chance
