@@ -11,6 +11,9 @@ use crate::error::BACKEND;
 /// URL says otherwise (`timeout_ms`).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The longest timeout a configuration may set: an hour.
+const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+
 /// How long connecting may take, unless the URL says otherwise (`connect_timeout_ms`).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -85,6 +88,19 @@ impl EtcdConfig {
                     .into(),
             ));
         }
+        // The user info ends at the last '@' before the endpoints; a '/' or '?' before it
+        // would make part of the password read as the prefix or the query (or be echoed as an
+        // endpoint). It must be percent-encoded, as in any URL.
+        if let Some(cut) = rest.find(['/', '?']) {
+            if rest[cut..].contains('@') {
+                return Err(bad(
+                    "a raw '/', '?' or '@' where the user info ends, or an '@' in the prefix or \
+                     the parameters: percent-encode '/' as %2F, '?' as %3F and '@' as %40 in a \
+                     user name, password or prefix (the URL is not shown: it may hold a password)"
+                        .into(),
+                ));
+            }
+        }
         let (rest, query) = match rest.split_once('?') {
             Some((rest, query)) => (rest, Some(query)),
             None => (rest, None),
@@ -158,9 +174,20 @@ impl EtcdConfig {
         Ok(config)
     }
 
-    fn validate(&self) -> Result<(), Error> {
+    pub(crate) fn validate(&self) -> Result<(), Error> {
         if self.endpoints.is_empty() {
             return Err(Error::misconfigured(BACKEND, "no etcd endpoint given"));
+        }
+        for (name, value) in [
+            ("timeout", self.timeout),
+            ("connect timeout", self.connect_timeout),
+        ] {
+            if value < Duration::from_millis(1) || value > MAX_TIMEOUT {
+                return Err(Error::misconfigured(
+                    BACKEND,
+                    format!("the {name} of {value:?} is out of range: it must be 1 ms to 1 hour"),
+                ));
+            }
         }
         if self.prefix.is_empty() || self.prefix.contains('\0') {
             return Err(Error::misconfigured(
@@ -172,23 +199,21 @@ impl EtcdConfig {
     }
 
     /// The same settings under another key prefix (each prefix is an independent namespace).
-    ///
-    /// # Panics
-    /// When `prefix` is empty or holds a NUL byte.
+    /// An empty prefix, or one holding a NUL byte, is refused by
+    /// [`EtcdLeaseStore::connect`](crate::EtcdLeaseStore::connect) as
+    /// [`Error::Misconfigured`].
     #[must_use]
     pub fn with_prefix(mut self, prefix: impl Into<String>) -> EtcdConfig {
         self.prefix = prefix.into();
-        assert!(
-            !self.prefix.is_empty() && !self.prefix.contains('\0'),
-            "the key prefix must be non-empty and hold no NUL byte"
-        );
         self
     }
 
-    /// The same settings with each call bounded by `timeout` on the client.
+    /// The same settings with each call bounded by `timeout` on the client: 1 ms to 1 hour,
+    /// checked by [`EtcdLeaseStore::connect`](crate::EtcdLeaseStore::connect), which refuses
+    /// anything else as [`Error::Misconfigured`].
     #[must_use]
     pub fn with_timeout(mut self, timeout: Duration) -> EtcdConfig {
-        self.timeout = timeout.max(Duration::from_millis(1));
+        self.timeout = timeout;
         self
     }
 
@@ -296,6 +321,47 @@ mod tests {
             EtcdConfig::from_url("etcd://h:1").unwrap().prefix(),
             "lease"
         );
+    }
+
+    /// A password holding a raw '/' or '?' is refused with a message that holds no part of it,
+    /// instead of reading its tail as the prefix (shown by `Display`, `Debug` and spans) or
+    /// echoing its head as an endpoint.
+    #[test]
+    fn a_raw_slash_or_question_mark_in_the_password_is_refused_without_showing_it() {
+        for url in [
+            "etcd://app:hun/ter2@h:2379/jobs",
+            "etcd://app:hun?ter2@h:2379/jobs",
+            "etcd://app:123/456@h:2379",
+            "etcd://app:hun?ter2@h1:1,h2:2",
+            "etcd://h:1/jobs?timeout_ms=5@x",
+        ] {
+            let shown = refusal(url);
+            assert!(shown.contains("percent-encode"), "{url}: {shown}");
+            for secret in ["hun", "ter2", "123", "456"] {
+                assert!(!shown.contains(secret), "{url}: {shown}");
+            }
+        }
+        let c = EtcdConfig::from_url("etcd://app:hun%2Fter%3F2@h:2379/jobs").unwrap();
+        assert_eq!(c.prefix(), "jobs");
+        assert_eq!(c.user().map(|(_, p)| p.as_str()), Some("hun/ter?2"));
+        assert!(!format!("{c:?} {c}").contains("hun"));
+    }
+
+    /// A timeout no clock arithmetic can hold (`Duration::MAX`) or under a millisecond is
+    /// refused as a configuration error, not a panic at connect.
+    #[tokio::test]
+    async fn out_of_range_timeouts_are_refused_at_connect() {
+        for timeout in [Duration::MAX, Duration::ZERO, Duration::from_secs(7200)] {
+            let config = EtcdConfig::from_url("etcd://127.0.0.1:1")
+                .unwrap()
+                .with_timeout(timeout);
+            match crate::EtcdLeaseStore::connect(config).await {
+                Err(e @ Error::Misconfigured { .. }) => {
+                    assert!(e.to_string().contains("timeout"), "{e}")
+                }
+                other => panic!("{timeout:?}: {other:?}"),
+            }
+        }
     }
 
     #[test]

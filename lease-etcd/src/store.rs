@@ -197,6 +197,8 @@ impl EtcdLeaseStore {
     /// [`Error::Unavailable`] when no member answers within the connect timeout;
     /// [`Error::Misconfigured`] for bad credentials or a prefix bound to another cluster.
     pub async fn connect(config: EtcdConfig) -> Result<EtcdLeaseStore> {
+        // The builders take any value; out of range is refused here, before any arithmetic.
+        config.validate()?;
         let mut options = ConnectOptions::new()
             .with_timeout(config.timeout())
             .with_connect_timeout(config.connect_timeout())

@@ -554,6 +554,83 @@ mod tests {
         assert_eq!(overridden.sync_replicas, 1);
     }
 
+    /// A lock wait under 1 ms used to be sent as `lock_timeout = 0`, which Postgres reads as
+    /// no limit at all; every timeout is refused out of 1 ms to 1 day, by name.
+    #[test]
+    fn timeouts_that_would_mean_no_limit_are_refused_by_name() {
+        let url = "postgres://app:pw1234@h/db";
+        let sub_ms = Duration::from_micros(500);
+        for (config, named) in [
+            (
+                PostgresConfig::from_url(url).with_lock_wait(sub_ms),
+                "lock_wait_ms",
+            ),
+            (
+                PostgresConfig::from_url(url).with_sync_timeout(sub_ms),
+                "sync_timeout_ms",
+            ),
+            (
+                PostgresConfig::from_url(url).with_call_timeout(Duration::MAX),
+                "call_timeout_ms",
+            ),
+            (
+                PostgresConfig::from_url(url).with_acquire_timeout(Duration::ZERO),
+                "acquire",
+            ),
+            (
+                PostgresConfig::from_url(&format!("{url}?lock_wait_ms=0")),
+                "lock_wait_ms",
+            ),
+        ] {
+            let err = lease_core::Error::from(config.parse().err().unwrap());
+            assert!(
+                matches!(err, lease_core::Error::Misconfigured { .. }),
+                "{err:?}"
+            );
+            let shown = err.to_string();
+            assert!(
+                shown.contains(named) && shown.contains("1 ms to 1 day"),
+                "{shown}"
+            );
+            assert!(!shown.contains("pw1234"), "{shown}");
+        }
+    }
+
+    /// Several hosts mean the store follows a promoted standby: without `sync_replicas` that
+    /// standby may lack acknowledged claims, so the URL is refused naming both ways out;
+    /// `async_standbys=accept` (or `volatile`) accepts exactly that.
+    #[test]
+    fn several_hosts_without_sync_replicas_are_refused_unless_accepted() {
+        let url = "postgres://app:pw1234@h1:5432,h2:5432/db";
+        let err = lease_core::Error::from(PostgresConfig::from_url(url).parse().err().unwrap());
+        let shown = err.to_string();
+        assert!(
+            matches!(err, lease_core::Error::Misconfigured { .. }),
+            "{err:?}"
+        );
+        assert!(
+            shown.contains("sync_replicas=N") && shown.contains("async_standbys=accept"),
+            "{shown}"
+        );
+        assert!(!shown.contains("pw1234"), "{shown}");
+        for ok in [
+            format!("{url}?async_standbys=accept"),
+            format!("{url}?sync_replicas=1"),
+            format!("{url}?volatile=true"),
+        ] {
+            assert!(PostgresConfig::from_url(&ok).parse().is_ok(), "{ok}");
+        }
+        assert!(PostgresConfig::from_url(url)
+            .with_async_standbys_accepted(true)
+            .parse()
+            .is_ok());
+        let err = PostgresConfig::from_url(format!("{url}?async_standbys=yes"))
+            .parse()
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("async_standbys=\"yes\""), "{err}");
+    }
+
     #[test]
     fn unknown_parameters_are_refused_by_name_without_the_password() {
         for (url, named) in [

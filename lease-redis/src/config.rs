@@ -640,6 +640,43 @@ mod tests {
             .is_err());
     }
 
+    /// A replica timeout under 1 ms used to be sent as `WAIT N 0`, which blocks forever; it is
+    /// refused by name, as is any timeout over a day. `async_replicas` takes accept or refuse.
+    #[test]
+    fn timeouts_out_of_range_and_bad_async_replicas_are_refused_by_name() {
+        for (config, named) in [
+            (
+                RedisConfig::from_url("redis://:pw1234@h?replicas=1")
+                    .with_replica_timeout(Duration::from_micros(500)),
+                "replica timeout",
+            ),
+            (
+                RedisConfig::from_url("redis://:pw1234@h").with_response_timeout(Duration::MAX),
+                "response timeout",
+            ),
+            (
+                RedisConfig::from_url("redis://:pw1234@h").with_connect_timeout(Duration::ZERO),
+                "connect timeout",
+            ),
+            (
+                RedisConfig::from_url("redis://:pw1234@h?async_replicas=yes"),
+                "async_replicas",
+            ),
+        ] {
+            let err = lease_core::Error::from(config.check().unwrap_err());
+            assert!(
+                matches!(err, lease_core::Error::Misconfigured { .. }),
+                "{err:?}"
+            );
+            let shown = err.to_string();
+            assert!(shown.contains(named), "{shown}");
+            assert!(!shown.contains("pw1234"), "{shown}");
+        }
+        let accepting = RedisConfig::from_url("redis://h?async_replicas=accept");
+        assert!(accepting.check().is_ok() && accepting.accepts_async_replicas());
+        assert!(!RedisConfig::from_url("redis://h").accepts_async_replicas());
+    }
+
     #[test]
     fn cluster_and_sentinel_urls_list_their_nodes() {
         let config = RedisConfig::from_url("rediss+cluster://u:p%2Fw@a:1,[::1]:2,b?protocol=resp3");

@@ -6,6 +6,9 @@ use crate::error::InvalidInput;
 use crate::scope::ScopeConfig;
 use crate::types::{Ttl, MAX_BATCH};
 
+/// The longest shutdown grace a worker takes: a day.
+const MAX_GRACE: Duration = Duration::from_secs(86_400);
+
 /// How a [`Worker`](crate::Worker) runs: lease TTL, how many handlers at once, how it polls when idle, how it
 /// batches the ends of leases, and how long a shutdown waits for handlers.
 ///
@@ -173,7 +176,8 @@ impl WorkerConfig {
         self
     }
 
-    /// At shutdown, wait up to `grace` for running handlers before cancelling them and
+    /// At shutdown, wait up to `grace` (at most a day, checked by
+    /// [`Worker::new`](crate::Worker::new)) for running handlers before cancelling them and
     /// releasing their leases.
     pub fn with_grace(mut self, grace: Duration) -> WorkerConfig {
         self.grace = grace;
@@ -250,6 +254,13 @@ impl WorkerConfig {
                 "the base must be at most the cap, and the cap at most MAX_RETRY_DELAY (30 days)",
             );
         }
+        if self.grace > MAX_GRACE {
+            return bad(
+                "grace",
+                format!("{:?}", self.grace),
+                "it must be at most a day (the shutdown waits that long for running handlers)",
+            );
+        }
         if retry.max_attempts == Some(0) {
             return bad("max attempts", "0".into(), "it must be at least 1");
         }
@@ -259,5 +270,28 @@ impl WorkerConfig {
             scope = scope.with_margin(margin);
         }
         scope.check(self.ttl)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A grace no clock can add (`Duration::MAX` used to panic at shutdown) is refused when
+    /// the worker is built, naming the setting; a day is the most taken.
+    #[test]
+    fn a_grace_past_a_day_is_refused_by_name() {
+        let ttl = Ttl::from_secs(30).unwrap();
+        for grace in [Duration::MAX, MAX_GRACE + Duration::from_millis(1)] {
+            match WorkerConfig::new(ttl).with_grace(grace).check() {
+                Err(InvalidInput::WorkerSetting { setting, .. }) => assert_eq!(setting, "grace"),
+                other => panic!("{grace:?}: {other:?}"),
+            }
+        }
+        assert!(WorkerConfig::new(ttl).with_grace(MAX_GRACE).check().is_ok());
+        assert!(WorkerConfig::new(ttl)
+            .with_grace(Duration::ZERO)
+            .check()
+            .is_ok());
     }
 }
