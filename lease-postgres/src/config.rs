@@ -578,7 +578,7 @@ mod tests {
                 "acquire",
             ),
             (
-                PostgresConfig::from_url(&format!("{url}?lock_wait_ms=0")),
+                PostgresConfig::from_url(format!("{url}?lock_wait_ms=0")),
                 "lock_wait_ms",
             ),
         ] {
