@@ -199,3 +199,81 @@ async fn a_worker_shuts_down_within_its_grace_and_one_call_timeout_on_a_blackhol
         "Worker::run took {took:?} to return"
     );
 }
+
+/// The calls that run on a connection of the caller's, and a fenced transaction's own end, are
+/// bounded like every other: with the link blackholed, `fence_in`, `end_in`, `create_in` and
+/// `create_many_in` in the caller's open transactions, and a fenced transaction's `rollback`
+/// and `commit`, each answer a retryable `Unavailable` within the call timeout (before, each
+/// waited for TCP to give up, about 15 minutes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_in_the_callers_transactions_and_a_fenced_transactions_end_are_bounded() {
+    use lease_postgres::sqlx;
+    let Some(server) = or_fail(PostgresServer::start(), "a postgres server") else {
+        return;
+    };
+    let store = store_via(&server).await;
+    let (r, s) = (id("r"), id("s"));
+    store.create(&r).await.unwrap();
+    store.create(&s).await.unwrap();
+    let lease = store.claim(&r, &worker("a"), ttl(60_000)).await.unwrap();
+    let other = store.claim(&s, &worker("a"), ttl(60_000)).await.unwrap();
+    // The caller's own pool, through the address that is cut.
+    let plain = server.url_via(VIA).split('?').next().unwrap().to_owned();
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(8)
+        .connect(&plain)
+        .await
+        .unwrap();
+    let mut txs = Vec::new();
+    for _ in 0..4 {
+        let mut tx = pool.begin().await.unwrap();
+        sqlx::query("SELECT 1").execute(&mut *tx).await.unwrap();
+        txs.push(tx);
+    }
+    let rolled_back = store.fenced_transaction(&lease).await.unwrap();
+    // The fenced transactions hold the rows, so each of the caller's statements below would
+    // wait for them too; the cut comes first.
+    let committed = store.fenced_transaction(&other).await.unwrap();
+
+    let Some(_cut) = required(
+        "iptables",
+        LinkCut::cut_to(VIA, server.port()),
+        LINK_CUT_HINT,
+    ) else {
+        return;
+    };
+    let limit = CALL_TIMEOUT * 3;
+    let mut seen = Vec::new();
+    let mut txs = txs.into_iter();
+    let mut next = || txs.next().unwrap();
+    macro_rules! check {
+        ($what:literal, $call:expr) => {{
+            let (took, answer) = timed($what, limit, $call).await;
+            let err = answer.expect_err(concat!($what, " answered on a cut link"));
+            assert!(err.is_retryable(), "{}: {err:?}", $what);
+            assert!(
+                took <= CALL_TIMEOUT + Duration::from_millis(500),
+                "{} took {took:?}",
+                $what
+            );
+            seen.push(format!("{} {:?}", $what, took));
+        }};
+    }
+    let mut tx = next();
+    check!("fence_in", store.fence_in(&mut tx, &lease));
+    let mut tx = next();
+    check!("end_in", store.end_in(&mut tx, &lease, End::Complete));
+    let mut tx = next();
+    check!("create_in", store.create_in(&mut tx, &id("t")));
+    let mut tx = next();
+    check!(
+        "create_many_in",
+        store.create_many_in(&mut tx, &[id("u"), id("v")])
+    );
+    check!("fenced rollback", rolled_back.rollback());
+    check!("fenced commit", committed.commit());
+    eprintln!(
+        "blackholed link, call timeout {CALL_TIMEOUT:?}: {}",
+        seen.join(", ")
+    );
+}

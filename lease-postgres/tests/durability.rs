@@ -7,7 +7,7 @@
 //! `LEASE_TEST_SKIP_SERVERS=1` skips instead.
 
 use lease_conformance::fixtures::{unique_namespace, with_params, PostgresServer};
-use lease_core::Error;
+use lease_core::{Error, LeaseStore};
 use lease_postgres::{sqlx, PostgresConfig, PostgresLeaseStore};
 
 mod support;
@@ -117,4 +117,99 @@ async fn synchronous_commit_off_is_overridden_on_the_stores_sessions() {
             held.push(conn);
         }
     }
+}
+
+/// A durable primary with an asynchronous streaming standby: without `sync_replicas` a store
+/// is refused at connect, through its own URL and through `from_pool` alike, with one sentence
+/// naming `sync_replicas=N` and the narrow opt-in (a standby promoted after a failure would
+/// lack the last acknowledged claims and issue their fences again). `async_standbys=accept`
+/// accepts exactly that risk and no other: `accepted_risks` and `Display` name it, without
+/// `volatile`. A standby that attaches after a store connected is refused on the store's next
+/// new connection.
+#[tokio::test]
+async fn streaming_standbys_without_sync_replicas_are_refused_unless_accepted() {
+    let Some(primary) = or_fail(PostgresServer::start_durable(), "a durable postgres server")
+    else {
+        return;
+    };
+    let url = bare(&primary);
+    let schema = unique_namespace("standbys");
+    // Before any standby: accepted, nothing risky; it keeps a connection for later.
+    let early = PostgresLeaseStore::connect(
+        PostgresConfig::from_url(&url)
+            .with_schema(&schema)
+            .with_max_connections(1),
+    )
+    .await
+    .unwrap();
+    assert!(early.accepted_risks().is_empty(), "{early}");
+    let Some(_standby) = or_fail(PostgresServer::standby_of(&primary), "a standby") else {
+        return;
+    };
+    support::caught_up(&url, 1).await;
+
+    let refused = PostgresLeaseStore::connect(PostgresConfig::from_url(&url).with_schema(&schema))
+        .await
+        .unwrap_err();
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let through_pool = PostgresLeaseStore::from_pool(
+        pool.clone(),
+        PostgresConfig::for_pool().with_schema(&schema),
+    )
+    .await
+    .unwrap_err();
+    for err in [&refused, &through_pool] {
+        assert!(matches!(err, Error::Misconfigured { .. }), "{err:?}");
+        let shown = err.to_string();
+        assert!(
+            shown.contains("1 standby(s) replicate")
+                && shown.contains("sync_replicas=N")
+                && shown.contains("async_standbys=accept"),
+            "{shown}"
+        );
+    }
+    let accepted = PostgresLeaseStore::connect(
+        PostgresConfig::from_url(with_params(&url, "async_standbys=accept")).with_schema(&schema),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        accepted.accepted_risks(),
+        ["standbys without sync_replicas".to_owned()]
+    );
+    let shown = accepted.to_string();
+    assert!(
+        shown.contains("[accepts standbys without sync_replicas") && !shown.contains("volatile"),
+        "{shown}"
+    );
+    let pooled = PostgresLeaseStore::from_pool(
+        pool,
+        PostgresConfig::for_pool()
+            .with_schema(&schema)
+            .with_async_standbys_accepted(true),
+    )
+    .await
+    .unwrap();
+    assert_eq!(pooled.accepted_risks().len(), 1, "{pooled}");
+
+    // The store connected before the standby: its next new connection is checked too.
+    execute(
+        &url,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE application_name LIKE 'lease-postgres %' AND pid <> pg_backend_pid()",
+    )
+    .await;
+    let err = loop {
+        match early
+            .create(&lease_core::RunId::new("after").unwrap())
+            .await
+        {
+            Err(e) if e.to_string().contains("async_standbys=accept") => break e,
+            Err(e) if e.is_retryable() => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await
+            }
+            other => panic!("a standby attached under a running store went unnoticed: {other:?}"),
+        }
+    };
+    eprintln!("a standby attached, sync_replicas=0: {err}");
 }

@@ -22,6 +22,8 @@ pub(crate) struct Guard {
     volatile: bool,
     /// Replicas of a plain master that acknowledge nothing are accepted (`async_replicas`).
     async_replicas: bool,
+    /// Behind Sentinel: the topology check already refuses `replicas=0` there.
+    sentinel: bool,
     replicas: u32,
     replica_timeout: Duration,
     server: String,
@@ -45,6 +47,10 @@ impl Guard {
         Guard {
             volatile: config.is_volatile(),
             async_replicas: config.accepts_async_replicas(),
+            sentinel: matches!(
+                config.topology(),
+                Ok(crate::config::Topology::Sentinel { .. })
+            ),
             replicas: config.replicas(),
             replica_timeout: config.replica_timeout(),
             server: config.shown_url(),
@@ -80,7 +86,7 @@ impl Guard {
     ) -> Result<(), RedisError> {
         let reply: redis::RedisResult<Value> = query().query_async(conn).await;
         let mut risks = self.judge(&self.server, reply, true, secret)?;
-        if self.replicas == 0 {
+        if self.replicas == 0 && !self.sentinel {
             let mut info = redis::cmd("INFO");
             info.arg("replication");
             let reply: redis::RedisResult<Value> = info.query_async(conn).await;

@@ -143,3 +143,45 @@ async fn a_frozen_replica_does_not_hold_up_reads() {
         "inspect took {took:?} behind the renewals' WAIT"
     );
 }
+
+/// A `create` whose first attempt was not acknowledged (the replica cut off) is retried: the
+/// retry finds the run there, and "already exists" is confirmed like the first attempt's
+/// creation, so it is not acknowledged either (before, a retry reported the enqueue done, and a
+/// failover lost it). The same for `create_many` and `ensure`; after the heal the retry answers
+/// `AlreadyExists`, now on the replica.
+#[tokio::test]
+async fn a_retried_create_never_confirms_less_than_the_first() {
+    const LINK: &str = "127.0.0.9";
+    let Some((primary, replica)) = primary_and_replica(LINK) else {
+        return;
+    };
+    let ns = unique_namespace("recreate");
+    let url = format!("{}?replicas=1&replica_timeout_ms=300", primary.url());
+    let store = connect(&url, &ns).await.unwrap();
+    let Some(cut) = cut_link(&primary, LINK).await else {
+        return;
+    };
+    let r = run("enqueued");
+    let first = store.create(&r).await.unwrap_err();
+    assert_unavailable(&first, "redis");
+    for retry in [
+        store.create(&r).await.map(drop),
+        store.create_many(std::slice::from_ref(&r)).await.map(drop),
+        lease_core::LeaseStoreExt::ensure(&store, &r)
+            .await
+            .map(drop),
+    ] {
+        let err = retry.expect_err("a retry confirmed what the first attempt could not");
+        assert_unavailable(&err, "redis");
+        assert!(err.to_string().contains("replicas"), "{err}");
+    }
+    drop(cut);
+    replica
+        .wait_synced_to(&primary, Duration::from_secs(10))
+        .unwrap();
+    assert!(matches!(
+        store.create(&r).await,
+        Err(lease_core::Error::AlreadyExists { .. })
+    ));
+    say("replica cut: a retried create answered Unavailable, not AlreadyExists");
+}

@@ -21,7 +21,14 @@ const LINK_ADDR: &str = "127.0.0.5";
 /// `?replicas=N&replica_timeout_ms=1000`: short, yet long enough for a replica's fsync while
 /// other tests load the disk (300 ms was not, now and then).
 fn params(replicas: u32) -> String {
-    format!("?replicas={replicas}&replica_timeout_ms=1000")
+    // With replicas=0 the store refuses a master with a replica attached unless told to accept
+    // exactly that risk, which this schedule exists to show.
+    let accept = if replicas == 0 {
+        "&async_replicas=accept"
+    } else {
+        ""
+    };
+    format!("?replicas={replicas}&replica_timeout_ms=1000{accept}")
 }
 
 /// What one run of the deterministic schedule saw.

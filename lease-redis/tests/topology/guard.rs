@@ -362,3 +362,68 @@ async fn a_server_restarted_without_aof_stops_a_running_store_and_its_scope() {
     ));
     assert!(matches!(err, Error::Misconfigured { .. }));
 }
+
+/// A plain `redis://` master with a replica attached and `replicas=0` is refused at connect,
+/// naming `replicas=N` and the narrow opt-in, because a promoted replica would lack the last
+/// claims; `async_replicas=accept` accepts exactly that (shown by `Display` and
+/// `accepted_risks`, without `volatile:`), `replicas=1` needs no opt-in, and a replica attached
+/// to a master a store already uses is refused on the store's next new connection.
+#[tokio::test]
+async fn attached_replicas_without_acknowledgements_are_refused_unless_accepted() {
+    let Some(primary) = server(RedisOptions::default()) else {
+        return;
+    };
+    let ns = unique_namespace("attached");
+    // No replica yet: accepted, nothing risky.
+    let early = connect(&primary.url(), &ns).await.unwrap();
+    assert!(early.accepted_risks().is_empty(), "{early}");
+    let Some(replica) = server(RedisOptions::default().with_replicaof(primary.port())) else {
+        return;
+    };
+    replica
+        .wait_synced_to(&primary, Duration::from_secs(10))
+        .unwrap();
+
+    let err = connect(&primary.url(), &ns).await.unwrap_err();
+    assert_misconfigured(&err, "connected_slaves");
+    let shown = err.to_string();
+    assert!(
+        shown.contains("1 replica(s)")
+            && shown.contains("replicas=N")
+            && shown.contains("async_replicas=accept"),
+        "{shown}"
+    );
+    let accepted = connect(&format!("{}?async_replicas=accept", primary.url()), &ns)
+        .await
+        .unwrap();
+    assert_eq!(
+        accepted.accepted_risks(),
+        ["replicas without replicas=N".to_owned()]
+    );
+    let display = accepted.to_string();
+    assert!(
+        display.contains("[accepts replicas without replicas=N") && !display.contains("volatile"),
+        "{display}"
+    );
+    let acknowledged = connect(&format!("{}?replicas=1", primary.url()), &ns)
+        .await
+        .unwrap();
+    assert!(acknowledged.accepted_risks().is_empty(), "{acknowledged}");
+
+    // The store connected before the replica came: its next new connection is checked too.
+    primary
+        .command(&["CLIENT", "KILL", "TYPE", "normal"])
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let later = loop {
+        match early.create(&run("after")).await {
+            Err(e) if e.to_string().contains("connected_slaves") => break e,
+            Err(e) if Instant::now() < deadline => {
+                say(&format!("waiting for the reconnect's check: {e}"));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => panic!("a replica attached under a running store went unnoticed: {other:?}"),
+        }
+    };
+    say(&format!("replica attached, replicas=0: {later}"));
+}

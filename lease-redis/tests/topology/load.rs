@@ -131,7 +131,9 @@ async fn eight_workers_through_a_failover_with_replicas_1_only_move_fences_forwa
     let ids: Vec<String> = (0..RUNS).map(|i| format!("run-{i:02}")).collect();
     // Created without waiting for replicas (a slow fsync must not fail the setup); the workers'
     // first acknowledged claims cover them, as WAIT counts every earlier write.
-    let setup = connect(&primary.url(), &ns).await.unwrap();
+    let setup = connect(&format!("{}?async_replicas=accept", primary.url()), &ns)
+        .await
+        .unwrap();
     for id in &ids {
         setup.create(&run(id)).await.unwrap();
     }
