@@ -411,12 +411,21 @@ impl Route {
             }
         }
         if !self.warned.swap(true, Ordering::AcqRel) {
-            tracing::warn!(
-                server = %at,
-                accepted = %accepted.join(", "),
-                "accepting postgres settings under which an acknowledged commit can be lost, \
-                 so a fence may be issued twice after a crash or a failover"
-            );
+            if self.volatile {
+                tracing::warn!(
+                    server = %at,
+                    accepted = %accepted.join(", "),
+                    "volatile mode: accepting postgres settings under which an acknowledged \
+                     commit can be lost, so a fence may be issued twice after a crash"
+                );
+            } else {
+                tracing::warn!(
+                    server = %at,
+                    accepted = %accepted.join(", "),
+                    "async_standbys=accept: accepting standbys that acknowledge nothing, so a \
+                     fence may be issued twice if one of them is promoted"
+                );
+            }
         }
         None
     }

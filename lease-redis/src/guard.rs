@@ -67,7 +67,8 @@ impl Guard {
         self.replica_timeout
     }
 
-    /// The unsafe settings accepted so far (only ever non-empty in volatile mode).
+    /// The unsafe settings accepted so far (only ever non-empty in volatile mode or under
+    /// `async_replicas=accept`).
     pub(crate) fn accepted(&self) -> Vec<String> {
         self.accepted
             .lock()
@@ -328,12 +329,22 @@ impl Guard {
             }
         }
         if !self.warned.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                server = %self.server,
-                accepted = %accepted.join(", "),
-                "accepting redis settings under which an acknowledged claim can be lost, so a \
-                 fence may be issued twice after a crash, an eviction or a failover"
-            );
+            if self.volatile {
+                tracing::warn!(
+                    server = %self.server,
+                    accepted = %accepted.join(", "),
+                    "volatile mode: accepting redis settings under which an acknowledged claim \
+                     can be lost, so a fence may be issued twice after a crash, an eviction or \
+                     a failover"
+                );
+            } else {
+                tracing::warn!(
+                    server = %self.server,
+                    accepted = %accepted.join(", "),
+                    "async_replicas=accept: accepting replicas that acknowledge nothing, so a \
+                     fence may be issued twice if one of them is promoted"
+                );
+            }
         }
         Ok(())
     }
