@@ -41,7 +41,7 @@ impl From<&RunRecord> for RecordView {
                 .expires_at
                 .map(|t| (t.as_micros() as i64 - observed) / 1000),
             fence: r.fence.get(),
-            attempts: r.attempts(),
+            attempts: r.attempts,
             heartbeats: r.heartbeats,
             not_before_us: r.not_before.map(|t| t.as_micros()),
             claimable_in_ms: r

@@ -16,6 +16,7 @@ use lease_core::{Error, LeaseStore};
 
 pub mod acked_scenarios;
 mod batch_scenarios;
+mod budget_scenarios;
 mod capabilities;
 mod fault_scenarios;
 pub mod fixtures;
@@ -29,6 +30,7 @@ mod scope_scenarios;
 mod worker_scenarios;
 
 pub use batch_scenarios::*;
+pub use budget_scenarios::*;
 pub use capabilities::{Capabilities, Timing, MAX_MIN_TTL};
 pub use fault_scenarios::*;
 pub use hub_scenarios::*;
@@ -165,6 +167,10 @@ macro_rules! conformance_tests {
             purge_racing_creates_never_reissues_a_fence,
             a_failure_reason_with_a_control_character_is_refused_before_any_io,
             a_worker_escapes_control_characters_in_the_reasons_it_records,
+            a_handler_that_crashes_every_attempt_fails_the_run_after_its_budget,
+            a_handler_that_hangs_fails_after_its_attempt_deadlines,
+            the_attempt_budget_counts_failures_not_waits_deploys_or_snoozes,
+            an_end_the_handler_committed_is_reported_once_after_a_renewal_met_it,
             count_tells_how_many_runs_are_in_each_state,
             worker_runs_at_most_its_concurrency_limit,
             worker_handler_ignoring_its_token_is_still_fenced,

@@ -134,6 +134,20 @@ pub enum Error {
         /// The run asked for.
         run: RunId,
     },
+    /// The run was claimed past its attempt budget: every earlier attempt failed, timed out
+    /// or vanished (a crash), so the claimer failed the run instead of running it again.
+    #[error(
+        "run {run} was claimed {attempts} times without finishing (max_attempts {max}): it is \
+         failed; resume it to give it a fresh budget"
+    )]
+    AttemptsExhausted {
+        /// The run.
+        run: RunId,
+        /// The attempts it used before this claim, none of which finished.
+        attempts: u64,
+        /// The budget.
+        max: u64,
+    },
     /// The input was refused before reaching the store; nothing changed.
     #[error(transparent)]
     InvalidInput(#[from] InvalidInput),
@@ -264,6 +278,11 @@ impl Error {
                 current: *current,
             },
             Error::FenceExhausted { run } => Error::FenceExhausted { run: run.clone() },
+            Error::AttemptsExhausted { run, attempts, max } => Error::AttemptsExhausted {
+                run: run.clone(),
+                attempts: *attempts,
+                max: *max,
+            },
             Error::InvalidInput(e) => Error::InvalidInput(e.clone()),
             Error::Unavailable { backend, detail } => {
                 Error::unavailable(backend, detail.to_string())

@@ -62,6 +62,8 @@ struct Slot {
     keys: HashMap<IdempotencyKey, usize>,
     /// A failed run's reason.
     failure: Option<String>,
+    /// The attempt budget's counter (see [`RunRecord::attempts`]).
+    attempts: u64,
 }
 
 /// The store's part of a [`MemoryLeaseStore::fenced_with`] closure: journal entries to append
@@ -146,6 +148,7 @@ impl MemoryLeaseStore {
             heartbeats: slot.heartbeats,
             not_before: Self::delay(slot, now).map(|_| self.store_time(slot.claimable_at)),
             failure: slot.failure.clone(),
+            attempts: slot.attempts,
             observed_at: self.store_time(now),
         }
     }
@@ -169,6 +172,7 @@ impl MemoryLeaseStore {
         let expires_at = self.store_time(slot.expires_at.expect("a leased slot has an expiry"));
         Lease::new(run.clone(), owner, slot.fence, ttl, expires_at)
             .expect("a claimed slot's fence is at least 1")
+            .with_attempt(slot.attempts)
     }
 
     /// Takes the slot for `worker` if the claim rules allow it.
@@ -193,6 +197,8 @@ impl MemoryLeaseStore {
         }
         let expires_at = now + ttl.as_duration();
         slot.fence = Fence::new(slot.fence.get() + 1).expect("claim_refusal checked Fence::MAX");
+        // Every claim counts; a voluntary end gives it back (apply_end, end).
+        slot.attempts += 1;
         slot.owner = Some(worker.clone());
         slot.expires_at = Some(expires_at);
         slot.claimable_at = expires_at;
@@ -293,6 +299,9 @@ impl MemoryLeaseStore {
     fn apply_end(&self, slot: &mut Slot, fence: Fence, end: End, now: Instant) {
         let to = end.state();
         let delay = std::time::Duration::from_millis(end.delay_millis());
+        if end.refunds_attempt() {
+            slot.attempts = slot.attempts.saturating_sub(1);
+        }
         match end {
             End::CompleteWith(payload) => {
                 self.push_entry(slot, fence, payload, None, now);
@@ -317,9 +326,13 @@ impl MemoryLeaseStore {
         })
     }
 
-    /// Ends the lease: owner and expiry cleared, state set to `to`.
+    /// Ends the lease: owner and expiry cleared, state set to `to`; a release or a suspend
+    /// gives the attempt back.
     fn end(&self, lease: &Lease, to: RunState) -> Result<()> {
         self.fenced(lease, |slot, now| {
+            if matches!(to, RunState::Runnable | RunState::Suspended) {
+                slot.attempts = slot.attempts.saturating_sub(1);
+            }
             slot.state = to;
             slot.owner = None;
             slot.expires_at = None;
@@ -392,6 +405,7 @@ impl LeaseStore for MemoryLeaseStore {
             journal: Vec::new(),
             keys: HashMap::new(),
             failure: None,
+            attempts: 0,
         };
         let record = self.record(run, &slot, now);
         state.runs.insert(run.clone(), slot);
@@ -538,6 +552,8 @@ impl LeaseStore for MemoryLeaseStore {
         }
         slot.state = RunState::Runnable;
         slot.failure = None;
+        // A fresh budget.
+        slot.attempts = 0;
         slot.claimable_at = now;
         Ok(self.record(run, slot, now))
     }

@@ -200,6 +200,7 @@ pub fn reason(e: &Error) -> &'static str {
         Error::LeaseEnded { .. } => "lease_ended",
         Error::FenceAhead { .. } => "fence_ahead",
         Error::FenceExhausted { .. } => "fence_exhausted",
+        Error::AttemptsExhausted { .. } => "attempts_exhausted",
         Error::InvalidInput(_) => "invalid_input",
         Error::Unavailable { .. } => "unavailable",
         Error::Misconfigured { .. } => "misconfigured",

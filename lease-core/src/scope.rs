@@ -24,6 +24,7 @@ pub struct ScopeConfig {
     margin: Option<Duration>,
     parent: Option<CancellationToken>,
     heartbeats: Option<Heartbeats>,
+    max_attempts: Option<u64>,
 }
 
 impl ScopeConfig {
@@ -55,6 +56,15 @@ impl ScopeConfig {
     /// through the scope's store.
     pub fn with_heartbeats(mut self, hub: Heartbeats) -> Self {
         self.heartbeats = Some(hub);
+        self
+    }
+
+    /// The run's attempt budget: [`RunScope::claim`] and [`RunScope::claim_next`] fail a run
+    /// claimed past `n` attempts ([`Lease::attempt`]: claims since it was created or resumed,
+    /// less the voluntary ends) instead of handing it out, so a run whose holder crashes or
+    /// hangs on every attempt stops. Unlimited by default (`0` counts as 1).
+    pub fn with_max_attempts(mut self, n: u64) -> Self {
+        self.max_attempts = Some(n.max(1));
         self
     }
 
@@ -93,6 +103,34 @@ impl ScopeConfig {
         }
         Ok(Timing { interval, window })
     }
+}
+
+/// The reason a run claimed past its budget is failed with.
+pub(crate) fn exhausted_reason(attempt: u64, max: u64) -> String {
+    format!(
+        "claimed {attempt} times without finishing (max_attempts {max}): every earlier attempt \
+         failed, timed out, or its holder vanished (a crash, a lost lease)"
+    )
+}
+
+/// Fails `lease`'s run if it was claimed past `max` attempts, and says so; `None` when it may
+/// run.
+async fn fail_if_exhausted(
+    store: &dyn LeaseStore,
+    lease: &Lease,
+    max: Option<u64>,
+) -> Result<Option<Error>> {
+    let Some(max) = max.filter(|max| lease.attempt() > *max) else {
+        return Ok(None);
+    };
+    let reason = exhausted_reason(lease.attempt() - 1, max);
+    tracing::warn!(run = %lease.run(), attempt = lease.attempt(), max, "attempt budget spent; failing the run");
+    crate::store::LeaseStoreExt::fail(store, lease, &reason).await?;
+    Ok(Some(Error::AttemptsExhausted {
+        run: lease.run().clone(),
+        attempts: lease.attempt() - 1,
+        max,
+    }))
 }
 
 /// The smallest safety margin a scope accepts for `ttl`: TTL/20, and never under 10 ms.
@@ -209,7 +247,12 @@ impl Shared {
 
     /// Records a successful renewal that was sent at `sent`, through `via` (`scope` or `hub`).
     pub(crate) fn renewed(&self, via: &'static str, sent: Instant, lease: Lease) {
-        *self.lease.lock().unwrap_or_else(|e| e.into_inner()) = lease;
+        {
+            let mut held = self.lease.lock().unwrap_or_else(|e| e.into_inner());
+            // A renewal moves the expiry; the attempt is the claim's.
+            let attempt = held.attempt();
+            *held = lease.with_attempt(attempt);
+        }
         let mut deadline = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         crate::observe::renewal(
@@ -310,7 +353,9 @@ impl RunScope {
     ///
     /// # Errors
     /// [`InvalidInput::ScopeTiming`] if the configured heartbeat does not fit inside TTL minus
-    /// margin (checked before claiming), and every error of [`LeaseStore::claim`].
+    /// margin (checked before claiming), every error of [`LeaseStore::claim`], and
+    /// [`Error::AttemptsExhausted`] for a run claimed past the
+    /// [budget](ScopeConfig::with_max_attempts) (it is failed with that reason).
     pub async fn claim(
         store: Arc<dyn LeaseStore>,
         run: &RunId,
@@ -321,10 +366,15 @@ impl RunScope {
         config.timing(ttl)?;
         let sent = Instant::now();
         let lease = store.claim(run, worker, ttl).await?;
+        if let Some(exhausted) = fail_if_exhausted(&*store, &lease, config.max_attempts).await? {
+            return Err(exhausted);
+        }
         Ok(Self::from_lease(store, lease, sent, config)?)
     }
 
     /// Claims up to `max` runs with [`LeaseStore::claim_next`] and drives each in its own scope.
+    /// A run claimed past the [budget](ScopeConfig::with_max_attempts) is failed with that
+    /// reason and left out.
     ///
     /// # Errors
     /// As [`RunScope::claim`] and [`LeaseStore::claim_next`].
@@ -338,17 +388,22 @@ impl RunScope {
         config.timing(ttl)?;
         let sent = Instant::now();
         let leases = store.claim_next(worker, ttl, max).await?;
-        leases
-            .into_iter()
-            .map(|lease| {
-                Ok(Self::from_lease(
-                    store.clone(),
-                    lease,
-                    sent,
-                    config.clone(),
-                )?)
-            })
-            .collect()
+        let mut scopes = Vec::with_capacity(leases.len());
+        for lease in leases {
+            if fail_if_exhausted(&*store, &lease, config.max_attempts)
+                .await?
+                .is_some()
+            {
+                continue;
+            }
+            scopes.push(Self::from_lease(
+                store.clone(),
+                lease,
+                sent,
+                config.clone(),
+            )?);
+        }
+        Ok(scopes)
     }
 
     /// Drives a lease obtained elsewhere. `sent` must be the instant its claim (or its latest

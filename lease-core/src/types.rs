@@ -220,6 +220,7 @@ pub struct Lease {
     fence: Fence,
     ttl: Ttl,
     expires_at: StoreTime,
+    attempt: u64,
 }
 
 impl Lease {
@@ -243,7 +244,17 @@ impl Lease {
             fence,
             ttl,
             expires_at,
+            attempt: fence.get(),
         })
+    }
+
+    /// The same lease, as attempt `attempt` of its run's budget: the run's attempt counter
+    /// after the claim that produced it ([`RunRecord::attempts`]). A backend that keeps the
+    /// counter sets it on every lease it hands out; without it the attempt is the fence, which
+    /// counts every claim.
+    pub fn with_attempt(mut self, attempt: u64) -> Lease {
+        self.attempt = attempt;
+        self
     }
 
     /// The claimed run.
@@ -269,6 +280,15 @@ impl Lease {
     /// The lease's expiry on the store's clock, as of the claim or renewal that produced it.
     pub fn expires_at(&self) -> StoreTime {
         self.expires_at
+    }
+
+    /// Which attempt of the run's budget this lease is: 1 for the first claim after the run
+    /// was created or resumed, raised by every claim and given back by a voluntary end
+    /// (release, suspend, a snooze), so a claim whose holder failed, timed out or vanished
+    /// counts and the others do not. A [`Worker`](crate::Worker) fails a run claimed past its
+    /// [`RetryPolicy`](crate::RetryPolicy)'s `max_attempts` without running its handler.
+    pub fn attempt(&self) -> u64 {
+        self.attempt
     }
 }
 
@@ -296,6 +316,12 @@ pub struct RunRecord {
     /// For a [failed](RunState::Failed) run: the reason its last holder gave
     /// ([`End::Fail`]). `None` for every other run.
     pub failure: Option<String>,
+    /// The attempt budget's counter: claims since the run was created or last resumed, less
+    /// those that ended voluntarily ([`End::Release`], [`End::Suspend`],
+    /// [`End::RetryAfter`]). A claim whose holder failed ([`End::AttemptFailed`],
+    /// [`End::Fail`]), timed out or vanished (its lease expired, its process crashed) counts.
+    /// Distinct from the fence, which counts every claim and never goes back.
+    pub attempts: u64,
     /// The store's clock when this record was read.
     pub observed_at: StoreTime,
 }
@@ -324,8 +350,15 @@ impl RunRecord {
             heartbeats: 0,
             not_before: None,
             failure: None,
+            attempts: 0,
             observed_at,
         }
+    }
+
+    /// `attempts` counted against the run's budget (see [`RunRecord::attempts`]).
+    pub fn with_attempts(mut self, attempts: u64) -> RunRecord {
+        self.attempts = attempts;
+        self
     }
 
     /// Held by `owner` until `expires_at` (possibly past: an expired lease).
@@ -353,9 +386,10 @@ impl RunRecord {
         self
     }
 
-    /// How many times the run has been claimed: its fence, which every claim raises by one, so
-    /// a lease's fence is also its attempt number (1 for the first claim).
-    pub fn attempts(&self) -> u64 {
+    /// How many times the run has been claimed over its whole life: its fence, which every
+    /// claim raises by one. The attempt budget is [`RunRecord::attempts`], which voluntary
+    /// ends do not count.
+    pub fn claims(&self) -> u64 {
         self.fence.get()
     }
 
@@ -550,6 +584,19 @@ pub enum End {
     /// Give up on the run: [failed](RunState::Failed), terminal until an operator resumes it,
     /// with this reason (at most [`MAX_REASON_BYTES`]) in its record.
     Fail(String),
+    /// This attempt failed (the handler's error, a panic, a timeout): give the run back, not
+    /// claimable before `retry_after` has passed on the store's clock, as
+    /// [`RetryAfter`](End::RetryAfter) does, but **counting the attempt** against the run's
+    /// budget ([`RunRecord::attempts`]), which a snooze does not. `reason` (checked as
+    /// [`Fail`](End::Fail)'s) says what failed. Reported as
+    /// [`Ended::Released`](crate::Ended::Released). What a [`Worker`](crate::Worker) sends for
+    /// a failed attempt that its [`RetryPolicy`](crate::RetryPolicy) retries.
+    AttemptFailed {
+        /// How long the run waits before it is claimable again (at most [`MAX_RETRY_DELAY`]).
+        retry_after: Duration,
+        /// What failed.
+        reason: String,
+    },
     /// For a [`Worker`](crate::Worker) handler: the handler already ended the lease itself, as
     /// `Ended` says, atomically with its own effect, in its own transaction (Postgres
     /// `PostgresLeaseStore::end_in` inside the caller's transaction, or a fenced transaction's
@@ -577,7 +624,7 @@ impl End {
     pub fn ended(&self) -> crate::Ended {
         match self {
             End::Complete | End::CompleteWith(_) => crate::Ended::Completed,
-            End::Release | End::RetryAfter(_) => crate::Ended::Released,
+            End::Release | End::RetryAfter(_) | End::AttemptFailed { .. } => crate::Ended::Released,
             End::Suspend => crate::Ended::Suspended,
             End::Fail(_) => crate::Ended::Failed,
             End::Committed(ended) => *ended,
@@ -585,7 +632,7 @@ impl End {
     }
 
     /// The end's name: `complete`, `complete-with`, `release`, `suspend`, `retry-after`,
-    /// `fail` or `committed`.
+    /// `attempt-failed`, `fail` or `committed`.
     pub fn as_str(&self) -> &'static str {
         match self {
             End::Complete => "complete",
@@ -593,16 +640,27 @@ impl End {
             End::Release => "release",
             End::Suspend => "suspend",
             End::RetryAfter(_) => "retry-after",
+            End::AttemptFailed { .. } => "attempt-failed",
             End::Fail(_) => "fail",
             End::Committed(_) => "committed",
         }
     }
 
+    /// Whether this end gives the attempt back to the run's budget: a voluntary release, a
+    /// suspend or a snooze ([`RetryAfter`](End::RetryAfter)). Every other end leaves the
+    /// attempt counted (and a completion ends the run).
+    pub fn refunds_attempt(&self) -> bool {
+        matches!(self, End::Release | End::Suspend | End::RetryAfter(_))
+    }
+
     /// The delay before the run is claimable again, in whole milliseconds: that of a
-    /// [`RetryAfter`](End::RetryAfter), 0 for every other end.
+    /// [`RetryAfter`](End::RetryAfter) or an [`AttemptFailed`](End::AttemptFailed), 0 for
+    /// every other end.
     pub fn delay_millis(&self) -> u64 {
         match self {
-            End::RetryAfter(delay) => delay.as_millis() as u64, // at most MAX_RETRY_DELAY, checked
+            // At most MAX_RETRY_DELAY, checked.
+            End::RetryAfter(delay) => delay.as_millis() as u64,
+            End::AttemptFailed { retry_after, .. } => retry_after.as_millis() as u64,
             _ => 0,
         }
     }
@@ -618,6 +676,14 @@ impl fmt::Debug for End {
             End::Release => f.write_str("Release"),
             End::Suspend => f.write_str("Suspend"),
             End::RetryAfter(delay) => write!(f, "RetryAfter({delay:?})"),
+            End::AttemptFailed {
+                retry_after,
+                reason,
+            } => write!(
+                f,
+                "AttemptFailed {{ retry_after: {retry_after:?}, reason: {} bytes }}",
+                reason.len()
+            ),
             End::Fail(reason) => write!(f, "Fail({} bytes)", reason.len()),
         }
     }
@@ -667,6 +733,13 @@ pub fn check_end_batch(ends: &[Ending]) -> Result<(), InvalidInput> {
                 })
             }
             End::RetryAfter(delay) => check_retry_delay(*delay)?,
+            End::AttemptFailed {
+                retry_after,
+                reason,
+            } => {
+                check_retry_delay(*retry_after)?;
+                check_reason(reason)?;
+            }
             End::Fail(reason) => check_reason(reason)?,
             End::Complete | End::Release | End::Suspend => {}
         }

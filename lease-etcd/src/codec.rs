@@ -159,6 +159,8 @@ pub(crate) struct Rec {
     pub(crate) not_before: u64,
     pub(crate) ttl_ms: u64,
     pub(crate) failure: Option<String>,
+    /// The attempt budget's counter (claims since create or resume, less voluntary ends).
+    pub(crate) attempts: u64,
 }
 
 const VERSION: u8 = 1;
@@ -177,6 +179,7 @@ impl Rec {
             not_before: 0,
             ttl_ms: 0,
             failure: None,
+            attempts: 0,
         }
     }
 
@@ -204,6 +207,8 @@ impl Rec {
         }
         put_text(&mut out, self.owner.as_deref());
         put_text(&mut out, self.failure.as_deref());
+        // Last, so a record written before the counter existed reads as 0 attempts.
+        out.extend_from_slice(&self.attempts.to_be_bytes());
         out
     }
 
@@ -232,6 +237,12 @@ impl Rec {
         }
         let owner = r.text().ok_or_else(corrupt)?;
         let failure = r.text().ok_or_else(corrupt)?;
+        // Absent from records written before the attempt budget.
+        let attempts = if r.0.is_empty() {
+            0
+        } else {
+            r.u64().ok_or_else(corrupt)?
+        };
         Ok(Rec {
             state,
             fence: n[0],
@@ -243,6 +254,7 @@ impl Rec {
             ttl_ms: n[6],
             owner,
             failure,
+            attempts,
         })
     }
 }

@@ -642,7 +642,8 @@ impl EtcdLeaseStore {
             StoreTime::from_micros(now),
         )
         .with_heartbeats(rec.heartbeats)
-        .with_failure(rec.failure.clone());
+        .with_failure(rec.failure.clone())
+        .with_attempts(rec.attempts);
         if let Some(owner) = &rec.owner {
             let expires_at = match seen.block {
                 Some(true) => rec.expires_at.max(now + 1),
@@ -689,6 +690,8 @@ impl EtcdLeaseStore {
         let rec = seen.live(run)?;
         let mut new = rec.clone();
         new.fence += 1;
+        // Every claim counts against the attempt budget; a voluntary end gives it back.
+        new.attempts += 1;
         new.owner = Some(worker.as_str().to_string());
         new.expires_at = now + ttl.as_millis() * 1000;
         new.ttl_ms = ttl.as_millis();
@@ -700,7 +703,8 @@ impl EtcdLeaseStore {
             Fence::new(new.fence)?,
             ttl,
             StoreTime::from_micros(new.expires_at),
-        )?;
+        )?
+        .with_attempt(new.attempts);
         let mut plan = self.plan(
             run.as_str(),
             seen,
@@ -734,6 +738,9 @@ impl EtcdLeaseStore {
         new.expires_at = 0;
         new.since = now + delay;
         new.not_before = if delay > 0 { now + delay } else { 0 };
+        if end.refunds_attempt() {
+            new.attempts = new.attempts.saturating_sub(1);
+        }
         let mut extra = vec![self.delete_block(run.as_str())];
         let mut bytes = 0;
         match end {
@@ -747,7 +754,11 @@ impl EtcdLeaseStore {
                 ));
             }
             End::Fail(reason) => new.failure = Some(reason.clone()),
-            End::Complete | End::Release | End::Suspend | End::RetryAfter(_) => {}
+            End::Complete
+            | End::Release
+            | End::Suspend
+            | End::RetryAfter(_)
+            | End::AttemptFailed { .. } => {}
             _ => {
                 return Err(InvalidInput::Unsupported {
                     operation: "this kind of end",
@@ -819,7 +830,8 @@ impl EtcdLeaseStore {
                 lease.fence(),
                 ttls[i],
                 StoreTime::from_micros(new.expires_at),
-            )?;
+            )?
+            .with_attempt(lease.attempt());
             Ok(self.plan(
                 run.as_str(),
                 seen,
@@ -1199,6 +1211,7 @@ impl LeaseStore for EtcdLeaseStore {
             let mut new = rec.clone();
             new.state = Some(RunState::Runnable);
             new.failure = None;
+            new.attempts = 0; // a fresh budget
             new.since = now;
             new.not_before = 0;
             let after = Seen {

@@ -1,14 +1,17 @@
 -- $1 run_id, $2 worker_id, $3 ttl_ms
--- Returns: the new fence and expiry, or no row when the claim is refused (explained by a read).
+-- Returns: the new fence, expiry and attempt count, or no row when the claim is refused
+-- (explained by a read). Every claim counts against the attempt budget; a voluntary end gives
+-- it back.
 UPDATE {schema}.runs
 SET lease_owner = $2,
     lease_expires_at = now() + $3::bigint * interval '1 millisecond',
     claimable_at = now() + $3::bigint * interval '1 millisecond',
-    fence = fence + 1
+    fence = fence + 1,
+    attempts = attempts + 1
 WHERE run_id = $1
   AND state = 'runnable'
   AND (lease_owner IS NULL OR lease_expires_at <= now())
   -- An unowned run given back with a retry delay is not claimable before it ends.
   AND (lease_owner IS NOT NULL OR claimable_at <= now())
   AND fence < 9223372036854775807
-RETURNING fence, (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS expires_us
+RETURNING fence, (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS expires_us, attempts

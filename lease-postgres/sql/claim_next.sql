@@ -1,5 +1,6 @@
 -- $1 worker_id, $2 ttl_ms, $3 max, $4 most lagging index entries to move forward
--- Returns: the claimed runs with their fences and expiries, those claimable longest first.
+-- Returns: the claimed runs with their fences, expiries and attempt counts (each claim counts),
+-- those claimable longest first.
 --
 -- The pick walks the runs_claimable index (claimable_at, created_seq). Renewals do not move
 -- claimable_at forward (so they stay HOT updates), so a held run's entry keeps the expiry of its
@@ -33,9 +34,10 @@ WITH picked AS (
     SET lease_owner = $1,
         lease_expires_at = now() + $2::bigint * interval '1 millisecond',
         claimable_at = now() + $2::bigint * interval '1 millisecond',
-        fence = r.fence + 1
+        fence = r.fence + 1,
+        attempts = r.attempts + 1
     WHERE r.run_id = ANY ((SELECT array_agg(picked.run_id) FROM picked)::text[])
-    RETURNING r.run_id, r.fence, r.lease_expires_at
+    RETURNING r.run_id, r.fence, r.lease_expires_at, r.attempts
 ), lagging AS (
     -- Held runs whose entry lies within what the pick walked: up to the last entry it took, or
     -- the whole claimable range when it took fewer than $3.
@@ -56,14 +58,16 @@ WITH picked AS (
     WHERE r.run_id = ANY ((SELECT array_agg(lagging.run_id) FROM lagging)::text[])
       AND r.lease_expires_at IS NOT NULL
 )
-SELECT part.run_id, max(part.fence) AS fence, max(part.expires_us) AS expires_us
+SELECT part.run_id, max(part.fence) AS fence, max(part.expires_us) AS expires_us,
+       max(part.attempts) AS attempts
 FROM (
     SELECT claimed.run_id, claimed.fence,
            (extract(epoch FROM claimed.lease_expires_at) * 1000000)::bigint AS expires_us,
+           claimed.attempts,
            NULL::timestamptz AS claimable_since, NULL::bigint AS created_seq
     FROM claimed
     UNION ALL
-    SELECT picked.run_id, NULL, NULL, picked.claimable_since, picked.created_seq
+    SELECT picked.run_id, NULL, NULL, NULL, picked.claimable_since, picked.created_seq
     FROM picked
 ) AS part
 GROUP BY part.run_id

@@ -12,7 +12,8 @@
 WITH revived AS (
     UPDATE {schema}.runs
     SET state = 'runnable', lease_owner = NULL, lease_expires_at = NULL, heartbeats = 0,
-        claimable_at = now(), journal_len = 0, failure = NULL, created_seq = DEFAULT
+        claimable_at = now(), journal_len = 0, failure = NULL, attempts = 0,
+        created_seq = DEFAULT
     WHERE run_id = $1 AND state = 'purged'
     RETURNING *
 ), inserted AS (
@@ -26,5 +27,5 @@ WITH revived AS (
 SELECT run_id, state, lease_owner, (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS expires_us, fence, heartbeats, (extract(epoch FROM now()) * 1000000)::bigint AS observed_us,
        CASE WHEN state = 'runnable' AND lease_owner IS NULL AND claimable_at > now()
             THEN (extract(epoch FROM claimable_at) * 1000000)::bigint END AS not_before_us,
-       failure
+       failure, attempts
 FROM (SELECT * FROM revived UNION ALL SELECT * FROM inserted) AS r, durable

@@ -19,7 +19,8 @@ WITH input AS (
 ), revived AS (
     UPDATE {schema}.runs r
     SET state = 'runnable', lease_owner = NULL, lease_expires_at = NULL, heartbeats = 0,
-        claimable_at = now(), journal_len = 0, failure = NULL, created_seq = DEFAULT
+        claimable_at = now(), journal_len = 0, failure = NULL, attempts = 0,
+        created_seq = DEFAULT
     WHERE r.run_id = ANY ((SELECT array_agg(first.run_id) FROM first)::text[])
       AND r.state = 'purged'
     RETURNING r.run_id

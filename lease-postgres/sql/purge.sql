@@ -17,6 +17,7 @@ WITH doomed AS (
     WHERE j.run_id = ANY ((SELECT array_agg(doomed.run_id) FROM doomed)::text[])
 )
 UPDATE {schema}.runs r
-SET state = 'purged', heartbeats = 0, journal_len = 0, failure = NULL, claimable_at = now()
+SET state = 'purged', heartbeats = 0, journal_len = 0, failure = NULL, attempts = 0,
+    claimable_at = now()
 WHERE r.run_id = ANY ((SELECT array_agg(doomed.run_id) FROM doomed)::text[])
 RETURNING r.run_id

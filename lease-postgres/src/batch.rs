@@ -57,6 +57,7 @@ impl PostgresLeaseStore {
                 _ => None,
             })
             .collect();
+        let refunds: Vec<bool> = ends.iter().map(|e| e.end.refunds_attempt()).collect();
         sqlx::query(&self.sql.end_many)
             .bind(runs)
             .bind(fences)
@@ -64,6 +65,7 @@ impl PostgresLeaseStore {
             .bind(payloads)
             .bind(delays)
             .bind(failures)
+            .bind(refunds)
     }
 
     /// [`LeaseStore::create_many`](lease_core::LeaseStore::create_many): `sql/create_many.sql`,

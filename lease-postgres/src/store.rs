@@ -812,10 +812,16 @@ pub(crate) fn record(row: &PgRow) -> Result<RunRecord, PgError> {
             .map(store_time)
             .transpose()?,
     )
-    .with_failure(get(row, "failure")?);
+    .with_failure(get(row, "failure")?)
+    .with_attempts(count(get(row, "attempts")?)?);
     record.owner = worker(get(row, "lease_owner")?)?;
     record.expires_at = expires.map(store_time).transpose()?;
     Ok(record)
+}
+
+/// A non-negative counter column.
+fn count(value: i64) -> Result<u64, PgError> {
+    u64::try_from(value).map_err(|_| corrupt(format!("counter {value} below zero")))
 }
 
 fn leased(
@@ -824,8 +830,13 @@ fn leased(
     fence: Fence,
     ttl: Ttl,
     expires_at: StoreTime,
+    attempt: u64,
 ) -> Result<Lease> {
-    Ok(Lease::new(run.clone(), owner.clone(), fence, ttl, expires_at).map_err(corrupt)?)
+    Ok(
+        Lease::new(run.clone(), owner.clone(), fence, ttl, expires_at)
+            .map_err(corrupt)?
+            .with_attempt(attempt),
+    )
 }
 
 fn renewed(lease: &Lease, expires_at: StoreTime) -> Result<Lease> {
@@ -835,6 +846,7 @@ fn renewed(lease: &Lease, expires_at: StoreTime) -> Result<Lease> {
         lease.fence(),
         lease.ttl(),
         expires_at,
+        lease.attempt(),
     )
 }
 
@@ -895,7 +907,8 @@ impl LeaseStore for PostgresLeaseStore {
                 if let Some(row) = row {
                     let fence = fence(get(&row, "fence")?)?;
                     let expires_at = store_time(get(&row, "expires_us")?)?;
-                    return leased(run, worker, fence, ttl, expires_at);
+                    let attempt = count(get(&row, "attempts")?)?;
+                    return leased(run, worker, fence, ttl, expires_at, attempt);
                 }
                 // The read only explains the refusal; if the row now allows a claim (the
                 // lease expired in between), the claim itself is tried again.
@@ -935,7 +948,8 @@ impl LeaseStore for PostgresLeaseStore {
                 let run = RunId::new(get::<String>(row, "run_id")?).map_err(corrupt)?;
                 let fence = fence(get(row, "fence")?)?;
                 let expires_at = store_time(get(row, "expires_us")?)?;
-                leased(&run, worker, fence, ttl, expires_at)
+                let attempt = count(get(row, "attempts")?)?;
+                leased(&run, worker, fence, ttl, expires_at, attempt)
             })
             .collect()
     }

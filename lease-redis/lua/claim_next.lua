@@ -1,9 +1,10 @@
 -- KEYS[1]: runs hash; KEYS[2]: claimable index (zset, score = instant claimable in
--- microseconds, member = 16 hex digits of creation order followed by the encoded run id)
+-- microseconds, member = 16 hex digits of creation order followed by the encoded run id);
+-- KEYS[3]: attempts hash
 -- ARGV[1]: worker id; ARGV[2]: TTL in milliseconds; ARGV[3]: most runs to claim; ARGV[4]:
 -- most index entries to examine that turn out not to be claimable
--- Returns: flat {more, encoded id, fence, expiry, encoded id, fence, expiry, ...}, longest
--- claimable first, where more is '1' if the examination budget ran out before `max` runs were
+-- Returns: flat {more, encoded id, fence, expiry, attempts, encoded id, ...}, longest
+-- claimable first (each claim counts against its run's attempt budget), where more is '1' if the examination budget ran out before `max` runs were
 -- claimed or the due entries ran out (call again), else '0'.
 -- Claims, renewals and ends keep the index exact, so a due entry is normally claimable. An
 -- entry that is not (its run gone or ended, or held: an index written by an older version of
@@ -31,6 +32,7 @@ while taken < max do
       out[#out + 1] = r.id
       out[#out + 1] = fence
       out[#out + 1] = num(expires)
+      out[#out + 1] = tostring(redis.call('HINCRBY', KEYS[3], r.id, 1))
       taken = taken + 1
     else
       budget = budget - 1

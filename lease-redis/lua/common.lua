@@ -89,11 +89,19 @@ local function take(runs, zkey, r, worker, expires)
 end
 
 -- The record as returned to Rust: state, owner, expiry (or retry delay's end), fence,
--- heartbeats, failure reason ('' unless failed; `failures` is the failures hash).
-local function record(r, failures)
+-- heartbeats, failure reason ('' unless failed; `failures` is the failures hash), attempts
+-- (`attempts` is the attempts hash; absent is 0).
+local function record(r, failures, attempts)
   local reason = ''
   if r.s == 'failed' then
     reason = redis.call('HGET', failures, r.id) or ''
   end
-  return { r.s, r.o, r.e, r.f, r.h, reason }
+  return { r.s, r.o, r.e, r.f, r.h, reason, redis.call('HGET', attempts, r.id) or '0' }
+end
+
+-- Gives a voluntary end's attempt back to the run's budget (never below 0; a 0 is no field).
+local function refund(attempts, id)
+  if redis.call('HINCRBY', attempts, id, -1) <= 0 then
+    redis.call('HDEL', attempts, id)
+  end
 end

@@ -1,6 +1,6 @@
 -- KEYS[1]: runs hash; KEYS[2]: claimable index (zset); KEYS[3]: all run ids (zset, score 0,
 -- by encoded id); KEYS[4]: creation counter; KEYS[5]: tombstones (hash: purged id -> its
--- last fence)
+-- last fence); KEYS[6]: attempts hash
 -- ARGV[1]: encoded run id
 -- Returns: {'exists'} if the run exists; else {'ok', now, fence} (0, or a purged id's last
 -- fence: its next claim continues above it)
@@ -15,4 +15,5 @@ local fence = redis.call('HGET', KEYS[5], ARGV[1]) or '0'
 write_run(KEYS[1], { id = ARGV[1], s = 'runnable', f = fence, h = '0', e = '', m = member, o = '' })
 index(KEYS[2], { f = fence, m = member }, now)
 redis.call('ZADD', KEYS[3], 0, ARGV[1])
+redis.call('HDEL', KEYS[6], ARGV[1]) -- a fresh budget, also for a purged id created again
 return { 'ok', num(now), fence }

@@ -1,6 +1,6 @@
 -- KEYS[1]: runs hash; KEYS[2]: claimable index (zset); KEYS[3]: all run ids (zset, score 0,
 -- by encoded id); KEYS[4]: creation counter; KEYS[5]: tombstones (hash: purged id -> its
--- last fence, where a run created again starts)
+-- last fence, where a run created again starts); KEYS[6]: attempts hash
 -- ARGV[i]: encoded id of run i
 -- Returns: one string per run, in order: '1' if created, '0' if it existed (also for the
 -- second copy of an id repeated in the batch)
@@ -31,5 +31,6 @@ for n, id in ipairs(new) do
   write_run(KEYS[1], { id = id, s = 'runnable', f = fence, h = '0', e = '', m = member, o = '' })
   index(KEYS[2], { f = fence, m = member }, now)
   redis.call('ZADD', KEYS[3], 0, id)
+  redis.call('HDEL', KEYS[6], id) -- a fresh budget
 end
 return out

@@ -2,15 +2,17 @@
 -- one character per item, '1' if this call ended it, else '0'; expires); KEYS[4]: failures
 -- hash; KEYS[5]: ended runs (zset: encoded id scored by when it completed or failed, in µs);
 -- KEYS[6]: delayed runs (zset: encoded id scored by its delay's end; for count); KEYS[7]:
--- suspended runs (zset: encoded id scored by when it was suspended; for count);
--- KEYS[2i+6]: item i's applied appends (hash, as fenced.lua keeps them; dropped when its
--- lease ends); KEYS[2i+7]: item i's journal (list; used by 'complete-with' only, declared for
--- every item)
+-- suspended runs (zset: encoded id scored by when it was suspended; for count); KEYS[8]:
+-- attempts hash; KEYS[2i+7]: item i's applied appends (hash, as fenced.lua keeps them;
+-- dropped when its lease ends); KEYS[2i+8]: item i's journal (list; used by 'complete-with'
+-- only, declared for every item)
 -- ARGV[1]: how long to keep this call's record, in ms (at least the leases' TTL);
 -- ARGV[4i-2]: how item i ends: 'complete', 'complete-with', 'release', 'suspend',
--- 'retry-after' or 'fail'; ARGV[4i-1]: its encoded run id; ARGV[4i]: its presented fence;
--- ARGV[4i+1]: its journal payload ('complete-with'; binary-safe), its delay in ms
--- ('retry-after'), its reason ('fail'), else empty
+-- 'retry-after', 'attempt-failed' or 'fail'; ARGV[4i-1]: its encoded run id; ARGV[4i]: its
+-- presented fence; ARGV[4i+1]: its journal payload ('complete-with'; binary-safe), its delay
+-- in ms ('retry-after', 'attempt-failed'), its reason ('fail'), else empty
+-- A release, a suspend and a retry-after (a snooze) are voluntary: they give the attempt back
+-- to the run's budget; 'attempt-failed' is a retry-after that keeps it counted.
 -- Returns: one array per item, in order: {'ok'}; {'none'}; or
 -- {'verdict', fence, state, owned ('1' or '0')}
 -- Each item is judged on its own, as fenced.lua judges one write; a 'complete-with' appends
@@ -22,7 +24,7 @@
 for i = 2, #ARGV, 4 do
   local op = ARGV[i]
   if op ~= 'complete' and op ~= 'complete-with' and op ~= 'release' and op ~= 'suspend'
-    and op ~= 'retry-after' and op ~= 'fail' then
+    and op ~= 'retry-after' and op ~= 'attempt-failed' and op ~= 'fail' then
     return redis.error_reply('unknown end ' .. op) -- before any write: nothing to undo
   end
 end
@@ -57,7 +59,7 @@ for i = 2, #ARGV, 4 do
     if op == 'release' then
       now = now or now_micros()
       index(KEYS[2], r, now)
-    elseif op == 'retry-after' then
+    elseif op == 'retry-after' or op == 'attempt-failed' then
       -- Claimable from the delay's end, on this server's clock: the index and the record
       -- (claim checks the record) both say so.
       now = now or now_micros()
@@ -69,7 +71,7 @@ for i = 2, #ARGV, 4 do
     else
       if op == 'complete-with' then
         now = now or now_micros()
-        redis.call('RPUSH', KEYS[2 * item + 7], r.f .. ':' .. num(now) .. ':' .. ARGV[i + 3])
+        redis.call('RPUSH', KEYS[2 * item + 8], r.f .. ':' .. num(now) .. ':' .. ARGV[i + 3])
       end
       redis.call('ZREM', KEYS[2], r.m)
       if op ~= 'suspend' then
@@ -87,9 +89,12 @@ for i = 2, #ARGV, 4 do
         r.s = 'completed'
       end
     end
+    if op == 'release' or op == 'suspend' or op == 'retry-after' then
+      refund(KEYS[8], r.id)
+    end
     write_run(KEYS[1], r)
     -- The lease is over: nothing more can be appended under its fence.
-    redis.call('DEL', KEYS[2 * item + 6])
+    redis.call('DEL', KEYS[2 * item + 7])
     applied[item] = '1'
     fresh = true
     out[#out + 1] = { 'ok' }

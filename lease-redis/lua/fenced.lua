@@ -2,7 +2,7 @@
 -- KEYS[4]: the run's applied calls (hash: 'f' = their fence, call id -> first result; appends);
 -- KEYS[5]: this call's record (string, expiring; ends); KEYS[6]: ended runs (zset: encoded
 -- id scored by when it completed, in µs; for retention); KEYS[7]: suspended runs (zset, for
--- count)
+-- count); KEYS[8]: attempts hash (a release or a suspend gives the attempt back)
 -- ARGV[1]: operation: 'append', 'release', 'suspend' or 'complete'; ARGV[2]: encoded run id;
 -- ARGV[3]: presented fence; ARGV[4]: journal payload (append only; binary-safe); ARGV[5]:
 -- this call's id; ARGV[6]: how long an end's record is kept, in ms
@@ -75,6 +75,12 @@ else
 end
 -- Owner and expiry cleared.
 redis.call('HSET', KEYS[1], ARGV[2], s .. ':' .. f .. ':' .. h .. '::' .. m .. ':')
+if op ~= 'complete' then
+  -- A voluntary end: the attempt goes back to the run's budget (never below 0).
+  if redis.call('HINCRBY', KEYS[8], ARGV[2], -1) <= 0 then
+    redis.call('HDEL', KEYS[8], ARGV[2])
+  end
+end
 -- The lease is over: nothing more can be appended under its fence.
 redis.call('DEL', KEYS[4])
 -- This call's record, to answer its resend (an end never applies twice anyway: the lease it

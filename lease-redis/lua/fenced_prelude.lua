@@ -1,7 +1,8 @@
 -- KEYS[1]: runs hash; KEYS[2]: the run's applied calls (hash, as fenced.lua keeps them);
 -- KEYS[3]: claimable index (zset); KEYS[4]: the run's journal (list); KEYS[5]: ended runs
--- (zset, for retention); KEYS[6]: suspended runs (zset, for count); KEYS[7..]: the caller's
--- keys (all under the namespace's hash tag)
+-- (zset, for retention); KEYS[6]: suspended runs (zset, for count); KEYS[7]: attempts hash (a
+-- release or a suspend gives the attempt back); KEYS[8..]: the caller's keys (all under the
+-- namespace's hash tag)
 -- ARGV[1]: encoded run id; ARGV[2]: presented fence; ARGV[3]: this call's id; ARGV[4]: how the
 -- lease ends after the snippet: '' (it does not), 'complete', 'complete-with', 'release' or
 -- 'suspend'; ARGV[5]: the journal payload of a 'complete-with', else ''; ARGV[6..]: the
@@ -59,6 +60,9 @@ local function lease_record(result)
     lease_run.o = ''
     lease_run.e = ''
     write_run(KEYS[1], lease_run)
+  end
+  if lease_op == 'release' or lease_op == 'suspend' then
+    refund(KEYS[7], lease_run.id)
   end
   if lease_op ~= '' or lease_calls[1] ~= lease_run.f then
     redis.call('DEL', KEYS[2]) -- the calls of an earlier fence, or of a lease now ended

@@ -18,6 +18,7 @@
 //! | `{lease:ns}:suspended` | zset | suspended runs, `<id>` scored by when: for `count` |
 //! | `{lease:ns}:tomb` | hash | purged runs' last fences: `<id>` → fence; a run created again under the id starts there |
 //! | `{lease:ns}:failed` | hash | failed runs' reasons: `<id>` → the reason its last holder gave ([`End::Fail`](lease_core::End::Fail)) |
+//! | `{lease:ns}:attempts` | hash | the attempt budget's counters: `<id>` → claims since create or resume less voluntary ends ([`RunRecord::attempts`](lease_core::RunRecord::attempts)); no field is 0 |
 //! | `{lease:ns}:barrier` | string | a counter written after each write that must be acknowledged by replicas, so `WAIT` confirms what the write saw |
 //! | `{lease:ns}:u:<id>:<name>` | any | callers' keys for [fenced scripts](crate::FencedScript) |
 //!
@@ -159,6 +160,11 @@ impl Keys {
     /// Failed runs' reasons (hash: encoded id → reason).
     pub(crate) fn failures(&self) -> String {
         format!("{}:failed", self.tag)
+    }
+
+    /// The attempt budget's counters (hash: encoded id → count; absent is 0).
+    pub(crate) fn attempts(&self) -> String {
+        format!("{}:attempts", self.tag)
     }
 
     /// The counter written after a write that replicas must acknowledge.

@@ -88,7 +88,8 @@ impl Reply {
             .map_err(|e| self.bad(e.to_string()))
     }
 
-    /// The six record fields (state, owner, expiry, fence, heartbeats, failure) from `i`.
+    /// The seven record fields (state, owner, expiry, fence, heartbeats, failure, attempts)
+    /// from `i`.
     /// The expiry field of an unowned runnable run is the end of its retry delay.
     pub(crate) fn record(
         &self,
@@ -105,14 +106,15 @@ impl Reply {
             .with_not_before(
                 at.filter(|at| owner.is_none() && state == RunState::Runnable && *at > observed_at),
             )
-            .with_failure((state == RunState::Failed).then(|| failure.to_owned()));
+            .with_failure((state == RunState::Failed).then(|| failure.to_owned()))
+            .with_attempts(self.parse(i + 6)?);
         record.expires_at = if owner.is_some() { at } else { None };
         record.owner = owner;
         Ok(record)
     }
 
     /// Fields in one record.
-    pub(crate) const RECORD_FIELDS: usize = 6;
+    pub(crate) const RECORD_FIELDS: usize = 7;
 
     /// The nested reply at `i`.
     pub(crate) fn nested(&self, i: usize) -> Result<Reply, RedisError> {

@@ -129,7 +129,7 @@ impl FencedScript {
     /// Wraps `lua`, the snippet to run after the fence check.
     pub fn new(lua: &str) -> FencedScript {
         let source = format!(
-            "{}{}{lua}\nend)({{unpack(KEYS, 7)}}, {{unpack(ARGV, 6)}})\n{}",
+            "{}{}{lua}\nend)({{unpack(KEYS, 8)}}, {{unpack(ARGV, 6)}})\n{}",
             include_str!("../lua/common.lua"),
             include_str!("../lua/fenced_prelude.lua"),
             include_str!("../lua/fenced_epilogue.lua"),
@@ -307,7 +307,10 @@ impl RedisLeaseStore {
             lease.clone(),
             end.clone(),
         )))?;
-        if matches!(end, End::RetryAfter(_) | End::Fail(_)) {
+        if matches!(
+            end,
+            End::RetryAfter(_) | End::AttemptFailed { .. } | End::Fail(_)
+        ) {
             return Err(lease_core::InvalidInput::Unsupported {
                 operation: "fenced_script_with_end with a retry delay or a failure",
             }
@@ -349,6 +352,7 @@ impl RedisLeaseStore {
             .key(self.keys.journal(run))
             .key(self.keys.ended())
             .key(self.keys.suspended())
+            .key(self.keys.attempts())
             .arg(keys::encode(run.as_str()))
             .arg(lease.fence().get())
             .arg(call_id())
@@ -417,6 +421,7 @@ impl RedisLeaseStore {
         answer
     }
 
+    /// The lease of a claim reply's fence, expiry and attempts from `i`.
     fn lease(
         &self,
         run: RunId,
@@ -425,14 +430,15 @@ impl RedisLeaseStore {
         reply: &Reply,
         i: usize,
     ) -> Result<Lease> {
-        Lease::new(
+        Ok(Lease::new(
             run,
             worker.clone(),
             reply.fence(i)?,
             ttl,
             reply.time(i + 1)?,
         )
-        .map_err(|e| reply.bad(e.to_string()).into())
+        .map_err(|e| reply.bad(e.to_string()))?
+        .with_attempt(reply.parse(i + 2)?))
     }
 
     async fn fenced(&self, lease: &Lease, op: &str, payload: &[u8]) -> Result<Reply> {
@@ -446,6 +452,7 @@ impl RedisLeaseStore {
             .key(self.keys.call(&id))
             .key(self.keys.ended())
             .key(self.keys.suspended())
+            .key(self.keys.attempts())
             .arg(op)
             .arg(keys::encode(run.as_str()))
             .arg(lease.fence().get())
@@ -502,6 +509,7 @@ impl LeaseStore for RedisLeaseStore {
             .key(self.keys.ids())
             .key(self.keys.counter())
             .key(self.keys.tombstones())
+            .key(self.keys.attempts())
             .arg(keys::encode(run.as_str()));
         let (reply, ack) = self.write("create", &call).await?;
         match reply.status()? {
@@ -528,6 +536,7 @@ impl LeaseStore for RedisLeaseStore {
         let mut call = Call::new(&SCRIPTS.claim);
         call.key(self.keys.runs())
             .key(self.keys.claimable())
+            .key(self.keys.attempts())
             .arg(keys::encode(run.as_str()))
             .arg(worker.as_str())
             .arg(ttl.as_millis());
@@ -575,19 +584,20 @@ impl LeaseStore for RedisLeaseStore {
             let mut call = Call::new(&SCRIPTS.claim_next);
             call.key(self.keys.runs())
                 .key(self.keys.claimable())
+                .key(self.keys.attempts())
                 .arg(worker.as_str())
                 .arg(ttl.as_millis())
                 .arg(max - leases.len())
                 .arg(CLAIM_NEXT_SCAN);
             let (reply, ack) = self.write("claim_next", &call).await?;
-            if reply.len() % 3 != 1 {
+            if reply.len() % 4 != 1 {
                 return Err(reply
-                    .bad("expected a flag, then triples of id, fence, expiry")
+                    .bad("expected a flag, then quadruples of id, fence, expiry, attempts")
                     .into());
             }
             let more = reply.str(0)? == "1";
             let claimed = (1..reply.len())
-                .step_by(3)
+                .step_by(4)
                 .map(|i| {
                     let run = keys::decode(reply.str(i)?)?;
                     self.lease(run, worker, ttl, &reply, i + 1)
@@ -641,6 +651,7 @@ impl LeaseStore for RedisLeaseStore {
                     lease.ttl(),
                     one.time(1)?,
                 )
+                .map(|renewed| renewed.with_attempt(lease.attempt()))
                 .map_err(Error::from)
             })
             .collect();
@@ -741,12 +752,13 @@ impl LeaseStore for RedisLeaseStore {
             .key(self.keys.ended())
             .key(self.keys.delayed())
             .key(self.keys.suspended())
+            .key(self.keys.attempts())
             .arg(keep);
         for Ending { lease, end, .. } in ends {
             let delay;
             let payload: &[u8] = match end {
                 End::CompleteWith(payload) => payload,
-                End::RetryAfter(_) => {
+                End::RetryAfter(_) | End::AttemptFailed { .. } => {
                     delay = end.delay_millis().to_string();
                     delay.as_bytes()
                 }
@@ -795,7 +807,8 @@ impl LeaseStore for RedisLeaseStore {
             .key(self.keys.claimable())
             .key(self.keys.ids())
             .key(self.keys.counter())
-            .key(self.keys.tombstones());
+            .key(self.keys.tombstones())
+            .key(self.keys.attempts());
         for run in runs {
             call.arg(keys::encode(run.as_str()));
         }
@@ -825,6 +838,7 @@ impl LeaseStore for RedisLeaseStore {
             .key(self.keys.failures())
             .key(self.keys.ended())
             .key(self.keys.suspended())
+            .key(self.keys.attempts())
             .arg(keys::encode(run.as_str()));
         let (reply, ack) = self.write("resume", &call).await?;
         match reply.status()? {
@@ -849,6 +863,7 @@ impl LeaseStore for RedisLeaseStore {
         let mut call = Call::new(&SCRIPTS.inspect);
         call.key(self.keys.runs())
             .key(self.keys.failures())
+            .key(self.keys.attempts())
             .arg(keys::encode(run.as_str()));
         let reply = self.read("inspect", &call).await?;
         match reply.status()? {
@@ -864,7 +879,9 @@ impl LeaseStore for RedisLeaseStore {
             return Ok(Vec::new());
         }
         let mut call = Call::new(&SCRIPTS.inspect_many);
-        call.key(self.keys.runs()).key(self.keys.failures());
+        call.key(self.keys.runs())
+            .key(self.keys.failures())
+            .key(self.keys.attempts());
         for run in runs {
             call.arg(keys::encode(run.as_str()));
         }
@@ -901,6 +918,7 @@ impl LeaseStore for RedisLeaseStore {
             call.key(self.keys.ids())
                 .key(self.keys.runs())
                 .key(self.keys.failures())
+                .key(self.keys.attempts())
                 .arg(&after)
                 .arg(filter.limit - out.len())
                 .arg(filter.state.map_or("", RunState::as_str))
@@ -911,7 +929,7 @@ impl LeaseStore for RedisLeaseStore {
             let stride = 1 + Reply::RECORD_FIELDS; // the id, then the record
             if reply.len() < 2 || (reply.len() - 2) % stride != 0 {
                 return Err(reply
-                    .bad("expected a cursor and records of an id and six fields")
+                    .bad("expected a cursor and records of an id and seven fields")
                     .into());
             }
             for i in (2..reply.len()).step_by(stride) {
@@ -949,6 +967,7 @@ impl LeaseStore for RedisLeaseStore {
                 .key(self.keys.tombstones())
                 .key(self.keys.failures())
                 .key(self.keys.claimable())
+                .key(self.keys.attempts())
                 .arg(age_ms);
             for i in 0..candidates.len() {
                 let encoded = candidates.str(i)?;
@@ -1008,6 +1027,7 @@ impl LeaseStore for RedisLeaseStore {
             .key(self.keys.claimable())
             .key(self.keys.failures())
             .key(self.keys.delayed())
+            .key(self.keys.attempts())
             .arg(keys::encode(run.as_str()));
         let (reply, ack) = self.write("force_release", &call).await?;
         match reply.status()? {

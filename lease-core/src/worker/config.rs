@@ -35,14 +35,20 @@ pub struct WorkerConfig {
     pub(super) heartbeat: Option<Duration>,
     pub(super) margin: Option<Duration>,
     pub(super) retry: RetryPolicy,
+    pub(super) attempt_timeout: Option<Duration>,
 }
 
-/// What a [`Worker`](crate::Worker) does with a run whose handler failed (returned an error or
-/// panicked): give it back with a delay that grows with the attempt number, on the store's
-/// clock ([`End::RetryAfter`](crate::End::RetryAfter)), and give up on it
-/// ([`End::Fail`](crate::End::Fail), with the handler's error as the reason) once it has been
-/// claimed `max_attempts` times. The attempt number is the lease's fence: every claim counts,
-/// including those whose holder died.
+/// What a [`Worker`](crate::Worker) does with a run whose attempt failed (its handler returned
+/// an error, panicked, outlived its attempt deadline, or returned after its lease's local
+/// deadline cancelled it): give it back with a delay that grows with the attempt number, on the
+/// store's clock ([`End::AttemptFailed`](crate::End::AttemptFailed)), and give up on it
+/// ([`End::Fail`](crate::End::Fail), with the error as the reason) at attempt `max_attempts`.
+///
+/// The attempt number is the lease's [`attempt`](crate::Lease::attempt): claims since the run
+/// was created or resumed, less those that ended voluntarily (a release, a suspend, a snooze,
+/// a shutdown hand-back). A claim whose holder crashed or hung counts, so the budget is also
+/// checked **at claim time**: a run claimed past `max_attempts` is failed without running its
+/// handler.
 ///
 /// The delay after attempt `n` is `base × 2^(n−1)`, capped at `max`, of which a random part up
 /// to half is taken off (jitter), so failing runs of one cause do not come back in step.
@@ -84,7 +90,8 @@ impl RetryPolicy {
         self
     }
 
-    /// Give up on a run (failed) when attempt `n` fails (1 or more).
+    /// Give up on a run (failed) when attempt `n` fails (1 or more), and fail without running
+    /// it a run claimed past attempt `n`.
     pub fn with_max_attempts(mut self, n: u64) -> RetryPolicy {
         self.max_attempts = Some(n);
         self
@@ -144,7 +151,18 @@ impl WorkerConfig {
             heartbeat: None,
             margin: None,
             retry: RetryPolicy::default(),
+            attempt_timeout: None,
         }
+    }
+
+    /// Each attempt's deadline, apart from the lease's heartbeat: a handler still running `d`
+    /// after it started has its token cancelled, gets the [grace](WorkerConfig::with_grace) to
+    /// return, and is then aborted (one that ignores its token too). The attempt counts as
+    /// failed: the run is retried with the policy's backoff, or failed at its last attempt,
+    /// while the worker goes on serving other runs. Off by default; `d` must be 1 ms to 30 days.
+    pub fn with_attempt_timeout(mut self, d: Duration) -> WorkerConfig {
+        self.attempt_timeout = Some(d);
+        self
     }
 
     /// What happens to a run whose handler failed (see [`RetryPolicy`]; the default backs off
@@ -253,6 +271,15 @@ impl WorkerConfig {
                 format!("{:?} to {:?}", retry.base, retry.max),
                 "the base must be at most the cap, and the cap at most MAX_RETRY_DELAY (30 days)",
             );
+        }
+        if let Some(d) = self.attempt_timeout {
+            if d.is_zero() || d > crate::types::MAX_RETRY_DELAY {
+                return bad(
+                    "attempt timeout",
+                    format!("{d:?}"),
+                    "it must be above zero and at most 30 days",
+                );
+            }
         }
         if self.grace > MAX_GRACE {
             return bad(

@@ -22,6 +22,8 @@ use crate::types::{End, Fence, JournalEntry, Lease};
 #[derive(Clone)]
 pub struct RunContext {
     pub(super) scope: Arc<RunScope>,
+    /// The attempt's token: a child of the scope's, also cancelled at the attempt deadline.
+    pub(super) token: CancellationToken,
 }
 
 impl RunContext {
@@ -40,20 +42,27 @@ impl RunContext {
         self.scope.fence()
     }
 
-    /// Cancelled when the lease may be lost (a refused renewal, the local deadline) or when a
-    /// shutdown's grace period ends. Stop work when it is.
+    /// Cancelled when the lease may be lost (a refused renewal, the local deadline), when the
+    /// attempt outlives its [deadline](crate::WorkerConfig::with_attempt_timeout), or when a
+    /// shutdown's grace period ends. Stop work when it is: what the handler returns after a
+    /// cancellation that was not the shutdown counts as a failed attempt.
     pub fn token(&self) -> CancellationToken {
-        self.scope.token()
+        self.token.clone()
     }
 
     /// Whether the token is cancelled.
     pub fn is_cancelled(&self) -> bool {
-        self.scope.is_cancelled()
+        self.token.is_cancelled()
     }
 
     /// Completes when the token is cancelled. Cancel safe.
     pub async fn cancelled(&self) {
-        self.scope.cancelled().await
+        self.token.cancelled().await
+    }
+
+    /// Which attempt of the run's budget this is ([`Lease::attempt`]).
+    pub fn attempt(&self) -> u64 {
+        self.scope.lease().attempt()
     }
 
     /// Appends to the run's journal under the lease's fence; the store's verdict is returned.
@@ -85,7 +94,8 @@ pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<End, BoxError>> + Se
 /// The work a [`Worker`](crate::Worker) runs for each claimed run. Implemented for every
 /// `Fn(RunContext) -> impl Future<Output = Result<End, BoxError>>`.
 ///
-/// An `Err` (or a panic) releases the run for a retry, with the reason logged.
+/// An `Err` (or a panic) is a failed attempt: the run is retried after the
+/// [`RetryPolicy`](crate::RetryPolicy)'s delay, or failed at its last attempt.
 pub trait Handler: Send + Sync + 'static {
     /// Runs the job; returns how its lease ends.
     fn call(&self, ctx: RunContext) -> HandlerFuture;
@@ -148,6 +158,11 @@ pub struct WorkerReport {
     pub failed: u64,
     /// Leases whose scope was cancelled before their handler could start (not run).
     pub not_started: u64,
+    /// Runs claimed past their attempt budget and failed without running their handler
+    /// (counted in `gave_up` too once the failure is committed).
+    pub exhausted: u64,
+    /// Attempts that outlived their [deadline](crate::WorkerConfig::with_attempt_timeout).
+    pub timed_out: u64,
     /// `claim_next` calls that found nothing.
     pub empty_polls: u64,
     /// `end_many` round trips.
@@ -167,6 +182,8 @@ pub(super) struct Counters {
     pub(super) refused: AtomicU64,
     pub(super) failed: AtomicU64,
     pub(super) not_started: AtomicU64,
+    pub(super) exhausted: AtomicU64,
+    pub(super) timed_out: AtomicU64,
     pub(super) empty_polls: AtomicU64,
     pub(super) batches: AtomicU64,
 }
@@ -186,6 +203,8 @@ impl Counters {
             refused: get(&self.refused),
             failed: get(&self.failed),
             not_started: get(&self.not_started),
+            exhausted: get(&self.exhausted),
+            timed_out: get(&self.timed_out),
             empty_polls: get(&self.empty_polls),
             batches: get(&self.batches),
         }

@@ -277,7 +277,7 @@ impl Worker {
                     "job",
                     run = %lease.run(),
                     fence = lease.fence().get(),
-                    attempt = lease.fence().get()
+                    attempt = lease.attempt()
                 );
                 jobs.spawn(
                     job(Job {
@@ -288,6 +288,8 @@ impl Worker {
                         shutdown: shutdown.clone(),
                         abandon: abandon.clone(),
                         retry: self.config.retry,
+                        attempt_timeout: self.config.attempt_timeout,
+                        grace: self.config.grace,
                         _slot: permit,
                     })
                     .instrument(span),
@@ -378,18 +380,21 @@ struct Job {
     /// Cancelled when the shutdown's grace period ends.
     abandon: CancellationToken,
     retry: RetryPolicy,
+    attempt_timeout: Option<Duration>,
+    grace: Duration,
     _slot: tokio::sync::OwnedSemaphorePermit,
 }
 
-/// How a failed attempt ends: retried after the policy's delay, or failed with `why` once
-/// the attempts are used up.
+/// How a failed attempt ends: retried after the policy's delay (the attempt counted), or failed
+/// with `why` at the policy's last attempt.
 fn after_failure(retry: &RetryPolicy, attempt: u64, why: &str) -> End {
+    let reason = crate::types::sanitize_reason(why);
     if retry.gives_up(attempt) {
-        End::Fail(crate::types::sanitize_reason(why))
+        End::Fail(reason)
     } else {
-        match retry.delay(attempt) {
-            d if d.is_zero() => End::Release,
-            d => End::RetryAfter(d),
+        End::AttemptFailed {
+            retry_after: retry.delay(attempt),
+            reason,
         }
     }
 }
@@ -406,8 +411,22 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
-/// One claimed run: its handler (unless its scope is already cancelled, or the worker is
-/// shutting down), then the end of its lease through the batcher.
+/// Why a handler's token was cancelled before it returned, as far as the end goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stopped {
+    /// Not cancelled.
+    No,
+    /// The shutdown's grace ended: the run is handed back at once, no attempt counted.
+    Shutdown,
+    /// The attempt deadline passed: a failed attempt.
+    AttemptDeadline,
+    /// The lease's scope was cancelled (its local deadline, a refused renewal): a failed
+    /// attempt, if the lease can still be ended.
+    Scope,
+}
+
+/// One claimed run: its handler (unless its scope is already cancelled, the worker is shutting
+/// down, or the run's attempt budget is spent), then the end of its lease through the batcher.
 async fn job(job: Job) {
     let Job {
         scope,
@@ -417,37 +436,83 @@ async fn job(job: Job) {
         shutdown,
         abandon,
         retry,
+        attempt_timeout,
+        grace,
         _slot,
     } = job;
     let run = scope.run().clone();
-    let fence = scope.fence();
-    let (end, by_handler) = if scope.is_cancelled() || shutdown.is_cancelled() {
+    let lease = scope.lease();
+    let (fence, attempt) = (lease.fence(), lease.attempt());
+    let (end, by_handler) = if let Some(max) = retry.max_attempts().filter(|max| attempt > *max) {
+        // Claimed past the budget: every earlier attempt failed, timed out or vanished (a
+        // crash leaves no end behind, only a count). Never run it again.
+        bump(&counters.exhausted);
+        let reason = crate::scope::exhausted_reason(attempt - 1, max);
+        tracing::warn!(
+            attempt,
+            max,
+            "attempt budget spent; failing the run without running it"
+        );
+        (End::Fail(reason), false)
+    } else if scope.is_cancelled() || shutdown.is_cancelled() {
         // Never start work on a lease that may be lost, or after the shutdown began; give the
         // run back (a fenced write: refused harmlessly if the lease is gone).
         bump(&counters.not_started);
         (End::Release, false)
     } else {
         bump(&counters.started);
+        let token = scope.token().child_token();
         let ctx = RunContext {
             scope: scope.clone(),
+            token: token.clone(),
         };
         let started = Instant::now();
         metrics::gauge!(observe::WORKER_IN_FLIGHT).increment(1.0);
         let mut task = tokio::spawn(handler.call(ctx).instrument(tracing::Span::current()));
+        let deadline = attempt_timeout.map(|d| started + d);
+        let mut stopped = Stopped::No;
         // A handler whose lease is lost is cancelled through its token and may finish (its
-        // writes are fenced); one still running when the shutdown's grace ends is stopped.
+        // writes are fenced); one still running when the shutdown's grace ends is stopped, and
+        // so is one still running a grace after its attempt deadline.
         let outcome = tokio::select! {
             joined = &mut task => joined,
             _ = abandon.cancelled() => {
+                stopped = Stopped::Shutdown;
                 task.abort();
                 task.await
             }
+            () = sleep_until_opt(deadline) => {
+                stopped = Stopped::AttemptDeadline;
+                bump(&counters.timed_out);
+                tracing::warn!(timeout = ?attempt_timeout, "attempt deadline passed; cancelling the handler");
+                token.cancel();
+                tokio::select! {
+                    joined = &mut task => joined,
+                    () = tokio::time::sleep(grace) => {
+                        tracing::warn!(?grace, "handler ignored its cancelled token past the grace; aborting it");
+                        task.abort();
+                        task.await
+                    }
+                    _ = abandon.cancelled() => {
+                        task.abort();
+                        task.await
+                    }
+                }
+            }
         };
+        if stopped == Stopped::No && scope.is_cancelled() {
+            stopped = if abandon.is_cancelled() {
+                Stopped::Shutdown
+            } else {
+                Stopped::Scope
+            };
+        }
         metrics::gauge!(observe::WORKER_IN_FLIGHT).decrement(1.0);
         let label = match &outcome {
             Ok(Ok(_)) => "ok",
             Ok(Err(_)) => "error",
             Err(e) if e.is_panic() => "panic",
+            Err(_) if stopped == Stopped::AttemptDeadline => "timeout",
             Err(_) => "abandoned",
         };
         metrics::histogram!(observe::WORKER_HANDLER_DURATION, "outcome" => label)
@@ -455,31 +520,55 @@ async fn job(job: Job) {
         let failed = |then: &End| {
             let then = match then {
                 End::Fail(_) => "fail",
-                End::RetryAfter(_) => "retry",
+                End::AttemptFailed { .. } | End::RetryAfter(_) => "retry",
                 _ => "release",
             };
             metrics::counter!(observe::WORKER_HANDLER_ERRORS, "outcome" => label, "then" => then)
                 .increment(1);
         };
+        let why_stopped = || match stopped {
+            Stopped::AttemptDeadline => format!(
+                "attempt timed out after {:?}",
+                attempt_timeout.unwrap_or_default()
+            ),
+            _ => "the lease's local deadline passed before the handler returned".to_owned(),
+        };
         match outcome {
+            // Returned after a cancellation that was not the shutdown's: giving the run back
+            // would refund the attempt, so a handler that hangs until it is cancelled would
+            // never use up its budget. It counts as failed, whatever it gave back.
+            Ok(Ok(end))
+                if matches!(stopped, Stopped::AttemptDeadline | Stopped::Scope)
+                    && end.refunds_attempt() =>
+            {
+                bump(&counters.handler_errors);
+                let end = after_failure(&retry, attempt, &why_stopped());
+                failed(&end);
+                tracing::warn!(then = ?end, "handler gave its run back after its token was cancelled; the attempt counts");
+                (end, false)
+            }
             // A reason the store would refuse (a NUL, a terminal escape) is escaped, so the
             // run fails as its handler asked instead of staying held.
             Ok(Ok(End::Fail(reason))) if crate::types::check_reason(&reason).is_err() => {
                 (End::Fail(crate::types::sanitize_reason(&reason)), true)
             }
             Ok(Ok(end)) => (end, true),
-            Ok(Err(e)) if scope.is_cancelled() => {
-                // It failed once its token was cancelled (the shutdown's grace ended, or the
-                // lease may be lost): the cancellation's doing, not the run's. Given back at
-                // once, as an abandoned handler's run is.
+            Ok(Err(_)) if stopped == Stopped::Shutdown => {
+                // The shutdown's grace ended: not the run's fault. Handed back at once.
                 bump(&counters.handler_errors);
                 failed(&End::Release);
-                tracing::warn!(error = %e, "handler failed after its token was cancelled; releasing the run");
+                tracing::warn!(
+                    "handler failed after the shutdown's grace cancelled it; releasing the run"
+                );
                 (End::Release, false)
             }
             Ok(Err(e)) => {
                 bump(&counters.handler_errors);
-                let end = after_failure(&retry, fence.get(), &e.to_string());
+                let why = match stopped {
+                    Stopped::No => e.to_string(),
+                    _ => format!("{}: {e}", why_stopped()),
+                };
+                let end = after_failure(&retry, attempt, &why);
                 failed(&end);
                 tracing::warn!(error = %e, then = ?end, "handler failed");
                 (end, false)
@@ -487,9 +576,23 @@ async fn job(job: Job) {
             Err(e) if e.is_panic() => {
                 bump(&counters.handler_errors);
                 let why = panic_message(e.into_panic());
-                let end = after_failure(&retry, fence.get(), &why);
+                let end = after_failure(&retry, attempt, &why);
                 failed(&end);
                 tracing::error!(panic = %why, then = ?end, "handler panicked");
+                (end, false)
+            }
+            Err(_) if stopped == Stopped::AttemptDeadline => {
+                bump(&counters.handler_errors);
+                let end = after_failure(
+                    &retry,
+                    attempt,
+                    &format!(
+                        "{}; the handler ignored its token and was aborted",
+                        why_stopped()
+                    ),
+                );
+                failed(&end);
+                tracing::warn!(then = ?end, "handler aborted after its attempt deadline");
                 (end, false)
             }
             Err(_) => {
@@ -501,10 +604,14 @@ async fn job(job: Job) {
     };
     drop(_slot);
     if let Some(CancelReason::Rejected(e)) = scope.cancel_reason().map(|(_, r)| r) {
-        // The store already said the lease is gone; an end would only be refused again.
-        tracing::debug!(%run, %fence, error = %e, "lease lost before its end; not ending it");
-        bump(&counters.refused);
-        return;
+        // The store already said the lease is gone; an end would only be refused again. Not
+        // for an end the handler committed itself: a renewal that met it ("ended under your
+        // fence") is the very proof, which the batcher's check confirms.
+        if !matches!(end, End::Committed(_)) {
+            tracing::debug!(%run, %fence, error = %e, "lease lost before its end; not ending it");
+            bump(&counters.refused);
+            return;
+        }
     }
     let how = match end.state() {
         crate::RunState::Completed => CancelReason::Completed,
@@ -520,4 +627,12 @@ async fn job(job: Job) {
             submit(&ends, Ending::new(lease, end), by_handler, give_up_at)
         })
         .await;
+}
+
+/// Completes at `deadline`, or never without one.
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
