@@ -27,6 +27,9 @@ pub mod exit {
     /// without one) and the command was stopped before the lease could expire on the store's
     /// clock.
     pub const LEASE_LOST: u8 = 6;
+    /// `lease run`: the command outlived `--attempt-timeout-ms` and was stopped (as GNU
+    /// `timeout` reports it); the run was given back with the attempt counted.
+    pub const ATTEMPT_TIMEOUT: u8 = 124;
     /// `lease run`: the command could not be started because it was not found (as in a shell).
     pub const COMMAND_NOT_FOUND: u8 = 127;
     /// `lease run`: the command was found but could not be started (as in a shell).

@@ -52,6 +52,16 @@ pub(crate) struct RunArgs {
     /// The worker id recorded as the lease's owner; default HOST:PID.
     #[arg(long = "id", value_name = "WORKER")]
     id: Option<String>,
+    /// The run's attempt budget: a run claimed after N attempts that failed (a non-zero exit,
+    /// a timeout, a lost lease, a crash of `lease run` itself) is failed instead of run again
+    /// (exit 4); `lease resume RUN` gives it a fresh budget. Unlimited by default.
+    #[arg(long, value_name = "N")]
+    max_attempts: Option<u64>,
+    /// The attempt's deadline: SIGTERM to the command after MS milliseconds, SIGKILL one
+    /// grace later; the attempt counts as failed, the run is given back, and `lease run`
+    /// exits 124. Off by default.
+    #[arg(long, value_name = "MS")]
+    attempt_timeout_ms: Option<u64>,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -121,15 +131,31 @@ pub(crate) async fn run(config: &Config, args: RunArgs) -> Result<u8, Failure> {
             args.wait_ms
         )));
     }
+    let attempt_timeout = match args.attempt_timeout_ms {
+        Some(0) => return Err(usage("--attempt-timeout-ms must be at least 1")),
+        Some(ms) if ms > MAX_WAIT_MS => {
+            return Err(usage(format!(
+                "--attempt-timeout-ms {ms} is longer than a year ({MAX_WAIT_MS} ms); give a \
+                 shorter deadline"
+            )))
+        }
+        other => other.map(Duration::from_millis),
+    };
+    if args.max_attempts == Some(0) {
+        return Err(usage("--max-attempts must be at least 1"));
+    }
     let worker = WorkerId::new(args.id.clone().unwrap_or_else(default_worker))?;
     let timing = timing(
         config.ttl.as_duration(),
         args.kill_after_ms,
         config.heartbeat,
     )?;
-    let scope_config = ScopeConfig::default()
+    let mut scope_config = ScopeConfig::default()
         .with_heartbeat(timing.heartbeat)
         .with_margin(timing.margin);
+    if let Some(n) = args.max_attempts {
+        scope_config = scope_config.with_max_attempts(n);
+    }
     let store = connect(config).await?;
     if args.create {
         store.ensure(&run).await?;
@@ -153,7 +179,11 @@ pub(crate) async fn run(config: &Config, args: RunArgs) -> Result<u8, Failure> {
             } else {
                 exit::COMMAND_NOT_STARTED
             };
-            let _ = end(&scope, false).await;
+            let _ = end(
+                &scope,
+                Outcome::Failed(format!("the command could not start: {e}")),
+            )
+            .await;
             return Err(Failure {
                 code,
                 message: format!("cannot start {}: {e}", args.command[0].to_string_lossy()),
@@ -163,9 +193,12 @@ pub(crate) async fn run(config: &Config, args: RunArgs) -> Result<u8, Failure> {
     let group = child.id().and_then(|id| Pid::from_raw(id as i32));
 
     // Until the command exits or the lease is lost: forward stop signals, and SIGKILL one
-    // grace after the first.
+    // grace after the first; at the attempt's deadline, SIGTERM, then SIGKILL one grace later.
     let mut kill_at: Option<Instant> = None;
     let mut killed = false;
+    let mut stopped_by_signal = false;
+    let deadline = attempt_timeout.map(|d| Instant::now() + d);
+    let mut timed_out = false;
     let status = loop {
         tokio::select! {
             biased;
@@ -174,7 +207,14 @@ pub(crate) async fn run(config: &Config, args: RunArgs) -> Result<u8, Failure> {
             Some(sig) = signals.next() => {
                 tracing::info!(signal = ?sig, "forwarding to the command");
                 send(group, sig);
+                stopped_by_signal = true;
                 kill_at.get_or_insert(Instant::now() + timing.grace);
+            }
+            _ = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() && !timed_out => {
+                tracing::warn!(timeout = ?attempt_timeout, "attempt deadline passed; stopping the command");
+                timed_out = true;
+                send(group, Signal::TERM);
+                kill_at = Some(kill_at.map_or(Instant::now() + timing.grace, |at| at.min(Instant::now() + timing.grace)));
             }
             _ = sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() && !killed => {
                 send(group, Signal::KILL);
@@ -192,8 +232,33 @@ pub(crate) async fn run(config: &Config, args: RunArgs) -> Result<u8, Failure> {
         message: format!("cannot wait for the command: {e}"),
     })?;
     let code = exit_code(status);
-    let completing = args.complete && status.success();
-    match end(&scope, completing).await {
+    let outcome = if timed_out {
+        Outcome::Failed(format!(
+            "attempt timed out after {} ms; the command was stopped",
+            attempt_timeout.unwrap_or_default().as_millis()
+        ))
+    } else if status.success() {
+        if args.complete {
+            Outcome::Complete
+        } else {
+            Outcome::Release
+        }
+    } else if stopped_by_signal {
+        // Told to stop (a deploy, an operator): the run is handed back, no attempt used.
+        Outcome::Release
+    } else {
+        Outcome::Failed(format!("the command exited with {code}"))
+    };
+    let completing = matches!(outcome, Outcome::Complete);
+    match end(&scope, outcome).await {
+        Ok(()) if timed_out => Err(Failure {
+            code: exit::ATTEMPT_TIMEOUT,
+            message: format!(
+                "the command outlived --attempt-timeout-ms {} and was stopped (its code {code}); \
+                 run {run} is given back with the attempt counted",
+                attempt_timeout.unwrap_or_default().as_millis()
+            ),
+        }),
         Ok(()) => Ok(code),
         Err(e) if completing => Err(Failure {
             message: format!("the command succeeded, but completing run {run} failed: {e}"),
@@ -201,12 +266,26 @@ pub(crate) async fn run(config: &Config, args: RunArgs) -> Result<u8, Failure> {
         }),
         Err(e) => {
             eprintln!(
-                "lease: the command exited; releasing run {run} failed ({e}), so its lease \
+                "lease: the command exited; ending the lease on run {run} failed ({e}), so it \
                  expires by its TTL"
             );
-            Ok(code)
+            Ok(if timed_out {
+                exit::ATTEMPT_TIMEOUT
+            } else {
+                code
+            })
         }
     }
+}
+
+/// How the lease ends after the command.
+enum Outcome {
+    /// `--complete` and exit 0.
+    Complete,
+    /// Exit 0, or `lease run` was told to stop: handed back, no attempt used.
+    Release,
+    /// A non-zero exit, a timeout, a command that could not start: the attempt counts.
+    Failed(String),
 }
 
 /// Claims `run`, waiting up to `wait_ms` while another holder has it.
@@ -290,12 +369,16 @@ async fn lost(
     })
 }
 
-/// Ends the lease after the command: completes the run, or releases it.
-async fn end(scope: &RunScope, complete: bool) -> distribution::Result<()> {
-    if complete {
-        scope.complete().await
-    } else {
-        scope.release().await
+/// Ends the lease after the command as `outcome` says.
+async fn end(scope: &RunScope, outcome: Outcome) -> distribution::Result<()> {
+    match outcome {
+        Outcome::Complete => scope.complete().await,
+        Outcome::Release => scope.release().await,
+        Outcome::Failed(reason) => {
+            scope
+                .attempt_failed(Duration::ZERO, &distribution::sanitize_reason(&reason))
+                .await
+        }
     }
 }
 

@@ -950,3 +950,85 @@ fn lease_run_refuses_absurd_waits_graces_and_a_missing_command() {
         stderr(&out)
     );
 }
+
+/// `lease run --attempt-timeout-ms` stops a command that outlives its deadline (SIGTERM, then
+/// SIGKILL one grace later if it ignores it), exits 124, and gives the run back with the
+/// attempt counted; `--max-attempts` then fails the run on the claim past its budget (exit 4,
+/// the command never started), and `lease resume` gives it a fresh budget.
+#[test]
+fn lease_run_times_attempts_out_and_fails_a_run_past_its_budget() {
+    let Some((_server, url)) = postgres() else {
+        return;
+    };
+    let base = ["--store", url.as_str(), "--namespace", "cli_budget"];
+    let with = |args: &[&str]| lease(&[&base[..], args].concat());
+    let marker = std::env::temp_dir().join(format!("lease-budget-{}", std::process::id()));
+    let _ = std::fs::remove_file(&marker);
+    let hang = format!("touch '{}'; trap '' TERM; sleep 30", marker.display());
+    let run = |args: &[&str]| {
+        with(
+            &[
+                &[
+                    "run",
+                    "job",
+                    "--create",
+                    "--max-attempts",
+                    "2",
+                    "--attempt-timeout-ms",
+                    "300",
+                    "--kill-after-ms",
+                    "100",
+                ][..],
+                args,
+            ]
+            .concat(),
+        )
+    };
+    for attempt in 1..=2 {
+        let started = std::time::Instant::now();
+        let out = run(&["--", "sh", "-c", &hang]);
+        assert_exit(&out, 124);
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(300) && took < Duration::from_secs(10),
+            "attempt {attempt} took {took:?}"
+        );
+        assert!(
+            stderr(&out).contains("outlived --attempt-timeout-ms 300"),
+            "{}",
+            stderr(&out)
+        );
+        let record: serde_json::Value =
+            serde_json::from_str(&stdout(&with(&["inspect", "job", "-o", "json"]))).unwrap();
+        assert_eq!(
+            (
+                record["state"].as_str(),
+                record["owner"].as_str(),
+                record["attempts"].as_u64()
+            ),
+            (Some("runnable"), None, Some(attempt)),
+            "{record}"
+        );
+    }
+    std::fs::remove_file(&marker).unwrap();
+    let out = run(&["--", "sh", "-c", &hang]);
+    assert_exit(&out, REFUSED);
+    assert!(
+        stderr(&out).contains("claimed 2 times without finishing"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!marker.exists(), "the command ran past the budget");
+    let record: serde_json::Value =
+        serde_json::from_str(&stdout(&with(&["inspect", "job", "-o", "json"]))).unwrap();
+    assert_eq!(record["state"].as_str(), Some("failed"), "{record}");
+    assert_exit(&with(&["resume", "job"]), 0);
+    assert_exit(&run(&["--", "true"]), 0);
+    let record: serde_json::Value =
+        serde_json::from_str(&stdout(&with(&["inspect", "job", "-o", "json"]))).unwrap();
+    assert_eq!(
+        (record["state"].as_str(), record["attempts"].as_u64()),
+        (Some("runnable"), Some(0)),
+        "a fresh budget, and a success gives its attempt back: {record}"
+    );
+}

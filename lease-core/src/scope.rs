@@ -563,6 +563,23 @@ impl RunScope {
             .await
     }
 
+    /// This attempt failed ([`End::AttemptFailed`](crate::End::AttemptFailed)): gives the run
+    /// back, not claimable before `retry_after` has passed on the store's clock, with the
+    /// attempt counted against the run's budget; stops the heartbeat. Errors as for
+    /// [`RunScope::suspend`].
+    ///
+    /// # Errors
+    /// As [`LeaseStore::end_many`] for one item; [`Error::InvalidInput`](crate::Error::InvalidInput)
+    /// for a delay over [`MAX_RETRY_DELAY`](crate::MAX_RETRY_DELAY) or a reason
+    /// [`check_reason`](crate::backend::check_reason) refuses.
+    pub async fn attempt_failed(&self, retry_after: Duration, reason: &str) -> Result<()> {
+        let end = crate::End::AttemptFailed {
+            retry_after,
+            reason: reason.to_owned(),
+        };
+        self.end_one(CancelReason::Released, end).await
+    }
+
     /// Gives up on the run ([`End::Fail`](crate::End::Fail)): failed with `reason` until an
     /// operator resumes it; stops the heartbeat. Errors as for [`RunScope::suspend`].
     ///

@@ -46,6 +46,9 @@ pub enum Flaw {
     DeadlineFromReceipt,
     /// The store lets a claim take a run given back with a retry delay before the delay ends.
     ClaimIgnoresDelay,
+    /// The worker checks the attempt budget only when a handler returns an error, never at
+    /// claim time: a handler that crashes (its lease just expires) runs for ever.
+    BudgetOnlyOnError,
 }
 
 /// The protocol and its bounds.
@@ -72,6 +75,10 @@ pub struct LeaseModel {
     pub life: bool,
     /// The retry delay, in ticks, when `life` is on.
     pub retry_delay: u8,
+    /// The attempt budget, when modelled: every claim counts, a voluntary release gives its
+    /// attempt back, a crash (a lease left to expire) keeps it; a worker fails a run it claims
+    /// past the budget without running it. Workers may then release voluntarily.
+    pub max_attempts: Option<u8>,
 }
 
 impl LeaseModel {
@@ -92,6 +99,24 @@ impl LeaseModel {
             flaw: None,
             life: false,
             retry_delay: 1,
+            max_attempts: None,
+        }
+    }
+
+    /// The attempt budget (2 attempts): two workers whose handlers crash (their leases expire
+    /// unended) or give their run back voluntarily, up to two claims each, TTL 2, ticks 0 to 5,
+    /// one message in flight at a time (still delayed, lost or duplicated), no fenced writes,
+    /// no suspend or completion: about 335,000 states. (Two in flight: 42 million, 5 minutes.) Checks that no run is worked on more than its budget allows and that
+    /// a run whose attempts vanish is failed by the claim past them.
+    pub fn budget() -> LeaseModel {
+        LeaseModel {
+            ttl: 2,
+            max_time: 5,
+            max_in_flight: 1,
+            claims_per_worker: 2,
+            writes_per_worker: 0,
+            max_attempts: Some(2),
+            ..LeaseModel::small()
         }
     }
 
@@ -155,6 +180,8 @@ pub struct Store {
     pub not_before: u8,
     /// Claims per worker, used only by [`Flaw::PerWorkerFence`].
     pub per_worker: Vec<u8>,
+    /// The attempt budget's counter: claims since the last resume, less voluntary releases.
+    pub attempts: u8,
 }
 
 /// A lease as its worker holds it.
@@ -197,6 +224,8 @@ pub enum Op {
     Complete(u8),
     /// Give the run back with a retry delay, under a fence.
     Retry(u8),
+    /// Give the run back voluntarily (its attempt goes back to the budget), under a fence.
+    Release(u8),
     /// Fail the run under a fence.
     Fail(u8),
 }
@@ -204,8 +233,8 @@ pub enum Op {
 /// The store's answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Answer {
-    /// The claim succeeded with this fence.
-    Granted(u8),
+    /// The claim succeeded with this fence, as this attempt of the run's budget.
+    Granted(u8, u8),
     /// The fenced operation was accepted.
     Accepted,
     /// Refused (held, stale fence, lease ended, …).
@@ -280,6 +309,12 @@ pub struct History {
     pub failed: bool,
     /// A claim succeeded after a failed run was resumed.
     pub claimed_after_failure: bool,
+    /// Handlers started (a granted lease taken up and worked on) since the last resume.
+    pub ran: u8,
+    /// Voluntary releases the store accepted since the last resume.
+    pub refunded: u8,
+    /// A worker failed the run for a claim past its budget.
+    pub failed_by_budget: bool,
 }
 
 /// One state of the whole system.
@@ -326,6 +361,8 @@ pub enum Action {
     Retry(u8),
     /// A worker fails its run (and stops working on it).
     Fail(u8),
+    /// A worker gives its run back voluntarily (and stops working on it).
+    Release(u8),
     /// An operator resumes the suspended or failed run.
     Resume,
     /// The network delivers the message at this index.
@@ -383,12 +420,13 @@ impl LeaseModel {
                 store.owner = Some(from);
                 store.expires = now + self.ttl;
                 store.not_before = 0;
+                store.attempts += 1;
                 if fence <= history.granted_max {
                     history.fence_repeated = true;
                 }
                 history.granted_max = history.granted_max.max(fence);
                 history.claimed_after_resume |= history.resumed;
-                Answer::Granted(fence)
+                Answer::Granted(fence, store.attempts)
             }
             Op::Renew(fence) => {
                 let ok = if self.has(Flaw::RenewSuspended) {
@@ -452,6 +490,15 @@ impl LeaseModel {
                 }
                 Answer::Accepted
             }
+            Op::Release(fence) => {
+                if !self.held(store, fence) {
+                    return Answer::Refused;
+                }
+                store.owner = None;
+                store.attempts = store.attempts.saturating_sub(1);
+                history.refunded += 1;
+                Answer::Accepted
+            }
         }
     }
 
@@ -463,10 +510,18 @@ impl LeaseModel {
         match (op, answer) {
             (Op::Claim(n), answer) if worker.claim_pending == Some((n, sent)) => {
                 worker.claim_pending = None;
-                if let Answer::Granted(fence) = answer {
-                    // A grant that arrives past its deadline is not worked on.
-                    if now < deadline && worker.lease.is_none() {
+                if let Answer::Granted(fence, attempt) = answer {
+                    // Claimed past its budget: failed at once, never run.
+                    let spent = self
+                        .max_attempts
+                        .is_some_and(|max| attempt > max && !self.has(Flaw::BudgetOnlyOnError));
+                    if spent {
+                        state.history.failed_by_budget = true;
+                        self.send(state, to, Op::Fail(fence));
+                    } else if now < deadline && worker.lease.is_none() {
+                        // A grant that arrives past its deadline is not worked on.
                         worker.lease = Some(Held { fence, deadline });
+                        state.history.ran += 1;
                     }
                 }
             }
@@ -500,6 +555,7 @@ impl Model for LeaseModel {
                 phase: Phase::Runnable,
                 not_before: 0,
                 per_worker: vec![0; usize::from(self.workers)],
+                attempts: 0,
             },
             workers: vec![
                 Worker {
@@ -538,11 +594,17 @@ impl Model for LeaseModel {
                 if worker.writes < self.writes_per_worker {
                     actions.push(Action::Write(w));
                 }
-                actions.push(Action::Suspend(w));
-                actions.push(Action::Complete(w));
+                // The budget model's workers only crash or give their run back.
+                if self.max_attempts.is_none() {
+                    actions.push(Action::Suspend(w));
+                    actions.push(Action::Complete(w));
+                }
                 if self.life {
                     actions.push(Action::Retry(w));
                     actions.push(Action::Fail(w));
+                }
+                if self.max_attempts.is_some() {
+                    actions.push(Action::Release(w));
                 }
             }
         }
@@ -594,7 +656,11 @@ impl Model for LeaseModel {
                 let fence = worker.lease?.fence;
                 self.send(&mut state, w, Op::Write(fence));
             }
-            Action::Suspend(w) | Action::Complete(w) | Action::Retry(w) | Action::Fail(w) => {
+            Action::Suspend(w)
+            | Action::Complete(w)
+            | Action::Retry(w)
+            | Action::Fail(w)
+            | Action::Release(w) => {
                 let worker = &mut state.workers[usize::from(w)];
                 // Ending the lease stops the heartbeat and the work at once.
                 let fence = worker.lease.take()?.fence;
@@ -602,13 +668,17 @@ impl Model for LeaseModel {
                     Action::Suspend(_) => Op::Suspend(fence),
                     Action::Complete(_) => Op::Complete(fence),
                     Action::Retry(_) => Op::Retry(fence),
+                    Action::Release(_) => Op::Release(fence),
                     _ => Op::Fail(fence),
                 };
                 self.send(&mut state, w, op);
             }
             Action::Resume => {
                 state.store.phase = Phase::Runnable;
+                state.store.attempts = 0;
                 state.history.resumed = true;
+                state.history.ran = 0;
+                state.history.refunded = 0;
             }
             Action::Deliver(i) => {
                 let packet = state.net.remove(i);
@@ -688,6 +758,24 @@ impl Model for LeaseModel {
                 |_, s: &State| s.history.claimed_after_resume,
             ),
         ];
+        if self.max_attempts.is_some() {
+            properties.push(Property::always(
+                "no run is worked on more than its budget allows, unless attempts ended \
+                 voluntarily",
+                |m: &LeaseModel, s: &State| {
+                    let max = m.max_attempts.unwrap_or(u8::MAX);
+                    s.history.ran <= max.saturating_add(s.history.refunded)
+                },
+            ));
+            properties.push(Property::sometimes(
+                "a run whose attempts vanish is failed by its budget",
+                |_, s: &State| s.history.failed_by_budget && s.store.phase == Phase::Failed,
+            ));
+            properties.push(Property::sometimes(
+                "a voluntary release gives its attempt back",
+                |_, s: &State| s.history.refunded > 0 && s.history.ran > 1,
+            ));
+        }
         if self.life {
             // Reachable only with the rest of a run's life on.
             properties.push(Property::sometimes(

@@ -165,3 +165,51 @@ fn every_flaw_keeps_the_other_checks_meaningful() {
         checker.assert_any_discovery("a run is completed");
     }
 }
+
+/// The attempt budget: workers whose handlers crash (their leases expire unended) or give the
+/// run back voluntarily. No run is worked on more than `max_attempts` times since its last
+/// resume unless attempts ended voluntarily (a crash counts, a release does not), every other
+/// safety property holds, and the schedules that matter are reached: a run whose attempts
+/// vanish is failed by the claim past its budget, and a voluntary release gives its attempt
+/// back.
+#[test]
+fn the_attempt_budget_holds_in_every_interleaving() {
+    let model = LeaseModel::budget();
+    let started = Instant::now();
+    let checker = model.clone().checker().threads(2).spawn_bfs().join();
+    assert!(checker.is_done(), "the whole state space was explored");
+    eprintln!(
+        "lease-model (budget): {model:?}\n  {} states ({} unique), max depth {}, in {:.1?}",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        started.elapsed()
+    );
+    for property in SAFETY.iter().chain(&[
+        "no run is worked on more than its budget allows, unless attempts ended voluntarily",
+    ]) {
+        checker.assert_no_discovery(property);
+    }
+    for property in [
+        "a run is reclaimed under a higher fence",
+        "a run whose attempts vanish is failed by its budget",
+        "a voluntary release gives its attempt back",
+    ] {
+        let path = checker.assert_any_discovery(property);
+        eprintln!(
+            "  reached {property:?} in {} steps",
+            path.into_actions().len()
+        );
+    }
+}
+
+/// A budget checked only when a handler returns an error never stops a handler that crashes:
+/// its leases expire without an error, and the run is worked on past its budget.
+#[test]
+fn a_budget_checked_only_on_handler_error_is_found() {
+    counterexample_in(
+        LeaseModel::budget(),
+        Flaw::BudgetOnlyOnError,
+        "no run is worked on more than its budget allows, unless attempts ended voluntarily",
+    );
+}
