@@ -51,59 +51,11 @@ pub async fn a_handler_that_crashes_every_attempt_fails_the_run_after_its_budget
 ) {
     let t = crate::timing(factory);
     let store = factory.fresh().await;
-    let ttl = t.ttl(400);
     let r = created(&*store, "crashes").await;
     let started = Arc::new(AtomicU64::new(0));
     for process in 0..6 {
-        let link = FaultyStore::new(store.clone());
-        let config = WorkerConfig::new(ttl)
-            .with_poll_interval(Duration::from_millis(10))
-            .with_retry(quick(3));
-        let w = Worker::new(
-            Arc::new(link.clone()) as Arc<dyn LeaseStore>,
-            worker(&format!("process-{process}")),
-            config,
-        )
-        .unwrap();
-        let crashed = Arc::new(Notify::new());
-        let handle = {
-            let (link, started, crashed) = (link.clone(), started.clone(), crashed.clone());
-            tokio::spawn(async move {
-                w.run(
-                    move |_ctx: RunContext| {
-                        let (link, started, crashed) =
-                            (link.clone(), started.clone(), crashed.clone());
-                        async move {
-                            started.fetch_add(1, Ordering::SeqCst);
-                            // The process dies here: nothing it sends reaches the store again.
-                            link.set(Fault::Hang);
-                            crashed.notify_one();
-                            std::future::pending::<()>().await;
-                            Ok(End::Complete)
-                        }
-                    },
-                    CancellationToken::new(),
-                )
-                .await
-            })
-        };
-        // Either its handler starts (and the process crashes), or it fails the run unrun.
-        let deadline = Instant::now() + t.scale(Duration::from_secs(10));
-        let crashed_now = loop {
-            tokio::select! {
-                () = crashed.notified() => break true,
-                () = tokio::time::sleep(Duration::from_millis(20)) => {}
-            }
-            if store.inspect(&r).await.unwrap().state == RunState::Failed {
-                break false;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "process {process} neither ran nor failed the run"
-            );
-        };
-        handle.abort();
-        if !crashed_now {
+        let crashed = crashing_process(&store, &r, process, t.ttl(400), quick(3), &started).await;
+        if !crashed {
             break;
         }
     }
@@ -124,6 +76,142 @@ pub async fn a_handler_that_crashes_every_attempt_fails_the_run_after_its_budget
         reason.contains("claimed 3 times without finishing"),
         "{reason}"
     );
+}
+
+/// One worker process whose handler crashes it: a Worker whose link to the store goes dead
+/// when its handler starts, then dropped. Returns whether the handler started (and the
+/// process crashed); `false` when the Worker failed the run without starting it (or nothing
+/// became claimable within 30 s of the TTL).
+async fn crashing_process(
+    store: &Arc<dyn LeaseStore>,
+    run: &RunId,
+    process: u64,
+    ttl: Ttl,
+    policy: RetryPolicy,
+    started: &Arc<AtomicU64>,
+) -> bool {
+    let link = FaultyStore::new(store.clone());
+    let config = WorkerConfig::new(ttl)
+        .with_poll_interval(Duration::from_millis(10))
+        .with_retry(policy);
+    let w = Worker::new(
+        Arc::new(link.clone()) as Arc<dyn LeaseStore>,
+        worker(&format!("process-{process}")),
+        config,
+    )
+    .unwrap();
+    let crashed = Arc::new(Notify::new());
+    let handle = {
+        let (link, started, crashed) = (link.clone(), started.clone(), crashed.clone());
+        tokio::spawn(async move {
+            w.run(
+                move |_ctx: RunContext| {
+                    let (link, started, crashed) = (link.clone(), started.clone(), crashed.clone());
+                    async move {
+                        started.fetch_add(1, Ordering::SeqCst);
+                        // The process dies here: nothing it sends reaches the store again.
+                        link.set(Fault::Hang);
+                        crashed.notify_one();
+                        std::future::pending::<()>().await;
+                        Ok(End::Complete)
+                    }
+                },
+                CancellationToken::new(),
+            )
+            .await
+        })
+    };
+    // Either its handler starts (and the process crashes), or it fails the run unrun.
+    let deadline = Instant::now() + ttl.as_duration() + Duration::from_secs(30);
+    let crashed_now = loop {
+        tokio::select! {
+            () = crashed.notified() => break true,
+            () = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+        if store.inspect(run).await.unwrap().state == RunState::Failed {
+            break false;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "process {process} neither ran nor failed the run"
+        );
+    };
+    handle.abort();
+    crashed_now
+}
+
+/// The crash benchmark: a run whose handler crashes its worker process on every claim,
+/// processes started one after the other for `window`, TTL `ttl`, under `policy`. Returns the
+/// claims, the handler starts and the run's state at the end. Without a budget
+/// (`without_max_attempts`) the run is claimed again after every TTL for as long as the window
+/// lasts; with one, it stops.
+pub async fn crash_poison_claims(
+    store: Arc<dyn LeaseStore>,
+    ttl: Ttl,
+    policy: RetryPolicy,
+    window: Duration,
+) -> (u64, u64, RunState) {
+    let r = created(&*store, "crash-poison").await;
+    let started = Arc::new(AtomicU64::new(0));
+    let until = Instant::now() + window;
+    let mut process = 0;
+    while Instant::now() < until {
+        let run = tokio::time::timeout(
+            until.saturating_duration_since(Instant::now()),
+            crashing_process(&store, &r, process, ttl, policy, &started),
+        )
+        .await;
+        match run {
+            Ok(true) => process += 1,
+            Ok(false) | Err(_) => break,
+        }
+    }
+    let record = store.inspect(&r).await.unwrap();
+    (
+        record.claims(),
+        started.load(Ordering::SeqCst),
+        record.state,
+    )
+}
+
+/// The hang benchmark: one Worker whose handler for a run never returns (and ignores its
+/// token), for `window`, under `policy`, with `timeout` as its attempt deadline (or none).
+/// Returns the claims and the run's state at the end. Without a deadline the hub renews the
+/// hung run for as long as the process lives: one claim, never freed.
+pub async fn hang_poison_claims(
+    store: Arc<dyn LeaseStore>,
+    policy: RetryPolicy,
+    timeout: Option<Duration>,
+    window: Duration,
+) -> (u64, RunState) {
+    let r = created(&*store, "hang-poison").await;
+    let mut config = WorkerConfig::new(Ttl::from_secs(30).unwrap())
+        .with_poll_interval(Duration::from_millis(10))
+        .with_grace(Duration::from_millis(100))
+        .with_retry(policy);
+    if let Some(d) = timeout {
+        config = config.with_attempt_timeout(d);
+    }
+    let w = Worker::new(store.clone(), worker("hanging"), config).unwrap();
+    let shutdown = CancellationToken::new();
+    let handle = {
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            w.run(
+                |_ctx: RunContext| async move {
+                    std::future::pending::<()>().await;
+                    Ok(End::Complete)
+                },
+                stop,
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(window).await;
+    let record = store.inspect(&r).await.unwrap();
+    shutdown.cancel();
+    let _ = handle.await;
+    (record.claims(), record.state)
 }
 
 /// A handler that hangs (ignores its token for ever) under `with_attempt_timeout`,

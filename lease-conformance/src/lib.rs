@@ -91,6 +91,43 @@ macro_rules! life_benchmarks {
             eprintln!("purge_load: {line}");
         }
 
+        /// A run whose handler crashes its process on every claim, and one whose handler
+        /// hangs, each over a minute: claims without a budget (or a deadline) against claims
+        /// with the default policy's budget (and a 1 s attempt deadline).
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        #[ignore = "a benchmark: run with --ignored --release"]
+        async fn crash_and_hang_poison_runs_over_a_minute() {
+            use std::time::Duration;
+            let Some(factory) = $factory.await else {
+                return;
+            };
+            let minute = Duration::from_secs(60);
+            let ttl = lease_core::Ttl::from_secs(1).unwrap();
+            let unbounded = lease_core::RetryPolicy::default().without_max_attempts();
+            let budget = lease_core::RetryPolicy::default().with_max_attempts(3);
+            for (name, policy) in [("no budget", unbounded), ("max_attempts 3", budget)] {
+                let (claims, starts, state) =
+                    $crate::crash_poison_claims(factory.fresh().await, ttl, policy, minute).await;
+                eprintln!(
+                    "crash poison, TTL 1 s, {name}: {claims} claims in a minute, the handler \
+                     started {starts} times, the run ends {state}"
+                );
+            }
+            for (name, policy, deadline) in [
+                ("no deadline", budget, None),
+                (
+                    "1 s deadline, max_attempts 3",
+                    budget,
+                    Some(Duration::from_secs(1)),
+                ),
+            ] {
+                let (claims, state) =
+                    $crate::hang_poison_claims(factory.fresh().await, policy, deadline, minute)
+                        .await;
+                eprintln!("hang poison, {name}: {claims} claims in a minute, the run is {state}");
+            }
+        }
+
         /// A poison run's claims per second: released at once (the Worker before retry
         /// policies) against the default retry policy.
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -42,9 +42,10 @@ use crate::types::{End, Ending, Fence, JournalEntry, Lease, ListFilter, RunRecor
 /// `lease-conformance` suite against it; passing it is the definition of a correct backend.
 #[async_trait::async_trait] // object-safe: workers hold Arc<dyn LeaseStore>
 pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
-    /// Creates `run` as runnable and unowned, with fence 0 and no heartbeats — or, for an id
-    /// that was [purged](LeaseStore::purge), with the fence it had when it was purged, so its
-    /// next claim continues above every fence it ever issued.
+    /// Creates `run` as runnable and unowned, with fence 0, no heartbeats and no attempts — or,
+    /// for an id that was [purged](LeaseStore::purge), with the fence it had when it was
+    /// purged, so its next claim continues above every fence it ever issued (its attempt
+    /// budget starts afresh).
     ///
     /// # Errors
     /// [`Error::AlreadyExists`]; nothing is changed.
@@ -52,7 +53,9 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
 
     /// Claims `run` for `worker` for `ttl` if it is runnable and unowned or expired, and not
     /// delayed ([`End::RetryAfter`]) past the store's now. Sets the owner, sets the expiry to the
-    /// store's now plus `ttl`, and increments the fence (so the fence is the attempt number).
+    /// store's now plus `ttl`, increments the fence, and raises the run's attempt counter
+    /// ([`RunRecord::attempts`](crate::RunRecord::attempts)) in the same write; the lease
+    /// carries the counter's new value ([`Lease::attempt`](crate::Lease::attempt)).
     ///
     /// # Errors
     /// [`Error::Held`] (holder, time left), [`Error::Delayed`] (time left before it is
@@ -171,8 +174,12 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     /// [contract](LeaseStore#contract).
     ///
     /// [`End::RetryAfter`] releases the run with a delay counted on the store's clock from the
-    /// commit; [`End::Fail`] fails it with its reason (terminal until
-    /// [`resume`](LeaseStore::resume)). A backend written before these ends must refuse them as
+    /// commit; [`End::AttemptFailed`] does the same with the attempt kept counted;
+    /// [`End::Fail`] fails it with its reason (terminal until
+    /// [`resume`](LeaseStore::resume)). A voluntary end ([`End::refunds_attempt`]: release,
+    /// suspend, retry-after) gives its attempt back to the run's budget in the same write, as
+    /// [`release`](LeaseStore::release) and [`suspend`](LeaseStore::suspend) do; the others
+    /// leave it counted. A backend written before these ends must refuse them as
     /// [`InvalidInput::Unsupported`](crate::InvalidInput::Unsupported), never release instead.
     async fn end_many(&self, ends: &[Ending]) -> Result<Vec<Result<()>>>;
 
@@ -186,7 +193,7 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     async fn create_many(&self, runs: &[RunId]) -> Result<Vec<Result<()>>>;
 
     /// Makes a suspended or failed run runnable again, claimable at once (a failed run's reason
-    /// is cleared). The next claim takes a higher fence.
+    /// is cleared), with a fresh attempt budget. The next claim takes a higher fence.
     ///
     /// # Errors
     /// [`Error::NotFound`], [`Error::NotSuspended`].

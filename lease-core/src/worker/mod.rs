@@ -40,10 +40,17 @@ pub use context::{EndReport, Handler, HandlerFuture, RunContext, WorkerReport};
 ///   handler whose scope is already cancelled is never started.
 /// - A handler returns an [`End`]: complete, complete with an effect (the effect's journal
 ///   entry and the completion are one write), release, release with a retry delay, suspend,
-///   fail, or one it committed itself. An error or a panic gives the run back with the
-///   [`RetryPolicy`]'s delay (on the store's clock), or fails it, with the error as its
-///   reason, at the policy's last attempt (the attempt is the lease's fence); one that comes
-///   after the handler's token was cancelled releases the run at once. The ends of many handlers go to the store in one
+///   fail, or one it committed itself. An error or a panic is a failed attempt: the run is
+///   given back with the [`RetryPolicy`]'s delay (on the store's clock, the attempt counted:
+///   [`End::AttemptFailed`]), or failed, with the error as its reason, at the policy's last
+///   attempt ([`Lease::attempt`](crate::Lease::attempt): claims since the run was created or
+///   resumed, less voluntary ends). A run **claimed** past the budget (its holders crashed or
+///   vanished) is failed without running its handler. With
+///   [`with_attempt_timeout`](WorkerConfig::with_attempt_timeout) a handler past its deadline
+///   is cancelled, then aborted after the grace: a failed attempt. Whatever a handler returns
+///   after a cancellation that was not the shutdown's (its attempt deadline, its lease's local
+///   deadline) counts as a failed attempt too; only the shutdown and an explicit
+///   [`End::Release`] hand the run back at once. The ends of many handlers go to the store in one
 ///   [`end_many`](LeaseStore::end_many) (one round trip, one commit); a batch closes at its
 ///   size or after its delay. **No end is reported before the batch that carries it
 ///   committed** ([`Worker::on_end`], [`WorkerReport`]).
