@@ -16,7 +16,7 @@ pub(crate) struct RecordView {
     /// Time left on the lease by the store's clock, milliseconds (negative: expired).
     remaining_ms: Option<i64>,
     fence: u64,
-    /// Claims so far (the fence).
+    /// The attempt budget's counter: claims since create or resume, less voluntary ends.
     attempts: u64,
     heartbeats: u64,
     /// A delayed run's end of delay on the store's clock, microseconds.

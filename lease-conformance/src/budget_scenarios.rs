@@ -528,3 +528,51 @@ pub async fn an_end_the_handler_committed_is_reported_once_after_a_renewal_met_i
     );
     assert_eq!(store.inspect(&r).await.unwrap().state, RunState::Completed);
 }
+
+/// `RunScope` applies the budget too: after two attempts taken from their holders
+/// (`force_release` leaves the attempt counted, as an expiry does), `RunScope::claim` with
+/// `with_max_attempts(2)` fails the run and answers `AttemptsExhausted`, and
+/// `RunScope::claim_next` fails such a run and leaves it out; a run within its budget is
+/// handed out as always.
+pub async fn a_scope_fails_a_run_claimed_past_its_budget(factory: &dyn StoreFactory) {
+    use lease_core::{RunScope, ScopeConfig};
+    let store = factory.fresh().await;
+    let (one, other, fresh) = (
+        created(&*store, "scoped-one").await,
+        created(&*store, "scoped-other").await,
+        crate::scenarios::run("scoped-fresh"),
+    );
+    let a = worker("a");
+    for id in [&one, &other] {
+        for _ in 0..2 {
+            store.claim(id, &a, long()).await.unwrap();
+            store.force_release(id).await.unwrap();
+        }
+        assert_eq!(store.inspect(id).await.unwrap().attempts, 2);
+    }
+    let config = ScopeConfig::default().with_max_attempts(2);
+    match RunScope::claim(store.clone(), &one, &a, long(), config.clone()).await {
+        Err(Error::AttemptsExhausted {
+            attempts: 2,
+            max: 2,
+            ..
+        }) => {}
+        other => panic!("a run past its budget was handed out: {other:?}"),
+    }
+    let record = store.inspect(&one).await.unwrap();
+    assert_eq!(record.state, RunState::Failed);
+    assert!(record
+        .failure
+        .unwrap_or_default()
+        .contains("claimed 2 times without finishing"),);
+    store.create(&fresh).await.unwrap();
+    let scopes = RunScope::claim_next(store.clone(), &a, long(), 10, config)
+        .await
+        .unwrap();
+    let handed: Vec<&RunId> = scopes.iter().map(RunScope::run).collect();
+    assert_eq!(handed, [&fresh], "only the run within its budget");
+    assert_eq!(store.inspect(&other).await.unwrap().state, RunState::Failed);
+    for scope in scopes {
+        scope.complete().await.unwrap();
+    }
+}

@@ -208,6 +208,7 @@ macro_rules! conformance_tests {
             a_handler_that_hangs_fails_after_its_attempt_deadlines,
             the_attempt_budget_counts_failures_not_waits_deploys_or_snoozes,
             an_end_the_handler_committed_is_reported_once_after_a_renewal_met_it,
+            a_scope_fails_a_run_claimed_past_its_budget,
             count_tells_how_many_runs_are_in_each_state,
             worker_runs_at_most_its_concurrency_limit,
             worker_handler_ignoring_its_token_is_still_fenced,
