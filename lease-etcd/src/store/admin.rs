@@ -1,0 +1,172 @@
+//! Administration: creates, resumes, forced releases and purges.
+
+use std::time::Duration;
+
+use etcd_client::{DeleteOptions, TxnOp};
+use lease_core::backend::{check_create_batch, check_purge};
+use lease_core::{Error, Result, RunId, RunRecord, RunState};
+
+use super::{now_micros, state_of, EtcdLeaseStore, Seen};
+use crate::codec::{prefix_end, Rec};
+
+impl EtcdLeaseStore {
+    pub(super) fn purgeable_ranges(&self, older_than: Duration) -> [(Vec<u8>, Vec<u8>); 2] {
+        let cutoff = now_micros().saturating_sub(older_than.as_micros() as u64);
+        [RunState::Completed, RunState::Failed].map(|state| {
+            (
+                self.keys.index_family(state),
+                self.keys.index_bound(state, cutoff),
+            )
+        })
+    }
+    pub(super) async fn create_batch(&self, runs: &[RunId]) -> Result<Vec<Result<()>>> {
+        check_create_batch(runs)?;
+        let mut first = std::collections::HashMap::new();
+        let mut dup = vec![false; runs.len()];
+        for (i, run) in runs.iter().enumerate() {
+            if first.insert(run, i).is_some() {
+                dup[i] = true;
+            }
+        }
+        let unique: Vec<&RunId> = runs
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !dup[*i])
+            .map(|(_, r)| r)
+            .collect();
+        let mut decided = self
+            .decide(&unique, |i, seen, now| {
+                let run = unique[i];
+                let fence = match &seen.rec {
+                    Some(rec) if rec.state.is_some() => {
+                        return Err(Error::AlreadyExists { run: run.clone() })
+                    }
+                    Some(tombstone) => tombstone.fence,
+                    None => 0,
+                };
+                // Creation order within the batch: each id one microsecond after the one before.
+                let since = now + i as u64;
+                Ok(self.plan(
+                    run.as_str(),
+                    seen,
+                    &Rec::fresh(fence, since),
+                    Vec::new(),
+                    (),
+                ))
+            })
+            .await?
+            .into_iter();
+        Ok(runs
+            .iter()
+            .zip(dup)
+            .map(|(run, dup)| {
+                if dup {
+                    Err(Error::AlreadyExists { run: run.clone() })
+                } else {
+                    decided.next().expect("one result per unique run")
+                }
+            })
+            .collect())
+    }
+
+    pub(super) async fn resume_run(&self, run: &RunId) -> Result<RunRecord> {
+        self.decide_one(run, |seen, now| {
+            let rec = seen.live(run)?;
+            let state = state_of(rec);
+            if !matches!(state, RunState::Suspended | RunState::Failed) {
+                return Err(Error::NotSuspended {
+                    run: run.clone(),
+                    state,
+                });
+            }
+            let mut new = rec.clone();
+            new.state = Some(RunState::Runnable);
+            new.failure = None;
+            new.attempts = 0; // a fresh budget
+            new.since = now;
+            new.not_before = 0;
+            let after = Seen {
+                rec: Some(new.clone()),
+                rev: seen.rev,
+                block: None,
+                block_lease: 0,
+            };
+            let out = self.record(run, &after, now)?;
+            Ok(self.plan(run.as_str(), seen, &new, Vec::new(), out))
+        })
+        .await
+    }
+
+    pub(super) async fn force_release_run(&self, run: &RunId) -> Result<RunRecord> {
+        self.decide_one(run, |seen, now| {
+            let rec = seen.live(run)?;
+            match state_of(rec) {
+                RunState::Suspended => return Err(Error::Suspended { run: run.clone() }),
+                RunState::Completed => return Err(Error::Completed { run: run.clone() }),
+                RunState::Failed => return Err(Error::Failed { run: run.clone() }),
+                _ => {}
+            }
+            let mut new = rec.clone();
+            new.owner = None;
+            new.expires_at = 0;
+            new.not_before = 0;
+            new.since = now;
+            let after = Seen {
+                rec: Some(new.clone()),
+                rev: seen.rev,
+                block: None,
+                block_lease: 0,
+            };
+            let out = self.record(run, &after, now)?;
+            Ok(self.plan(
+                run.as_str(),
+                seen,
+                &new,
+                vec![self.delete_block(run.as_str())],
+                out,
+            ))
+        })
+        .await
+    }
+
+    pub(super) async fn purge_runs(&self, older_than: Duration, max: usize) -> Result<Vec<RunId>> {
+        check_purge(older_than, max)?;
+        let mut due: Vec<(u64, RunId)> = Vec::new();
+        for (from, to) in self.purgeable_ranges(older_than) {
+            let page = self.range(from, to, max as i64, false, 0).await?;
+            for kv in page.kvs() {
+                if let Some((since, run)) = self.keys.parse_index(kv.key()) {
+                    due.push((since, RunId::new(run)?));
+                }
+            }
+        }
+        due.sort();
+        due.truncate(max);
+        let ids: Vec<&RunId> = due.iter().map(|(_, r)| r).collect();
+        let seen = self.read(&ids).await?;
+        let mut plans = Vec::new();
+        for ((since, run), item) in due.iter().zip(&seen) {
+            let Ok(rec) = item.live(run) else { continue };
+            let ended = matches!(rec.state, Some(RunState::Completed | RunState::Failed));
+            if !ended || rec.since != *since {
+                continue; // changed since the index was read: not removed
+            }
+            let r = run.as_str();
+            let journal = self.keys.journal_prefix(r);
+            let keys = self.keys.keys_prefix(r);
+            let extra = vec![
+                TxnOp::delete(
+                    journal.clone(),
+                    Some(DeleteOptions::new().with_range(prefix_end(&journal))),
+                ),
+                TxnOp::delete(
+                    keys.clone(),
+                    Some(DeleteOptions::new().with_range(prefix_end(&keys))),
+                ),
+                self.delete_block(r),
+            ];
+            plans.push(self.plan(r, item, &Rec::tombstone(rec.fence), extra, run.clone()));
+        }
+        Ok(self.execute(plans).await?.into_iter().flatten().collect())
+    }
+}

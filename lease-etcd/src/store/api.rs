@@ -1,0 +1,113 @@
+//! The [`LeaseStore`] contract, each operation handed to the file of its concern.
+
+use std::time::Duration;
+
+use lease_core::backend::{check_end_batch, check_payload};
+use lease_core::{
+    End, Ending, IdempotencyKey, JournalEntry, Lease, LeaseStore, ListFilter, Result, RunCounts,
+    RunId, RunRecord, Ttl, WorkerId,
+};
+
+use super::{now_micros, EtcdLeaseStore};
+
+#[async_trait::async_trait]
+impl LeaseStore for EtcdLeaseStore {
+    async fn create(&self, run: &RunId) -> Result<RunRecord> {
+        let created = self.create_many(std::slice::from_ref(run)).await?;
+        created.into_iter().next().expect("one result")?;
+        self.inspect(run).await
+    }
+
+    async fn claim(&self, run: &RunId, worker: &WorkerId, ttl: Ttl) -> Result<Lease> {
+        self.claim_one(run, worker, ttl).await
+    }
+
+    async fn claim_next(&self, worker: &WorkerId, ttl: Ttl, max: usize) -> Result<Vec<Lease>> {
+        self.claim_next_runs(worker, ttl, max).await
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        self.renew_each(std::slice::from_ref(lease))
+            .await?
+            .pop()
+            .expect("one result")
+    }
+
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+        self.renew_batch(leases).await
+    }
+
+    async fn append(&self, lease: &Lease, payload: &[u8]) -> Result<JournalEntry> {
+        check_payload(payload)?;
+        self.append_entry(lease, None, payload).await
+    }
+
+    async fn append_keyed(
+        &self,
+        lease: &Lease,
+        key: &IdempotencyKey,
+        payload: &[u8],
+    ) -> Result<JournalEntry> {
+        check_payload(payload)?;
+        self.append_entry(lease, Some(key), payload).await
+    }
+
+    async fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>> {
+        self.journal_entries(run).await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        self.end_one(lease, End::Release).await
+    }
+
+    async fn suspend(&self, lease: &Lease) -> Result<()> {
+        self.end_one(lease, End::Suspend).await
+    }
+
+    async fn end_many(&self, ends: &[Ending]) -> Result<Vec<Result<()>>> {
+        check_end_batch(ends)?;
+        self.end_each(ends).await
+    }
+
+    async fn create_many(&self, runs: &[RunId]) -> Result<Vec<Result<()>>> {
+        self.create_batch(runs).await
+    }
+
+    async fn resume(&self, run: &RunId) -> Result<RunRecord> {
+        self.resume_run(run).await
+    }
+
+    async fn complete(&self, lease: &Lease) -> Result<()> {
+        self.end_one(lease, End::Complete).await
+    }
+
+    async fn inspect(&self, run: &RunId) -> Result<RunRecord> {
+        let now = now_micros();
+        let seen = self.read(&[run]).await?;
+        self.record(run, &seen[0], now)
+    }
+
+    async fn inspect_many(&self, runs: &[RunId]) -> Result<Vec<Result<RunRecord>>> {
+        self.inspect_batch(runs).await
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<RunRecord>> {
+        self.list_runs(filter).await
+    }
+
+    async fn force_release(&self, run: &RunId) -> Result<RunRecord> {
+        self.force_release_run(run).await
+    }
+
+    async fn purge(&self, older_than: Duration, max: usize) -> Result<Vec<RunId>> {
+        self.purge_runs(older_than, max).await
+    }
+
+    async fn count(&self) -> Result<RunCounts> {
+        self.count_runs().await
+    }
+
+    async fn count_purgeable(&self, older_than: Duration) -> Result<u64> {
+        self.count_purgeable_runs(older_than).await
+    }
+}

@@ -1,0 +1,451 @@
+//! [`EtcdLeaseStore`]: the [`LeaseStore`] contract as etcd transactions.
+
+use std::fmt;
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, KvClient, LeaseClient, ResponseHeader, Txn, TxnOp,
+    TxnOpResponse, TxnResponse,
+};
+use lease_core::backend::fenced_verdict;
+use lease_core::{Error, Fence, InvalidInput, Lease, Result, RunId, RunState, Ttl};
+
+use crate::codec::{Keys, Rec};
+use crate::config::EtcdConfig;
+use crate::error::{classify, timed_out, BACKEND};
+
+mod admin;
+mod api;
+mod claims;
+mod decide;
+mod reads;
+mod writes;
+
+/// The shortest TTL etcd times: its leases are whole seconds.
+pub const MIN_TTL: Duration = Duration::from_secs(1);
+
+/// Runs per read: two reads each, within etcd's default `--max-txn-ops` (128).
+const CHUNK: usize = 64;
+
+/// Operations per transaction, nested ones and compares included: etcd's default
+/// `--max-txn-ops`, which etcd 3.4 applies to a transaction and its nested ones together.
+const MAX_TXN_OPS: usize = 128;
+
+/// Payload bytes per transaction, within etcd's default `--max-request-bytes` (1.5 MiB).
+const CHUNK_BYTES: usize = 1 << 20;
+
+/// How often an item whose compare lost a race (another writer changed the run between the
+/// read and the write) is read and decided again before the call gives up as contended.
+const ROUNDS: usize = 32;
+
+/// Journal entries per read: each can be 1 MiB.
+const JOURNAL_PAGE: i64 = 64;
+
+/// Index entries `claim_next` looks at past now, per sweep.
+const SWEEP: usize = 64;
+
+/// How often a store sweeps past now.
+const SWEEP_EVERY: Duration = Duration::from_millis(250);
+
+/// The largest message this adapter accepts from etcd (a journal page).
+const MAX_DECODING: usize = 96 << 20;
+
+/// A [`LeaseStore`] on etcd v3 (3.4 and later).
+///
+/// Each run is a record key that is never leased and never deleted (a purge leaves a
+/// tombstone with the fence), so its fence survives anything etcd's Raft log survives. A
+/// claim attaches a *block* key to a fresh etcd lease of the claim's TTL: while the block
+/// exists the run is held, and when etcd expires the lease (timed by its leader) the block
+/// disappears and the run is claimable. No client clock decides expiry. Every write is one
+/// etcd transaction that compares the record's revision with the one the decision was made
+/// on, so each check is atomic; batches are nested transactions, one commit per chunk of
+/// up to 128 operations (etcd's default `--max-txn-ops`), each item judged on its own.
+///
+/// Times in records ([`RunRecord::observed_at`], expiries, journal times) are the client's
+/// wall clock when written or read, for display and ordering only (etcd has no time read);
+/// claimability is always etcd's lease. See the crate docs for the pitfalls this handles.
+pub struct EtcdLeaseStore {
+    /// One client per endpoint; calls go to `current` and move on when it fails.
+    links: Vec<Link>,
+    current: Arc<AtomicUsize>,
+    /// Where `claim_next`'s sweep past now goes on from, and when it last ran.
+    cursor: Arc<std::sync::Mutex<Option<Vec<u8>>>>,
+    swept: Arc<AtomicU64>,
+    keys: Keys,
+    config: EtcdConfig,
+    cluster: u64,
+    /// The highest revision an answer carried: a later call answered below it means the
+    /// cluster's history went back (restored from a snapshot), and the store fails closed.
+    floor: Arc<AtomicI64>,
+}
+
+/// The clients of one endpoint.
+#[derive(Clone)]
+struct Link {
+    kv: KvClient,
+    leases: LeaseClient,
+}
+
+/// What one read saw of a run.
+#[derive(Debug, Clone, Default)]
+struct Seen {
+    rec: Option<Rec>,
+    /// The record's mod revision, 0 when absent.
+    rev: i64,
+    /// The block key: `Some(true)` held, `Some(false)` delayed, `None` absent.
+    block: Option<bool>,
+    /// The etcd lease the block is attached to, 0 when absent.
+    block_lease: i64,
+}
+
+impl Seen {
+    /// The live record if `lease` may write to it, per the fenced-write rules.
+    fn writable(&self, lease: &Lease) -> Result<&Rec> {
+        let rec = self.live(lease.run())?;
+        fenced_verdict(
+            lease.run(),
+            lease.fence(),
+            Fence::new(rec.fence)?,
+            state_of(rec),
+            rec.owner.is_some(),
+        )?;
+        Ok(rec)
+    }
+
+    /// A run as one transaction's gets of its record and its block answered it.
+    fn parse(record: Option<&TxnOpResponse>, block: Option<&TxnOpResponse>) -> Result<Seen> {
+        let mut item = Seen::default();
+        if let Some(TxnOpResponse::Get(get)) = record {
+            if let Some(kv) = get.kvs().first() {
+                item.rec = Some(Rec::decode(kv.value())?);
+                item.rev = kv.mod_revision();
+            }
+        }
+        if let Some(TxnOpResponse::Get(get)) = block {
+            if let Some(kv) = get.kvs().first() {
+                item.block = Some(kv.value() == b"h");
+                item.block_lease = kv.lease();
+            }
+        }
+        Ok(item)
+    }
+
+    /// The live record (not a tombstone), or `NotFound`.
+    fn live(&self, run: &RunId) -> Result<&Rec> {
+        match &self.rec {
+            Some(rec) if rec.state.is_some() => Ok(rec),
+            _ => Err(Error::NotFound { run: run.clone() }),
+        }
+    }
+}
+
+/// What one page of `claim_next` claimed.
+struct ClaimPage {
+    leases: Vec<Lease>,
+    /// Candidates another caller claimed first.
+    lost: usize,
+    /// Whether the range had more entries than it returned.
+    more: bool,
+    /// The index key the next page starts after.
+    resume: Option<Vec<u8>>,
+}
+
+/// One item's conditional write, and what it returns if its compares hold.
+struct Plan<T> {
+    compares: Vec<Compare>,
+    ops: Vec<TxnOp>,
+    bytes: usize,
+    out: T,
+}
+
+/// The client's wall clock in microseconds, strictly increasing within this process (so runs
+/// created one after another keep their order). For ordering and display only.
+fn now_micros() -> u64 {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let wall = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
+    let mut last = LAST.load(Ordering::Relaxed);
+    loop {
+        let next = wall.max(last + 1);
+        match LAST.compare_exchange_weak(last, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return next,
+            Err(seen) => last = seen,
+        }
+    }
+}
+
+/// Shuffles `items` (Fisher–Yates over a xorshift stream from `seed`): enough to spread
+/// concurrent callers over different runs; nothing depends on its quality.
+fn shuffle(items: &mut [usize], seed: u64) {
+    let mut x = seed | 1;
+    for i in (1..items.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        items.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+}
+
+fn state_of(rec: &Rec) -> RunState {
+    rec.state.unwrap_or(RunState::Completed)
+}
+
+/// A TTL as etcd times it: whole seconds, rounded up (a lease lasts longer, never shorter).
+fn lease_seconds(ttl: Ttl) -> Result<(i64, Ttl)> {
+    if ttl.as_duration() < MIN_TTL {
+        return Err(InvalidInput::TtlUnderBackendMinimum {
+            ttl: ttl.as_duration(),
+            min: MIN_TTL,
+            backend: BACKEND,
+        }
+        .into());
+    }
+    let secs = ttl.as_millis().div_ceil(1000);
+    Ok((secs as i64, Ttl::from_secs(secs)?))
+}
+
+impl EtcdLeaseStore {
+    /// Connects to the cluster and checks it: every member reachable through the endpoint
+    /// list, and the key prefix bound to this cluster's id (a prefix first used on another
+    /// cluster, or a cluster restored from a snapshot under a new id, is refused: its fences
+    /// may have gone back).
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] when no member answers within the connect timeout;
+    /// [`Error::Misconfigured`] for bad credentials or a prefix bound to another cluster.
+    pub async fn connect(config: EtcdConfig) -> Result<EtcdLeaseStore> {
+        // The builders take any value; out of range is refused here, before any arithmetic.
+        config.validate()?;
+        let mut options = ConnectOptions::new()
+            .with_timeout(config.timeout())
+            .with_connect_timeout(config.connect_timeout())
+            .with_keep_alive(Duration::from_secs(10), config.timeout());
+        if let Some((user, password)) = config.user() {
+            options = options.with_user(user.clone(), password.clone());
+        }
+        #[cfg(feature = "tls")]
+        if config.tls() {
+            options = options.with_tls(etcd_client::TlsOptions::new());
+        }
+        #[cfg(not(feature = "tls"))]
+        debug_assert!(
+            !config.tls(),
+            "from_url refuses etcds:// without the tls feature"
+        );
+        // A member that has lost its leader answers "no leader" at once instead of letting a
+        // request wait out its timeout (etcd's require-leader metadata).
+        let options = options.with_require_leader(true);
+        let bound = config.connect_timeout() + config.timeout();
+        let mut links = Vec::with_capacity(config.endpoints().len());
+        let mut last = None;
+        for endpoint in config.endpoints() {
+            let connected = tokio::time::timeout(
+                bound,
+                Client::connect([endpoint.as_str()], Some(options.clone())),
+            )
+            .await;
+            match connected {
+                Ok(Ok(client)) => links.push(Link {
+                    kv: client.kv_client().max_decoding_message_size(MAX_DECODING),
+                    leases: client.lease_client(),
+                }),
+                Ok(Err(e)) => last = Some(classify(e)),
+                Err(_) => last = Some(timed_out("connecting to etcd", bound)),
+            }
+        }
+        if links.is_empty() {
+            return Err(last.unwrap_or_else(|| timed_out("connecting to etcd", bound)));
+        }
+        let links_len = links.len();
+        let mut store = EtcdLeaseStore {
+            links,
+            // Each store starts at an endpoint of its own, so a fleet spreads over the members.
+            current: Arc::new(AtomicUsize::new(now_micros() as usize % links_len)),
+            cursor: Arc::new(std::sync::Mutex::new(None)),
+            swept: Arc::new(AtomicU64::new(0)),
+            keys: Keys::new(config.prefix()),
+            config,
+            cluster: 0,
+            floor: Arc::new(AtomicI64::new(0)),
+        };
+        store.bind_cluster().await?;
+        tracing::debug!(store = %store, cluster = store.cluster, "connected to etcd");
+        Ok(store)
+    }
+
+    /// Records the cluster id under the prefix on first use; later refuses any other.
+    async fn bind_cluster(&mut self) -> Result<()> {
+        let meta = self.keys.meta();
+        let txn = Txn::new()
+            .when([Compare::create_revision(meta.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(meta.clone(), b"".to_vec(), None)])
+            .or_else([TxnOp::get(meta.clone(), None)]);
+        let mut answer = None;
+        for _ in 0..self.links.len() {
+            let txn = txn.clone();
+            match self
+                .call("connect", |mut l| async move { l.kv.txn(txn).await })
+                .await
+            {
+                Err(e) if e.is_retryable() => answer = Some(Err(e)),
+                other => {
+                    answer = Some(other);
+                    break;
+                }
+            }
+        }
+        let response = answer.expect("at least one endpoint")?;
+        let header = response
+            .header()
+            .ok_or_else(|| Error::backend(BACKEND, "etcd answered without a header"))?;
+        let cluster = header.cluster_id();
+        let id = cluster.to_string();
+        let stored = if response.succeeded() {
+            None
+        } else {
+            response.op_responses().into_iter().find_map(|op| match op {
+                TxnOpResponse::Get(get) => get
+                    .kvs()
+                    .first()
+                    .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
+                _ => None,
+            })
+        };
+        match stored.as_deref() {
+            None | Some("") => {
+                let value = id.into_bytes();
+                self.call("connect", |mut l| async move {
+                    l.kv.put(meta, value, None).await
+                })
+                .await?;
+            }
+            Some(bound) if bound == id => {}
+            Some(bound) => {
+                return Err(Error::misconfigured(
+                    BACKEND,
+                    format!(
+                        "the prefix {:?} was first used on etcd cluster {bound}, but this is \
+                         cluster {id}: a cluster restored from a snapshot may hold fences that \
+                         went back, so two workers could write under one fence. Use a new \
+                         prefix, or, once every run's fence is known to be current, delete the \
+                         key {:?} to rebind the prefix",
+                        self.config.prefix(),
+                        String::from_utf8_lossy(&self.keys.meta()),
+                    ),
+                ))
+            }
+        }
+        self.cluster = cluster;
+        self.floor.fetch_max(header.revision(), Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// The settings this store was opened with.
+    pub fn config(&self) -> &EtcdConfig {
+        &self.config
+    }
+
+    /// Runs one call on the current endpoint under the client-side bound. When it fails as
+    /// unavailable (the member is down, cut off, or has no leader), later calls go to the next
+    /// endpoint: the client fails over to the members that can answer.
+    async fn call<T, F, Fut>(&self, what: &str, make: F) -> Result<T>
+    where
+        F: FnOnce(Link) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        let at = self.current.load(Ordering::Relaxed) % self.links.len();
+        let bound = self.config.timeout();
+        let answer = match tokio::time::timeout(bound, make(self.links[at].clone())).await {
+            Ok(result) => result.map_err(classify),
+            Err(_) => Err(timed_out(what, bound)),
+        };
+        if let Err(Error::Unavailable { .. }) = &answer {
+            let next = (at + 1) % self.links.len();
+            if self
+                .current
+                .compare_exchange(at, next, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+                && self.links.len() > 1
+            {
+                tracing::debug!(from = %self.config.endpoints()[at], to = %self.config.endpoints()[next], "etcd endpoint unavailable; failing over");
+            }
+        }
+        answer
+    }
+
+    /// Fails closed when an answer comes from another cluster or from below a revision an
+    /// earlier answer (received before this call was sent) carried.
+    fn check_header(&self, header: Option<&ResponseHeader>, floor: i64) -> Result<()> {
+        let Some(header) = header else {
+            return Err(Error::backend(BACKEND, "etcd answered without a header"));
+        };
+        if self.cluster != 0 && header.cluster_id() != self.cluster {
+            return Err(Error::misconfigured(
+                BACKEND,
+                format!(
+                    "etcd answered from cluster {} instead of {}: the endpoints now reach \
+                     another cluster (restored from a snapshot?), whose fences may have gone back",
+                    header.cluster_id(),
+                    self.cluster
+                ),
+            ));
+        }
+        if header.revision() < floor {
+            return Err(Error::misconfigured(
+                BACKEND,
+                format!(
+                    "etcd's revision went back from {floor} to {}: its history was rewound \
+                     (a snapshot restore?), so fences may have gone back; refusing to go on",
+                    header.revision()
+                ),
+            ));
+        }
+        self.floor.fetch_max(header.revision(), Ordering::SeqCst);
+        Ok(())
+    }
+
+    async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
+        let floor = self.floor.load(Ordering::SeqCst);
+        let response = self
+            .call("a transaction", |mut l| async move { l.kv.txn(txn).await })
+            .await?;
+        self.check_header(response.header(), floor)?;
+        Ok(response)
+    }
+}
+
+impl fmt::Debug for EtcdLeaseStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdLeaseStore")
+            .field("config", &self.config)
+            .field("cluster", &self.cluster)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Display for EtcdLeaseStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.config, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttls_are_whole_seconds_from_one_rounded_up_and_shorter_ones_refused() {
+        let secs = |ms| lease_seconds(Ttl::from_millis(ms).unwrap());
+        assert!(matches!(
+            secs(999),
+            Err(Error::InvalidInput(InvalidInput::TtlUnderBackendMinimum { min, .. })) if min == MIN_TTL
+        ));
+        let (n, ttl) = secs(1_001).unwrap();
+        assert_eq!((n, ttl.as_millis()), (2, 2_000));
+        let (n, ttl) = secs(30_000).unwrap();
+        assert_eq!((n, ttl.as_millis()), (30, 30_000));
+    }
+}

@@ -1,0 +1,236 @@
+//! Reads: records as etcd judges them, the journal, lists and counts.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use etcd_client::{GetOptions, ResponseHeader, Txn, TxnOp, TxnOpResponse};
+use lease_core::backend::{check_list, check_purge};
+use lease_core::{
+    Fence, InvalidInput, JournalEntry, ListFilter, Result, RunCounts, RunId, RunRecord, RunState,
+    StoreTime, WorkerId, MAX_BATCH, MAX_COUNT,
+};
+
+use super::decide::counted;
+use super::{now_micros, state_of, EtcdLeaseStore, Seen, CHUNK, JOURNAL_PAGE};
+use crate::codec::{decode_entry, prefix_end, Rec};
+
+impl EtcdLeaseStore {
+    /// ahead of `now`, and one it has reached at or before it, whatever the clocks say.
+    pub(super) fn record(&self, run: &RunId, seen: &Seen, now: u64) -> Result<RunRecord> {
+        let rec = seen.live(run)?;
+        let state = state_of(rec);
+        let mut record = RunRecord::new(
+            run.clone(),
+            state,
+            Fence::new(rec.fence)?,
+            StoreTime::from_micros(now),
+        )
+        .with_heartbeats(rec.heartbeats)
+        .with_failure(rec.failure.clone())
+        .with_attempts(rec.attempts);
+        if let Some(owner) = &rec.owner {
+            let expires_at = match seen.block {
+                Some(true) => rec.expires_at.max(now + 1),
+                _ => rec.expires_at.min(now),
+            };
+            record = record.with_lease(WorkerId::new(owner)?, StoreTime::from_micros(expires_at));
+        } else if state == RunState::Runnable && seen.block == Some(false) {
+            record =
+                record.with_not_before(Some(StoreTime::from_micros(rec.not_before.max(now + 1))));
+        }
+        Ok(record)
+    }
+
+    pub(super) async fn journal_entries(&self, run: &RunId) -> Result<Vec<JournalEntry>> {
+        let seen = self.read(&[run]).await?;
+        seen[0].live(run)?;
+        let revision = self.floor.load(Ordering::SeqCst);
+        let prefix = self.keys.journal_prefix(run.as_str());
+        let end = prefix_end(&prefix);
+        let mut from = prefix;
+        let mut entries = Vec::new();
+        loop {
+            let page = self
+                .range(from.clone(), end.clone(), JOURNAL_PAGE, true, revision)
+                .await?;
+            for kv in page.kvs() {
+                let (fence, at, payload) = decode_entry(kv.value())?;
+                // Entries are numbered from 1 without gaps, and read in key (seq) order.
+                let seq = entries.len() as u64 + 1;
+                entries.push(JournalEntry::new(
+                    seq,
+                    Fence::new(fence)?,
+                    payload,
+                    StoreTime::from_micros(at),
+                ));
+            }
+            match page.kvs().last() {
+                Some(last) if page.more() => {
+                    from = last.key().to_vec();
+                    from.push(0);
+                }
+                _ => break,
+            }
+        }
+        Ok(entries)
+    }
+
+    pub(super) async fn inspect_batch(&self, runs: &[RunId]) -> Result<Vec<Result<RunRecord>>> {
+        if runs.len() > MAX_BATCH {
+            return Err(InvalidInput::BatchTooLarge {
+                len: runs.len(),
+                max: MAX_BATCH,
+            }
+            .into());
+        }
+        if runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = now_micros();
+        let ids: Vec<&RunId> = runs.iter().collect();
+        let seen = self.read(&ids).await?;
+        Ok(runs
+            .iter()
+            .zip(&seen)
+            .map(|(run, item)| self.record(run, item, now))
+            .collect())
+    }
+
+    pub(super) async fn list_runs(&self, filter: &ListFilter) -> Result<Vec<RunRecord>> {
+        check_list(filter)?;
+        let prefix = self.keys.records();
+        let end = prefix_end(&prefix);
+        let mut from = match &filter.after {
+            Some(after) => {
+                let mut k = self.keys.record(after.as_str());
+                k.push(0);
+                k
+            }
+            None => prefix,
+        };
+        let page_size = if filter.state.is_some() || filter.expired {
+            MAX_BATCH as i64
+        } else {
+            filter.limit as i64
+        };
+        let mut out = Vec::new();
+        while out.len() < filter.limit {
+            let now = now_micros();
+            let page = self
+                .range(from.clone(), end.clone(), page_size, true, 0)
+                .await?;
+            let revision = page.header().map_or(0, ResponseHeader::revision);
+            let mut runs = Vec::new();
+            let mut recs = Vec::new();
+            for kv in page.kvs() {
+                let Some(run) = self.keys.run_of_record(kv.key()) else {
+                    continue;
+                };
+                let rec = Rec::decode(kv.value())?;
+                if rec.state.is_none() {
+                    continue;
+                }
+                runs.push(RunId::new(run)?);
+                recs.push((rec, kv.mod_revision()));
+            }
+            // The block keys at the page's revision: one consistent view.
+            let mut ops = Vec::new();
+            for run in &runs {
+                ops.push(TxnOp::get(
+                    self.keys.block(run.as_str()),
+                    Some(GetOptions::new().with_revision(revision)),
+                ));
+            }
+            let mut blocks = Vec::with_capacity(runs.len());
+            for chunk in ops.chunks(CHUNK * 2) {
+                let response = self.txn(Txn::new().and_then(chunk.to_vec())).await?;
+                for answer in response.op_responses() {
+                    blocks.push(match answer {
+                        TxnOpResponse::Get(get) => get.kvs().first().map(|kv| kv.value() == b"h"),
+                        _ => None,
+                    });
+                }
+            }
+            for ((run, (rec, rev)), block) in runs.iter().zip(recs).zip(blocks) {
+                let seen = Seen {
+                    rec: Some(rec),
+                    rev,
+                    block,
+                    block_lease: 0,
+                };
+                let record = self.record(run, &seen, now)?;
+                if filter.state.is_none_or(|s| s == record.state)
+                    && (!filter.expired || record.is_expired())
+                    && out.len() < filter.limit
+                {
+                    out.push(record);
+                }
+            }
+            match page.kvs().last() {
+                Some(last) if page.more() => {
+                    from = last.key().to_vec();
+                    from.push(0);
+                }
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
+    pub(super) async fn count_runs(&self) -> Result<RunCounts> {
+        let families = [
+            RunState::Runnable,
+            RunState::Suspended,
+            RunState::Completed,
+            RunState::Failed,
+        ];
+        let mut ops: Vec<TxnOp> = families
+            .iter()
+            .map(|&s| {
+                let family = self.keys.index_family(s);
+                Self::count_op(family.clone(), prefix_end(&family))
+            })
+            .collect();
+        let blocks = self.keys.blocks();
+        ops.push(TxnOp::get(
+            blocks.clone(),
+            Some(
+                GetOptions::new()
+                    .with_range(prefix_end(&blocks))
+                    .with_limit((2 * MAX_COUNT) as i64),
+            ),
+        ));
+        let response = self.txn(Txn::new().and_then(ops)).await?;
+        let (mut held, mut delayed) = (0u64, 0u64);
+        if let Some(TxnOpResponse::Get(get)) = response.op_responses().get(4) {
+            for kv in get.kvs() {
+                if kv.value() == b"h" {
+                    held += 1;
+                } else {
+                    delayed += 1;
+                }
+            }
+        }
+        let runnable = counted(&response, 0);
+        let cap = |n: u64| n.min(MAX_COUNT);
+        let mut counts = RunCounts::default();
+        counts.claimable = cap(runnable.saturating_sub(held + delayed));
+        counts.held = cap(held);
+        counts.delayed = cap(delayed);
+        counts.suspended = cap(counted(&response, 1));
+        counts.completed = cap(counted(&response, 2));
+        counts.failed = cap(counted(&response, 3));
+        Ok(counts)
+    }
+
+    pub(super) async fn count_purgeable_runs(&self, older_than: Duration) -> Result<u64> {
+        check_purge(older_than, 1)?;
+        let ops: Vec<TxnOp> = self
+            .purgeable_ranges(older_than)
+            .into_iter()
+            .map(|(from, to)| Self::count_op(from, to))
+            .collect();
+        let response = self.txn(Txn::new().and_then(ops)).await?;
+        Ok(counted(&response, 0) + counted(&response, 1))
+    }
+}
