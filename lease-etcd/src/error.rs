@@ -20,6 +20,20 @@ pub(crate) fn classify(err: etcd_client::Error) -> Error {
                 Code::NotFound if status.message().contains("lease not found") => {
                     Error::unavailable(BACKEND, format!("{message}: the call outlived the lease it granted; retry"))
                 }
+                // A token refused even after a refresh (the member lost its auth state, a
+                // refresh raced a second user change): nothing was applied; retryable, and
+                // the next call goes to another member.
+                _ if status.message().contains("invalid auth token")
+                    || status.message().contains("revision of auth store is old") =>
+                {
+                    Error::unavailable(BACKEND, format!("{message}: the auth token was refreshed; retry"))
+                }
+                Code::InvalidArgument if status.message().contains("authentication failed") => {
+                    Error::misconfigured(
+                        BACKEND,
+                        format!("{message}: check the user and password in the URL"),
+                    )
+                }
                 Code::Unavailable
                 | Code::DeadlineExceeded
                 | Code::Aborted
@@ -59,6 +73,20 @@ pub(crate) fn classify(err: etcd_client::Error) -> Error {
         etcd_client::Error::InvalidUri(e) => Error::misconfigured(BACKEND, e.to_string()),
         etcd_client::Error::InvalidArgs(e) => Error::misconfigured(BACKEND, e),
         other => Error::backend(BACKEND, other.to_string()),
+    }
+}
+
+/// Whether etcd refused a request for its auth token: expired or invalid ("invalid auth
+/// token"), or issued before a user or role changed ("revision of auth store is old"). etcd
+/// refuses both before applying anything, so the request can be sent again with a fresh token.
+pub(crate) fn is_stale_token(err: &etcd_client::Error) -> bool {
+    match err {
+        etcd_client::Error::GRpcStatus(status) => {
+            let message = status.message();
+            message.contains("invalid auth token")
+                || message.contains("revision of auth store is old")
+        }
+        _ => false,
     }
 }
 

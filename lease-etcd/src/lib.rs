@@ -23,4 +23,4 @@ mod error;
 mod store;
 
 pub use config::{EtcdConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_TIMEOUT};
-pub use store::{EtcdLeaseStore, MIN_TTL};
+pub use store::{EtcdLeaseStore, Rebound, MIN_TTL, SCAN_BUDGET};

@@ -11,34 +11,20 @@ use lease_core::{
 };
 
 use super::{
-    lease_seconds, now_micros, shuffle, state_of, ClaimPage, EtcdLeaseStore, Plan, Seen, SWEEP,
-    SWEEP_EVERY,
+    lease_seconds, now_micros, shuffle, state_of, ClaimPage, EtcdLeaseStore, Plan, Seen, ROUNDS,
+    SWEEP, SWEEP_EVERY,
 };
+
+/// Index entries one `claim_next` looks at before it answers with what it has: bounded work
+/// per call, whatever stands in the index.
+pub const SCAN_BUDGET: usize = 1024;
+
+/// The largest page of the index `claim_next` reads at once.
+const MAX_PAGE: usize = 512;
 use crate::codec::prefix_end;
 use crate::error::BACKEND;
 
 impl EtcdLeaseStore {
-    /// it is due to expire then. A renewal attaches the block to a new lease.
-    pub(super) async fn grant(&self, secs: &[i64]) -> Result<Vec<i64>> {
-        let mut distinct: Vec<i64> = secs.to_vec();
-        distinct.sort_unstable();
-        distinct.dedup();
-        let granted = futures_util::future::try_join_all(distinct.iter().map(|&ttl| async move {
-            let granted = self
-                .call("a lease grant", |mut l| async move {
-                    l.leases.grant(ttl, None).await
-                })
-                .await?;
-            if !granted.error().is_empty() {
-                return Err(Error::unavailable(BACKEND, granted.error().to_string()));
-            }
-            Ok::<_, Error>((ttl, granted.id()))
-        }))
-        .await?;
-        let ids: std::collections::HashMap<i64, i64> = granted.into_iter().collect();
-        Ok(secs.iter().map(|s| ids[s]).collect())
-    }
-
     /// Why `run` cannot be claimed, or `None` if it can (etcd's block key is gone).
     pub(super) fn claim_verdict(run: &RunId, seen: &Seen, now: u64) -> Result<Option<Error>> {
         let rec = seen.live(run)?;
@@ -140,7 +126,9 @@ impl EtcdLeaseStore {
     }
 
     /// Claims up to `want` claimable runs among the first `limit` entries of the runnable
-    /// index in `[from, to)`, under one etcd lease granted for them.
+    /// index in `[from, to)`, under one etcd lease (granted only when one is claimable).
+    /// Entries of `[from, to)` that are due (at or before now) but whose run etcd still holds
+    /// or delays are moved to when etcd will release them (see [`EtcdLeaseStore::reposition`]).
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn claim_page(
         &self,
@@ -163,16 +151,18 @@ impl EtcdLeaseStore {
         }
         let ids: Vec<&RunId> = listed.iter().map(|(_, r)| r).collect();
         let seen = self.read(&ids).await?;
-        let mut claimable: Vec<usize> = listed
-            .iter()
-            .zip(&seen)
-            .enumerate()
-            .filter(|(_, ((since, run), item))| {
-                item.live(run).is_ok_and(|rec| rec.since == *since)
-                    && matches!(Self::claim_verdict(run, item, now), Ok(None))
-            })
-            .map(|(i, _)| i)
-            .collect();
+        let mut claimable = Vec::new();
+        let mut blocked = Vec::new();
+        for (i, ((since, run), item)) in listed.iter().zip(&seen).enumerate() {
+            if !item.live(run).is_ok_and(|rec| rec.since == *since) {
+                continue; // moved since the range was read
+            }
+            match Self::claim_verdict(run, item, now) {
+                Ok(None) => claimable.push(i),
+                _ if item.block.is_some() && *since <= now => blocked.push(i),
+                _ => {}
+            }
+        }
         // In order, the page resumes after the last run tried; spread, after the whole page.
         let mut resume = page.kvs().last().map(|kv| kv.key().to_vec());
         if spread {
@@ -185,31 +175,78 @@ impl EtcdLeaseStore {
         }
         claimable.truncate(want);
         claimable.sort_unstable();
-        let candidates: Vec<(&RunId, &Seen)> = claimable
-            .iter()
-            .map(|&i| (&listed[i].1, &seen[i]))
-            .collect();
         let mut out = ClaimPage {
             leases: Vec::new(),
             lost: 0,
             more: page.more() || resume.as_deref() != page.kvs().last().map(|kv| kv.key()),
             resume,
+            scanned: listed.len(),
         };
-        if candidates.is_empty() {
-            return Ok(out);
-        }
-        let lease = self.grant(&[secs]).await?[0];
-        let mut plans = Vec::with_capacity(candidates.len());
-        for (run, item) in &candidates {
-            plans.push(self.claim_plan(run, worker, ttl, lease, item, now)?);
-        }
-        for claimed in self.execute(plans).await? {
+        let moved = async {
+            if blocked.is_empty() {
+                return Ok(());
+            }
+            let items: Vec<(&RunId, &Seen)> =
+                blocked.iter().map(|&i| (&listed[i].1, &seen[i])).collect();
+            self.reposition(&items, now).await
+        };
+        let claimed = async {
+            if claimable.is_empty() {
+                return Ok(Vec::new());
+            }
+            let lease = self.grant(&[secs]).await?[0];
+            let mut plans = Vec::with_capacity(claimable.len());
+            for &i in &claimable {
+                plans.push(self.claim_plan(&listed[i].1, worker, ttl, lease, &seen[i], now)?);
+            }
+            self.execute(plans).await
+        };
+        let (moved, claimed) = tokio::join!(moved, claimed);
+        moved?;
+        for claimed in claimed? {
             match claimed {
                 Some(lease) => out.leases.push(lease),
                 None => out.lost += 1,
             }
         }
         Ok(out)
+    }
+
+    /// Moves the index entries of runs that are due by their recorded times but still held
+    /// or delayed by etcd (a leader change re-armed their leases; the clock of the client
+    /// that wrote them is behind) to when etcd's leader says their block expires, so that
+    /// they stop standing before claimable runs. Each move is a conditional write on the
+    /// record as read (one that lost a race is simply left: the run changed anyway); a block
+    /// whose lease etcd already counts as expired is being deleted and is left in place.
+    pub(super) async fn reposition(&self, items: &[(&RunId, &Seen)], now: u64) -> Result<()> {
+        let mut ids: Vec<i64> = items.iter().map(|(_, s)| s.block_lease).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let left = self.remaining(&ids).await?;
+        let mut plans = Vec::new();
+        for (run, item) in items {
+            let Some(rec) = item.rec.as_ref() else {
+                continue;
+            };
+            let secs = left.get(&item.block_lease).copied().unwrap_or(-1);
+            if secs < 0 {
+                continue;
+            }
+            let mut new = rec.clone();
+            new.since = now + (secs as u64 + 1) * 1_000_000;
+            if new.owner.is_some() {
+                new.expires_at = new.since;
+            } else {
+                new.not_before = new.since;
+            }
+            plans.push(self.plan(run.as_str(), item, &new, Vec::new(), ()));
+        }
+        tracing::debug!(
+            moved = plans.len(),
+            "runs due by their records but held by etcd moved to their real expiry"
+        );
+        self.execute(plans).await?;
+        Ok(())
     }
 
     /// Whether the sweep past now is due: at most every [`SWEEP_EVERY`] per store.
@@ -223,6 +260,8 @@ impl EtcdLeaseStore {
                 .is_ok()
     }
 
+    /// Claims `run`: reads it first, and takes an etcd lease only once the read says the
+    /// run is claimable, so a refused claim costs no grant.
     pub(super) async fn claim_one(
         &self,
         run: &RunId,
@@ -230,16 +269,31 @@ impl EtcdLeaseStore {
         ttl: Ttl,
     ) -> Result<Lease> {
         let (secs, ttl) = lease_seconds(ttl)?;
-        let lease = self.grant(&[secs]).await?[0];
-        self.decide_one(run, |seen, now| {
-            if let Some(refusal) = Self::claim_verdict(run, seen, now)? {
+        for round in 0..ROUNDS {
+            if round > 0 {
+                tokio::time::sleep(Duration::from_millis(round as u64)).await;
+            }
+            let now = now_micros();
+            let seen = self.read(&[run]).await?.remove(0);
+            if let Some(refusal) = Self::claim_verdict(run, &seen, now)? {
                 return Err(refusal);
             }
-            self.claim_plan(run, worker, ttl, lease, seen, now)
-        })
-        .await
+            let lease = self.grant(&[secs]).await?[0];
+            let plan = self.claim_plan(run, worker, ttl, lease, &seen, now)?;
+            if let Some(Some(claimed)) = self.execute(vec![plan]).await?.pop() {
+                return Ok(claimed);
+            }
+        }
+        Err(Error::unavailable(
+            BACKEND,
+            "the run kept changing under this claim; retry",
+        ))
     }
 
+    /// `claim_next`: the runnable index from its start, in pages that grow, until `max` runs
+    /// are claimed, the index up to now is exhausted, or [`SCAN_BUDGET`] entries were looked
+    /// at. Entries held past their recorded times are moved out of the way as they are met,
+    /// so the next call does not meet them again.
     pub(super) async fn claim_next_runs(
         &self,
         worker: &WorkerId,
@@ -257,13 +311,16 @@ impl EtcdLeaseStore {
         // goes on past what was tried, wider, and picks among its claimable runs at random,
         // so that callers spread out instead of colliding on the same runs again.
         let mut spread = false;
-        for _ in 0..8 {
+        let mut scanned = 0;
+        let mut limit = max * 2 + 8;
+        while scanned < SCAN_BUDGET {
             let want = max - got.len();
             let to = self.keys.index_bound(RunState::Runnable, now_micros());
-            let limit = if spread { want * 8 + 8 } else { want * 2 + 8 };
+            limit = limit.min(SCAN_BUDGET - scanned);
             let page = self
                 .claim_page(worker, ttl, secs, from.clone(), to, limit, want, spread)
                 .await?;
+            scanned += page.scanned.max(1);
             got.extend(page.leases);
             if let Some(mut next) = page.resume {
                 next.push(0);
@@ -273,6 +330,7 @@ impl EtcdLeaseStore {
                 break;
             }
             spread |= page.lost > 0;
+            limit = (limit * 4).min(MAX_PAGE);
         }
         // Past now, a bounded window from a rotating cursor: runs whose recorded times a
         // client with a clock ahead wrote in the future. Their blocks are etcd's judgement
@@ -376,5 +434,118 @@ mod tests {
             .await
             .unwrap()
             .is_empty());
+    }
+
+    /// 300 runs held for a minute whose records say their leases expired a second ago (what
+    /// a leader change that re-armed their etcd leases, or a holder whose clock is behind,
+    /// leaves in the index) stand before a fresh run: `claim_next(10)` still hands out the
+    /// fresh run at once, moves the held entries to when etcd will free them (the next call
+    /// meets none of them), and no claim refused as held takes an etcd lease. Before, the
+    /// call read 8 pages (224 entries for `max = 10`) from the index start and answered `[]`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn held_runs_recorded_as_expired_do_not_hide_a_claimable_one() {
+        let Some(cluster) = lease_conformance::fixtures::required(
+            "etcd cluster",
+            EtcdCluster::start().map_err(|e| e.to_string()),
+            HINT,
+        ) else {
+            return;
+        };
+        let endpoints: Vec<String> = (0..MEMBERS).map(|i| cluster.endpoint(i)).collect();
+        let store = EtcdLeaseStore::connect(EtcdConfig::new(endpoints, "hol").unwrap())
+            .await
+            .unwrap();
+        let (dead, live) = (
+            WorkerId::new("dead").unwrap(),
+            WorkerId::new("live").unwrap(),
+        );
+        let minute = Ttl::from_secs(60).unwrap();
+        let held: Vec<RunId> = (0..300)
+            .map(|i| RunId::new(format!("held-{i:03}")).unwrap())
+            .collect();
+        for r in store.create_many(&held).await.unwrap() {
+            r.unwrap();
+        }
+        assert_eq!(
+            store.claim_next(&dead, minute, 300).await.unwrap().len(),
+            300
+        );
+        // Rewrite every record as if its lease had expired a second ago.
+        let ids: Vec<&RunId> = held.iter().collect();
+        let seen = store.read(&ids).await.unwrap();
+        let past = now_micros() - 1_000_000;
+        let plans = held
+            .iter()
+            .zip(&seen)
+            .map(|(run, item)| {
+                let mut rec = item.rec.clone().unwrap();
+                rec.since = past;
+                rec.expires_at = past;
+                store.plan(run.as_str(), item, &rec, Vec::new(), ())
+            })
+            .collect();
+        assert!(store
+            .execute(plans)
+            .await
+            .unwrap()
+            .iter()
+            .all(Option::is_some));
+        let family = store.keys.index_family(RunState::Runnable);
+        let due = || async {
+            let bound = store.keys.index_bound(RunState::Runnable, now_micros());
+            store
+                .range(family.clone(), bound, 0, false, 0)
+                .await
+                .unwrap()
+                .kvs()
+                .len()
+        };
+        assert_eq!(
+            due().await,
+            300,
+            "every held run stands in the index as due"
+        );
+
+        let fresh = RunId::new("fresh").unwrap();
+        store.create(&fresh).await.unwrap();
+        let got = store
+            .claim_next(&live, Ttl::from_secs(30).unwrap(), 10)
+            .await
+            .unwrap();
+        let runs: Vec<&RunId> = got.iter().map(Lease::run).collect();
+        assert_eq!(
+            runs,
+            vec![&fresh],
+            "the fresh run, at once, and no held one"
+        );
+        assert_eq!(
+            due().await,
+            0,
+            "the held entries moved to their real expiry"
+        );
+        for run in &held[..3] {
+            let record = store.inspect(run).await.unwrap();
+            let left = record
+                .expires_at
+                .unwrap()
+                .as_micros()
+                .saturating_sub(now_micros());
+            assert!(
+                (50_000_000..=62_000_000).contains(&left),
+                "{run} now shows the expiry etcd keeps ({left} us ahead)"
+            );
+        }
+
+        // A refused claim takes no etcd lease.
+        let granted = store.leases_granted();
+        for run in held.iter().take(20) {
+            let refused = store.claim(run, &live, minute).await;
+            assert!(matches!(refused, Err(Error::Held { .. })), "{refused:?}");
+        }
+        assert_eq!(
+            store.leases_granted(),
+            granted,
+            "20 claims refused as held granted nothing"
+        );
     }
 }

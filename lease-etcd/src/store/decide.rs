@@ -239,10 +239,12 @@ impl EtcdLeaseStore {
         if revision > 0 {
             options = options.with_revision(revision);
         }
+        self.guard().await?;
         let floor = self.floor.load(Ordering::SeqCst);
         let response = self
-            .call("a range read", |mut l| async move {
-                l.kv.get(from, Some(options)).await
+            .call("a range read", move |mut l| {
+                let (from, options) = (from.clone(), options.clone());
+                async move { l.kv.get(from, Some(options)).await }
             })
             .await?;
         self.check_header(response.header(), floor)?;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, KvClient, LeaseClient, ResponseHeader, Txn, TxnOp,
+    Client, Compare, ConnectOptions, KvClient, LeaseClient, ResponseHeader, Txn, TxnOp,
     TxnOpResponse, TxnResponse,
 };
 use lease_core::backend::fenced_verdict;
@@ -20,8 +20,13 @@ mod admin;
 mod api;
 mod claims;
 mod decide;
+mod grants;
+mod guard;
 mod reads;
 mod writes;
+
+pub use claims::SCAN_BUDGET;
+pub use guard::Rebound;
 
 /// The shortest TTL etcd times: its leases are whole seconds.
 pub const MIN_TTL: Duration = Duration::from_secs(1);
@@ -79,11 +84,17 @@ pub struct EtcdLeaseStore {
     /// The highest revision an answer carried: a later call answered below it means the
     /// cluster's history went back (restored from a snapshot), and the store fails closed.
     floor: Arc<AtomicI64>,
+    /// What the restore guard has seen and when it last looked (`guard.rs`).
+    watch: Arc<guard::Watch>,
+    /// The etcd leases blocks are attached to, reused per duration.
+    grants: Arc<grants::Grants>,
 }
 
 /// The clients of one endpoint.
 #[derive(Clone)]
 struct Link {
+    /// Kept for its token refresh; the calls go through the clients below.
+    client: Client,
     kv: KvClient,
     leases: LeaseClient,
 }
@@ -150,6 +161,8 @@ struct ClaimPage {
     more: bool,
     /// The index key the next page starts after.
     resume: Option<Vec<u8>>,
+    /// Index entries looked at.
+    scanned: usize,
 }
 
 /// One item's conditional write, and what it returns if its compares hold.
@@ -217,6 +230,14 @@ impl EtcdLeaseStore {
     /// [`Error::Unavailable`] when no member answers within the connect timeout;
     /// [`Error::Misconfigured`] for bad credentials or a prefix bound to another cluster.
     pub async fn connect(config: EtcdConfig) -> Result<EtcdLeaseStore> {
+        let mut store = Self::open(config).await?;
+        store.bind(false).await?;
+        tracing::debug!(store = %store, cluster = store.cluster, "connected to etcd");
+        Ok(store)
+    }
+
+    /// The clients of every endpoint that answers, before any check of the cluster.
+    async fn open(config: EtcdConfig) -> Result<EtcdLeaseStore> {
         // The builders take any value; out of range is refused here, before any arithmetic.
         config.validate()?;
         let mut options = ConnectOptions::new()
@@ -224,7 +245,11 @@ impl EtcdLeaseStore {
             .with_connect_timeout(config.connect_timeout())
             .with_keep_alive(Duration::from_secs(10), config.timeout());
         if let Some((user, password)) = config.user() {
-            options = options.with_user(user.clone(), password.clone());
+            // Tokens expire (simple tokens after --auth-token-ttl idle, JWTs at their TTL):
+            // the client authenticates again when etcd says a token is invalid.
+            options = options
+                .with_user(user.clone(), password.clone())
+                .with_auto_token_refresh(true);
         }
         #[cfg(feature = "tls")]
         if config.tls() {
@@ -249,6 +274,7 @@ impl EtcdLeaseStore {
             .await;
             match connected {
                 Ok(Ok(client)) => links.push(Link {
+                    client: client.clone(),
                     kv: client.kv_client().max_decoding_message_size(MAX_DECODING),
                     leases: client.lease_client(),
                 }),
@@ -260,7 +286,7 @@ impl EtcdLeaseStore {
             return Err(last.unwrap_or_else(|| timed_out("connecting to etcd", bound)));
         }
         let links_len = links.len();
-        let mut store = EtcdLeaseStore {
+        let store = EtcdLeaseStore {
             links,
             // Each store starts at an endpoint of its own, so a fleet spreads over the members.
             current: Arc::new(AtomicUsize::new(now_micros() as usize % links_len)),
@@ -270,77 +296,10 @@ impl EtcdLeaseStore {
             config,
             cluster: 0,
             floor: Arc::new(AtomicI64::new(0)),
+            grants: Arc::default(),
+            watch: Arc::default(),
         };
-        store.bind_cluster().await?;
-        tracing::debug!(store = %store, cluster = store.cluster, "connected to etcd");
         Ok(store)
-    }
-
-    /// Records the cluster id under the prefix on first use; later refuses any other.
-    async fn bind_cluster(&mut self) -> Result<()> {
-        let meta = self.keys.meta();
-        let txn = Txn::new()
-            .when([Compare::create_revision(meta.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(meta.clone(), b"".to_vec(), None)])
-            .or_else([TxnOp::get(meta.clone(), None)]);
-        let mut answer = None;
-        for _ in 0..self.links.len() {
-            let txn = txn.clone();
-            match self
-                .call("connect", |mut l| async move { l.kv.txn(txn).await })
-                .await
-            {
-                Err(e) if e.is_retryable() => answer = Some(Err(e)),
-                other => {
-                    answer = Some(other);
-                    break;
-                }
-            }
-        }
-        let response = answer.expect("at least one endpoint")?;
-        let header = response
-            .header()
-            .ok_or_else(|| Error::backend(BACKEND, "etcd answered without a header"))?;
-        let cluster = header.cluster_id();
-        let id = cluster.to_string();
-        let stored = if response.succeeded() {
-            None
-        } else {
-            response.op_responses().into_iter().find_map(|op| match op {
-                TxnOpResponse::Get(get) => get
-                    .kvs()
-                    .first()
-                    .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
-                _ => None,
-            })
-        };
-        match stored.as_deref() {
-            None | Some("") => {
-                let value = id.into_bytes();
-                self.call("connect", |mut l| async move {
-                    l.kv.put(meta, value, None).await
-                })
-                .await?;
-            }
-            Some(bound) if bound == id => {}
-            Some(bound) => {
-                return Err(Error::misconfigured(
-                    BACKEND,
-                    format!(
-                        "the prefix {:?} was first used on etcd cluster {bound}, but this is \
-                         cluster {id}: a cluster restored from a snapshot may hold fences that \
-                         went back, so two workers could write under one fence. Use a new \
-                         prefix, or, once every run's fence is known to be current, delete the \
-                         key {:?} to rebind the prefix",
-                        self.config.prefix(),
-                        String::from_utf8_lossy(&self.keys.meta()),
-                    ),
-                ))
-            }
-        }
-        self.cluster = cluster;
-        self.floor.fetch_max(header.revision(), Ordering::SeqCst);
-        Ok(())
     }
 
     /// The settings this store was opened with.
@@ -353,15 +312,37 @@ impl EtcdLeaseStore {
     /// endpoint: the client fails over to the members that can answer.
     async fn call<T, F, Fut>(&self, what: &str, make: F) -> Result<T>
     where
-        F: FnOnce(Link) -> Fut,
+        F: Fn(Link) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
     {
         let at = self.current.load(Ordering::Relaxed) % self.links.len();
         let bound = self.config.timeout();
-        let answer = match tokio::time::timeout(bound, make(self.links[at].clone())).await {
-            Ok(result) => result.map_err(classify),
-            Err(_) => Err(timed_out(what, bound)),
+        let link = &self.links[at];
+        let mut answer = match tokio::time::timeout(bound, make(link.clone())).await {
+            Ok(result) => result,
+            Err(_) => return self.failed_over(at, Err(timed_out(what, bound))),
         };
+        // A token etcd no longer takes (expired, or issued before a user or role changed:
+        // etcd refuses such a request before applying it) is refreshed and the request sent
+        // once more. The client refreshes an expired token by itself; this covers the old
+        // auth revision, and a refresh that raced another.
+        if matches!(&answer, Err(e) if crate::error::is_stale_token(e)) {
+            tracing::debug!(endpoint = %self.config.endpoints()[at], "etcd refused the auth token; refreshing it");
+            answer = match tokio::time::timeout(bound, async {
+                link.client.refresh_token().await?;
+                make(link.clone()).await
+            })
+            .await
+            {
+                Ok(result) => result,
+                Err(_) => return self.failed_over(at, Err(timed_out(what, bound))),
+            };
+        }
+        self.failed_over(at, answer.map_err(classify))
+    }
+
+    /// Moves later calls to the next endpoint when `answer` says this one is unavailable.
+    fn failed_over<T>(&self, at: usize, answer: Result<T>) -> Result<T> {
         if let Err(Error::Unavailable { .. }) = &answer {
             let next = (at + 1) % self.links.len();
             if self
@@ -408,9 +389,13 @@ impl EtcdLeaseStore {
     }
 
     async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
+        self.guard().await?;
         let floor = self.floor.load(Ordering::SeqCst);
         let response = self
-            .call("a transaction", |mut l| async move { l.kv.txn(txn).await })
+            .call("a transaction", move |mut l| {
+                let txn = txn.clone();
+                async move { l.kv.txn(txn).await }
+            })
             .await?;
         self.check_header(response.header(), floor)?;
         Ok(response)

@@ -8,6 +8,7 @@ use lease_core::{
     StoreTime,
 };
 
+use super::grants::delay_bucket;
 use super::{now_micros, EtcdLeaseStore, Plan, Seen, ROUNDS};
 use crate::codec::{decode_entry, encode_entry};
 use crate::error::BACKEND;
@@ -24,7 +25,8 @@ impl EtcdLeaseStore {
     ) -> Result<Plan<()>> {
         let run = lease.run();
         let rec = seen.writable(lease)?;
-        let delay = end.delay_millis() * 1000;
+        // Timed by etcd on the bucket's grid: the run is claimable from then, not earlier.
+        let delay = delay_secs(end) * 1_000_000;
         let mut new = rec.clone();
         new.state = Some(end.state());
         new.owner = None;
@@ -69,10 +71,7 @@ impl EtcdLeaseStore {
     }
 
     pub(super) async fn end_each(&self, ends: &[Ending]) -> Result<Vec<Result<()>>> {
-        let delays: Vec<i64> = ends
-            .iter()
-            .map(|e| e.end.delay_millis().div_ceil(1000) as i64)
-            .collect();
+        let delays: Vec<i64> = ends.iter().map(|e| delay_secs(&e.end) as i64).collect();
         let wanted: Vec<i64> = delays.iter().copied().filter(|&s| s > 0).collect();
         let mut granted = self.grant(&wanted).await?.into_iter();
         let leases: Vec<i64> = delays
@@ -201,7 +200,10 @@ impl EtcdLeaseStore {
         }
         let entry = self.keys.entry(run.as_str(), seq);
         let got = self
-            .call("a read", |mut l| async move { l.kv.get(entry, None).await })
+            .call("a read", move |mut l| {
+                let entry = entry.clone();
+                async move { l.kv.get(entry, None).await }
+            })
             .await?;
         let kv = got
             .kvs()
@@ -225,5 +227,13 @@ fn used_seq(answer: Option<&TxnOpResponse>) -> Option<u64> {
             .first()
             .and_then(|kv| <[u8; 8]>::try_from(kv.value()).ok().map(u64::from_be_bytes)),
         _ => None,
+    }
+}
+
+/// The seconds etcd delays `end` by: its delay rounded up to the delay grid (0: none).
+fn delay_secs(end: &End) -> u64 {
+    match end.delay_millis() {
+        0 => 0,
+        ms => delay_bucket(ms.div_ceil(1000)),
     }
 }

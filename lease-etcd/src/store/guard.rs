@@ -1,0 +1,335 @@
+//! Restore safety: a prefix is bound to one cluster and to how far that cluster's Raft log
+//! had come, so a cluster restored from a snapshot cannot hand out fences again.
+//!
+//! A snapshot restore done as etcd's guide does it (same member names, peer URLs and
+//! `--initial-cluster-token`) keeps the cluster id and the member ids, and brings back every
+//! key, fences included, as it was at the snapshot. What it cannot bring back is the Raft
+//! log: `etcdctl snapshot restore` starts a fresh one, at an index of a few entries. So the
+//! binding key `m` holds the cluster id and a Raft index the cluster had reached (the highest
+//! committed index among its members), refreshed by the stores that use it:
+//! - **At connect**, a store asks every member for its committed index and refuses when the
+//!   highest is below the one recorded: the log went back, the cluster was restored.
+//! - **While running**, a store refuses an answer whose revision is below one it had already
+//!   received (a rewound history), and every [`GUARD_EVERY`] reads `m` before its next call:
+//!   a binding whose revision went back was restored with the keyspace. Every
+//!   [`REFRESH_EVERY`] it writes `m` again with the current index, so that a snapshot older
+//!   than that is always caught.
+//!
+//! An operator who has checked that every run's fence is current after a restore rebinds
+//! the prefix with [`EtcdLeaseStore::rebind`] (`lease etcd-rebind`).
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
+use lease_core::{Error, Result};
+
+use super::{now_micros, EtcdLeaseStore, Link};
+use crate::config::EtcdConfig;
+use crate::error::BACKEND;
+
+/// How often a running store reads its binding before a call.
+pub(super) const GUARD_EVERY: Duration = Duration::from_secs(1);
+
+/// How often a running store records the cluster's Raft index in its binding.
+pub(super) const REFRESH_EVERY: Duration = Duration::from_secs(30);
+
+/// What a store has seen of its binding.
+#[derive(Debug, Default)]
+pub(super) struct Watch {
+    /// The highest mod revision of the binding key seen.
+    revision: AtomicI64,
+    /// When the binding was last read and last refreshed (client micros).
+    read_at: AtomicU64,
+    refreshed_at: AtomicU64,
+}
+
+/// The binding as stored: `"{cluster}"` (before the Raft index was kept) or
+/// `"{cluster} {raft_index}"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Binding {
+    cluster: u64,
+    index: u64,
+}
+
+impl Binding {
+    fn parse(value: &[u8]) -> Option<Binding> {
+        let text = std::str::from_utf8(value).ok()?;
+        let mut parts = text.split(' ');
+        let cluster = parts.next()?.parse().ok()?;
+        let index = parts.next().map_or(Some(0), |i| i.parse().ok())?;
+        Some(Binding { cluster, index })
+    }
+
+    fn encode(self) -> Vec<u8> {
+        format!("{} {}", self.cluster, self.index).into_bytes()
+    }
+}
+
+/// What [`EtcdLeaseStore::rebind`] replaced and wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rebound {
+    /// The cluster id and Raft index the prefix was bound to, if any.
+    pub before: Option<(u64, u64)>,
+    /// The cluster id and Raft index it is bound to now.
+    pub after: (u64, u64),
+}
+
+impl EtcdLeaseStore {
+    /// The cluster id and the highest committed Raft index among the members that answer;
+    /// refused when two members answer for different clusters (one URL naming members of
+    /// two clusters).
+    pub(super) async fn raft_progress(&self) -> Result<(u64, u64)> {
+        let bound = self.config.timeout();
+        let asked = self.links.iter().map(|link: &Link| async move {
+            let mut maintenance = link.client.maintenance_client();
+            tokio::time::timeout(bound, maintenance.status()).await
+        });
+        let answers = futures_util::future::join_all(asked).await;
+        let mut seen: Option<(u64, u64, usize)> = None;
+        let mut last = None;
+        for (i, answer) in answers.into_iter().enumerate() {
+            let status = match answer {
+                Ok(Ok(status)) => status,
+                Ok(Err(e)) => {
+                    last = Some(crate::error::classify(e));
+                    continue;
+                }
+                Err(_) => {
+                    last = Some(crate::error::timed_out("a member status", bound));
+                    continue;
+                }
+            };
+            let cluster = status.header().map_or(0, |h| h.cluster_id());
+            let index = status.raft_index();
+            match seen {
+                Some((other, _, at)) if other != cluster => {
+                    return Err(Error::misconfigured(
+                        BACKEND,
+                        format!(
+                            "the endpoints reach two etcd clusters: {} is in cluster {other}, \
+                             {} in cluster {cluster}; list the members of one cluster",
+                            self.config.endpoints()[at],
+                            self.config.endpoints()[i],
+                        ),
+                    ))
+                }
+                Some((_, best, at)) => seen = Some((cluster, best.max(index), at)),
+                None => seen = Some((cluster, index, i)),
+            }
+        }
+        match seen {
+            Some((cluster, index, _)) => Ok((cluster, index)),
+            None => Err(last.unwrap_or_else(|| crate::error::timed_out("a member status", bound))),
+        }
+    }
+
+    /// Binds the prefix at connect: records the cluster and its Raft index on first use,
+    /// refuses another cluster or a Raft log that went back, and records the index again.
+    /// With `rebind`, records the current cluster and index whatever was there.
+    pub(super) async fn bind(&mut self, rebind: bool) -> Result<Rebound> {
+        let (cluster, index) = self.raft_progress().await?;
+        let meta = self.keys.meta();
+        let got = {
+            let meta = meta.clone();
+            self.call("connect", move |mut l| {
+                let meta = meta.clone();
+                async move { l.kv.get(meta, None).await }
+            })
+            .await?
+        };
+        let stored = got.kvs().first();
+        let revision = stored.map_or(0, |kv| kv.mod_revision());
+        let before = stored.and_then(|kv| Binding::parse(kv.value()));
+        if stored.is_some_and(|kv| !kv.value().is_empty()) && before.is_none() && !rebind {
+            return Err(self.refusal("its binding key holds something this adapter did not write"));
+        }
+        if let (Some(b), false) = (before, rebind) {
+            if b.cluster != cluster {
+                return Err(self.refusal(&format!(
+                    "it was first used on etcd cluster {}, but this is cluster {cluster}",
+                    b.cluster
+                )));
+            }
+            if index < b.index {
+                return Err(self.refusal(&format!(
+                    "this cluster's Raft log is at index {index}, behind the {} this prefix \
+                     recorded: the cluster was restored from a snapshot (or rebuilt from a \
+                     member that had fallen behind)",
+                    b.index
+                )));
+            }
+        }
+        let after = Binding {
+            cluster,
+            index: if rebind {
+                index
+            } else {
+                index.max(
+                    before
+                        .filter(|b| b.cluster == cluster)
+                        .map_or(0, |b| b.index),
+                )
+            },
+        };
+        let written = self.write_binding(revision, after).await?;
+        self.cluster = cluster;
+        if let Some(header) = written.header() {
+            self.floor.fetch_max(header.revision(), Ordering::SeqCst);
+        }
+        self.watch.read_at.store(now_micros(), Ordering::Relaxed);
+        self.watch
+            .refreshed_at
+            .store(now_micros(), Ordering::Relaxed);
+        Ok(Rebound {
+            before: before.map(|b| (b.cluster, b.index)),
+            after: (after.cluster, after.index),
+        })
+    }
+
+    /// Writes the binding if it is still at `revision`; either way notes the binding's
+    /// newest revision (another store may have refreshed it in between, which is as good).
+    async fn write_binding(
+        &self,
+        revision: i64,
+        binding: Binding,
+    ) -> Result<etcd_client::TxnResponse> {
+        let meta = self.keys.meta();
+        let unchanged = if revision == 0 {
+            Compare::create_revision(meta.clone(), CompareOp::Equal, 0)
+        } else {
+            Compare::mod_revision(meta.clone(), CompareOp::Equal, revision)
+        };
+        let txn = Txn::new()
+            .when([unchanged])
+            .and_then([TxnOp::put(meta.clone(), binding.encode(), None)])
+            .or_else([TxnOp::get(meta, None)]);
+        let response = self
+            .call("writing the prefix's binding", move |mut l| {
+                let txn = txn.clone();
+                async move { l.kv.txn(txn).await }
+            })
+            .await?;
+        let newest = if response.succeeded() {
+            response.header().map_or(0, |h| h.revision())
+        } else {
+            response
+                .op_responses()
+                .into_iter()
+                .find_map(|op| match op {
+                    TxnOpResponse::Get(get) => get.kvs().first().map(|kv| kv.mod_revision()),
+                    _ => None,
+                })
+                .unwrap_or(0)
+        };
+        self.watch.revision.fetch_max(newest, Ordering::SeqCst);
+        Ok(response)
+    }
+
+    /// Before a call, at most every [`GUARD_EVERY`]: reads the binding and refuses when it
+    /// went back; every [`REFRESH_EVERY`], records the cluster's Raft index in it.
+    pub(super) async fn guard(&self) -> Result<()> {
+        let now = now_micros();
+        let last = self.watch.read_at.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < GUARD_EVERY.as_micros() as u64
+            || self
+                .watch
+                .read_at
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return Ok(());
+        }
+        let meta = self.keys.meta();
+        let got = self
+            .call("reading the prefix's binding", move |mut l| {
+                let meta = meta.clone();
+                async move { l.kv.get(meta, None).await }
+            })
+            .await?;
+        let stored = got.kvs().first();
+        let revision = stored.map_or(0, |kv| kv.mod_revision());
+        let seen = self.watch.revision.load(Ordering::SeqCst);
+        if revision < seen {
+            return Err(self.refusal(&format!(
+                "its binding key went back from revision {seen} to {revision}: the keyspace \
+                 was restored from a snapshot (or the key deleted)"
+            )));
+        }
+        let binding = stored.and_then(|kv| Binding::parse(kv.value()));
+        if binding.is_some_and(|b| b.cluster != self.cluster) {
+            return Err(self.refusal("it is now bound to another cluster"));
+        }
+        self.watch.revision.fetch_max(revision, Ordering::SeqCst);
+        let refreshed = self.watch.refreshed_at.load(Ordering::Relaxed);
+        if now.saturating_sub(refreshed) >= REFRESH_EVERY.as_micros() as u64
+            && self
+                .watch
+                .refreshed_at
+                .compare_exchange(refreshed, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            let (cluster, index) = self.raft_progress().await?;
+            let recorded = binding.map_or(0, |b| b.index);
+            if index < recorded {
+                return Err(self.refusal(&format!(
+                    "this cluster's Raft log is at index {index}, behind the {recorded} this \
+                     prefix recorded: the cluster was restored from a snapshot"
+                )));
+            }
+            self.write_binding(revision, Binding { cluster, index })
+                .await?;
+        }
+        Ok(())
+    }
+
+    fn refusal(&self, why: &str) -> Error {
+        Error::misconfigured(
+            BACKEND,
+            format!(
+                "refusing the etcd key prefix {:?}: {why}. A cluster restored from a snapshot \
+                 holds fences as they were at the snapshot, so two workers could write under \
+                 one fence. Once every run's fence is known to be current (or under a new \
+                 prefix), rebind it: `lease etcd-rebind --store etcd://…` \
+                 (EtcdLeaseStore::rebind)",
+                self.config.prefix(),
+            ),
+        )
+    }
+
+    /// Binds `config`'s prefix to the cluster its endpoints reach now, at its current Raft
+    /// index, whatever it was bound to: the operator's decision after a restore, once every
+    /// run's fence is known to be current. Returns what was replaced.
+    ///
+    /// # Errors
+    /// As for [`EtcdLeaseStore::connect`], without the binding's refusals.
+    pub async fn rebind(config: EtcdConfig) -> Result<Rebound> {
+        let mut store = Self::open(config).await?;
+        let rebound = store.bind(true).await?;
+        tracing::warn!(prefix = store.config.prefix(), before = ?rebound.before, after = ?rebound.after, "etcd prefix rebound by an operator");
+        Ok(rebound)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Binding;
+
+    #[test]
+    fn bindings_round_trip_and_the_old_form_reads_as_index_zero() {
+        let b = Binding {
+            cluster: 17,
+            index: 4_242,
+        };
+        assert_eq!(Binding::parse(&b.encode()), Some(b));
+        assert_eq!(
+            Binding::parse(b"17"),
+            Some(Binding {
+                cluster: 17,
+                index: 0
+            })
+        );
+        assert_eq!(Binding::parse(b"17 x"), None);
+        assert_eq!(Binding::parse(b""), None);
+    }
+}

@@ -1,0 +1,239 @@
+//! The operations etcd users run, on private three-member clusters: leader changes (which
+//! re-arm every etcd lease to its full TTL), expiring auth tokens and user changes, and a
+//! snapshot restore done as etcd's guide does it. One at a time (`--test-threads=1`): each
+//! starts its own cluster and some kill or restore members.
+
+use std::time::{Duration, Instant};
+
+use lease_conformance::fixtures::etcd::{EtcdCluster, HINT, MEMBERS};
+use lease_conformance::fixtures::required;
+use lease_core::{Error, LeaseStore, RunId, Ttl, WorkerId};
+use lease_etcd::{EtcdConfig, EtcdLeaseStore};
+
+fn id(name: &str) -> RunId {
+    RunId::new(name).unwrap()
+}
+
+fn endpoints(cluster: &EtcdCluster) -> Vec<String> {
+    (0..MEMBERS).map(|i| cluster.endpoint(i)).collect()
+}
+
+/// 300 runs claimed with an 8 s TTL and abandoned, the leader moved at 6 s (re-arming their
+/// etcd leases to a full TTL, so etcd holds them past the expiry their records show), a run
+/// created at 9 s: the first `claim_next(10)` hands it out, and none of the 300. Before,
+/// `claim_next` read 224 entries from the start of the index, all held, and answered `[]`
+/// until etcd released them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_change_does_not_stall_claim_next() {
+    let Some(mut cluster) = required(
+        "etcd cluster",
+        EtcdCluster::start().map_err(|e| e.to_string()),
+        HINT,
+    ) else {
+        return;
+    };
+    let store = EtcdLeaseStore::connect(EtcdConfig::new(endpoints(&cluster), "hol").unwrap())
+        .await
+        .unwrap();
+    let dead = WorkerId::new("dead").unwrap();
+    let held: Vec<RunId> = (0..300).map(|i| id(&format!("held-{i:03}"))).collect();
+    for r in store.create_many(&held).await.unwrap() {
+        r.unwrap();
+    }
+    let started = Instant::now();
+    let claimed = store
+        .claim_next(&dead, Ttl::from_secs(8).unwrap(), 300)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 300);
+    tokio::time::sleep(Duration::from_secs(6).saturating_sub(started.elapsed())).await;
+    let leader = tokio::task::block_in_place(|| cluster.move_leader()).unwrap();
+    tokio::time::sleep(Duration::from_secs(9).saturating_sub(started.elapsed())).await;
+    let fresh = id("fresh");
+    store.create(&fresh).await.unwrap();
+    let got = store
+        .claim_next(
+            &WorkerId::new("live").unwrap(),
+            Ttl::from_secs(30).unwrap(),
+            10,
+        )
+        .await
+        .unwrap();
+    let runs: Vec<&RunId> = got.iter().map(|l| l.run()).collect();
+    assert_eq!(
+        runs,
+        vec![&fresh],
+        "at {:?}, after member {leader} took over: the new run at once, no held one",
+        started.elapsed()
+    );
+}
+
+/// Simple tokens that expire after 5 s idle (`--auth-token-ttl 5`): a claim after 6 s idle,
+/// a call after the leader was SIGKILLed (the two others go on), and renewals while an operator adds
+/// a user (every token issued before is then refused as "revision of auth store is old")
+/// all succeed within twice the call timeout. Before, the adapter never refreshed its token:
+/// after 5 s idle every call answered `Misconfigured` for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_tokens_and_user_changes_are_recovered_from() {
+    let Some(mut cluster) = required(
+        "etcd cluster",
+        EtcdCluster::start_with_flags(&["--auth-token", "simple", "--auth-token-ttl", "5"])
+            .map_err(|e| e.to_string()),
+        HINT,
+    ) else {
+        return;
+    };
+    let ctl = |cluster: &mut EtcdCluster, args: &[&str]| {
+        tokio::task::block_in_place(|| cluster.ctl(args)).unwrap()
+    };
+    ctl(&mut cluster, &["user", "add", "root:s3cret-pw"]);
+    ctl(&mut cluster, &["auth", "enable"]);
+    let timeout = Duration::from_secs(2);
+    let config = EtcdConfig::new(endpoints(&cluster), "auth")
+        .unwrap()
+        .with_user("root", "s3cret-pw")
+        .with_timeout(timeout);
+    let store = EtcdLeaseStore::connect(config).await.unwrap();
+    let w = WorkerId::new("w").unwrap();
+    let ttl = Ttl::from_secs(30).unwrap();
+    let (a, b) = (id("a"), id("b"));
+    store.create(&a).await.unwrap();
+    store.create(&b).await.unwrap();
+
+    // Within twice the timeout, a call succeeds (a failed one must be retryable).
+    async fn recovers<T>(
+        timeout: Duration,
+        mut call: impl AsyncFnMut() -> lease_core::Result<T>,
+    ) -> T {
+        let started = Instant::now();
+        loop {
+            match call().await {
+                Ok(t) => return t,
+                Err(e) => {
+                    assert!(e.is_retryable(), "a call answered {e:?}, not retryable");
+                    assert!(
+                        started.elapsed() < timeout * 2,
+                        "still failing after {:?}: {e}",
+                        started.elapsed()
+                    );
+                }
+            }
+        }
+    }
+
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let lease = recovers(timeout, async || store.claim(&a, &w, ttl).await).await;
+    assert_eq!(lease.fence().get(), 1);
+
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let victim = tokio::task::block_in_place(|| cluster.leader(Duration::from_secs(5))).unwrap();
+    cluster.kill(victim);
+    let lease = recovers(timeout, async || store.renew(&lease).await).await;
+
+    // An operator adds a user while the holder renews and another run is claimed.
+    let mut lease = lease;
+    let mut errors = Vec::new();
+    let until = Instant::now() + Duration::from_secs(3);
+    let mut added = false;
+    while Instant::now() < until {
+        if !added && until - Instant::now() < Duration::from_secs(2) {
+            ctl(
+                &mut cluster,
+                &["--user=root:s3cret-pw", "user", "add", "ops:other-pw"],
+            );
+            added = true;
+        }
+        match store.renew(&lease).await {
+            Ok(renewed) => lease = renewed,
+            Err(e) => errors.push(e),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(added);
+    assert!(
+        errors.is_empty(),
+        "renewals around a user change answered {errors:?} (a refused token is refreshed and \
+         the request sent again)"
+    );
+    let other = recovers(timeout, async || store.claim(&b, &w, ttl).await).await;
+    assert_eq!(other.fence().get(), 1);
+    // The password never shows.
+    assert!(!format!("{store:?} {store}").contains("s3cret-pw"));
+}
+
+/// A snapshot, then a claim (fence 1) and an entry, then every member restored from the
+/// snapshot with the guide's command (same `--initial-cluster-token`, so the same cluster
+/// id): a process that connects afterwards is refused (the Raft log went back below the
+/// index the prefix recorded), and the old process's append under fence 1 is refused too
+/// (the revision it had seen went back). Before, the new process bound silently and would
+/// have handed out fence 1 a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_cluster_cannot_reissue_a_fence() {
+    let Some(mut cluster) = required(
+        "etcd cluster",
+        EtcdCluster::start().map_err(|e| e.to_string()),
+        HINT,
+    ) else {
+        return;
+    };
+    let config = EtcdConfig::new(endpoints(&cluster), "restore").unwrap();
+    // Some history first, as any cluster in use has.
+    let setup = EtcdLeaseStore::connect(config.clone()).await.unwrap();
+    let runs: Vec<RunId> = (0..100).map(|i| id(&format!("order-{i}"))).collect();
+    for r in setup.create_many(&runs).await.unwrap() {
+        r.unwrap();
+    }
+    for run in &runs[..50] {
+        setup.inspect(run).await.unwrap();
+        setup.force_release(run).await.unwrap();
+    }
+    let old = EtcdLeaseStore::connect(config.clone()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot = dir.path().join("snapshot.db");
+    tokio::task::block_in_place(|| cluster.snapshot(&snapshot)).unwrap();
+
+    let run = &runs[99];
+    let lease = old
+        .claim(
+            run,
+            &WorkerId::new("old").unwrap(),
+            Ttl::from_secs(60).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(lease.fence().get(), 1);
+    old.append(&lease, b"charged").await.unwrap();
+
+    tokio::task::block_in_place(|| cluster.restore(&snapshot)).unwrap();
+
+    let fresh = EtcdLeaseStore::connect(config.clone()).await;
+    match &fresh {
+        Err(e @ Error::Misconfigured { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("restored"), "{text}");
+            assert!(text.contains("etcd-rebind"), "{text}");
+        }
+        other => panic!("a process connecting after the restore got {other:?}"),
+    }
+    let started = Instant::now();
+    let late = loop {
+        match old.append(&lease, b"charged again").await {
+            Err(e) if e.is_retryable() && started.elapsed() < Duration::from_secs(10) => {}
+            other => break other,
+        }
+    };
+    assert!(
+        matches!(&late, Err(Error::Misconfigured { .. })),
+        "the old process's append under fence 1 answered {late:?}"
+    );
+
+    // The operator's way back: rebind, after which the prefix serves again.
+    let rebound = EtcdLeaseStore::rebind(config.clone()).await.unwrap();
+    assert!(rebound.before.is_some());
+    let store = EtcdLeaseStore::connect(config).await.unwrap();
+    assert_eq!(
+        store.inspect(run).await.unwrap().fence.get(),
+        0,
+        "as at the snapshot"
+    );
+}
