@@ -123,6 +123,11 @@ enum Command {
     },
     /// Create or upgrade the Postgres schema.
     Migrate,
+    /// Bind an etcd:// store's prefix to the cluster its endpoints reach now, at its current
+    /// Raft index: after a snapshot restore, every store refuses the prefix (its fences may
+    /// have gone back) until an operator who has checked that every run's fence is current
+    /// runs this. Prints what was replaced.
+    EtcdRebind,
     /// Run a command while holding the run's lease (a singleton job across hosts): claim the
     /// run, start CMD with LEASE_RUN and LEASE_FENCE in its environment, heartbeat while it
     /// runs, and stop it (SIGTERM, then SIGKILL after --kill-after-ms) before the lease can
@@ -210,6 +215,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
             json,
         } => ops::purge(&config, older_than, dry_run, format(out, &json)).await,
         Command::Migrate => ops::migrate(&config, out).await,
+        Command::EtcdRebind => ops::etcd_rebind(&config, out).await,
         Command::Run(args) => {
             text_only("run", out)?;
             return run::run(&config, args).await;

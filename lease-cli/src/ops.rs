@@ -129,6 +129,43 @@ pub(crate) async fn migrate(config: &Config, format: Format) -> Result<(), Failu
     }
 }
 
+/// `lease etcd-rebind`: the operator's decision after an etcd restore.
+pub(crate) async fn etcd_rebind(config: &Config, format: Format) -> Result<(), Failure> {
+    match config.backend()? {
+        #[cfg(feature = "etcd")]
+        distribution::Backend::Etcd => {
+            let mut etcd = distribution::etcd::EtcdConfig::from_url(&config.store)?;
+            if let Some(ns) = &config.namespace {
+                etcd = etcd.with_prefix(ns.clone());
+            }
+            let prefix = etcd.prefix().to_owned();
+            let rebound = distribution::etcd::EtcdLeaseStore::rebind(etcd).await?;
+            let (cluster, index) = rebound.after;
+            match format {
+                Format::Text => match rebound.before {
+                    Some((was, at)) => println!(
+                        "prefix {prefix:?} rebound from cluster {was} (Raft index {at}) to \
+                         cluster {cluster} (Raft index {index})"
+                    ),
+                    None => println!(
+                        "prefix {prefix:?} bound to cluster {cluster} (Raft index {index})"
+                    ),
+                },
+                Format::Json => println!(
+                    "{}",
+                    serde_json::json!({
+                        "prefix": prefix,
+                        "before": rebound.before.map(|(c, i)| serde_json::json!({"cluster": c, "raft_index": i})),
+                        "after": {"cluster": cluster, "raft_index": index},
+                    })
+                ),
+            }
+            Ok(())
+        }
+        _ => Err(usage("etcd-rebind applies to an etcd:// store only")),
+    }
+}
+
 /// How many runs one `purge` call removes at most.
 const PURGE_BATCH: usize = 1_000;
 

@@ -1032,3 +1032,43 @@ fn lease_run_times_attempts_out_and_fails_a_run_past_its_budget() {
         "a fresh budget, and a success gives its attempt back: {record}"
     );
 }
+
+/// The default build reaches etcd: `--store etcd://h1:p1,h2:p2,h3:p3/prefix` creates and
+/// inspects a run, and `etcd-rebind` binds the prefix (refused, by name, on another backend).
+#[test]
+fn the_default_build_reaches_etcd_and_rebinds_a_prefix() {
+    use lease_conformance::fixtures::etcd::{EtcdCluster, HINT, MEMBERS};
+    let Some(cluster) = lease_conformance::fixtures::required(
+        "etcd cluster",
+        EtcdCluster::start().map_err(|e| e.to_string()),
+        HINT,
+    ) else {
+        return;
+    };
+    let hosts: Vec<String> = (0..MEMBERS)
+        .map(|i| cluster.endpoint(i).trim_start_matches("http://").to_owned())
+        .collect();
+    let url = format!("etcd://{}/cli", hosts.join(","));
+    let out = lease(&["--store", &url, "create", "order-1"]);
+    assert_exit(&out, 0);
+    let out = lease(&["--store", &url, "-o", "json", "inspect", "order-1"]);
+    assert_exit(&out, 0);
+    let record: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(record["state"], "runnable", "{record}");
+    assert_eq!(record["fence"], 0, "{record}");
+    let out = lease(&["--store", &url, "-o", "json", "etcd-rebind"]);
+    assert_exit(&out, 0);
+    let rebound: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(rebound["prefix"], "cli", "{rebound}");
+    assert!(rebound["before"]["cluster"].is_u64(), "{rebound}");
+    assert!(rebound["after"]["raft_index"].is_u64(), "{rebound}");
+    let out = lease(&["--store", "memory:", "etcd-rebind"]);
+    assert_exit(&out, USAGE);
+    assert!(
+        stderr(&out).contains("etcd:// store only"),
+        "{}",
+        stderr(&out)
+    );
+    let out = lease(&["--help"]);
+    assert!(stdout(&out).contains("etcd-rebind"));
+}

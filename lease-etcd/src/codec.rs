@@ -8,6 +8,7 @@
 //! |---|---|---|
 //! | `r\0{run}` | the run record ([`Rec`]), fence included | never leased, never deleted (a purge leaves a tombstone) |
 //! | `b\0{run}` | `h` (held) or `d` (delayed) | attached to an etcd lease: gone when it expires |
+//! | `d\0{run}` | empty: the run is delayed (for counts) | on the delay's lease, beside the block |
 //! | `i\0{state}{since}{run}` | empty | the state index, ordered by claimable-since / ended-at |
 //! | `j\0{run}\0{seq}` | a journal entry | until purge |
 //! | `k\0{run}\0{key}` | the entry's seq | until purge |
@@ -58,6 +59,18 @@ impl Keys {
 
     pub(crate) fn block(&self, run: &str) -> Vec<u8> {
         let mut k = self.blocks();
+        k.extend_from_slice(run.as_bytes());
+        k
+    }
+
+    /// The family of delay markers: a key per delayed run, on the delay's lease beside its
+    /// block, so that held and delayed runs are counted without reading every block.
+    pub(crate) fn delays(&self) -> Vec<u8> {
+        self.kind(b'd')
+    }
+
+    pub(crate) fn delay(&self, run: &str) -> Vec<u8> {
+        let mut k = self.delays();
         k.extend_from_slice(run.as_bytes());
         k
     }

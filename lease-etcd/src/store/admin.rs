@@ -122,7 +122,7 @@ impl EtcdLeaseStore {
                 run.as_str(),
                 seen,
                 &new,
-                vec![self.delete_block(run.as_str())],
+                self.delete_block(run.as_str()).to_vec(),
                 out,
             ))
         })
@@ -154,7 +154,7 @@ impl EtcdLeaseStore {
             let r = run.as_str();
             let journal = self.keys.journal_prefix(r);
             let keys = self.keys.keys_prefix(r);
-            let extra = vec![
+            let mut extra = vec![
                 TxnOp::delete(
                     journal.clone(),
                     Some(DeleteOptions::new().with_range(prefix_end(&journal))),
@@ -163,8 +163,8 @@ impl EtcdLeaseStore {
                     keys.clone(),
                     Some(DeleteOptions::new().with_range(prefix_end(&keys))),
                 ),
-                self.delete_block(r),
             ];
+            extra.extend(self.delete_block(r));
             plans.push(self.plan(r, item, &Rec::tombstone(rec.fence), extra, run.clone()));
         }
         Ok(self.execute(plans).await?.into_iter().flatten().collect())

@@ -218,8 +218,24 @@ impl EtcdLeaseStore {
         )
     }
 
-    pub(super) fn delete_block(&self, run: &str) -> TxnOp {
-        TxnOp::delete(self.keys.block(run), None)
+    /// A delay's block and its marker, both on the delay's lease.
+    pub(super) fn put_delay(&self, run: &str, lease: i64) -> [TxnOp; 2] {
+        [
+            self.put_block(run, false, lease),
+            TxnOp::put(
+                self.keys.delay(run),
+                Vec::new(),
+                Some(PutOptions::new().with_lease(lease)),
+            ),
+        ]
+    }
+
+    /// Deletes the block and the delay marker, whichever exists.
+    pub(super) fn delete_block(&self, run: &str) -> [TxnOp; 2] {
+        [
+            TxnOp::delete(self.keys.block(run), None),
+            TxnOp::delete(self.keys.delay(run), None),
+        ]
     }
 
     /// The record as etcd judges it at `now`: an expiry etcd has not yet reached is shown

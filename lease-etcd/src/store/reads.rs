@@ -191,26 +191,15 @@ impl EtcdLeaseStore {
                 Self::count_op(family.clone(), prefix_end(&family))
             })
             .collect();
-        let blocks = self.keys.blocks();
-        ops.push(TxnOp::get(
-            blocks.clone(),
-            Some(
-                GetOptions::new()
-                    .with_range(prefix_end(&blocks))
-                    .with_limit((2 * MAX_COUNT) as i64),
-            ),
-        ));
-        let response = self.txn(Txn::new().and_then(ops)).await?;
-        let (mut held, mut delayed) = (0u64, 0u64);
-        if let Some(TxnOpResponse::Get(get)) = response.op_responses().get(4) {
-            for kv in get.kvs() {
-                if kv.value() == b"h" {
-                    held += 1;
-                } else {
-                    delayed += 1;
-                }
-            }
+        // Blocks (held and delayed) and delay markers, counted by etcd: no key is read. A
+        // delay written before markers existed counts as held until it expires.
+        for family in [self.keys.blocks(), self.keys.delays()] {
+            ops.push(Self::count_op(family.clone(), prefix_end(&family)));
         }
+        let response = self.txn(Txn::new().and_then(ops)).await?;
+        let blocks = counted(&response, 4);
+        let delayed = counted(&response, 5).min(blocks);
+        let held = blocks - delayed;
         let runnable = counted(&response, 0);
         let cap = |n: u64| n.min(MAX_COUNT);
         let mut counts = RunCounts::default();

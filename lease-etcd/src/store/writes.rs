@@ -36,7 +36,7 @@ impl EtcdLeaseStore {
         if end.refunds_attempt() {
             new.attempts = new.attempts.saturating_sub(1);
         }
-        let mut extra = vec![self.delete_block(run.as_str())];
+        let mut extra = Vec::new();
         let mut bytes = 0;
         match end {
             End::CompleteWith(payload) => {
@@ -63,7 +63,9 @@ impl EtcdLeaseStore {
         }
         if delay > 0 {
             // The block key replaces the deleted one: the delay is timed by etcd.
-            extra[0] = self.put_block(run.as_str(), false, delay_lease);
+            extra.extend(self.put_delay(run.as_str(), delay_lease));
+        } else {
+            extra.extend(self.delete_block(run.as_str()));
         }
         let mut plan = self.plan(run.as_str(), seen, &new, extra, ());
         plan.bytes += bytes;
