@@ -174,6 +174,10 @@ pub(crate) struct Rec {
     pub(crate) failure: Option<String>,
     /// The attempt budget's counter (claims since create or resume, less voluntary ends).
     pub(crate) attempts: u64,
+    /// Milliseconds the run stays held or delayed after its block's lease expires: a TTL or
+    /// delay longer than the store's `max_lease` is timed by etcd in links of at most that,
+    /// each re-armed by the next reader that finds the block gone (0: no link left).
+    pub(crate) rest: u64,
 }
 
 const VERSION: u8 = 1;
@@ -193,6 +197,7 @@ impl Rec {
             ttl_ms: 0,
             failure: None,
             attempts: 0,
+            rest: 0,
         }
     }
 
@@ -222,6 +227,7 @@ impl Rec {
         put_text(&mut out, self.failure.as_deref());
         // Last, so a record written before the counter existed reads as 0 attempts.
         out.extend_from_slice(&self.attempts.to_be_bytes());
+        out.extend_from_slice(&self.rest.to_be_bytes());
         out
     }
 
@@ -251,11 +257,16 @@ impl Rec {
         let owner = r.text().ok_or_else(corrupt)?;
         let failure = r.text().ok_or_else(corrupt)?;
         // Absent from records written before the attempt budget.
-        let attempts = if r.0.is_empty() {
-            0
-        } else {
-            r.u64().ok_or_else(corrupt)?
+        let mut trailing = || {
+            if r.0.is_empty() {
+                Ok(0)
+            } else {
+                r.u64().ok_or_else(corrupt)
+            }
         };
+        let attempts = trailing()?;
+        // Absent from records written before chained leases.
+        let rest = trailing()?;
         Ok(Rec {
             state,
             fence: n[0],
@@ -268,6 +279,7 @@ impl Rec {
             owner,
             failure,
             attempts,
+            rest,
         })
     }
 }

@@ -17,6 +17,10 @@ const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 /// How long connecting may take, unless the URL says otherwise (`connect_timeout_ms`).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The longest etcd times one block unless the URL says otherwise (`max_lease_ms`): a longer
+/// TTL or delay is timed in links of at most this (see the crate docs on leader changes).
+pub const DEFAULT_MAX_LEASE: Duration = Duration::from_secs(60);
+
 /// The key prefix when the URL names none.
 pub const DEFAULT_PREFIX: &str = "lease";
 
@@ -24,7 +28,8 @@ pub const DEFAULT_PREFIX: &str = "lease";
 ///
 /// Parsed from `etcd://[user:password@]host:port[,host:port…][/prefix][?param=value&…]`
 /// (`etcds://` for TLS, with the `tls` feature). Parameters: `timeout_ms` (each call's
-/// client-side bound, default 5000), `connect_timeout_ms` (default 5000).
+/// client-side bound, default 5000), `connect_timeout_ms` (default 5000), `max_lease_ms` (the
+/// longest etcd times one block, whole seconds from 1 s to an hour, default 60000).
 ///
 /// ```
 /// use lease_etcd::EtcdConfig;
@@ -41,6 +46,7 @@ pub struct EtcdConfig {
     user: Option<(String, String)>,
     timeout: Duration,
     connect_timeout: Duration,
+    max_lease: Duration,
     tls: bool,
 }
 
@@ -58,6 +64,7 @@ impl EtcdConfig {
             prefix: prefix.into(),
             user: None,
             timeout: DEFAULT_TIMEOUT,
+            max_lease: DEFAULT_MAX_LEASE,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             tls: false,
         };
@@ -143,6 +150,7 @@ impl EtcdConfig {
             prefix,
             user,
             timeout: DEFAULT_TIMEOUT,
+            max_lease: DEFAULT_MAX_LEASE,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             tls,
         };
@@ -163,9 +171,11 @@ impl EtcdConfig {
             match key {
                 "timeout_ms" => config.timeout = millis()?,
                 "connect_timeout_ms" => config.connect_timeout = millis()?,
+                "max_lease_ms" => config.max_lease = millis()?,
                 other => {
                     return Err(bad(format!(
-                        "unknown URL parameter {other:?} (known: timeout_ms, connect_timeout_ms)"
+                        "unknown URL parameter {other:?} (known: timeout_ms, \
+                         connect_timeout_ms, max_lease_ms)"
                     )))
                 }
             }
@@ -188,6 +198,18 @@ impl EtcdConfig {
                     format!("the {name} of {value:?} is out of range: it must be 1 ms to 1 hour"),
                 ));
             }
+        }
+        if self.max_lease < Duration::from_secs(1)
+            || self.max_lease > MAX_TIMEOUT
+            || self.max_lease.subsec_nanos() != 0
+        {
+            return Err(Error::misconfigured(
+                BACKEND,
+                format!(
+                    "the max lease of {:?} is out of range: it must be whole seconds, 1 s to 1 hour",
+                    self.max_lease
+                ),
+            ));
         }
         if self.prefix.is_empty() || self.prefix.contains('\0') {
             return Err(Error::misconfigured(
@@ -215,6 +237,22 @@ impl EtcdConfig {
     pub fn with_timeout(mut self, timeout: Duration) -> EtcdConfig {
         self.timeout = timeout;
         self
+    }
+
+    /// The same settings with etcd timing one block for at most `max_lease` (whole seconds, 1 s
+    /// to 1 hour, checked at connect; default [`DEFAULT_MAX_LEASE`]). A TTL or delay longer
+    /// than that is timed in links of at most `max_lease`, each re-armed by the next caller
+    /// that reads the run after the link expired, so a leader change (which re-arms every
+    /// etcd lease to its full length) delays a run by at most one link, not its whole TTL.
+    #[must_use]
+    pub fn with_max_lease(mut self, max_lease: Duration) -> EtcdConfig {
+        self.max_lease = max_lease;
+        self
+    }
+
+    /// The longest etcd times one block.
+    pub fn max_lease(&self) -> Duration {
+        self.max_lease
     }
 
     /// The same settings, authenticating as `user`.
@@ -265,6 +303,7 @@ impl fmt::Debug for EtcdConfig {
             )
             .field("timeout", &self.timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("max_lease", &self.max_lease)
             .finish()
     }
 }
@@ -321,6 +360,32 @@ mod tests {
             EtcdConfig::from_url("etcd://h:1").unwrap().prefix(),
             "lease"
         );
+    }
+
+    #[test]
+    fn max_lease_is_whole_seconds_from_one_second_to_an_hour() {
+        let c = EtcdConfig::from_url("etcd://h:1?max_lease_ms=2000").unwrap();
+        assert_eq!(c.max_lease(), Duration::from_secs(2));
+        assert_eq!(
+            EtcdConfig::from_url("etcd://h:1").unwrap().max_lease(),
+            DEFAULT_MAX_LEASE
+        );
+        for bad in [
+            "max_lease_ms=1500",
+            "max_lease_ms=500",
+            "max_lease_ms=0",
+            "max_lease_ms=x",
+        ] {
+            let refused = EtcdConfig::from_url(&format!("etcd://h:1?{bad}"));
+            assert!(
+                matches!(&refused, Err(Error::Misconfigured { detail, .. }) if detail.to_string().contains("max")),
+                "{bad}: {refused:?}"
+            );
+        }
+        let too_long = EtcdConfig::new(["http://h:1"], "p")
+            .unwrap()
+            .with_max_lease(Duration::from_secs(7200));
+        assert!(too_long.validate().is_err());
     }
 
     /// A password holding a raw '/' or '?' is refused with a message that holds no part of it,

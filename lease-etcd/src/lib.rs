@@ -22,5 +22,7 @@ mod config;
 mod error;
 mod store;
 
-pub use config::{EtcdConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_TIMEOUT};
+pub use config::{
+    EtcdConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_LEASE, DEFAULT_PREFIX, DEFAULT_TIMEOUT,
+};
 pub use store::{EtcdLeaseStore, Rebound, MIN_TTL, SCAN_BUDGET};

@@ -237,3 +237,69 @@ async fn a_restored_cluster_cannot_reissue_a_fence() {
         "as at the snapshot"
     );
 }
+
+/// A TTL and a `RetryAfter` delay longer than the store's `max_lease` (2 s here) are timed by
+/// etcd in links of at most that: with the leader moved every 6 s (each move re-arms every
+/// etcd lease to its full length), an abandoned 8 s hold and an 8 s delay both end while the
+/// moves go on. Timed whole, each would be re-armed to 9 s at every move and never end while
+/// moves come more often than that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_changes_delay_a_long_hold_by_at_most_a_link() {
+    use lease_core::{End, Ending};
+    let Some(mut cluster) = required(
+        "etcd cluster",
+        EtcdCluster::start().map_err(|e| e.to_string()),
+        HINT,
+    ) else {
+        return;
+    };
+    let config = EtcdConfig::new(endpoints(&cluster), "links")
+        .unwrap()
+        .with_max_lease(Duration::from_secs(2));
+    let store = EtcdLeaseStore::connect(config).await.unwrap();
+    let (held, delayed) = (id("held"), id("delayed"));
+    store.create(&held).await.unwrap();
+    store.create(&delayed).await.unwrap();
+    let dead = WorkerId::new("dead").unwrap();
+    let ttl = Ttl::from_secs(8).unwrap();
+    let started = Instant::now();
+    store.claim(&held, &dead, ttl).await.unwrap();
+    let lease = store.claim(&delayed, &dead, ttl).await.unwrap();
+    let ended = store
+        .end_many(&[Ending::new(lease, End::RetryAfter(Duration::from_secs(8)))])
+        .await
+        .unwrap();
+    ended[0].as_ref().unwrap();
+
+    let moves_for = Duration::from_secs(30);
+    let mover = std::thread::spawn(move || {
+        let mut moves = Vec::new();
+        while started.elapsed() + Duration::from_secs(6) < moves_for {
+            std::thread::sleep(Duration::from_secs(6));
+            moves.push((started.elapsed(), cluster.move_leader().unwrap()));
+        }
+        (cluster, moves)
+    });
+    let live = WorkerId::new("live").unwrap();
+    let mut claimed = Vec::new();
+    while claimed.len() < 2 && started.elapsed() < moves_for {
+        for lease in store.claim_next(&live, ttl, 2).await.unwrap() {
+            claimed.push((lease.run().clone(), started.elapsed()));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (_cluster, moves) = tokio::task::block_in_place(|| mover.join().unwrap());
+    assert!(moves.len() >= 3, "the leader moved every 6 s: {moves:?}");
+    let runs: std::collections::HashSet<&RunId> = claimed.iter().map(|(r, _)| r).collect();
+    assert_eq!(
+        runs,
+        [&held, &delayed].into_iter().collect(),
+        "both claimable while the leader kept moving ({moves:?}); claimed {claimed:?}"
+    );
+    for (run, at) in &claimed {
+        assert!(
+            *at >= Duration::from_secs(8),
+            "{run} claimed at {at:?}, before its 8 s"
+        );
+    }
+}

@@ -85,6 +85,7 @@ impl EtcdLeaseStore {
             new.attempts = 0; // a fresh budget
             new.since = now;
             new.not_before = 0;
+            new.rest = 0;
             let after = Seen {
                 rec: Some(new.clone()),
                 rev: seen.rev,
@@ -110,6 +111,7 @@ impl EtcdLeaseStore {
             new.owner = None;
             new.expires_at = 0;
             new.not_before = 0;
+            new.rest = 0;
             new.since = now;
             let after = Seen {
                 rec: Some(new.clone()),

@@ -29,10 +29,12 @@ impl EtcdLeaseStore {
     pub(super) fn claim_verdict(run: &RunId, seen: &Seen, now: u64) -> Result<Option<Error>> {
         let rec = seen.live(run)?;
         let left = |at: u64| Duration::from_micros(at.saturating_sub(now).max(1_000));
-        let (remaining, delayed) = match (seen.block, &rec.owner) {
-            (Some(_), Some(_)) => (Some(left(rec.expires_at)), None),
-            (Some(_), None) => (None, Some(left(rec.not_before))),
-            (None, _) => (None, None),
+        // A block, or a chain whose link lapsed with time still left (re-armed by the reader).
+        let blocked = seen.block.is_some() || rec.rest > 0;
+        let (remaining, delayed) = match (blocked, &rec.owner) {
+            (true, Some(_)) => (Some(left(rec.expires_at)), None),
+            (true, None) => (None, Some(left(rec.not_before))),
+            (false, _) => (None, None),
         };
         let owner = rec.owner.as_deref().map(WorkerId::new).transpose()?;
         Ok(claim_refusal(
@@ -45,13 +47,14 @@ impl EtcdLeaseStore {
         ))
     }
 
-    /// The claim of a claimable run under etcd lease `lease`.
+    /// The claim of a claimable run under etcd lease `lease`, which times its first `link`
+    /// seconds (the whole TTL unless it is longer than the store's `max_lease`).
     pub(super) fn claim_plan(
         &self,
         run: &RunId,
         worker: &WorkerId,
         ttl: Ttl,
-        lease: i64,
+        (lease, link): (i64, i64),
         seen: &Seen,
         now: u64,
     ) -> Result<Plan<Lease>> {
@@ -64,7 +67,8 @@ impl EtcdLeaseStore {
         new.expires_at = now + ttl.as_millis() * 1000;
         new.ttl_ms = ttl.as_millis();
         new.not_before = 0;
-        new.since = new.expires_at;
+        new.rest = ttl.as_millis().saturating_sub(link as u64 * 1000);
+        new.since = now + link as u64 * 1_000_000;
         let out = Lease::new(
             run.clone(),
             worker.clone(),
@@ -93,7 +97,7 @@ impl EtcdLeaseStore {
         let mut ttls = Vec::with_capacity(leases.len());
         for lease in leases {
             let (s, ttl) = lease_seconds(lease.ttl())?;
-            secs.push(s);
+            secs.push(self.link(s));
             ttls.push(ttl);
         }
         let ids = self.grant(&secs).await?;
@@ -105,7 +109,8 @@ impl EtcdLeaseStore {
             let mut new = rec.clone();
             new.heartbeats += 1;
             new.expires_at = now + ttls[i].as_millis() * 1000;
-            new.since = new.expires_at;
+            new.rest = ttls[i].as_millis().saturating_sub(secs[i] as u64 * 1000);
+            new.since = now + secs[i] as u64 * 1_000_000;
             let out = Lease::new(
                 run.clone(),
                 lease.owner().clone(),
@@ -153,6 +158,7 @@ impl EtcdLeaseStore {
         let seen = self.read(&ids).await?;
         let mut claimable = Vec::new();
         let mut blocked = Vec::new();
+        let mut lapsed = Vec::new();
         for (i, ((since, run), item)) in listed.iter().zip(&seen).enumerate() {
             if !item.live(run).is_ok_and(|rec| rec.since == *since) {
                 continue; // moved since the range was read
@@ -160,6 +166,7 @@ impl EtcdLeaseStore {
             match Self::claim_verdict(run, item, now) {
                 Ok(None) => claimable.push(i),
                 _ if item.block.is_some() && *since <= now => blocked.push(i),
+                _ if item.lapsed() && *since <= now => lapsed.push(i),
                 _ => {}
             }
         }
@@ -183,6 +190,11 @@ impl EtcdLeaseStore {
             scanned: listed.len(),
         };
         let moved = async {
+            if !lapsed.is_empty() {
+                let items: Vec<(&RunId, &Seen)> =
+                    lapsed.iter().map(|&i| (&listed[i].1, &seen[i])).collect();
+                self.rearm(&items, now).await?;
+            }
             if blocked.is_empty() {
                 return Ok(());
             }
@@ -197,7 +209,14 @@ impl EtcdLeaseStore {
             let lease = self.grant(&[secs]).await?[0];
             let mut plans = Vec::with_capacity(claimable.len());
             for &i in &claimable {
-                plans.push(self.claim_plan(&listed[i].1, worker, ttl, lease, &seen[i], now)?);
+                plans.push(self.claim_plan(
+                    &listed[i].1,
+                    worker,
+                    ttl,
+                    (lease, secs),
+                    &seen[i],
+                    now,
+                )?);
             }
             self.execute(plans).await
         };
@@ -235,15 +254,59 @@ impl EtcdLeaseStore {
             let mut new = rec.clone();
             new.since = now + (secs as u64 + 1) * 1_000_000;
             if new.owner.is_some() {
-                new.expires_at = new.since;
+                new.expires_at = new.expires_at.max(new.since);
             } else {
-                new.not_before = new.since;
+                new.not_before = new.not_before.max(new.since);
             }
             plans.push(self.plan(run.as_str(), item, &new, Vec::new(), ()));
         }
         tracing::debug!(
             moved = plans.len(),
             "runs due by their records but held by etcd moved to their real expiry"
+        );
+        self.execute(plans).await?;
+        Ok(())
+    }
+
+    /// Re-arms runs whose link lapsed with time left (a TTL or delay longer than the
+    /// store's `max_lease`): the next link, of at most `max_lease`, on an etcd lease, as a
+    /// conditional write on the record as read and on the block still being absent. Time is
+    /// counted only by etcd's leases, link by link: a lapsed link that nobody read for a
+    /// while makes the run free later, never earlier.
+    pub(super) async fn rearm(&self, items: &[(&RunId, &Seen)], now: u64) -> Result<()> {
+        let links: Vec<i64> = items
+            .iter()
+            .map(|(_, item)| {
+                let rest = item.rec.as_ref().map_or(0, |r| r.rest);
+                self.link(rest.div_ceil(1000) as i64)
+            })
+            .collect();
+        let ids = self.grant(&links).await?;
+        let mut plans = Vec::new();
+        for (((run, item), link), id) in items.iter().zip(&links).zip(&ids) {
+            let Some(rec) = item.rec.as_ref() else {
+                continue;
+            };
+            let mut new = rec.clone();
+            new.rest = rec.rest.saturating_sub(*link as u64 * 1000);
+            new.since = now + *link as u64 * 1_000_000;
+            let r = run.as_str();
+            let block = if rec.owner.is_some() {
+                vec![self.put_block(r, true, *id)]
+            } else {
+                self.put_delay(r, *id).to_vec()
+            };
+            let mut plan = self.plan(r, item, &new, block, ());
+            plan.compares.push(Compare::create_revision(
+                self.keys.block(r),
+                CompareOp::Equal,
+                0,
+            ));
+            plans.push(plan);
+        }
+        tracing::debug!(
+            rearmed = plans.len(),
+            "lapsed links of long holds or delays re-armed"
         );
         self.execute(plans).await?;
         Ok(())
@@ -276,10 +339,15 @@ impl EtcdLeaseStore {
             let now = now_micros();
             let seen = self.read(&[run]).await?.remove(0);
             if let Some(refusal) = Self::claim_verdict(run, &seen, now)? {
+                if seen.lapsed() {
+                    // A long hold or delay between links: time goes on only once re-armed.
+                    self.rearm(&[(run, &seen)], now).await?;
+                }
                 return Err(refusal);
             }
-            let lease = self.grant(&[secs]).await?[0];
-            let plan = self.claim_plan(run, worker, ttl, lease, &seen, now)?;
+            let link = self.link(secs);
+            let lease = self.grant(&[link]).await?[0];
+            let plan = self.claim_plan(run, worker, ttl, (lease, link), &seen, now)?;
             if let Some(Some(claimed)) = self.execute(vec![plan]).await?.pop() {
                 return Ok(claimed);
             }
@@ -302,6 +370,7 @@ impl EtcdLeaseStore {
     ) -> Result<Vec<Lease>> {
         check_claim_max(max)?;
         let (secs, ttl) = lease_seconds(ttl)?;
+        let secs = self.link(secs);
         let family = self.keys.index_family(RunState::Runnable);
         let mut got: Vec<Lease> = Vec::new();
         let mut from = family.clone();

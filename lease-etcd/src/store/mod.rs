@@ -143,6 +143,15 @@ impl Seen {
         Ok(item)
     }
 
+    /// Whether a long hold or delay is between links: no block, time left on the chain.
+    fn lapsed(&self) -> bool {
+        self.block.is_none()
+            && self
+                .rec
+                .as_ref()
+                .is_some_and(|r| r.rest > 0 && r.state == Some(RunState::Runnable))
+    }
+
     /// The live record (not a tombstone), or `NotFound`.
     fn live(&self, run: &RunId) -> Result<&Rec> {
         match &self.rec {
@@ -300,6 +309,11 @@ impl EtcdLeaseStore {
             watch: Arc::default(),
         };
         Ok(store)
+    }
+
+    /// The first link of a hold or delay of `secs`: at most the store's `max_lease`.
+    fn link(&self, secs: i64) -> i64 {
+        secs.min(self.config.max_lease().as_secs() as i64).max(1)
     }
 
     /// The settings this store was opened with.

@@ -29,12 +29,13 @@ impl EtcdLeaseStore {
         .with_failure(rec.failure.clone())
         .with_attempts(rec.attempts);
         if let Some(owner) = &rec.owner {
-            let expires_at = match seen.block {
-                Some(true) => rec.expires_at.max(now + 1),
-                _ => rec.expires_at.min(now),
+            let expires_at = if seen.block == Some(true) || seen.lapsed() {
+                rec.expires_at.max(now + 1)
+            } else {
+                rec.expires_at.min(now)
             };
             record = record.with_lease(WorkerId::new(owner)?, StoreTime::from_micros(expires_at));
-        } else if state == RunState::Runnable && seen.block == Some(false) {
+        } else if state == RunState::Runnable && (seen.block == Some(false) || seen.lapsed()) {
             record =
                 record.with_not_before(Some(StoreTime::from_micros(rec.not_before.max(now + 1))));
         }

@@ -31,7 +31,14 @@ impl EtcdLeaseStore {
         new.state = Some(end.state());
         new.owner = None;
         new.expires_at = 0;
-        new.since = now + delay;
+        // A delay longer than `max_lease` is timed in links: the first now, the rest re-armed.
+        let link = if delay > 0 {
+            self.link(delay_secs(end) as i64) as u64 * 1_000_000
+        } else {
+            0
+        };
+        new.rest = (delay - link) / 1000;
+        new.since = now + link;
         new.not_before = if delay > 0 { now + delay } else { 0 };
         if end.refunds_attempt() {
             new.attempts = new.attempts.saturating_sub(1);
@@ -73,7 +80,13 @@ impl EtcdLeaseStore {
     }
 
     pub(super) async fn end_each(&self, ends: &[Ending]) -> Result<Vec<Result<()>>> {
-        let delays: Vec<i64> = ends.iter().map(|e| delay_secs(&e.end) as i64).collect();
+        let delays: Vec<i64> = ends
+            .iter()
+            .map(|e| match delay_secs(&e.end) {
+                0 => 0,
+                secs => self.link(secs as i64),
+            })
+            .collect();
         let wanted: Vec<i64> = delays.iter().copied().filter(|&s| s > 0).collect();
         let mut granted = self.grant(&wanted).await?.into_iter();
         let leases: Vec<i64> = delays
