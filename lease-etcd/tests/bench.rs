@@ -216,8 +216,14 @@ async fn etcd_throughput_beside_etcds_own_lock() {
         .expect("the cluster's leader");
     let endpoints: Vec<String> = (0..MEMBERS).map(|i| cluster.endpoint(i)).collect();
     let fixture = EtcdFixture::new(endpoints.clone());
-    let store: Arc<dyn LeaseStore> = Arc::new(fixture.store().await);
-    let queue: Arc<dyn LeaseStore> = Arc::new(fixture.store().await);
+    let (etcd_store, etcd_queue) = (
+        Arc::new(fixture.store().await),
+        Arc::new(fixture.store().await),
+    );
+    let store: Arc<dyn LeaseStore> = etcd_store.clone();
+    let queue: Arc<dyn LeaseStore> = etcd_queue.clone();
+    // The etcd leases the library granted: marked before the first row and after each.
+    let granted = || etcd_store.leases_granted() + etcd_queue.leases_granted();
     let client = Client::connect(endpoints.clone(), None)
         .await
         .expect("etcd client");
@@ -262,6 +268,7 @@ async fn etcd_throughput_beside_etcds_own_lock() {
     };
     let mut slices: Vec<Measured<String>> = vec![peer_slice(0).await];
     let mut rows: Vec<Row> = Vec::new();
+    let mut marks = vec![granted()];
 
     // The peer's acquire alone: lease grant + lock, left held (distinct names).
     let acquired = {
@@ -279,6 +286,7 @@ async fn etcd_throughput_beside_etcds_own_lock() {
         acquired.wall,
         acquired.latencies,
     ));
+    marks.push(granted());
     slices.push(peer_slice(slices.len()).await);
 
     // 1. claim: one run per call, each run claimed once.
@@ -302,6 +310,7 @@ async fn etcd_throughput_beside_etcds_own_lock() {
         claimed.wall,
         claimed.latencies,
     ));
+    marks.push(granted());
     slices.push(peer_slice(slices.len()).await);
     check_held(&*store, &runs, &worker, 0).await;
 
@@ -324,6 +333,7 @@ async fn etcd_throughput_beside_etcds_own_lock() {
         renewed.wall,
         renewed.latencies,
     ));
+    marks.push(granted());
     slices.push(peer_slice(slices.len()).await);
     check_held(&*store, &runs, &worker, 1).await;
 
@@ -366,6 +376,7 @@ async fn etcd_throughput_beside_etcds_own_lock() {
         nexts.wall,
         nexts.latencies,
     ));
+    marks.push(granted());
     slices.push(peer_slice(slices.len()).await);
 
     // 4. end_many: every lease claim_next handed out completed, END_BATCH per call.
@@ -400,6 +411,7 @@ async fn etcd_throughput_beside_etcds_own_lock() {
         ended.wall,
         ended.latencies,
     ));
+    marks.push(granted());
     slices.push(peer_slice(slices.len()).await);
     let counts = queue.count().await.expect("count");
     assert_eq!(counts.completed, ended_leases as u64, "completed runs");
@@ -435,12 +447,14 @@ async fn etcd_throughput_beside_etcds_own_lock() {
          slower call)"
     );
     println!();
-    println!("| row | items | calls | ops/s | p50 ms | p99 ms | ops/s ratio | p99 ratio |");
-    println!("|---|--:|--:|--:|--:|--:|--:|--:|");
-    let line = |row: &Row, base: &Row| {
+    println!(
+        "| row | items | calls | ops/s | p50 ms | p99 ms | ops/s ratio | p99 ratio | etcd leases granted |"
+    );
+    println!("|---|--:|--:|--:|--:|--:|--:|--:|--:|");
+    let line = |row: &Row, base: &Row, grants: u64| {
         let p99 = row.percentile_ms(0.99);
         println!(
-            "| {} | {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            "| {} | {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {} ({:.3} per item) |",
             row.name,
             row.items,
             row.calls,
@@ -449,11 +463,19 @@ async fn etcd_throughput_beside_etcds_own_lock() {
             p99,
             row.per_second() / base.per_second(),
             p99 / base.percentile_ms(0.99),
+            grants,
+            grants as f64 / row.items as f64,
         );
     };
-    line(&peer, &peer);
+    // The peer grants one lease per acquire.
+    line(&peer, &peer, peer.items as u64);
     for (k, row) in rows.iter().enumerate() {
-        line(row, &join("", &slices[k..k + 2]));
+        let grants = if row.name.starts_with("etcd lock") {
+            row.items as u64
+        } else {
+            marks[k + 1] - marks[k]
+        };
+        line(row, &join("", &slices[k..k + 2]), grants);
     }
     println!();
     let rates: Vec<String> = slices
