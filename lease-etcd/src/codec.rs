@@ -12,6 +12,7 @@
 //! | `i\0{state}{since}{run}` | empty | the state index, ordered by claimable-since / ended-at |
 //! | `j\0{run}\0{seq}` | a journal entry | until purge |
 //! | `k\0{run}\0{key}` | the entry's seq | until purge |
+//! | `s\0{state}{run}` | empty: the runs of a state by id (for `list`) | until the state changes |
 
 use lease_core::{Error, RunState};
 
@@ -128,6 +129,25 @@ impl Keys {
         let since = u64::from_be_bytes(key.get(base..base + 8)?.try_into().ok()?);
         let run = std::str::from_utf8(key.get(base + 8..)?).ok()?;
         Some((since, run))
+    }
+
+    /// The runs in `state`, ordered by id (for `list` by state).
+    pub(crate) fn state_family(&self, state: RunState) -> Vec<u8> {
+        let mut k = self.kind(b's');
+        k.push(state_byte(state));
+        k
+    }
+
+    pub(crate) fn state_entry(&self, state: RunState, run: &str) -> Vec<u8> {
+        let mut k = self.state_family(state);
+        k.extend_from_slice(run.as_bytes());
+        k
+    }
+
+    /// The run id of a state entry.
+    pub(crate) fn run_of_state_entry<'a>(&self, key: &'a [u8]) -> Option<&'a str> {
+        let base = self.prefix.len() + 3;
+        key.get(base..).and_then(|r| std::str::from_utf8(r).ok())
     }
 
     pub(crate) fn meta(&self) -> Vec<u8> {

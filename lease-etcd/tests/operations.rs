@@ -431,3 +431,32 @@ async fn two_thousand_scopes_grant_a_lease_a_second_and_expiry_stays_prompt() {
         "{granted} grants in {elapsed:?} (at most {bound})"
     );
 }
+
+/// One URL that names members of two clusters is refused at connect, naming both endpoints:
+/// calls failing over between them would mix two clusters' fences.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_url_naming_two_clusters_is_refused() {
+    let start = || {
+        required(
+            "etcd cluster",
+            EtcdCluster::start().map_err(|e| e.to_string()),
+            HINT,
+        )
+    };
+    let (Some(a), Some(b)) = (start(), start()) else {
+        return;
+    };
+    let mixed = vec![a.endpoint(0), b.endpoint(0)];
+    let refused = EtcdLeaseStore::connect(EtcdConfig::new(mixed.clone(), "mixed").unwrap()).await;
+    match refused {
+        Err(e @ Error::Misconfigured { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("two etcd clusters"), "{text}");
+            assert!(
+                text.contains(&mixed[0]) && text.contains(&mixed[1]),
+                "{text}"
+            );
+        }
+        other => panic!("a URL over two clusters connected: {other:?}"),
+    }
+}

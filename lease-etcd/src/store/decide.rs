@@ -187,6 +187,16 @@ impl EtcdLeaseStore {
                 ops.push(TxnOp::put(to, Vec::new(), None));
             }
         }
+        // The runs of each state by id, for `list` by state: moved when the state changes.
+        let (was, is) = (old.and_then(|r| r.state), new.state);
+        if was != is {
+            if let Some(was) = was {
+                ops.push(TxnOp::delete(self.keys.state_entry(was, run), None));
+            }
+            if let Some(is) = is {
+                ops.push(TxnOp::put(self.keys.state_entry(is, run), Vec::new(), None));
+            }
+        }
         ops
     }
 
@@ -273,6 +283,18 @@ impl EtcdLeaseStore {
             from,
             Some(GetOptions::new().with_range(to).with_count_only()),
         )
+    }
+}
+
+/// Where the next page of a range starts: just past its last key, if etcd said there is more.
+pub(super) fn next_page(page: &etcd_client::GetResponse) -> Option<Vec<u8>> {
+    match page.kvs().last() {
+        Some(last) if page.more() => {
+            let mut from = last.key().to_vec();
+            from.push(0);
+            Some(from)
+        }
+        _ => None,
     }
 }
 

@@ -18,13 +18,17 @@
 //! An operator who has checked that every run's fence is current after a restore rebinds
 //! the prefix with [`EtcdLeaseStore::rebind`] (`lease etcd-rebind`).
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
 use lease_core::{Error, Result};
 
-use super::{now_micros, EtcdLeaseStore, Link};
+use lease_core::MAX_BATCH;
+
+use super::decide::next_page;
+use super::{now_micros, EtcdLeaseStore, Link, Plan};
+use crate::codec::{prefix_end, Rec};
 use crate::config::EtcdConfig;
 use crate::error::BACKEND;
 
@@ -42,14 +46,18 @@ pub(super) struct Watch {
     /// When the binding was last read and last refreshed (client micros).
     read_at: AtomicU64,
     refreshed_at: AtomicU64,
+    /// Whether every record has its state entry (see [`Binding`]).
+    pub(super) states: AtomicBool,
 }
 
-/// The binding as stored: `"{cluster}"` (before the Raft index was kept) or
-/// `"{cluster} {raft_index}"`.
+/// The binding as stored: `"{cluster}"` (before the Raft index was kept),
+/// `"{cluster} {raft_index}"`, or `"{cluster} {raft_index} s"` once every record has its
+/// entry in the state families (`list` by state reads them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Binding {
     cluster: u64,
     index: u64,
+    states: bool,
 }
 
 impl Binding {
@@ -58,11 +66,21 @@ impl Binding {
         let mut parts = text.split(' ');
         let cluster = parts.next()?.parse().ok()?;
         let index = parts.next().map_or(Some(0), |i| i.parse().ok())?;
-        Some(Binding { cluster, index })
+        let states = match parts.next() {
+            None => false,
+            Some("s") => true,
+            Some(_) => return None,
+        };
+        Some(Binding {
+            cluster,
+            index,
+            states,
+        })
     }
 
     fn encode(self) -> Vec<u8> {
-        format!("{} {}", self.cluster, self.index).into_bytes()
+        let states = if self.states { " s" } else { "" };
+        format!("{} {}{states}", self.cluster, self.index).into_bytes()
     }
 }
 
@@ -128,6 +146,11 @@ impl EtcdLeaseStore {
     /// refuses another cluster or a Raft log that went back, and records the index again.
     /// With `rebind`, records the current cluster and index whatever was there.
     pub(super) async fn bind(&mut self, rebind: bool) -> Result<Rebound> {
+        // The binding is checked here: the guard need not read or refresh it meanwhile.
+        self.watch.read_at.store(now_micros(), Ordering::Relaxed);
+        self.watch
+            .refreshed_at
+            .store(now_micros(), Ordering::Relaxed);
         let (cluster, index) = self.raft_progress().await?;
         let meta = self.keys.meta();
         let got = {
@@ -160,8 +183,18 @@ impl EtcdLeaseStore {
                 )));
             }
         }
+        let states = match before {
+            Some(b) if b.states => true,
+            // A prefix used before the state families existed (or never used): give every
+            // record its entry, then say so in the binding.
+            _ => {
+                self.index_states().await?;
+                true
+            }
+        };
         let after = Binding {
             cluster,
+            states,
             index: if rebind {
                 index
             } else {
@@ -173,6 +206,7 @@ impl EtcdLeaseStore {
             },
         };
         let written = self.write_binding(revision, after).await?;
+        self.watch.states.store(states, Ordering::Relaxed);
         self.cluster = cluster;
         if let Some(header) = written.header() {
             self.floor.fetch_max(header.revision(), Ordering::SeqCst);
@@ -277,9 +311,67 @@ impl EtcdLeaseStore {
                      prefix recorded: the cluster was restored from a snapshot"
                 )));
             }
-            self.write_binding(revision, Binding { cluster, index })
-                .await?;
+            let states = binding.is_some_and(|b| b.states);
+            self.write_binding(
+                revision,
+                Binding {
+                    cluster,
+                    index,
+                    states,
+                },
+            )
+            .await?;
         }
+        Ok(())
+    }
+
+    /// Gives every live record its state entry, in pages of [`MAX_BATCH`] records, each
+    /// entry written only if its record is unchanged since the page was read (a record
+    /// written since has its entry from that write).
+    async fn index_states(&self) -> Result<()> {
+        let prefix = self.keys.records();
+        let end = prefix_end(&prefix);
+        let mut from = prefix;
+        let mut written = 0usize;
+        loop {
+            let page = self
+                .range(from.clone(), end.clone(), MAX_BATCH as i64, true, 0)
+                .await?;
+            let mut plans = Vec::new();
+            for kv in page.kvs() {
+                let Some(run) = self.keys.run_of_record(kv.key()) else {
+                    continue;
+                };
+                let Some(state) = Rec::decode(kv.value())?.state else {
+                    continue;
+                };
+                plans.push(Plan {
+                    compares: vec![Compare::mod_revision(
+                        kv.key().to_vec(),
+                        CompareOp::Equal,
+                        kv.mod_revision(),
+                    )],
+                    ops: vec![TxnOp::put(
+                        self.keys.state_entry(state, run),
+                        Vec::new(),
+                        None,
+                    )],
+                    bytes: 64,
+                    out: (),
+                });
+            }
+            written += plans.len();
+            self.execute(plans).await?;
+            match next_page(&page) {
+                Some(next) => from = next,
+                None => break,
+            }
+        }
+        tracing::info!(
+            prefix = self.config.prefix(),
+            records = written,
+            "etcd state index built"
+        );
         Ok(())
     }
 
@@ -317,18 +409,23 @@ mod tests {
 
     #[test]
     fn bindings_round_trip_and_the_old_form_reads_as_index_zero() {
-        let b = Binding {
-            cluster: 17,
-            index: 4_242,
-        };
-        assert_eq!(Binding::parse(&b.encode()), Some(b));
+        for states in [false, true] {
+            let b = Binding {
+                cluster: 17,
+                index: 4_242,
+                states,
+            };
+            assert_eq!(Binding::parse(&b.encode()), Some(b));
+        }
         assert_eq!(
             Binding::parse(b"17"),
             Some(Binding {
                 cluster: 17,
-                index: 0
+                index: 0,
+                states: false,
             })
         );
+        assert_eq!(Binding::parse(b"17 5 x"), None);
         assert_eq!(Binding::parse(b"17 x"), None);
         assert_eq!(Binding::parse(b""), None);
     }

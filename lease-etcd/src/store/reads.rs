@@ -11,6 +11,7 @@ use lease_core::{
 };
 
 use super::decide::counted;
+use super::decide::next_page;
 use super::{now_micros, state_of, EtcdLeaseStore, Seen, CHUNK, JOURNAL_PAGE};
 use crate::codec::{decode_entry, prefix_end, Rec};
 
@@ -65,12 +66,9 @@ impl EtcdLeaseStore {
                     StoreTime::from_micros(at),
                 ));
             }
-            match page.kvs().last() {
-                Some(last) if page.more() => {
-                    from = last.key().to_vec();
-                    from.push(0);
-                }
-                _ => break,
+            match next_page(&page) {
+                Some(next) => from = next,
+                None => break,
             }
         }
         Ok(entries)
@@ -99,6 +97,11 @@ impl EtcdLeaseStore {
 
     pub(super) async fn list_runs(&self, filter: &ListFilter) -> Result<Vec<RunRecord>> {
         check_list(filter)?;
+        if let Some(state) = filter.state {
+            if self.watch.states.load(Ordering::Relaxed) {
+                return self.list_by_state(state, filter).await;
+            }
+        }
         let prefix = self.keys.records();
         let end = prefix_end(&prefix);
         let mut from = match &filter.after {
@@ -167,12 +170,55 @@ impl EtcdLeaseStore {
                     out.push(record);
                 }
             }
-            match page.kvs().last() {
-                Some(last) if page.more() => {
-                    from = last.key().to_vec();
-                    from.push(0);
+            match next_page(&page) {
+                Some(next) => from = next,
+                None => break,
+            }
+        }
+        Ok(out)
+    }
+
+    /// `list` by state: the state's family in id order, a page of `limit` entries at a time,
+    /// each run read with its block in one read; an entry whose run moved on since (the
+    /// entry and the record are written together, so only between the range and the read)
+    /// is skipped. Work is proportional to what is returned.
+    async fn list_by_state(&self, state: RunState, filter: &ListFilter) -> Result<Vec<RunRecord>> {
+        let family = self.keys.state_family(state);
+        let end = prefix_end(&family);
+        let mut from = match &filter.after {
+            Some(after) => {
+                let mut k = self.keys.state_entry(state, after.as_str());
+                k.push(0);
+                k
+            }
+            None => family,
+        };
+        let mut out = Vec::new();
+        while out.len() < filter.limit {
+            let want = (filter.limit - out.len()).min(MAX_BATCH);
+            let page = self
+                .range(from.clone(), end.clone(), want as i64, false, 0)
+                .await?;
+            let mut runs = Vec::with_capacity(page.kvs().len());
+            for kv in page.kvs() {
+                if let Some(run) = self.keys.run_of_state_entry(kv.key()) {
+                    runs.push(RunId::new(run)?);
                 }
-                _ => break,
+            }
+            let now = now_micros();
+            let ids: Vec<&RunId> = runs.iter().collect();
+            let seen = self.read(&ids).await?;
+            for (run, item) in runs.iter().zip(&seen) {
+                let Ok(record) = self.record(run, item, now) else {
+                    continue; // purged in between
+                };
+                if record.state == state && (!filter.expired || record.is_expired()) {
+                    out.push(record);
+                }
+            }
+            match next_page(&page) {
+                Some(next) => from = next,
+                None => break,
             }
         }
         Ok(out)
@@ -222,5 +268,98 @@ impl EtcdLeaseStore {
             .collect();
         let response = self.txn(Txn::new().and_then(ops)).await?;
         Ok(counted(&response, 0) + counted(&response, 1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::*;
+    use etcd_client::{DeleteOptions, TxnOp};
+    use lease_conformance::fixtures::etcd::{EtcdCluster, HINT, MEMBERS};
+    use lease_core::{LeaseStore, ListFilter, RunId, RunState, Ttl, WorkerId};
+
+    /// A prefix written before the state families existed (its records have no state entry,
+    /// its binding no flag) gets them at the next connect: `list` by state then finds every
+    /// run, in id order, reading only the state's own entries.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn list_by_state_reads_the_state_family_after_a_backfill() {
+        let Some(cluster) = lease_conformance::fixtures::required(
+            "etcd cluster",
+            EtcdCluster::start().map_err(|e| e.to_string()),
+            HINT,
+        ) else {
+            return;
+        };
+        let endpoints: Vec<String> = (0..MEMBERS).map(|i| cluster.endpoint(i)).collect();
+        let config = EtcdConfig::new(endpoints, "states").unwrap();
+        let old = EtcdLeaseStore::connect(config.clone()).await.unwrap();
+        let runs: Vec<RunId> = (0..30)
+            .map(|i| RunId::new(format!("r{i:02}")).unwrap())
+            .collect();
+        for r in old.create_many(&runs).await.unwrap() {
+            r.unwrap();
+        }
+        let w = WorkerId::new("w").unwrap();
+        for run in &runs[..10] {
+            let lease = old
+                .claim(run, &w, Ttl::from_secs(30).unwrap())
+                .await
+                .unwrap();
+            old.suspend(&lease).await.unwrap();
+        }
+        // As an older release left it: no state entries, a binding without the flag.
+        let family = old.keys.state_family(RunState::Runnable);
+        let family = (family[..family.len() - 1].to_vec(), {
+            let mut end = family[..family.len() - 1].to_vec();
+            end.push(0xff);
+            end
+        });
+        let meta = old.keys.meta();
+        let binding = format!("{} 1", old.cluster).into_bytes();
+        old.txn(Txn::new().and_then([
+            TxnOp::delete(family.0, Some(DeleteOptions::new().with_range(family.1))),
+            TxnOp::put(meta, binding, None),
+        ]))
+        .await
+        .unwrap();
+
+        let store = EtcdLeaseStore::connect(config).await.unwrap();
+        assert!(store.watch.states.load(Ordering::Relaxed));
+        let suspended = store
+            .list(
+                &ListFilter::default()
+                    .with_state(RunState::Suspended)
+                    .with_limit(100),
+            )
+            .await
+            .unwrap();
+        let ids: Vec<&str> = suspended.iter().map(|r| r.run.as_str()).collect();
+        let expected: Vec<&str> = runs[..10].iter().map(RunId::as_str).collect();
+        assert_eq!(ids, expected);
+        // Paged by the id cursor, in order.
+        let page = store
+            .list(
+                &ListFilter::default()
+                    .with_state(RunState::Runnable)
+                    .with_limit(5)
+                    .with_after(runs[20].clone()),
+            )
+            .await
+            .unwrap();
+        let ids: Vec<&str> = page.iter().map(|r| r.run.as_str()).collect();
+        assert_eq!(ids, ["r21", "r22", "r23", "r24", "r25"]);
+        // A run that changes state moves family with the same write.
+        let lease = store.claim(&runs[0], &w, Ttl::from_secs(30).unwrap()).await;
+        assert!(lease.is_err(), "suspended runs are not claimable");
+        store.resume(&runs[0]).await.unwrap();
+        let suspended = store
+            .list(
+                &ListFilter::default()
+                    .with_state(RunState::Suspended)
+                    .with_limit(100),
+            )
+            .await
+            .unwrap();
+        assert_eq!(suspended.len(), 9);
     }
 }
