@@ -14,6 +14,8 @@ use super::{
     lease_seconds, now_micros, shuffle, state_of, ClaimPage, EtcdLeaseStore, Plan, Seen, ROUNDS,
     SWEEP, SWEEP_EVERY,
 };
+use crate::codec::prefix_end;
+use crate::error::BACKEND;
 
 /// Index entries one `claim_next` looks at before it answers with what it has: bounded work
 /// per call, whatever stands in the index.
@@ -21,8 +23,6 @@ pub const SCAN_BUDGET: usize = 1024;
 
 /// The largest page of the index `claim_next` reads at once.
 const MAX_PAGE: usize = 512;
-use crate::codec::prefix_end;
-use crate::error::BACKEND;
 
 impl EtcdLeaseStore {
     /// Why `run` cannot be claimed, or `None` if it can (etcd's block key is gone).

@@ -1,4 +1,4 @@
-//! [`EtcdLeaseStore`]: the [`LeaseStore`] contract as etcd transactions.
+//! [`EtcdLeaseStore`]: the [`LeaseStore`](lease_core::LeaseStore) contract as etcd transactions.
 
 use std::fmt;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
@@ -57,18 +57,19 @@ const SWEEP_EVERY: Duration = Duration::from_millis(250);
 /// The largest message this adapter accepts from etcd (a journal page).
 const MAX_DECODING: usize = 96 << 20;
 
-/// A [`LeaseStore`] on etcd v3 (3.4 and later).
+/// A [`LeaseStore`](lease_core::LeaseStore) on etcd v3 (3.4 and later).
 ///
 /// Each run is a record key that is never leased and never deleted (a purge leaves a
 /// tombstone with the fence), so its fence survives anything etcd's Raft log survives. A
-/// claim attaches a *block* key to a fresh etcd lease of the claim's TTL: while the block
+/// claim attaches a *block* key to an etcd lease that outlives the claim's TTL (one lease per
+/// duration, reused for a second; TTLs past `max_lease` in re-armed links): while the block
 /// exists the run is held, and when etcd expires the lease (timed by its leader) the block
 /// disappears and the run is claimable. No client clock decides expiry. Every write is one
 /// etcd transaction that compares the record's revision with the one the decision was made
 /// on, so each check is atomic; batches are nested transactions, one commit per chunk of
 /// up to 128 operations (etcd's default `--max-txn-ops`), each item judged on its own.
 ///
-/// Times in records ([`RunRecord::observed_at`], expiries, journal times) are the client's
+/// Times in records ([`RunRecord::observed_at`](lease_core::RunRecord::observed_at), expiries, journal times) are the client's
 /// wall clock when written or read, for display and ordering only (etcd has no time read);
 /// claimability is always etcd's lease. See the crate docs for the pitfalls this handles.
 pub struct EtcdLeaseStore {
