@@ -86,12 +86,7 @@ impl EtcdLeaseStore {
             new.since = now;
             new.not_before = 0;
             new.rest = 0;
-            let after = Seen {
-                rec: Some(new.clone()),
-                rev: seen.rev,
-                block: None,
-                block_lease: 0,
-            };
+            let after = Seen::of(new.clone(), seen.rev, None);
             let out = self.record(run, &after, now)?;
             Ok(self.plan(run.as_str(), seen, &new, Vec::new(), out))
         })
@@ -113,12 +108,7 @@ impl EtcdLeaseStore {
             new.not_before = 0;
             new.rest = 0;
             new.since = now;
-            let after = Seen {
-                rec: Some(new.clone()),
-                rev: seen.rev,
-                block: None,
-                block_lease: 0,
-            };
+            let after = Seen::of(new.clone(), seen.rev, None);
             let out = self.record(run, &after, now)?;
             Ok(self.plan(
                 run.as_str(),

@@ -126,6 +126,16 @@ impl Seen {
         Ok(rec)
     }
 
+    /// A run whose record is `rec` at revision `rev`, with `block` (its lease unknown).
+    fn of(rec: Rec, rev: i64, block: Option<bool>) -> Seen {
+        Seen {
+            rec: Some(rec),
+            rev,
+            block,
+            block_lease: 0,
+        }
+    }
+
     /// A run as one transaction's gets of its record and its block answered it.
     fn parse(record: Option<&TxnOpResponse>, block: Option<&TxnOpResponse>) -> Result<Seen> {
         let mut item = Seen::default();

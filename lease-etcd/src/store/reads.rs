@@ -156,12 +156,7 @@ impl EtcdLeaseStore {
                 }
             }
             for ((run, (rec, rev)), block) in runs.iter().zip(recs).zip(blocks) {
-                let seen = Seen {
-                    rec: Some(rec),
-                    rev,
-                    block,
-                    block_lease: 0,
-                };
+                let seen = Seen::of(rec, rev, block);
                 let record = self.record(run, &seen, now)?;
                 if filter.state.is_none_or(|s| s == record.state)
                     && (!filter.expired || record.is_expired())
