@@ -13,7 +13,13 @@ pub(crate) fn classify(err: etcd_client::Error) -> Error {
     use tonic::Code;
     match err {
         etcd_client::Error::GRpcStatus(status) => {
-            let message = format!("{} ({:?})", status.message(), status.code());
+            let mut message = format!("{} ({:?})", status.message(), status.code());
+            // A transport failure ("tcp connect error") says why only in its sources.
+            let mut source = std::error::Error::source(&status);
+            while let Some(cause) = source {
+                message.push_str(&format!(": {cause}"));
+                source = cause.source();
+            }
             match status.code() {
                 // A lease this call granted expired before the transaction that attaches it
                 // (a stall longer than the TTL): nothing was written; retry with a new grant.

@@ -19,11 +19,23 @@ fn cluster() -> Option<EtcdCluster> {
     )
 }
 
+/// A store on a cluster that just started. Connecting is retried while it is unavailable, up
+/// to 10 s, as a worker's start-up would: every answer is printed.
 async fn store(endpoints: Vec<String>, prefix: &str, timeout: Duration) -> EtcdLeaseStore {
     let config = EtcdConfig::new(endpoints, prefix)
         .expect("endpoints")
         .with_timeout(timeout);
-    EtcdLeaseStore::connect(config).await.expect("connect")
+    let started = Instant::now();
+    loop {
+        match EtcdLeaseStore::connect(config.clone()).await {
+            Ok(store) => return store,
+            Err(e @ Error::Unavailable { .. }) if started.elapsed() < Duration::from_secs(10) => {
+                eprintln!("connect: {e}; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("connect: {e:?}"),
+        }
+    }
 }
 
 fn id(name: &str) -> RunId {
@@ -105,8 +117,18 @@ async fn a_worker_cut_off_from_every_member_is_refused_by_the_fence() {
     for mut cut in cuts {
         cut.heal();
     }
-    // A comes back and writes under fence 1: refused by the fence, not by a clock.
-    let late = a.append(&lease_a, b"effect: card charged").await;
+    // A comes back and writes under fence 1: refused by the fence, not by a clock. Its
+    // connections may still be coming back (a reconnect waits out TCP's SYN backoff): an
+    // unavailable answer is retryable and applies nothing, so A retries as a worker would.
+    let healed = Instant::now();
+    let late = loop {
+        match a.append(&lease_a, b"effect: card charged").await {
+            Err(Error::Unavailable { .. }) if healed.elapsed() < Duration::from_secs(15) => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            answer => break answer,
+        }
+    };
     assert!(
         matches!(
             late,

@@ -280,7 +280,20 @@ impl EtcdLeaseStore {
                 let meta = meta.clone();
                 async move { l.kv.get(meta, None).await }
             })
-            .await?;
+            .await;
+        let got = match got {
+            Ok(got) => got,
+            Err(e) => {
+                // Unchecked: the next call reads the binding again, whenever it comes.
+                let _ = self.watch.read_at.compare_exchange(
+                    now,
+                    last,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+                return Err(e);
+            }
+        };
         let stored = got.kvs().first();
         let revision = stored.map_or(0, |kv| kv.mod_revision());
         let seen = self.watch.revision.load(Ordering::SeqCst);
