@@ -320,6 +320,11 @@ impl LeaseStore for AuditedStore {
     }
 
     // Defaulted in the trait (`Unsupported`).
+    async fn cancel(&self, run: &RunId, reason: &str) -> Result<RunRecord> {
+        self.inner.cancel(run, reason).await
+    }
+
+    // Defaulted in the trait (`Unsupported`).
     async fn purge(&self, older_than: Duration, max: usize) -> Result<Vec<RunId>> {
         self.inner.purge(older_than, max).await
     }

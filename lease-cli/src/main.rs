@@ -70,7 +70,7 @@ enum Command {
     /// per call is bounded, so a long listing never stalls other clients). The table's columns
     /// widen when a later page has longer values; -o json prints one JSON object per line.
     List {
-        /// Only runs in this state: runnable, suspended, completed or failed.
+        /// Only runs in this state: runnable, suspended, completed, failed or cancelled.
         #[arg(long)]
         state: Option<RunState>,
         /// Only runs whose lease expired and was not reclaimed.
@@ -97,6 +97,20 @@ enum Command {
         #[command(flatten)]
         json: JsonAlias,
     },
+    /// End a run for good, in any state but completed: it is never claimed again, and a
+    /// holder it has is fenced out (its next write, end or renewal is refused as cancelled;
+    /// a `lease run` holding it stops its command and exits non-zero). Cancelling a cancelled
+    /// run changes nothing.
+    Cancel {
+        /// The run id.
+        run: String,
+        /// Why (kept in the record; at most 4,096 bytes, no control character but tab and
+        /// line feed).
+        #[arg(long)]
+        reason: String,
+        #[command(flatten)]
+        json: JsonAlias,
+    },
     /// Take a run from its holder (administrative takeover). The next claim gets a higher fence,
     /// which fences the old holder out.
     Release {
@@ -108,7 +122,7 @@ enum Command {
         #[command(flatten)]
         json: JsonAlias,
     },
-    /// Retention: remove completed and failed runs that ended longer ago than --older-than,
+    /// Retention: remove completed, failed and cancelled runs that ended longer ago than --older-than,
     /// with their journals, oldest first, 1,000 per store call. Each leaves a tombstone with
     /// its last fence, so an id created again never reuses a fence.
     Purge {
@@ -200,6 +214,9 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         }
         Command::Resume { run, json } => {
             ops::resume(&config, &run_id(&run)?, format(out, &json)).await
+        }
+        Command::Cancel { run, reason, json } => {
+            ops::cancel(&config, &run_id(&run)?, &reason, format(out, &json)).await
         }
         Command::Release { run, force, json } => {
             if !force {

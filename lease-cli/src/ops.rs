@@ -86,6 +86,32 @@ pub(crate) async fn resume(config: &Config, run: &RunId, format: Format) -> Resu
     Ok(())
 }
 
+/// `lease cancel RUN --reason TEXT`: the run's record once cancelled; for text, a sentence
+/// naming the holder that was fenced out, if any.
+pub(crate) async fn cancel(
+    config: &Config,
+    run: &RunId,
+    reason: &str,
+    format: Format,
+) -> Result<(), Failure> {
+    let store = connect(config).await?;
+    let before = store.inspect(run).await?;
+    let record = store.cancel(run, reason).await?;
+    if format == Format::Text {
+        match (&before.state, &before.owner) {
+            (RunState::Cancelled, _) => println!("{run} was already cancelled; nothing changed"),
+            (RunState::Runnable, Some(owner)) if !before.is_expired() => println!(
+                "cancelled {run}; its holder {owner} (fence {}) is fenced out: its next write, \
+                 end or renewal is refused",
+                before.fence
+            ),
+            (state, _) => println!("cancelled {run} (it was {state})"),
+        }
+    }
+    print_record(&record, format);
+    Ok(())
+}
+
 pub(crate) async fn force_release(
     config: &Config,
     run: &RunId,

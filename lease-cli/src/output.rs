@@ -2,7 +2,7 @@
 
 use std::io::{self, Write};
 
-use distribution::{JournalEntry, RunId, RunRecord};
+use distribution::{JournalEntry, RunId, RunRecord, RunState};
 use serde::Serialize;
 
 /// A run record as the CLI prints it.
@@ -23,8 +23,10 @@ pub(crate) struct RecordView {
     not_before_us: Option<u64>,
     /// Time left before a delayed run is claimable, milliseconds.
     claimable_in_ms: Option<i64>,
-    /// A failed run's reason.
+    /// A failed run's reason (as `reason`; kept for scripts written before cancel).
     failure: Option<String>,
+    /// Why the run ended: a failed run's reason, or the reason given to cancel it.
+    reason: Option<String>,
     /// The store's clock when read, microseconds.
     observed_at_us: u64,
 }
@@ -47,7 +49,8 @@ impl From<&RunRecord> for RecordView {
             claimable_in_ms: r
                 .not_before
                 .map(|t| (t.as_micros() as i64 - observed) / 1000),
-            failure: r.failure.clone(),
+            failure: r.failure.clone().filter(|_| r.state == RunState::Failed),
+            reason: r.failure.clone(),
             observed_at_us: r.observed_at.as_micros(),
         }
     }

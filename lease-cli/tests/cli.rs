@@ -786,6 +786,91 @@ fn lease_run_kills_the_command_when_the_lease_is_taken_and_exits_6() {
     assert!(err.contains("stopped with SIGKILL"), "{err}");
 }
 
+/// `lease cancel` on a run a `lease run` holds: the command is stopped and `lease run` exits
+/// 6 naming the cancel; the record shows the state and the reason; a later `lease run` is
+/// refused; a second cancel changes nothing; a missing run and a bad reason get their codes.
+#[test]
+fn lease_cancel_stops_the_holding_lease_run_and_ends_the_run_for_good() {
+    let Some((_server, url)) = postgres() else {
+        return;
+    };
+    let base = ["--store", url.as_str(), "--namespace", "cli_cancel"];
+    let with = |args: &[&str]| lease(&[&base[..], args].concat());
+    let (rt, store) = admin(&url, "cli_cancel");
+    let child = Command::new(env!("CARGO_BIN_EXE_lease"))
+        .args(base)
+        .args(["--ttl-ms", "1500"])
+        .args([
+            "run",
+            "job",
+            "--create",
+            "--id",
+            "cron-a",
+            "--kill-after-ms",
+            "200",
+        ])
+        .args(["--", "sh", "-c", "while :; do sleep 0.05; done"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start lease run");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !rt
+        .block_on(store.inspect(&id("job")))
+        .is_ok_and(|r| r.heartbeats > 0)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "lease run never claimed and renewed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let cancel = with(&["cancel", "job", "--reason", "not needed today"]);
+    assert_exit(&cancel, 0);
+    assert!(
+        stdout(&cancel).contains("cancelled job; its holder cron-a (fence 1) is fenced out"),
+        "{}",
+        stdout(&cancel)
+    );
+    let out = child.wait_with_output().expect("lease run exits");
+    assert_exit(&out, LEASE_LOST);
+    let err = stderr(&out);
+    assert!(
+        err.contains("lost the lease on run job under fence 1")
+            && err.contains("the run was cancelled"),
+        "{err}"
+    );
+
+    let shown = with(&["inspect", "job", "-o", "json"]);
+    assert_exit(&shown, 0);
+    let record: serde_json::Value = serde_json::from_str(&stdout(&shown)).unwrap();
+    assert_eq!(record["state"], "cancelled", "{record}");
+    assert_eq!(record["reason"], "not needed today", "{record}");
+    assert_eq!(record["owner"], serde_json::Value::Null, "{record}");
+
+    let again = with(&["run", "job", "--", "true"]);
+    assert_exit(&again, REFUSED);
+    assert!(
+        stderr(&again).contains("run job was cancelled"),
+        "{}",
+        stderr(&again)
+    );
+    let twice = with(&["cancel", "job", "--reason", "another"]);
+    assert_exit(&twice, 0);
+    assert!(
+        stdout(&twice).contains("job was already cancelled"),
+        "{}",
+        stdout(&twice)
+    );
+    assert_exit(&with(&["cancel", "missing", "--reason", "x"]), NOT_FOUND);
+    let bad = with(&["cancel", "job", "--reason", "bell\u{7}"]);
+    assert_exit(&bad, USAGE);
+    let listed = with(&["list", "--state", "cancelled", "-o", "json"]);
+    assert_exit(&listed, 0);
+    let runs: Vec<_> = ndjson(&listed).iter().map(|r| r["run"].clone()).collect();
+    assert_eq!(runs, ["job"]);
+}
+
 /// `lease journal RUN` prints the journal in order with each entry's fence: a table, or one
 /// JSON object per line with `-o json` (the deprecated `--json` prints the same).
 #[test]

@@ -17,6 +17,7 @@ use lease_core::{Error, LeaseStore};
 pub mod acked_scenarios;
 mod batch_scenarios;
 mod budget_scenarios;
+mod cancel_scenarios;
 mod capabilities;
 mod fault_scenarios;
 pub mod fixtures;
@@ -31,6 +32,7 @@ mod worker_scenarios;
 
 pub use batch_scenarios::*;
 pub use budget_scenarios::*;
+pub use cancel_scenarios::*;
 pub use capabilities::{Capabilities, Timing, MAX_MIN_TTL};
 pub use fault_scenarios::*;
 pub use hub_scenarios::*;
@@ -210,6 +212,10 @@ macro_rules! conformance_tests {
             an_end_the_handler_committed_is_reported_once_after_a_renewal_met_it,
             a_scope_fails_a_run_claimed_past_its_budget,
             count_tells_how_many_runs_are_in_each_state,
+            cancel_ends_a_run_in_every_state_but_completed,
+            cancel_fences_out_the_holder_with_a_verdict_naming_it,
+            a_cancel_racing_the_holders_end_has_exactly_one_winner,
+            purge_removes_cancelled_runs_and_never_reuses_their_fence,
             worker_runs_at_most_its_concurrency_limit,
             worker_handler_ignoring_its_token_is_still_fenced,
             worker_shutdown_hands_runs_over_within_one_poll,

@@ -143,6 +143,9 @@ impl LeaseStore for Coarse {
     async fn force_release(&self, run: &RunId) -> Result<RunRecord> {
         self.inner.force_release(run).await
     }
+    async fn cancel(&self, run: &RunId, reason: &str) -> Result<RunRecord> {
+        self.inner.cancel(run, reason).await
+    }
 
     async fn purge(&self, older_than: Duration, max: usize) -> Result<Vec<RunId>> {
         self.inner.purge(older_than, max).await

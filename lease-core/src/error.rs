@@ -76,6 +76,13 @@ pub enum Error {
         /// The run asked for.
         run: RunId,
     },
+    /// A claim (or `resume`, or `force_release`) refused because the run was cancelled
+    /// ([`LeaseStore::cancel`](crate::LeaseStore::cancel)): terminal.
+    #[error("run {run} was cancelled")]
+    Cancelled {
+        /// The run asked for.
+        run: RunId,
+    },
     /// A claim refused because the run was given back with a retry delay
     /// ([`End::RetryAfter`](crate::End::RetryAfter)) that has not passed on the store's clock.
     #[error("run {run} is not claimable for another {remaining:?} (a retry delay)")]
@@ -246,6 +253,7 @@ impl Error {
             Error::Suspended { run } => Error::Suspended { run: run.clone() },
             Error::Completed { run } => Error::Completed { run: run.clone() },
             Error::Failed { run } => Error::Failed { run: run.clone() },
+            Error::Cancelled { run } => Error::Cancelled { run: run.clone() },
             Error::Delayed { run, remaining } => Error::Delayed {
                 run: run.clone(),
                 remaining: *remaining,
@@ -332,6 +340,9 @@ pub enum Ended {
     Completed,
     /// Failed: given up on, until an operator resumes it.
     Failed,
+    /// Cancelled ([`LeaseStore::cancel`](crate::LeaseStore::cancel)): ended for good by
+    /// someone other than the holder, which is fenced out. Terminal.
+    Cancelled,
 }
 
 impl fmt::Display for Ended {
@@ -341,6 +352,7 @@ impl fmt::Display for Ended {
             Ended::Suspended => "suspended",
             Ended::Completed => "completed",
             Ended::Failed => "failed",
+            Ended::Cancelled => "cancelled",
         })
     }
 }

@@ -381,6 +381,16 @@ impl LeaseStore for FaultyStore {
         self.answer(fault, out).await
     }
 
+    async fn cancel(&self, run: &RunId, reason: &str) -> Result<RunRecord> {
+        self.gate().await?;
+        let fault = self.reply_fault();
+        if fault == ReplyFault::Duplicate {
+            let _ = self.inner.cancel(run, reason).await;
+        }
+        let out = self.inner.cancel(run, reason).await;
+        self.answer(fault, out).await
+    }
+
     async fn purge(&self, older_than: Duration, max: usize) -> Result<Vec<RunId>> {
         self.gate().await?;
         let fault = self.reply_fault();

@@ -153,11 +153,13 @@ impl MemoryLeaseStore {
         }
     }
 
-    /// Whether the run ended (completed or failed) at least `older_than` before `now`: for an
+    /// Whether the run ended (completed, failed or cancelled) at least `older_than` before `now`: for an
     /// ended run, `claimable_at` is when it ended.
     fn purgeable(slot: &Slot, older_than: std::time::Duration, now: Instant) -> bool {
-        matches!(slot.state, RunState::Completed | RunState::Failed)
-            && now.saturating_duration_since(slot.claimable_at) >= older_than
+        matches!(
+            slot.state,
+            RunState::Completed | RunState::Failed | RunState::Cancelled
+        ) && now.saturating_duration_since(slot.claimable_at) >= older_than
     }
 
     /// How long before a runnable, unowned run given back with a retry delay is claimable;
@@ -613,11 +615,35 @@ impl LeaseStore for MemoryLeaseStore {
             RunState::Suspended => return Err(Error::Suspended { run: run.clone() }),
             RunState::Completed => return Err(Error::Completed { run: run.clone() }),
             RunState::Failed => return Err(Error::Failed { run: run.clone() }),
+            RunState::Cancelled => return Err(Error::Cancelled { run: run.clone() }),
             RunState::Runnable => {}
         }
         slot.owner = None;
         slot.expires_at = None;
         slot.claimable_at = now;
+        Ok(self.record(run, slot, now))
+    }
+
+    async fn cancel(&self, run: &RunId, reason: &str) -> Result<RunRecord> {
+        crate::types::check_reason(reason)?;
+        let now = Instant::now();
+        let mut state = self.lock();
+        let slot = state
+            .runs
+            .get_mut(run)
+            .ok_or_else(|| Error::NotFound { run: run.clone() })?;
+        match slot.state {
+            RunState::Completed => return Err(Error::Completed { run: run.clone() }),
+            RunState::Cancelled => {}
+            RunState::Runnable | RunState::Suspended | RunState::Failed => {
+                slot.state = RunState::Cancelled;
+                slot.owner = None;
+                slot.expires_at = None;
+                slot.failure = Some(reason.to_owned());
+                // When it ended (retention's age).
+                slot.claimable_at = now;
+            }
+        }
         Ok(self.record(run, slot, now))
     }
 
@@ -651,6 +677,7 @@ impl LeaseStore for MemoryLeaseStore {
                 RunState::Suspended => &mut counts.suspended,
                 RunState::Completed => &mut counts.completed,
                 RunState::Failed => &mut counts.failed,
+                RunState::Cancelled => &mut counts.cancelled,
                 RunState::Runnable => match slot.expires_at {
                     Some(at) if at > now => &mut counts.held,
                     Some(_) => &mut counts.claimable,

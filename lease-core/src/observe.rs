@@ -194,6 +194,7 @@ pub fn reason(e: &Error) -> &'static str {
         Error::Suspended { .. } => "suspended",
         Error::Completed { .. } => "completed",
         Error::Failed { .. } => "failed",
+        Error::Cancelled { .. } => "cancelled",
         Error::Delayed { .. } => "delayed",
         Error::NotSuspended { .. } => "not_suspended",
         Error::StaleFence { .. } => "stale_fence",
@@ -217,6 +218,7 @@ pub fn record_counts(counts: &crate::RunCounts) {
         ("suspended", counts.suspended),
         ("completed", counts.completed),
         ("failed", counts.failed),
+        ("cancelled", counts.cancelled),
     ] {
         metrics::gauge!(RUNS, "state" => state).set(n as f64);
     }
@@ -475,6 +477,11 @@ impl LeaseStore for Instrumented {
         let s = on_run(span(self.backend, "force_release"), run);
         self.call("force_release", s, self.inner.force_release(run))
             .await
+    }
+
+    async fn cancel(&self, run: &RunId, reason: &str) -> Result<RunRecord> {
+        let s = on_run(span(self.backend, "cancel"), run);
+        self.call("cancel", s, self.inner.cancel(run, reason)).await
     }
 
     async fn purge(&self, older_than: Duration, max: usize) -> Result<Vec<RunId>> {

@@ -173,13 +173,18 @@ pub enum CancelReason {
     /// [`RunScope::fail`] succeeded (or a worker ended the lease with
     /// [`End::Fail`](crate::End::Fail)).
     Failed,
+    /// A handler's own committed end cancelled the run
+    /// ([`End::Committed`](crate::End::Committed) with
+    /// [`Ended::Cancelled`](crate::Ended::Cancelled)). A run cancelled by someone else shows
+    /// as [`Rejected`](CancelReason::Rejected) with that verdict.
+    Cancelled,
     /// The parent token was cancelled (worker shutdown).
     Shutdown,
 }
 
 impl CancelReason {
     /// A bounded label for metrics: `rejected`, `deadline`, `released`, `suspended`,
-    /// `completed`, `failed` or `shutdown`.
+    /// `completed`, `failed`, `cancelled` or `shutdown`.
     pub fn label(&self) -> &'static str {
         match self {
             CancelReason::Rejected(_) => "rejected",
@@ -188,6 +193,7 @@ impl CancelReason {
             CancelReason::Suspended => "suspended",
             CancelReason::Completed => "completed",
             CancelReason::Failed => "failed",
+            CancelReason::Cancelled => "cancelled",
             CancelReason::Shutdown => "shutdown",
         }
     }
@@ -211,6 +217,7 @@ impl fmt::Display for CancelReason {
             CancelReason::Suspended => f.write_str("suspended"),
             CancelReason::Completed => f.write_str("completed"),
             CancelReason::Failed => f.write_str("failed"),
+            CancelReason::Cancelled => f.write_str("cancelled"),
             CancelReason::Shutdown => f.write_str("shut down"),
         }
     }
@@ -630,6 +637,7 @@ impl RunScope {
             CancelReason::Completed => Some(crate::Ended::Completed),
             CancelReason::Released => Some(crate::Ended::Released),
             CancelReason::Failed => Some(crate::Ended::Failed),
+            CancelReason::Cancelled => Some(crate::Ended::Cancelled),
             _ => None,
         };
         let mut result = write(lease.clone()).await;

@@ -256,8 +256,54 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     /// [`Error::NotFound`], [`Error::Suspended`], [`Error::Completed`], [`Error::Failed`].
     async fn force_release(&self, run: &RunId) -> Result<RunRecord>;
 
+    /// Ends `run` for good, whatever state it is in but completed: waiting, delayed,
+    /// suspended, failed or **held**. The run becomes [`Cancelled`](RunState::Cancelled)
+    /// with `reason` (at most [`MAX_REASON_BYTES`](crate::MAX_REASON_BYTES), no control
+    /// character but tabs and line feeds, as [`End::Fail`]'s), unowned, and is never claimed
+    /// again. The fence is unchanged and no claim can take a higher one, so a holder's next
+    /// fenced write, end or renewal, and an effect it commits through a store's transactional
+    /// path, is refused with [`Error::LeaseEnded`] naming [`Ended::Cancelled`](crate::Ended::Cancelled):
+    /// the cancel and the holder's end are ordered by the store, and exactly one of them wins.
+    /// A [`RunScope`](crate::RunScope)'s token is cancelled at its next heartbeat.
+    ///
+    /// Cancelling a cancelled run returns its record unchanged (the first reason stays), so a
+    /// retried cancel confirms what the first did. [`purge`](LeaseStore::purge) removes
+    /// cancelled runs after the retention age, as completed and failed ones.
+    ///
+    /// The default implementation refuses with
+    /// [`InvalidInput::Unsupported`](crate::InvalidInput::Unsupported).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+    /// use lease_core::{Ended, Error, LeaseStore, MemoryLeaseStore, RunId, RunState, Ttl, WorkerId};
+    /// let store = MemoryLeaseStore::new();
+    /// let run = RunId::new("charge-42")?;
+    /// store.create(&run).await?;
+    /// let lease = store.claim(&run, &WorkerId::new("w1")?, Ttl::from_secs(30)?).await?;
+    /// let record = store.cancel(&run, "customer asked").await?;
+    /// assert_eq!(record.state, RunState::Cancelled);
+    /// assert_eq!(record.failure.as_deref(), Some("customer asked"));
+    /// // The holder is fenced out, with a verdict that names the cancel.
+    /// assert!(matches!(
+    ///     store.complete(&lease).await,
+    ///     Err(Error::LeaseEnded { ended: Ended::Cancelled, .. })
+    /// ));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a bad reason, before any I/O; [`Error::NotFound`];
+    /// [`Error::Completed`] (its effect happened: there is nothing left to cancel).
+    async fn cancel(&self, run: &RunId, reason: &str) -> Result<RunRecord> {
+        let _ = (run, reason);
+        Err(crate::InvalidInput::Unsupported {
+            operation: "cancel",
+        }
+        .into())
+    }
+
     /// Retention: removes up to `max` (1 to [`MAX_BATCH`](crate::MAX_BATCH)) runs that ended
-    /// (completed or failed) at least `older_than` ago by the store's clock, oldest end first,
+    /// (completed, failed or cancelled) at least `older_than` ago by the store's clock, oldest end first,
     /// with their journals and idempotency keys, and returns their ids; an empty list when
     /// none is due. Each call's work is bounded by `max`: call again until it returns fewer
     /// than `max`.
@@ -281,7 +327,7 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
         Err(crate::InvalidInput::Unsupported { operation: "purge" }.into())
     }
 
-    /// How many runs are claimable, held, delayed, suspended, completed and failed, each
+    /// How many runs are claimable, held, delayed, suspended, completed, failed and cancelled, each
     /// counted up to [`MAX_COUNT`](crate::MAX_COUNT) so one call's work is bounded, without
     /// listing them (for a gauge of what is waiting).
     ///
@@ -347,6 +393,7 @@ pub fn fenced_verdict(
         RunState::Completed => Ended::Completed,
         RunState::Suspended => Ended::Suspended,
         RunState::Failed => Ended::Failed,
+        RunState::Cancelled => Ended::Cancelled,
         RunState::Runnable if !owned => Ended::Released,
         RunState::Runnable => return Ok(()),
     };
@@ -373,6 +420,7 @@ pub fn claim_refusal(
         RunState::Suspended => Some(Error::Suspended { run: run.clone() }),
         RunState::Completed => Some(Error::Completed { run: run.clone() }),
         RunState::Failed => Some(Error::Failed { run: run.clone() }),
+        RunState::Cancelled => Some(Error::Cancelled { run: run.clone() }),
         RunState::Runnable => match (owner, remaining, delayed) {
             (Some(owner), Some(remaining), _) if !remaining.is_zero() => Some(Error::Held {
                 run: run.clone(),

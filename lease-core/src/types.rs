@@ -164,25 +164,31 @@ pub enum RunState {
     /// back with [`resume`](crate::LeaseStore::resume), after which its next claim takes a
     /// higher fence as always.
     Failed,
+    /// Ended for good by [`cancel`](crate::LeaseStore::cancel), with a reason, whatever state
+    /// it was in: never claimable again, and a holder it had is fenced out
+    /// ([`Ended::Cancelled`](crate::Ended::Cancelled)). Terminal.
+    Cancelled,
 }
 
 impl RunState {
     /// Every state, in the order of their names in output.
-    pub const ALL: [RunState; 4] = [
+    pub const ALL: [RunState; 5] = [
         RunState::Runnable,
         RunState::Suspended,
         RunState::Completed,
         RunState::Failed,
+        RunState::Cancelled,
     ];
 
     /// The lower-case name used in storage and output: `runnable`, `suspended`, `completed`,
-    /// `failed`.
+    /// `failed`, `cancelled`.
     pub const fn as_str(self) -> &'static str {
         match self {
             RunState::Runnable => "runnable",
             RunState::Suspended => "suspended",
             RunState::Completed => "completed",
             RunState::Failed => "failed",
+            RunState::Cancelled => "cancelled",
         }
     }
 }
@@ -201,6 +207,7 @@ impl FromStr for RunState {
             "suspended" => Ok(RunState::Suspended),
             "completed" => Ok(RunState::Completed),
             "failed" => Ok(RunState::Failed),
+            "cancelled" => Ok(RunState::Cancelled),
             other => Err(InvalidInput::UnknownState {
                 state: other.chars().take(32).collect(),
             }),
@@ -314,7 +321,8 @@ pub struct RunRecord {
     /// run.
     pub not_before: Option<StoreTime>,
     /// For a [failed](RunState::Failed) run: the reason its last holder gave
-    /// ([`End::Fail`]). `None` for every other run.
+    /// ([`End::Fail`]); for a [cancelled](RunState::Cancelled) one, the reason given to
+    /// [`cancel`](crate::LeaseStore::cancel). `None` for every other run.
     pub failure: Option<String>,
     /// The attempt budget's counter: claims since the run was created or last resumed, less
     /// those that ended voluntarily ([`End::Release`], [`End::Suspend`],
@@ -489,6 +497,8 @@ pub struct RunCounts {
     pub completed: u64,
     /// Failed.
     pub failed: u64,
+    /// Cancelled.
+    pub cancelled: u64,
 }
 
 /// The largest figure [`count`](crate::LeaseStore::count) reports: one million per state.
@@ -617,6 +627,7 @@ impl End {
             crate::Ended::Released => RunState::Runnable,
             crate::Ended::Suspended => RunState::Suspended,
             crate::Ended::Failed => RunState::Failed,
+            crate::Ended::Cancelled => RunState::Cancelled,
         }
     }
 

@@ -98,6 +98,9 @@ impl LeaseStore for Gated {
     async fn force_release(&self, run: &RunId) -> Result<RunRecord> {
         self.inner.force_release(run).await
     }
+    async fn cancel(&self, run: &RunId, reason: &str) -> Result<RunRecord> {
+        self.inner.cancel(run, reason).await
+    }
 }
 
 fn gated(gate: impl Fn(&[Ending]) -> Option<Error> + Send + Sync + 'static) -> Arc<Gated> {

@@ -172,6 +172,7 @@ fn state_byte(state: RunState) -> u8 {
         RunState::Runnable => b'r',
         RunState::Suspended => b's',
         RunState::Completed => b'c',
+        RunState::Cancelled => b'x',
         _ => b'f',
     }
 }
@@ -267,6 +268,7 @@ impl Rec {
             b's' => Some(RunState::Suspended),
             b'c' => Some(RunState::Completed),
             b'f' => Some(RunState::Failed),
+            b'x' => Some(RunState::Cancelled),
             TOMBSTONE => None,
             _ => return Err(corrupt()),
         };

@@ -21,4 +21,6 @@ SELECT
   (SELECT count(*) FROM (
      SELECT 1 FROM {schema}.runs WHERE state = 'completed' LIMIT $1) c) AS completed,
   (SELECT count(*) FROM (
-     SELECT 1 FROM {schema}.runs WHERE state = 'failed' LIMIT $1) c) AS failed
+     SELECT 1 FROM {schema}.runs WHERE state = 'failed' LIMIT $1) c) AS failed,
+  (SELECT count(*) FROM (
+     SELECT 1 FROM {schema}.runs WHERE state = 'cancelled' LIMIT $1) c) AS cancelled

@@ -1,5 +1,6 @@
 -- $1 age in ms, $2 most runs
--- Returns: the ids of the runs purged. Up to $2 runs that ended (completed or failed) at least
+-- Returns: the ids of the runs purged. Up to $2 runs that ended (completed, failed or
+-- cancelled) at least
 -- $1 ms ago by the database clock, oldest end first, found through runs_ended; rows locked by
 -- another transaction are skipped. Each run's journal is deleted and its row kept as its
 -- tombstone: state 'purged', its fence and nothing else, invisible to every read. A create of
@@ -7,7 +8,7 @@
 WITH doomed AS (
     SELECT run_id
     FROM {schema}.runs
-    WHERE state IN ('completed', 'failed')
+    WHERE state IN ('completed', 'failed', 'cancelled')
       AND claimable_at <= now() - $1::bigint * interval '1 millisecond'
     ORDER BY claimable_at
     LIMIT $2

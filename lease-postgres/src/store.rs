@@ -105,6 +105,7 @@ pub(crate) struct Queries {
     end_lease: String,
     resume: String,
     force_release: String,
+    cancel: String,
     list: String,
     pub(crate) lock_run: String,
     create_schema: String,
@@ -141,6 +142,7 @@ impl Queries {
             end_lease: q(include_str!("../sql/end_lease.sql")),
             resume: q(include_str!("../sql/resume.sql")),
             force_release: q(include_str!("../sql/force_release.sql")),
+            cancel: q(include_str!("../sql/cancel.sql")),
             list: q(include_str!("../sql/list.sql")),
             lock_run: q(include_str!("../sql/lock_run.sql")),
             create_schema: q(include_str!("../sql/create_schema.sql")),
@@ -1203,6 +1205,7 @@ impl LeaseStore for PostgresLeaseStore {
         counts.suspended = figure("suspended")?;
         counts.completed = figure("completed")?;
         counts.failed = figure("failed")?;
+        counts.cancelled = figure("cancelled")?;
         Ok(counts)
     }
 
@@ -1239,10 +1242,39 @@ impl LeaseStore for PostgresLeaseStore {
                     Some(r) if r.state == RunState::Failed => {
                         Some(Error::Failed { run: run.clone() })
                     }
+                    Some(r) if r.state == RunState::Cancelled => {
+                        Some(Error::Cancelled { run: run.clone() })
+                    }
                     Some(_) => None,
                 },
             )
             .await
+        })
+    }
+
+    async fn cancel(&self, run: &RunId, reason: &str) -> Result<RunRecord> {
+        lease_core::backend::check_reason(reason)?;
+        call!(self, |conn| {
+            for _ in 0..ATTEMPTS {
+                let query = sqlx::query(&self.sql.cancel)
+                    .bind(run.as_str())
+                    .bind(reason);
+                if let Some(row) = self.write_opt(conn, query).await? {
+                    return Ok(record(&row)?);
+                }
+                match self.inspect_on(conn, run).await?.state {
+                    RunState::Completed => return Err(Error::Completed { run: run.clone() }),
+                    RunState::Cancelled => {
+                        // A retried cancel (or a second one): the run must be as durable
+                        // as if this call had cancelled it. Read again after the wait.
+                        self.route.confirm_seen(conn).await?;
+                        return self.inspect_on(conn, run).await;
+                    }
+                    // Changed between the two statements: try again.
+                    _ => {}
+                }
+            }
+            Err(Self::raced(run))
         })
     }
 }

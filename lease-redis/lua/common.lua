@@ -7,12 +7,13 @@
 -- A namespace keeps every run record in one hash (the runs hash), so that a script declares
 -- every key it touches, as a Cluster proxy that checks declared keys requires. The field is
 -- the run id in hex; the value is 'state:fence:heartbeats:expiry:member:owner' where state is
--- runnable, suspended, completed or failed; fence and heartbeats are decimal strings (never Lua
+-- runnable, suspended, completed, failed or cancelled; fence and heartbeats are decimal strings (never Lua
 -- numbers, so values above 2^53 stay exact); expiry is microseconds on the server clock: the
 -- lease's expiry when owned, for an unowned runnable run the end of its retry delay (claimable
 -- from then), else empty; member is the run's member in the claimable index; owner is the
--- holder's worker id, or empty, and comes last because it may contain ':'. A failed run's
--- reason is in the failures hash, field id.
+-- holder's worker id, or empty, and comes last because it may contain ':'. A failed or
+-- cancelled run's reason is in the failures hash, field id; a cancelled run's id is also in
+-- the cancelled set (count tells the two apart with it).
 local FENCE_MAX = '9223372036854775807'
 
 -- The server clock in microseconds since the Unix epoch (exact in a double until year 2255).
@@ -89,11 +90,11 @@ local function take(runs, zkey, r, worker, expires)
 end
 
 -- The record as returned to Rust: state, owner, expiry (or retry delay's end), fence,
--- heartbeats, failure reason ('' unless failed; `failures` is the failures hash), attempts
+-- heartbeats, failure reason ('' unless failed or cancelled; `failures` is the failures hash), attempts
 -- (`attempts` is the attempts hash; absent is 0).
 local function record(r, failures, attempts)
   local reason = ''
-  if r.s == 'failed' then
+  if r.s == 'failed' or r.s == 'cancelled' then
     reason = redis.call('HGET', failures, r.id) or ''
   end
   return { r.s, r.o, r.e, r.f, r.h, reason, redis.call('HGET', attempts, r.id) or '0' }

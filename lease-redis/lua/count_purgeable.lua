@@ -1,4 +1,4 @@
--- KEYS[1]: ended runs (zset: encoded id scored by when it completed or failed, in µs)
+-- KEYS[1]: ended runs (zset: encoded id scored by when it completed, failed or was cancelled, in µs)
 -- ARGV[1]: age in ms
 -- Returns: {count}: how many runs ended at least ARGV[1] ms ago (O(log n)).
 local cutoff = now_micros() - tonumber(ARGV[1]) * 1000

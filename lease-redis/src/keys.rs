@@ -157,9 +157,15 @@ impl Keys {
         format!("{}:tomb", self.tag)
     }
 
-    /// Failed runs' reasons (hash: encoded id → reason).
+    /// Failed and cancelled runs' reasons (hash: encoded id → reason).
     pub(crate) fn failures(&self) -> String {
         format!("{}:failed", self.tag)
+    }
+
+    /// Cancelled runs (set of encoded ids), so that count tells them from failed ones (both
+    /// keep their reason in [`failures`](Keys::failures)).
+    pub(crate) fn cancelled(&self) -> String {
+        format!("{}:cancelled", self.tag)
     }
 
     /// The attempt budget's counters (hash: encoded id → count; absent is 0).
@@ -220,6 +226,9 @@ mod tests {
             keys.claimable(),
             keys.ids(),
             keys.counter(),
+            keys.failures(),
+            keys.cancelled(),
+            keys.ended(),
             keys.user(&run, "out"),
         ] {
             assert!(key.starts_with("{lease:tenant}:"), "{key}");

@@ -106,7 +106,9 @@ impl Reply {
             .with_not_before(
                 at.filter(|at| owner.is_none() && state == RunState::Runnable && *at > observed_at),
             )
-            .with_failure((state == RunState::Failed).then(|| failure.to_owned()))
+            .with_failure(
+                matches!(state, RunState::Failed | RunState::Cancelled).then(|| failure.to_owned()),
+            )
             .with_attempts(self.parse(i + 6)?);
         record.expires_at = if owner.is_some() { at } else { None };
         record.owner = owner;

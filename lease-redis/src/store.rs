@@ -70,6 +70,7 @@ struct Scripts {
     append_keyed: Lua,
     resume: Lua,
     force_release: Lua,
+    cancel: Lua,
     inspect: Lua,
     inspect_many: Lua,
     journal: Lua,
@@ -91,6 +92,7 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     append_keyed: Lua::new(lua_alone!("append_keyed.lua")),
     resume: Lua::new(lua!("resume.lua")),
     force_release: Lua::new(lua!("force_release.lua")),
+    cancel: Lua::new(lua!("cancel.lua")),
     inspect: Lua::new(lua!("inspect.lua")),
     inspect_many: Lua::new(lua!("inspect_many.lua")),
     journal: Lua::new(lua!("journal.lua")),
@@ -968,6 +970,7 @@ impl LeaseStore for RedisLeaseStore {
                 .key(self.keys.failures())
                 .key(self.keys.claimable())
                 .key(self.keys.attempts())
+                .key(self.keys.cancelled())
                 .arg(age_ms);
             for i in 0..candidates.len() {
                 let encoded = candidates.str(i)?;
@@ -998,7 +1001,8 @@ impl LeaseStore for RedisLeaseStore {
             .key(self.keys.delayed())
             .key(self.keys.suspended())
             .key(self.keys.ended())
-            .key(self.keys.failures());
+            .key(self.keys.failures())
+            .key(self.keys.cancelled());
         let reply = self.read("count", &call).await?;
         let figure =
             |i: usize| -> Result<u64> { Ok(reply.parse::<u64>(i)?.min(lease_core::MAX_COUNT)) };
@@ -1009,6 +1013,7 @@ impl LeaseStore for RedisLeaseStore {
         counts.suspended = figure(3)?;
         counts.completed = figure(4)?;
         counts.failed = figure(5)?;
+        counts.cancelled = figure(6)?;
         Ok(counts)
     }
 
@@ -1040,7 +1045,40 @@ impl LeaseStore for RedisLeaseStore {
                 RunState::Suspended => Err(Error::Suspended { run: run.clone() }),
                 RunState::Completed => Err(Error::Completed { run: run.clone() }),
                 RunState::Failed => Err(Error::Failed { run: run.clone() }),
+                RunState::Cancelled => Err(Error::Cancelled { run: run.clone() }),
                 state => Err(reply.bad(format!("refused a run in state {state}")).into()),
+            },
+            other => Err(reply.bad(format!("unknown status {other:?}")).into()),
+        }
+    }
+
+    async fn cancel(&self, run: &RunId, reason: &str) -> Result<RunRecord> {
+        lease_core::backend::check_reason(reason)?;
+        let mut call = Call::new(&SCRIPTS.cancel);
+        call.key(self.keys.runs())
+            .key(self.keys.claimable())
+            .key(self.keys.failures())
+            .key(self.keys.delayed())
+            .key(self.keys.suspended())
+            .key(self.keys.ended())
+            .key(self.keys.cancelled())
+            .key(self.keys.attempts())
+            .arg(keys::encode(run.as_str()))
+            .arg(reason);
+        let (reply, ack) = self.write("cancel", &call).await?;
+        match reply.status()? {
+            "ok" => {
+                // Also for a run cancelled before (a retried cancel): it must be on the
+                // replicas as if this call had cancelled it.
+                ack.confirm()?;
+                self.record(run, &reply)
+            }
+            "none" => Err(Error::NotFound { run: run.clone() }),
+            "refused" => match reply.state(1)? {
+                RunState::Completed => Err(Error::Completed { run: run.clone() }),
+                state => Err(reply
+                    .bad(format!("refused to cancel a run in state {state}"))
+                    .into()),
             },
             other => Err(reply.bad(format!("unknown status {other:?}")).into()),
         }

@@ -135,6 +135,9 @@ impl LeaseStore for Counting {
     async fn force_release(&self, run: &RunId) -> Result<RunRecord> {
         self.inner.force_release(run).await
     }
+    async fn cancel(&self, run: &RunId, reason: &str) -> Result<RunRecord> {
+        self.inner.cancel(run, reason).await
+    }
 }
 
 /// One worker holding `leases` leases (TTL 30 s) for `ticks` heartbeat ticks of 10 s: batched

@@ -452,7 +452,7 @@ fn decided(b: &Shared, p: Pending, result: Result<()>) {
             crate::RunState::Completed => bump(&c.completed),
             crate::RunState::Suspended => bump(&c.suspended),
             crate::RunState::Runnable => bump(&c.released),
-            crate::RunState::Failed => bump(&c.gave_up),
+            crate::RunState::Failed | crate::RunState::Cancelled => bump(&c.gave_up),
         },
         Err(e) if e.is_verdict() => {
             tracing::warn!(run = %p.ending.lease.run(), fence = %p.ending.lease.fence(), end = p.ending.end.as_str(), error = %e, "end refused: the lease was lost");

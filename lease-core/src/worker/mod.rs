@@ -625,6 +625,7 @@ async fn job(job: Job) {
         crate::RunState::Suspended => CancelReason::Suspended,
         crate::RunState::Runnable => CancelReason::Released,
         crate::RunState::Failed => CancelReason::Failed,
+        crate::RunState::Cancelled => CancelReason::Cancelled,
     };
     // Retried until the lease's local deadline: before it, nobody (this worker included)
     // can claim the run again.

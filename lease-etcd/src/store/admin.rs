@@ -1,4 +1,4 @@
-//! Administration: creates, resumes, forced releases and purges.
+//! Administration: creates, resumes, forced releases, cancels and purges.
 
 use std::time::Duration;
 
@@ -6,13 +6,13 @@ use etcd_client::{DeleteOptions, TxnOp};
 use lease_core::backend::{check_create_batch, check_purge};
 use lease_core::{Error, Result, RunId, RunRecord, RunState};
 
-use super::{now_micros, state_of, EtcdLeaseStore, Seen};
+use super::{now_micros, state_of, EtcdLeaseStore, Plan, Seen};
 use crate::codec::{prefix_end, Rec};
 
 impl EtcdLeaseStore {
-    pub(super) fn purgeable_ranges(&self, older_than: Duration) -> [(Vec<u8>, Vec<u8>); 2] {
+    pub(super) fn purgeable_ranges(&self, older_than: Duration) -> [(Vec<u8>, Vec<u8>); 3] {
         let cutoff = now_micros().saturating_sub(older_than.as_micros() as u64);
-        [RunState::Completed, RunState::Failed].map(|state| {
+        [RunState::Completed, RunState::Failed, RunState::Cancelled].map(|state| {
             (
                 self.keys.index_family(state),
                 self.keys.index_bound(state, cutoff),
@@ -100,6 +100,7 @@ impl EtcdLeaseStore {
                 RunState::Suspended => return Err(Error::Suspended { run: run.clone() }),
                 RunState::Completed => return Err(Error::Completed { run: run.clone() }),
                 RunState::Failed => return Err(Error::Failed { run: run.clone() }),
+                RunState::Cancelled => return Err(Error::Cancelled { run: run.clone() }),
                 _ => {}
             }
             let mut new = rec.clone();
@@ -108,6 +109,48 @@ impl EtcdLeaseStore {
             new.not_before = 0;
             new.rest = 0;
             new.since = now;
+            let after = Seen::of(new.clone(), seen.rev, None);
+            let out = self.record(run, &after, now)?;
+            Ok(self.plan(
+                run.as_str(),
+                seen,
+                &new,
+                self.delete_block(run.as_str()).to_vec(),
+                out,
+            ))
+        })
+        .await
+    }
+
+    /// Cancels in one conditional write: the record rewritten (its state entries moved, its
+    /// block and delay marker deleted), so a holder's next write, which compares the record,
+    /// is refused and explained as cancelled. A cancelled run is returned as it is, after a
+    /// write that checks it is still so.
+    pub(super) async fn cancel_run(&self, run: &RunId, reason: &str) -> Result<RunRecord> {
+        lease_core::backend::check_reason(reason)?;
+        self.decide_one(run, |seen, now| {
+            let rec = seen.live(run)?;
+            match state_of(rec) {
+                RunState::Completed => return Err(Error::Completed { run: run.clone() }),
+                RunState::Cancelled => {
+                    let out = self.record(run, seen, now)?;
+                    return Ok(Plan {
+                        compares: vec![self.unchanged(run.as_str(), seen)],
+                        ops: Vec::new(),
+                        bytes: 0,
+                        out,
+                    });
+                }
+                _ => {}
+            }
+            let mut new = rec.clone();
+            new.state = Some(RunState::Cancelled);
+            new.owner = None;
+            new.expires_at = 0;
+            new.not_before = 0;
+            new.rest = 0;
+            new.failure = Some(reason.to_owned());
+            new.since = now; // when it ended: retention's age
             let after = Seen::of(new.clone(), seen.rev, None);
             let out = self.record(run, &after, now)?;
             Ok(self.plan(
@@ -139,7 +182,10 @@ impl EtcdLeaseStore {
         let mut plans = Vec::new();
         for ((since, run), item) in due.iter().zip(&seen) {
             let Ok(rec) = item.live(run) else { continue };
-            let ended = matches!(rec.state, Some(RunState::Completed | RunState::Failed));
+            let ended = matches!(
+                rec.state,
+                Some(RunState::Completed | RunState::Failed | RunState::Cancelled)
+            );
             if !ended || rec.since != *since {
                 continue; // changed since the index was read: not removed
             }

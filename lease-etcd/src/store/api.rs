@@ -99,6 +99,10 @@ impl LeaseStore for EtcdLeaseStore {
         self.force_release_run(run).await
     }
 
+    async fn cancel(&self, run: &RunId, reason: &str) -> Result<RunRecord> {
+        self.cancel_run(run, reason).await
+    }
+
     async fn purge(&self, older_than: Duration, max: usize) -> Result<Vec<RunId>> {
         self.purge_runs(older_than, max).await
     }

@@ -225,6 +225,7 @@ impl EtcdLeaseStore {
             RunState::Suspended,
             RunState::Completed,
             RunState::Failed,
+            RunState::Cancelled,
         ];
         let mut ops: Vec<TxnOp> = families
             .iter()
@@ -239,8 +240,8 @@ impl EtcdLeaseStore {
             ops.push(Self::count_op(family.clone(), prefix_end(&family)));
         }
         let response = self.txn(Txn::new().and_then(ops)).await?;
-        let blocks = counted(&response, 4);
-        let delayed = counted(&response, 5).min(blocks);
+        let blocks = counted(&response, 5);
+        let delayed = counted(&response, 6).min(blocks);
         let held = blocks - delayed;
         let runnable = counted(&response, 0);
         let cap = |n: u64| n.min(MAX_COUNT);
@@ -251,6 +252,7 @@ impl EtcdLeaseStore {
         counts.suspended = cap(counted(&response, 1));
         counts.completed = cap(counted(&response, 2));
         counts.failed = cap(counted(&response, 3));
+        counts.cancelled = cap(counted(&response, 4));
         Ok(counts)
     }
 
@@ -262,7 +264,7 @@ impl EtcdLeaseStore {
             .map(|(from, to)| Self::count_op(from, to))
             .collect();
         let response = self.txn(Txn::new().and_then(ops)).await?;
-        Ok(counted(&response, 0) + counted(&response, 1))
+        Ok((0..3).map(|i| counted(&response, i)).sum())
     }
 }
 

@@ -1,0 +1,12 @@
+-- $1 run_id, $2 reason
+-- Returns: the cancelled record, or no row if the run is missing (or purged), completed, or
+-- already cancelled. A holder is fenced out: the fence stays, the state is no longer
+-- 'runnable', so its fenced writes, ends and renewals match nothing and are explained as
+-- cancelled. A row a caller's transaction locked (end_in, fence_in) is cancelled after that
+-- transaction ends, and then only if it did not complete the run.
+UPDATE {schema}.runs
+SET state = 'cancelled', lease_owner = NULL, lease_expires_at = NULL, failure = $2,
+    claimable_at = now()
+WHERE run_id = $1 AND state IN ('runnable', 'suspended', 'failed')
+RETURNING run_id, state, lease_owner, (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS expires_us, fence, heartbeats, (extract(epoch FROM now()) * 1000000)::bigint AS observed_us,
+       NULL::bigint AS not_before_us, failure, attempts

@@ -1,0 +1,126 @@
+//! Cancel against the holder's own transaction: a cancel and an `end_in` that commits the
+//! holder's effect in the caller's transaction are ordered by the run's row lock, so exactly
+//! one of them wins, and the caller's table holds the effect only if the run completed.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lease_conformance::fixtures::{postgres_url, unique_namespace};
+use lease_core::{End, Ended, Error, LeaseStore, RunId, RunState, Ttl, WorkerId};
+use lease_postgres::{sqlx, PostgresConfig, PostgresLeaseStore};
+
+/// How the holder's transaction ended.
+#[derive(Debug)]
+enum Holder {
+    /// `fence_in`, the effect, `end_in` and the commit all succeeded.
+    Committed,
+    /// The store refused the lease inside the transaction, which was rolled back.
+    Refused(Error),
+}
+
+/// The holder's transaction: fence, effect, end, commit; retried from the start while the
+/// store answers a retryable error, as a worker would.
+async fn pay(store: &PostgresLeaseStore, table: &str, lease: &lease_core::Lease) -> Holder {
+    let started = Instant::now();
+    loop {
+        let mut tx = store.pool().begin().await.unwrap();
+        let attempt = async {
+            store.fence_in(&mut tx, lease).await?;
+            sqlx::query(&format!("INSERT INTO {table} VALUES ($1, $2)"))
+                .bind(lease.run().as_str())
+                .bind(lease.fence().get() as i64)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| Error::backend("test", e.to_string()))?;
+            store.end_in(&mut tx, lease, End::Complete).await
+        }
+        .await;
+        match attempt {
+            Ok(()) => {
+                tx.commit().await.unwrap();
+                return Holder::Committed;
+            }
+            Err(e) => {
+                tx.rollback().await.unwrap();
+                if e.is_retryable() && started.elapsed() < Duration::from_secs(10) {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    continue;
+                }
+                return Holder::Refused(e);
+            }
+        }
+    }
+}
+
+/// 1,000 races, 20 at a time, of a cancel against the holder's transaction. Every race has
+/// exactly one winner: the effect row and a completed run with the cancel refused as
+/// completed, or no row and a cancelled run with the holder refused as cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_racing_end_in_lets_exactly_one_commit() {
+    let Some(url) = postgres_url().await else {
+        return;
+    };
+    let store = Arc::new(
+        PostgresLeaseStore::connect(
+            PostgresConfig::from_url(url).with_schema(unique_namespace("cancel")),
+        )
+        .await
+        .unwrap(),
+    );
+    let table = format!("\"{}\".payments", store.schema());
+    sqlx::query(&format!(
+        "CREATE TABLE {table} (run_id TEXT PRIMARY KEY, fence BIGINT NOT NULL)"
+    ))
+    .execute(store.pool())
+    .await
+    .unwrap();
+    let worker = WorkerId::new("w").unwrap();
+    let ttl = Ttl::from_secs(60).unwrap();
+    let (mut completed, mut cancelled) = (0, 0);
+    for round in 0..50 {
+        let mut races = Vec::new();
+        for i in 0..20 {
+            let run = RunId::new(format!("pay-{round}-{i}")).unwrap();
+            store.create(&run).await.unwrap();
+            let lease = store.claim(&run, &worker, ttl).await.unwrap();
+            let (s1, s2, t) = (store.clone(), store.clone(), table.clone());
+            let r = run.clone();
+            races.push(tokio::spawn(async move {
+                let holder = tokio::spawn(async move { pay(&s1, &t, &lease).await });
+                let cancel = tokio::spawn(async move { s2.cancel(&r, "customer asked").await });
+                (run, holder.await.unwrap(), cancel.await.unwrap())
+            }));
+        }
+        for race in races {
+            let (run, holder, cancel) = race.await.unwrap();
+            let state = store.inspect(&run).await.unwrap().state;
+            let rows: i64 =
+                sqlx::query_scalar(&format!("SELECT count(*) FROM {table} WHERE run_id = $1"))
+                    .bind(run.as_str())
+                    .fetch_one(store.pool())
+                    .await
+                    .unwrap();
+            match (&holder, &cancel) {
+                (Holder::Committed, Err(Error::Completed { .. })) => {
+                    assert_eq!((state, rows), (RunState::Completed, 1), "{run}");
+                    completed += 1;
+                }
+                (
+                    Holder::Refused(Error::LeaseEnded {
+                        ended: Ended::Cancelled,
+                        fence: 1,
+                        ..
+                    }),
+                    Ok(record),
+                ) => {
+                    assert_eq!(record.state, RunState::Cancelled);
+                    assert_eq!((state, rows), (RunState::Cancelled, 0), "{run}");
+                    cancelled += 1;
+                }
+                other => panic!("{run}: not exactly one winner: {other:?}"),
+            }
+        }
+    }
+    eprintln!("end_in against cancel: {completed} committed first, {cancelled} cancelled first");
+    assert_eq!(completed + cancelled, 1_000);
+}

@@ -1,0 +1,31 @@
+-- KEYS[1]: runs hash; KEYS[2]: claimable index (zset); KEYS[3]: failures hash (the reason of
+-- a failed or cancelled run); KEYS[4]: delayed runs (zset); KEYS[5]: suspended runs (zset);
+-- KEYS[6]: ended runs (zset); KEYS[7]: cancelled runs (set, for count); KEYS[8]: attempts hash
+-- ARGV[1]: encoded run id; ARGV[2]: the reason
+-- Returns: {'none'}; {'refused', state} when completed; or {'ok', state, owner, expiry, fence,
+-- heartbeats, reason, attempts, now}, for a run cancelled now or before (then unchanged, its
+-- first reason kept). The fence stays and the state is no longer runnable, so a holder's
+-- fenced writes, ends and renewals fail as cancelled; the run leaves every live index and
+-- enters the ended one, for retention.
+local r = read_run(KEYS[1], ARGV[1])
+if not r then
+  return { 'none' }
+end
+local now = now_micros()
+if r.s == 'completed' then
+  return { 'refused', r.s }
+end
+if r.s ~= 'cancelled' then
+  r.s = 'cancelled'
+  r.o = ''
+  r.e = ''
+  write_run(KEYS[1], r)
+  redis.call('ZREM', KEYS[2], r.m)
+  redis.call('ZREM', KEYS[4], r.id)
+  redis.call('ZREM', KEYS[5], r.id)
+  redis.call('HSET', KEYS[3], r.id, ARGV[2])
+  redis.call('ZADD', KEYS[6], num(now), r.id)
+  redis.call('SADD', KEYS[7], r.id)
+end
+local rec = record(r, KEYS[3], KEYS[8])
+return { 'ok', rec[1], rec[2], rec[3], rec[4], rec[5], rec[6], rec[7], num(now) }
