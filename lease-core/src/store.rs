@@ -19,13 +19,14 @@ use crate::types::{End, Ending, Fence, JournalEntry, Lease, ListFilter, RunRecor
 /// [`append`](LeaseStore::append), [`release`](LeaseStore::release),
 /// [`suspend`](LeaseStore::suspend), [`complete`](LeaseStore::complete), and any write an
 /// adapter offers) is accepted iff the presented fence equals the run's stored fence and the
-/// lease is still held (not released, suspended, completed or failed). Otherwise, in this order:
+/// lease is still held (not released, suspended, completed, failed or cancelled). Otherwise, in
+/// this order:
 ///
 /// - [`Error::NotFound`] if the run does not exist;
 /// - [`Error::StaleFence`] if the presented fence is lower than the stored one;
 /// - [`Error::FenceAhead`] if it is higher (the store never issued it);
 /// - [`Error::LeaseEnded`] if it is equal but the lease was released, suspended, completed or
-///   failed.
+///   failed by its holder, or the run was [cancelled](LeaseStore::cancel).
 ///
 /// Expiry alone never rejects a write: a holder whose lease expired may still write until
 /// someone reclaims the run, which moves the fence. [`fenced_verdict`](crate::backend::fenced_verdict) implements these rules
