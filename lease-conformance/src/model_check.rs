@@ -34,6 +34,9 @@ const WORKERS: [&str; 3] = ["w0", "w1", "w2:{x}"];
 const SHORT_MS: u64 = 25;
 /// The long TTL: never expires within a sequence.
 const LONG_MS: u64 = 60_000;
+
+/// The reason the sequences cancel with.
+const CANCEL_REASON: &str = "cancelled by the model: {ä}";
 /// Store clocks have µs precision and statement start times: this much either side of a window
 /// counts as inside it (and, after the window, the store's declared expiry lag).
 const SLACK: Duration = Duration::from_millis(3);
@@ -79,6 +82,8 @@ pub enum Step {
     Resume(usize),
     /// `force_release(run)`.
     ForceRelease(usize),
+    /// `cancel` of run i.
+    Cancel(usize),
     /// `inspect(run)` and `journal(run)`, compared with the model.
     Inspect(usize),
     /// `list` of the case's runs, optionally by state.
@@ -117,8 +122,9 @@ fn step() -> impl Strategy<Value = Step> {
         1 => prop::collection::vec(run.clone(), 1..4).prop_map(Step::CreateMany),
         1 => run.clone().prop_map(Step::Resume),
         1 => run.clone().prop_map(Step::ForceRelease),
+        1 => run.clone().prop_map(Step::Cancel),
         2 => run.prop_map(Step::Inspect),
-        1 => prop::option::of(0..4u8).prop_map(Step::List),
+        1 => prop::option::of(0..5u8).prop_map(Step::List),
         1 => (1..4usize).prop_map(Step::Purge),
         1 => (0..NAMES.len()).prop_map(Step::PurgeRacingCreate),
         2 => (0..=2 * SHORT_MS).prop_map(Step::Advance),
@@ -255,6 +261,7 @@ impl Model {
             (RunState::Suspended, _) => Ended::Suspended,
             (RunState::Completed, _) => Ended::Completed,
             (RunState::Failed, _) => Ended::Failed,
+            (RunState::Cancelled, _) => Ended::Cancelled,
             (RunState::Runnable, None) => Ended::Released,
             (RunState::Runnable, Some(_)) => return Ok(()),
             (state, _) => unreachable!("the model holds no {state} run"),
@@ -402,6 +409,7 @@ async fn apply(
                 RunState::Suspended => Err(Error::Suspended { run: id.clone() }),
                 RunState::Completed => Err(Error::Completed { run: id.clone() }),
                 RunState::Failed => Err(Error::Failed { run: id.clone() }),
+                RunState::Cancelled => Err(Error::Cancelled { run: id.clone() }),
                 RunState::Runnable => match live {
                     Liveness::Delayed => Err(delayed),
                     Liveness::DelayUnsure => match &got {
@@ -647,6 +655,7 @@ async fn apply(
                 Some(RunState::Suspended) => Err(Error::Suspended { run: id.clone() }),
                 Some(RunState::Completed) => Err(Error::Completed { run: id.clone() }),
                 Some(RunState::Failed) => Err(Error::Failed { run: id.clone() }),
+                Some(RunState::Cancelled) => Err(Error::Cancelled { run: id.clone() }),
                 Some(RunState::Runnable) => Ok(()),
                 Some(state) => unreachable!("the model holds no {state} run"),
             };
@@ -656,6 +665,36 @@ async fn apply(
                 run.owner = None;
                 run.window = None;
                 run.delay = None;
+            }
+        }
+        Step::Cancel(r) => {
+            let id = &ids[*r];
+            let got = store.cancel(id, CANCEL_REASON).await;
+            let want = match model.runs.get(id).map(|run| run.state) {
+                None => Err(Error::NotFound { run: id.clone() }),
+                Some(RunState::Completed) => Err(Error::Completed { run: id.clone() }),
+                Some(_) => Ok(()),
+            };
+            expect_same(what, &got, &want);
+            if let Ok(record) = &got {
+                let run = model.runs.get_mut(id).expect("known");
+                if run.state != RunState::Cancelled {
+                    run.state = RunState::Cancelled;
+                    run.failure = Some(CANCEL_REASON.to_owned());
+                    run.owner = None;
+                    run.window = None;
+                    run.delay = None;
+                }
+                assert_eq!(
+                    (
+                        record.state,
+                        record.owner.as_ref(),
+                        record.fence.get(),
+                        record.failure.as_deref()
+                    ),
+                    (RunState::Cancelled, None, run.fence, run.failure.as_deref()),
+                    "{what}: the cancelled record (a second cancel changes nothing)"
+                );
             }
         }
         Step::Inspect(r) => {
@@ -712,7 +751,8 @@ async fn apply(
                 0 => RunState::Runnable,
                 1 => RunState::Suspended,
                 2 => RunState::Completed,
-                _ => RunState::Failed,
+                3 => RunState::Failed,
+                _ => RunState::Cancelled,
             });
             // Every id of this case sorts after the prefix without its '-'.
             let filter = ListFilter::new()
@@ -760,7 +800,10 @@ async fn apply(
                     .remove(id)
                     .unwrap_or_else(|| panic!("{what}: purged {id}, which does not exist"));
                 assert!(
-                    matches!(run.state, RunState::Completed | RunState::Failed),
+                    matches!(
+                        run.state,
+                        RunState::Completed | RunState::Failed | RunState::Cancelled
+                    ),
                     "{what}: purged {id}, which is {}",
                     run.state
                 );
@@ -769,7 +812,10 @@ async fn apply(
             if got.len() < *max {
                 for (id, run) in &model.runs {
                     assert!(
-                        !matches!(run.state, RunState::Completed | RunState::Failed),
+                        !matches!(
+                            run.state,
+                            RunState::Completed | RunState::Failed | RunState::Cancelled
+                        ),
                         "{what}: {id} is {} but was not purged ({} of at most {max})",
                         run.state,
                         got.len()
@@ -791,7 +837,10 @@ async fn apply(
                     .remove(gone)
                     .unwrap_or_else(|| panic!("{what}: purged {gone}, which does not exist"));
                 assert!(
-                    matches!(run.state, RunState::Completed | RunState::Failed),
+                    matches!(
+                        run.state,
+                        RunState::Completed | RunState::Failed | RunState::Cancelled
+                    ),
                     "{what}: purged {gone}, which is {}",
                     run.state
                 );
@@ -864,7 +913,7 @@ async fn retire(store: &dyn LeaseStore, model: &Model, ids: &[RunId]) {
     for id in ids.iter().filter(|id| model.runs.contains_key(*id)) {
         let record = store.inspect(id).await.expect("inspect to retire");
         match record.state {
-            RunState::Completed => continue,
+            RunState::Completed | RunState::Cancelled => continue,
             RunState::Suspended | RunState::Failed => {
                 drop(store.resume(id).await.expect("resume to retire"))
             }
