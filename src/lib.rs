@@ -13,11 +13,11 @@ pub use lease_core::{
     min_margin, observe, redact_url, sanitize_reason, BoxError, CancelReason, CancellationToken,
     End, EndReport, Ended, Ending, Error, Fence, Handler, HandlerFuture, HeartbeatStats,
     Heartbeats, IdempotencyKey, Instrumented, InvalidInput, JournalEntry, Lease, LeaseStore,
-    LeaseStoreExt, ListFilter, MemoryLeaseStore, MemoryTransaction, Result, RetryPolicy,
+    LeaseStoreExt, ListFilter, MemoryLeaseStore, MemoryTransaction, NewRun, Result, RetryPolicy,
     RunContext, RunCounts, RunId, RunRecord, RunScope, RunState, ScopeConfig, StoreTime,
     TickReport, Ttl, Worker, WorkerConfig, WorkerId, WorkerReport, MAX_BATCH,
     MAX_BATCH_PAYLOAD_BYTES, MAX_COUNT, MAX_ID_BYTES, MAX_LIST, MAX_PAYLOAD_BYTES, MAX_PURGE_AGE,
-    MAX_REASON_BYTES, MAX_RETRY_DELAY,
+    MAX_REASON_BYTES, MAX_RETRY_DELAY, MAX_START_DELAY,
 };
 
 /// Fault injection for tests of code built on the library: a store wrapper that hangs, fails

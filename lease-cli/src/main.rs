@@ -52,10 +52,14 @@ enum Command {
     /// Show the guarantee: a partitioned worker's late write is rejected by fence. Runs on the
     /// embedded store unless --store names one.
     Demo,
-    /// Create a runnable run.
+    /// Create a runnable run, claimable at once or after --delay.
     Create {
         /// The run id.
         run: String,
+        /// Not claimable until this long after the create, on the store's clock (a number and
+        /// a unit, ms, s, m, h or d; at most 30 days). Waiting uses no attempt.
+        #[arg(long, value_name = "AGE", value_parser = ops::parse_age)]
+        delay: Option<Duration>,
         #[command(flatten)]
         json: JsonAlias,
     },
@@ -197,8 +201,10 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
     let config = cli.store.config()?;
     match cli.command {
         Command::Demo => unreachable!("answered before the store is required"),
-        Command::Create { run, json } => {
-            ops::create(&config, &run_id(&run)?, format(out, &json)).await
+        Command::Create { run, delay, json } => {
+            let new =
+                distribution::NewRun::new(run_id(&run)?).with_delay(delay.unwrap_or_default());
+            ops::create(&config, &new, format(out, &json)).await
         }
         Command::Inspect { run, json } => {
             ops::inspect(&config, &run_id(&run)?, format(out, &json)).await

@@ -5,9 +5,14 @@ use distribution::{connect, Config, ListFilter, RunId, RunState};
 use crate::output::{print_journal, print_record, Format, RecordStream};
 use lease_cli::{usage, Failure};
 
-pub(crate) async fn create(config: &Config, run: &RunId, format: Format) -> Result<(), Failure> {
+pub(crate) async fn create(
+    config: &Config,
+    new: &distribution::NewRun,
+    format: Format,
+) -> Result<(), Failure> {
+    new.check()?;
     let store = connect(config).await?;
-    let record = store.create(run).await?;
+    let record = store.create_with(new).await?;
     print_record(&record, format);
     Ok(())
 }

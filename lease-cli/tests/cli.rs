@@ -94,6 +94,18 @@ fn operator_commands_on_the_memory_store_report_missing_runs() {
         (record["state"].as_str(), record["fence"].as_u64()),
         (Some("runnable"), Some(0))
     );
+    assert_eq!(record["not_before_us"], serde_json::Value::Null, "{record}");
+    // A start delay: the record says when the run becomes claimable.
+    let out = memory(&["create", "order-2", "--delay", "90s", "-o", "json"]);
+    assert_exit(&out, 0);
+    let record: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let left = record["claimable_in_ms"].as_i64().unwrap_or(0);
+    assert!((89_000..=90_000).contains(&left), "{record}");
+    // Over 30 days, or no unit: refused before the store, naming the rule.
+    let out = memory(&["create", "order-3", "--delay", "31d"]);
+    assert_exit(&out, USAGE);
+    assert!(stderr(&out).contains("start delay"), "{}", stderr(&out));
+    assert_exit(&memory(&["create", "order-3", "--delay", "90"]), USAGE);
 }
 
 /// There is no default store: every command that reaches one exits 2 with one sentence naming

@@ -17,12 +17,12 @@ use lease_core::{Error, LeaseStore};
 pub mod acked_scenarios;
 mod batch_scenarios;
 mod budget_scenarios;
-mod cancel_scenarios;
 mod capabilities;
 mod fault_scenarios;
 pub mod fixtures;
 pub mod fuzz;
 mod hub_scenarios;
+mod job_scenarios;
 mod life_scenarios;
 pub mod model_check;
 mod safety_scenarios;
@@ -32,10 +32,10 @@ mod worker_scenarios;
 
 pub use batch_scenarios::*;
 pub use budget_scenarios::*;
-pub use cancel_scenarios::*;
 pub use capabilities::{Capabilities, Timing, MAX_MIN_TTL};
 pub use fault_scenarios::*;
 pub use hub_scenarios::*;
+pub use job_scenarios::*;
 pub use life_scenarios::*;
 pub use safety_scenarios::*;
 pub use scenarios::*;
@@ -216,6 +216,7 @@ macro_rules! conformance_tests {
             cancel_fences_out_the_holder_with_a_verdict_naming_it,
             a_cancel_racing_the_holders_end_has_exactly_one_winner,
             purge_removes_cancelled_runs_and_never_reuses_their_fence,
+            a_run_created_with_a_delay_waits_for_it_on_the_store_clock,
             worker_runs_at_most_its_concurrency_limit,
             worker_handler_ignoring_its_token_is_still_fenced,
             worker_shutdown_hands_runs_over_within_one_poll,

@@ -69,6 +69,14 @@ impl LeaseStore for Coarse {
         self.inner.create_many(runs).await
     }
 
+    async fn create_with(&self, new: &lease_core::NewRun) -> Result<RunRecord> {
+        self.inner.create_with(new).await
+    }
+
+    async fn create_many_with(&self, runs: &[lease_core::NewRun]) -> Result<Vec<Result<()>>> {
+        self.inner.create_many_with(runs).await
+    }
+
     async fn claim(&self, run: &RunId, worker: &WorkerId, ttl: Ttl) -> Result<Lease> {
         self.check(ttl)?;
         self.inner.claim(run, worker, ttl).await

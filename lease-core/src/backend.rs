@@ -35,6 +35,7 @@
 //! changing a method, or a default that would change what an existing backend answers, waits
 //! for a major version.
 
+pub use crate::new_run::check_new_runs;
 pub use crate::store::{claim_refusal, fenced_verdict};
 pub use crate::types::{
     check_claim_max, check_create_batch, check_end_batch, check_list, check_payload, check_purge,

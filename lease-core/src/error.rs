@@ -525,6 +525,15 @@ pub enum InvalidInput {
         /// The maximum.
         max: Duration,
     },
+    /// A [`NewRun`](crate::NewRun) delay over
+    /// [`MAX_START_DELAY`](crate::MAX_START_DELAY).
+    #[error("start delay {delay:?} is longer than the maximum of {max:?}")]
+    StartDelayTooLong {
+        /// The delay asked for.
+        delay: Duration,
+        /// The maximum.
+        max: Duration,
+    },
     /// An [`End::Fail`](crate::End::Fail) reason over
     /// [`MAX_REASON_BYTES`](crate::MAX_REASON_BYTES).
     #[error("failure reason of {len} bytes is longer than the maximum of {max}")]

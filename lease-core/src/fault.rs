@@ -321,6 +321,26 @@ impl LeaseStore for FaultyStore {
         self.answer(fault, out).await
     }
 
+    async fn create_with(&self, new: &crate::NewRun) -> Result<RunRecord> {
+        self.gate().await?;
+        let fault = self.reply_fault();
+        if fault == ReplyFault::Duplicate {
+            let _ = self.inner.create_with(new).await;
+        }
+        let out = self.inner.create_with(new).await;
+        self.answer(fault, out).await
+    }
+
+    async fn create_many_with(&self, runs: &[crate::NewRun]) -> Result<Vec<Result<()>>> {
+        self.gate().await?;
+        let fault = self.reply_fault();
+        if fault == ReplyFault::Duplicate {
+            let _ = self.inner.create_many_with(runs).await;
+        }
+        let out = self.inner.create_many_with(runs).await;
+        self.answer(fault, out).await
+    }
+
     async fn resume(&self, run: &RunId) -> Result<RunRecord> {
         self.gate().await?;
         let fault = self.reply_fault();

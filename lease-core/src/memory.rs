@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::id::{IdempotencyKey, RunId, WorkerId};
+use crate::new_run::{check_new_runs, NewRun};
 use crate::store::{claim_refusal, fenced_verdict, LeaseStore};
 use crate::types::{
     check_claim_max, check_create_batch, check_end_batch, check_list, check_payload, check_purge,
@@ -136,6 +137,35 @@ impl MemoryLeaseStore {
 
     fn store_time(&self, at: Instant) -> StoreTime {
         StoreTime::from_micros(at.saturating_duration_since(self.epoch).as_micros() as u64)
+    }
+
+    /// Creates `new` (already checked): runnable, claimable once its delay has passed.
+    fn create_one(&self, new: &NewRun) -> Result<RunRecord> {
+        let run = new.run();
+        let now = Instant::now();
+        let mut state = self.lock();
+        if state.runs.contains_key(run) {
+            return Err(Error::AlreadyExists { run: run.clone() });
+        }
+        state.next_order += 1;
+        let fence = state.tombstones.get(run).copied().unwrap_or(Fence::ZERO);
+        let slot = Slot {
+            state: RunState::Runnable,
+            owner: None,
+            expires_at: None,
+            fence,
+            heartbeats: 0,
+            // A start delay: claimable from then, as after a retry delay.
+            claimable_at: now + new.delay(),
+            order: state.next_order,
+            journal: Vec::new(),
+            keys: HashMap::new(),
+            failure: None,
+            attempts: 0,
+        };
+        let record = self.record(run, &slot, now);
+        state.runs.insert(run.clone(), slot);
+        Ok(record)
     }
 
     fn record(&self, run: &RunId, slot: &Slot, now: Instant) -> RunRecord {
@@ -389,29 +419,20 @@ impl fmt::Display for MemoryLeaseStore {
 #[async_trait::async_trait]
 impl LeaseStore for MemoryLeaseStore {
     async fn create(&self, run: &RunId) -> Result<RunRecord> {
-        let now = Instant::now();
-        let mut state = self.lock();
-        if state.runs.contains_key(run) {
-            return Err(Error::AlreadyExists { run: run.clone() });
-        }
-        state.next_order += 1;
-        let fence = state.tombstones.get(run).copied().unwrap_or(Fence::ZERO);
-        let slot = Slot {
-            state: RunState::Runnable,
-            owner: None,
-            expires_at: None,
-            fence,
-            heartbeats: 0,
-            claimable_at: now,
-            order: state.next_order,
-            journal: Vec::new(),
-            keys: HashMap::new(),
-            failure: None,
-            attempts: 0,
-        };
-        let record = self.record(run, &slot, now);
-        state.runs.insert(run.clone(), slot);
-        Ok(record)
+        self.create_one(&NewRun::new(run.clone()))
+    }
+
+    async fn create_with(&self, new: &NewRun) -> Result<RunRecord> {
+        new.check()?;
+        self.create_one(new)
+    }
+
+    async fn create_many_with(&self, runs: &[NewRun]) -> Result<Vec<Result<()>>> {
+        check_new_runs(runs)?;
+        Ok(runs
+            .iter()
+            .map(|new| self.create_one(new).map(|_| ()))
+            .collect())
     }
 
     async fn claim(&self, run: &RunId, worker: &WorkerId, ttl: Ttl) -> Result<Lease> {

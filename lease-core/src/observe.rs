@@ -447,6 +447,21 @@ impl LeaseStore for Instrumented {
         result
     }
 
+    async fn create_with(&self, new: &crate::NewRun) -> Result<RunRecord> {
+        let s = on_run(span(self.backend, "create_with"), new.run());
+        self.call("create_with", s, self.inner.create_with(new))
+            .await
+    }
+
+    async fn create_many_with(&self, runs: &[crate::NewRun]) -> Result<Vec<Result<()>>> {
+        let s = on_items(span(self.backend, "create_many_with"), runs.len());
+        let result = self
+            .call("create_many_with", s, self.inner.create_many_with(runs))
+            .await;
+        self.items(&result);
+        result
+    }
+
     async fn resume(&self, run: &RunId) -> Result<RunRecord> {
         let s = on_run(span(self.backend, "resume"), run);
         self.call("resume", s, self.inner.resume(run)).await

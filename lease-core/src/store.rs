@@ -257,6 +257,68 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     /// [`Error::NotFound`], [`Error::Suspended`], [`Error::Completed`], [`Error::Failed`].
     async fn force_release(&self, run: &RunId) -> Result<RunRecord>;
 
+    /// Creates a run as [`create`](LeaseStore::create) does, with what `new` asks for
+    /// (a start delay on the store's clock: see [`NewRun`](crate::NewRun)), in one atomic
+    /// write: a run created with a delay is never claimable before it is over, whoever
+    /// claims. The record shows the delay's end in
+    /// [`not_before`](crate::RunRecord::not_before).
+    ///
+    /// The default implementation creates a plain `new` with [`create`](LeaseStore::create),
+    /// and refuses any other with [`InvalidInput::Unsupported`](crate::InvalidInput::Unsupported).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+    /// use std::time::Duration;
+    /// use lease_core::{Error, LeaseStore, MemoryLeaseStore, NewRun, RunId, Ttl, WorkerId};
+    /// let store = MemoryLeaseStore::new();
+    /// let run = RunId::new("reminder-7")?;
+    /// let record = store
+    ///     .create_with(&NewRun::new(run.clone()).with_delay(Duration::from_secs(3600)))
+    ///     .await?;
+    /// assert!(record.not_before.is_some());
+    /// assert!(matches!(
+    ///     store.claim(&run, &WorkerId::new("w1")?, Ttl::from_secs(30)?).await,
+    ///     Err(Error::Delayed { .. })
+    /// ));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`create`](LeaseStore::create); [`Error::InvalidInput`] for a delay over
+    /// [`MAX_START_DELAY`](crate::MAX_START_DELAY), before any I/O.
+    async fn create_with(&self, new: &crate::NewRun) -> Result<RunRecord> {
+        new.check()?;
+        if new.is_plain() {
+            return self.create(new.run()).await;
+        }
+        Err(crate::InvalidInput::Unsupported {
+            operation: "create_with",
+        }
+        .into())
+    }
+
+    /// [`create_many`](LeaseStore::create_many) with each run's [`NewRun`](crate::NewRun):
+    /// one round trip and one commit for the batch, a result per item in order.
+    ///
+    /// The default implementation creates a batch of plain runs with
+    /// [`create_many`](LeaseStore::create_many), and refuses any other with
+    /// [`InvalidInput::Unsupported`](crate::InvalidInput::Unsupported).
+    ///
+    /// # Errors
+    /// As [`create_many`](LeaseStore::create_many); [`Error::InvalidInput`] for an item
+    /// [`NewRun::check`](crate::NewRun::check) refuses, before any I/O (nothing is created).
+    async fn create_many_with(&self, runs: &[crate::NewRun]) -> Result<Vec<Result<()>>> {
+        crate::backend::check_new_runs(runs)?;
+        if runs.iter().all(crate::NewRun::is_plain) {
+            let ids: Vec<RunId> = runs.iter().map(|n| n.run().clone()).collect();
+            return self.create_many(&ids).await;
+        }
+        Err(crate::InvalidInput::Unsupported {
+            operation: "create_many_with",
+        }
+        .into())
+    }
+
     /// Ends `run` for good, whatever state it is in but completed: waiting, delayed,
     /// suspended, failed or **held**. The run becomes [`Cancelled`](RunState::Cancelled)
     /// with `reason` (at most [`MAX_REASON_BYTES`](crate::MAX_REASON_BYTES), no control

@@ -1,5 +1,7 @@
--- $1 run_id
--- Returns: the new record, or no row if the run exists.
+-- $1 run_id, $2 start delay in ms (0: claimable at once)
+-- Returns: the new record, or no row if the run exists. A delayed run is runnable and unowned
+-- with claimable_at in the future, as after a retry delay: claim and claim_next wait for it,
+-- on the database clock.
 -- A purged id kept its row (state 'purged', its last fence): it is revived there, so its next
 -- claim continues above every fence the id ever carried. The revival and the insert decide on
 -- the row's latest version: under READ COMMITTED, a purge in progress is either not seen (the
@@ -12,13 +14,14 @@
 WITH revived AS (
     UPDATE {schema}.runs
     SET state = 'runnable', lease_owner = NULL, lease_expires_at = NULL, heartbeats = 0,
-        claimable_at = now(), journal_len = 0, failure = NULL, attempts = 0,
+        claimable_at = now() + $2::bigint * interval '1 millisecond', journal_len = 0, failure = NULL, attempts = 0,
         created_seq = DEFAULT
     WHERE run_id = $1 AND state = 'purged'
     RETURNING *
 ), inserted AS (
-    INSERT INTO {schema}.runs (run_id)
-    SELECT $1 WHERE NOT EXISTS (SELECT 1 FROM revived)
+    INSERT INTO {schema}.runs (run_id, claimable_at)
+    SELECT $1, now() + $2::bigint * interval '1 millisecond'
+    WHERE NOT EXISTS (SELECT 1 FROM revived)
     ON CONFLICT (run_id) DO NOTHING
     RETURNING *
 ), durable AS (

@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use lease_core::{End, Ending, Error, Result, RunId};
+use lease_core::{End, Ending, Error, NewRun, Result};
 use sqlx::postgres::PgRow;
 use sqlx::PgConnection;
 
@@ -73,10 +73,11 @@ impl PostgresLeaseStore {
     pub(crate) async fn create_batch(
         &self,
         conn: &mut PgConnection,
-        runs: &[RunId],
+        runs: &[NewRun],
     ) -> Result<Vec<Result<()>>> {
-        let ids: Vec<&str> = runs.iter().map(RunId::as_str).collect();
-        let query = sqlx::query(&self.sql.create_many).bind(&ids);
+        let ids: Vec<&str> = runs.iter().map(|n| n.run().as_str()).collect();
+        let delays: Vec<i64> = runs.iter().map(crate::store::millis).collect();
+        let query = sqlx::query(&self.sql.create_many).bind(&ids).bind(&delays);
         // One row per created run, none for the others.
         let rows = self
             .write_batch(conn, query, 0, "create_many", |_| Ok(true))
@@ -170,10 +171,14 @@ pub(crate) fn end_verdicts(ends: &[Ending], rows: &[PgRow]) -> Result<Vec<Result
 
 /// The verdict of each of `runs` from the rows of `sql/create_many.sql` (the ordinals that
 /// created their run).
-pub(crate) fn created_verdicts(runs: &[RunId], rows: &[PgRow]) -> Result<Vec<Result<()>>> {
+pub(crate) fn created_verdicts(runs: &[NewRun], rows: &[PgRow]) -> Result<Vec<Result<()>>> {
     let mut results: Vec<Result<()>> = runs
         .iter()
-        .map(|run| Err(Error::AlreadyExists { run: run.clone() }))
+        .map(|new| {
+            Err(Error::AlreadyExists {
+                run: new.run().clone(),
+            })
+        })
         .collect();
     for row in rows {
         let ord: i64 = get(row, "ord")?;

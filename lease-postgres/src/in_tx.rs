@@ -6,8 +6,8 @@
 use std::future::Future;
 use std::time::Duration;
 
-use lease_core::backend::{check_create_batch, check_end_batch, fenced_verdict};
-use lease_core::{End, Ending, Error, Lease, Result, RunId, RunRecord};
+use lease_core::backend::{check_create_batch, check_end_batch, check_new_runs, fenced_verdict};
+use lease_core::{End, Ending, Error, Lease, NewRun, Result, RunId, RunRecord};
 use sqlx::PgConnection;
 
 use crate::batch::{created_verdicts, end_verdicts};
@@ -164,7 +164,22 @@ impl PostgresLeaseStore {
     /// one is expected, or use [`create_many_in`](PostgresLeaseStore::create_many_in), which
     /// answers per id without failing.
     pub async fn create_in(&self, conn: &mut PgConnection, run: &RunId) -> Result<RunRecord> {
-        let query = sqlx::query(&self.sql.create).bind(run.as_str());
+        self.create_with_in(conn, &NewRun::new(run.clone())).await
+    }
+
+    /// [`create_in`](PostgresLeaseStore::create_in) with what `new` asks for (a start delay
+    /// on the database clock, counted from the statement: see [`NewRun`]). A job scheduled
+    /// for later is enqueued in the transaction that needs it, or not at all.
+    ///
+    /// # Errors
+    /// As [`create_in`](PostgresLeaseStore::create_in); [`Error::InvalidInput`] for a delay
+    /// over [`MAX_START_DELAY`](lease_core::MAX_START_DELAY), before any I/O.
+    pub async fn create_with_in(&self, conn: &mut PgConnection, new: &NewRun) -> Result<RunRecord> {
+        new.check()?;
+        let run = new.run();
+        let query = sqlx::query(&self.sql.create)
+            .bind(run.as_str())
+            .bind(crate::store::millis(new));
         let row = self
             .in_time(async {
                 query
@@ -207,11 +222,28 @@ impl PostgresLeaseStore {
         runs: &[RunId],
     ) -> Result<Vec<Result<()>>> {
         check_create_batch(runs)?;
+        let runs: Vec<NewRun> = runs.iter().cloned().map(NewRun::new).collect();
+        self.create_many_with_in(conn, &runs).await
+    }
+
+    /// [`create_many_in`](PostgresLeaseStore::create_many_in) with each run's [`NewRun`]:
+    /// one statement, a result per item in order.
+    ///
+    /// # Errors
+    /// The outer error for a batch that is too large, an item [`NewRun::check`] refuses
+    /// (before any I/O: nothing is created), or a failed connection.
+    pub async fn create_many_with_in(
+        &self,
+        conn: &mut PgConnection,
+        runs: &[NewRun],
+    ) -> Result<Vec<Result<()>>> {
+        check_new_runs(runs)?;
         if runs.is_empty() {
             return Ok(Vec::new());
         }
-        let ids: Vec<&str> = runs.iter().map(RunId::as_str).collect();
-        let query = sqlx::query(&self.sql.create_many).bind(&ids);
+        let ids: Vec<&str> = runs.iter().map(|n| n.run().as_str()).collect();
+        let delays: Vec<i64> = runs.iter().map(crate::store::millis).collect();
+        let query = sqlx::query(&self.sql.create_many).bind(&ids).bind(&delays);
         let rows = self
             .in_time(async {
                 query.fetch_all(&mut *conn).await.map_err(|e| {

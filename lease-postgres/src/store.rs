@@ -10,8 +10,8 @@ use lease_core::backend::{
     fenced_verdict,
 };
 use lease_core::{
-    Ending, Error, Fence, IdempotencyKey, JournalEntry, Lease, LeaseStore, ListFilter, Result,
-    RunId, RunRecord, RunState, StoreTime, Ttl, WorkerId,
+    Ending, Error, Fence, IdempotencyKey, JournalEntry, Lease, LeaseStore, ListFilter, NewRun,
+    Result, RunId, RunRecord, RunState, StoreTime, Ttl, WorkerId,
 };
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgArguments, PgPool, PgPoolOptions, PgRow};
@@ -678,12 +678,15 @@ impl PostgresLeaseStore {
         conn: &mut PgConnection,
         sql: &str,
         run: &RunId,
+        delay_ms: Option<i64>,
         refusal: impl Fn(Option<&RunRecord>) -> Option<Error>,
     ) -> Result<RunRecord> {
         for _ in 0..ATTEMPTS {
-            let row = self
-                .write_opt(conn, sqlx::query(sql).bind(run.as_str()))
-                .await?;
+            let mut query = sqlx::query(sql).bind(run.as_str());
+            if let Some(ms) = delay_ms {
+                query = query.bind(ms);
+            }
+            let row = self.write_opt(conn, query).await?;
             if let Some(row) = row {
                 return Ok(record(&row)?);
             }
@@ -884,14 +887,28 @@ impl fmt::Display for PostgresLeaseStore {
 #[async_trait::async_trait]
 impl LeaseStore for PostgresLeaseStore {
     async fn create(&self, run: &RunId) -> Result<RunRecord> {
+        self.create_with(&NewRun::new(run.clone())).await
+    }
+
+    async fn create_with(&self, new: &NewRun) -> Result<RunRecord> {
+        new.check()?;
+        let (run, delay_ms) = (new.run(), millis(new));
         call!(self, |conn| {
             // No row and no record: the run was purged between the two reads; the next attempt
             // revives it.
-            self.record_write(conn, &self.sql.create, run, |current| {
+            self.record_write(conn, &self.sql.create, run, Some(delay_ms), |current| {
                 current.map(|_| Error::AlreadyExists { run: run.clone() })
             })
             .await
         })
+    }
+
+    async fn create_many_with(&self, runs: &[NewRun]) -> Result<Vec<Result<()>>> {
+        lease_core::backend::check_new_runs(runs)?;
+        if runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        call!(self, |conn| self.create_batch(conn, runs).await)
     }
 
     async fn claim(&self, run: &RunId, worker: &WorkerId, ttl: Ttl) -> Result<Lease> {
@@ -1084,7 +1101,7 @@ impl LeaseStore for PostgresLeaseStore {
 
     async fn resume(&self, run: &RunId) -> Result<RunRecord> {
         call!(self, |conn| {
-            self.record_write(conn, &self.sql.resume, run, |current| match current {
+            self.record_write(conn, &self.sql.resume, run, None, |current| match current {
                 None => Some(Error::NotFound { run: run.clone() }),
                 Some(r) if !matches!(r.state, RunState::Suspended | RunState::Failed) => {
                     Some(Error::NotSuspended {
@@ -1163,10 +1180,8 @@ impl LeaseStore for PostgresLeaseStore {
 
     async fn create_many(&self, runs: &[RunId]) -> Result<Vec<Result<()>>> {
         lease_core::backend::check_create_batch(runs)?;
-        if runs.is_empty() {
-            return Ok(Vec::new());
-        }
-        call!(self, |conn| self.create_batch(conn, runs).await)
+        let runs: Vec<NewRun> = runs.iter().cloned().map(NewRun::new).collect();
+        self.create_many_with(&runs).await
     }
 
     async fn purge(&self, older_than: Duration, max: usize) -> Result<Vec<RunId>> {
@@ -1231,6 +1246,7 @@ impl LeaseStore for PostgresLeaseStore {
                 conn,
                 &self.sql.force_release,
                 run,
+                None,
                 |current| match current {
                     None => Some(Error::NotFound { run: run.clone() }),
                     Some(r) if r.state == RunState::Suspended => {
@@ -1277,4 +1293,10 @@ impl LeaseStore for PostgresLeaseStore {
             Err(Self::raced(run))
         })
     }
+}
+
+/// A start delay as the statements take it: whole milliseconds, rounded up (checked, so at
+/// most 30 days).
+pub(crate) fn millis(new: &NewRun) -> i64 {
+    i64::try_from(new.delay_millis()).unwrap_or(i64::MAX)
 }

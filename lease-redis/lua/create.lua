@@ -1,9 +1,12 @@
 -- KEYS[1]: runs hash; KEYS[2]: claimable index (zset); KEYS[3]: all run ids (zset, score 0,
 -- by encoded id); KEYS[4]: creation counter; KEYS[5]: tombstones (hash: purged id -> its
--- last fence); KEYS[6]: attempts hash
--- ARGV[1]: encoded run id
--- Returns: {'exists'} if the run exists; else {'ok', now, fence} (0, or a purged id's last
--- fence: its next claim continues above it)
+-- last fence); KEYS[6]: attempts hash; KEYS[7]: delayed runs (zset: encoded id scored by its
+-- delay's end; for count)
+-- ARGV[1]: encoded run id; ARGV[2]: start delay in ms (0: claimable at once)
+-- Returns: {'exists'} if the run exists; else {'ok', now, fence, not_before} (fence: 0, or a
+-- purged id's last fence, where its next claim continues; not_before: the delay's end on this
+-- server's clock in µs, or '' without a delay). A delayed run is unowned with its expiry at
+-- the delay's end, as after a retry delay: claim and claim_next wait for it.
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
   return { 'exists' }
 end
@@ -12,8 +15,16 @@ local order = redis.call('INCR', KEYS[4])
 -- Zero-padded creation order first: equal scores then sort by creation, oldest first.
 local member = string.format('%016x', order) .. ARGV[1]
 local fence = redis.call('HGET', KEYS[5], ARGV[1]) or '0'
-write_run(KEYS[1], { id = ARGV[1], s = 'runnable', f = fence, h = '0', e = '', m = member, o = '' })
-index(KEYS[2], { f = fence, m = member }, now)
+local delay = tonumber(ARGV[2])
+local at, e = now, ''
+if delay > 0 then
+  at = now + delay * 1000
+  e = num(at)
+  redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', num(now)) -- delays over: claimable
+  redis.call('ZADD', KEYS[7], e, ARGV[1])
+end
+write_run(KEYS[1], { id = ARGV[1], s = 'runnable', f = fence, h = '0', e = e, m = member, o = '' })
+index(KEYS[2], { f = fence, m = member }, at)
 redis.call('ZADD', KEYS[3], 0, ARGV[1])
 redis.call('HDEL', KEYS[6], ARGV[1]) -- a fresh budget, also for a purged id created again
-return { 'ok', num(now), fence }
+return { 'ok', num(now), fence, e }

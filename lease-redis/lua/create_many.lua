@@ -1,21 +1,25 @@
 -- KEYS[1]: runs hash; KEYS[2]: claimable index (zset); KEYS[3]: all run ids (zset, score 0,
 -- by encoded id); KEYS[4]: creation counter; KEYS[5]: tombstones (hash: purged id -> its
--- last fence, where a run created again starts); KEYS[6]: attempts hash
--- ARGV[i]: encoded id of run i
+-- last fence, where a run created again starts); KEYS[6]: attempts hash; KEYS[7]: delayed
+-- runs (zset: encoded id scored by its delay's end; for count)
+-- ARGV[2i-1]: encoded id of run i; ARGV[2i]: its start delay in ms (0: claimable at once)
 -- Returns: one string per run, in order: '1' if created, '0' if it existed (also for the
 -- second copy of an id repeated in the batch)
--- The new runs take consecutive creation orders in input order and one claimable instant, so
--- claim_next hands them out in input order.
+-- The new runs take consecutive creation orders in input order and one claimable instant
+-- (plus each one's delay), so claim_next hands out the undelayed ones in input order. A
+-- delayed run is unowned with its expiry at the delay's end, as after a retry delay.
 local out = {}
 local seen = {}
 local new = {}
-for i = 1, #ARGV do
-  local id = ARGV[i]
+local delays = {}
+for i = 1, #ARGV / 2 do
+  local id = ARGV[2 * i - 1]
   if seen[id] or redis.call('HEXISTS', KEYS[1], id) == 1 then
     out[i] = '0'
   else
     seen[id] = true
     new[#new + 1] = id
+    delays[#new] = tonumber(ARGV[2 * i])
     out[i] = '1'
   end
 end
@@ -24,12 +28,19 @@ if #new == 0 then
 end
 local now = now_micros()
 local first = redis.call('INCRBY', KEYS[4], #new) - #new
+redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', num(now)) -- delays over: claimable
 for n, id in ipairs(new) do
+  local at, e = now, ''
+  if delays[n] > 0 then
+    at = now + delays[n] * 1000
+    e = num(at)
+    redis.call('ZADD', KEYS[7], e, id)
+  end
   -- Zero-padded creation order first: equal scores then sort by creation, oldest first.
   local member = string.format('%016x', first + n) .. id
   local fence = redis.call('HGET', KEYS[5], id) or '0'
-  write_run(KEYS[1], { id = id, s = 'runnable', f = fence, h = '0', e = '', m = member, o = '' })
-  index(KEYS[2], { f = fence, m = member }, now)
+  write_run(KEYS[1], { id = id, s = 'runnable', f = fence, h = '0', e = e, m = member, o = '' })
+  index(KEYS[2], { f = fence, m = member }, at)
   redis.call('ZADD', KEYS[3], 0, id)
   redis.call('HDEL', KEYS[6], id) -- a fresh budget
 end

@@ -5,12 +5,12 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use lease_core::backend::{
-    check_claim_max, check_create_batch, check_end_batch, check_list, check_payload, check_purge,
-    check_renew_batch, claim_refusal, fenced_verdict,
+    check_claim_max, check_create_batch, check_end_batch, check_list, check_new_runs,
+    check_payload, check_purge, check_renew_batch, claim_refusal, fenced_verdict,
 };
 use lease_core::{
-    End, Ending, Error, IdempotencyKey, JournalEntry, Lease, LeaseStore, ListFilter, Result, RunId,
-    RunRecord, RunState, StoreTime, Ttl, WorkerId,
+    End, Ending, Error, IdempotencyKey, JournalEntry, Lease, LeaseStore, ListFilter, NewRun,
+    Result, RunId, RunRecord, RunState, StoreTime, Ttl, WorkerId,
 };
 use redis::{FromRedisValue, ToRedisArgs, Value};
 
@@ -505,6 +505,12 @@ impl fmt::Display for RedisLeaseStore {
 #[async_trait::async_trait]
 impl LeaseStore for RedisLeaseStore {
     async fn create(&self, run: &RunId) -> Result<RunRecord> {
+        self.create_with(&NewRun::new(run.clone())).await
+    }
+
+    async fn create_with(&self, new: &NewRun) -> Result<RunRecord> {
+        new.check()?;
+        let run = new.run();
         let mut call = Call::new(&SCRIPTS.create);
         call.key(self.keys.runs())
             .key(self.keys.claimable())
@@ -512,7 +518,9 @@ impl LeaseStore for RedisLeaseStore {
             .key(self.keys.counter())
             .key(self.keys.tombstones())
             .key(self.keys.attempts())
-            .arg(keys::encode(run.as_str()));
+            .key(self.keys.delayed())
+            .arg(keys::encode(run.as_str()))
+            .arg(new.delay_millis());
         let (reply, ack) = self.write("create", &call).await?;
         match reply.status()? {
             "ok" => {
@@ -522,7 +530,8 @@ impl LeaseStore for RedisLeaseStore {
                     RunState::Runnable,
                     reply.fence(2)?,
                     reply.time(1)?,
-                ))
+                )
+                .with_not_before(reply.opt_time(3)?))
             }
             "exists" => {
                 // A retried create takes "already exists" for its own commit: the run must be
@@ -801,6 +810,12 @@ impl LeaseStore for RedisLeaseStore {
 
     async fn create_many(&self, runs: &[RunId]) -> Result<Vec<Result<()>>> {
         check_create_batch(runs)?;
+        let runs: Vec<NewRun> = runs.iter().cloned().map(NewRun::new).collect();
+        self.create_many_with(&runs).await
+    }
+
+    async fn create_many_with(&self, runs: &[NewRun]) -> Result<Vec<Result<()>>> {
+        check_new_runs(runs)?;
         if runs.is_empty() {
             return Ok(Vec::new());
         }
@@ -810,9 +825,11 @@ impl LeaseStore for RedisLeaseStore {
             .key(self.keys.ids())
             .key(self.keys.counter())
             .key(self.keys.tombstones())
-            .key(self.keys.attempts());
-        for run in runs {
-            call.arg(keys::encode(run.as_str()));
+            .key(self.keys.attempts())
+            .key(self.keys.delayed());
+        for new in runs {
+            call.arg(keys::encode(new.run().as_str()))
+                .arg(new.delay_millis());
         }
         let (reply, ack) = self.write("create_many", &call).await?;
         if reply.len() != runs.len() {
@@ -821,9 +838,11 @@ impl LeaseStore for RedisLeaseStore {
         let results = runs
             .iter()
             .enumerate()
-            .map(|(i, run)| match reply.str(i)? {
+            .map(|(i, new)| match reply.str(i)? {
                 "1" => Ok(()),
-                "0" => Err(Error::AlreadyExists { run: run.clone() }),
+                "0" => Err(Error::AlreadyExists {
+                    run: new.run().clone(),
+                }),
                 other => Err(reply.bad(format!("unknown result {other:?}")).into()),
             })
             .collect::<Vec<Result<()>>>();

@@ -458,7 +458,11 @@ impl Raw {
                                 .key(format!("{tag}:claimable"))
                                 .key(format!("{tag}:ids"))
                                 .key(format!("{tag}:seq"))
+                                .key(format!("{tag}:tomb"))
+                                .key(format!("{tag}:attempts"))
+                                .key(format!("{tag}:delayed"))
                                 .arg(&id)
+                                .arg(0)
                                 .invoke_async(&mut conn)
                                 .await?;
                             ok("create", reply)?;

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use etcd_client::{DeleteOptions, TxnOp};
-use lease_core::backend::{check_create_batch, check_purge};
-use lease_core::{Error, Result, RunId, RunRecord, RunState};
+use lease_core::backend::{check_new_runs, check_purge};
+use lease_core::{Error, NewRun, Result, RunId, RunRecord, RunState};
 
 use super::{now_micros, state_of, EtcdLeaseStore, Plan, Seen};
 use crate::codec::{prefix_end, Rec};
@@ -19,24 +19,56 @@ impl EtcdLeaseStore {
             )
         })
     }
-    pub(super) async fn create_batch(&self, runs: &[RunId]) -> Result<Vec<Result<()>>> {
-        check_create_batch(runs)?;
+    /// Creates each run in one conditional write; a start delay is timed by etcd as a retry
+    /// delay is (its block and marker on a lease of the delay's bucket, in links past
+    /// `max_lease`), so no claim takes the run before it is over.
+    pub(super) async fn create_batch(&self, runs: &[NewRun]) -> Result<Vec<Result<()>>> {
+        check_new_runs(runs)?;
         let mut first = std::collections::HashMap::new();
         let mut dup = vec![false; runs.len()];
-        for (i, run) in runs.iter().enumerate() {
-            if first.insert(run, i).is_some() {
+        for (i, new) in runs.iter().enumerate() {
+            if first.insert(new.run(), i).is_some() {
                 dup[i] = true;
             }
         }
-        let unique: Vec<&RunId> = runs
+        let unique: Vec<&NewRun> = runs
             .iter()
             .enumerate()
             .filter(|(i, _)| !dup[*i])
             .map(|(_, r)| r)
             .collect();
+        let ids: Vec<&RunId> = unique.iter().map(|n| n.run()).collect();
+        // Each delay's bucket in seconds (0: none), and a lease for its first link.
+        let secs: Vec<u64> = unique
+            .iter()
+            .map(|n| match n.delay_millis() {
+                0 => 0,
+                ms => super::grants::delay_bucket(ms.div_ceil(1000)),
+            })
+            .collect();
+        let wanted: Vec<i64> = secs
+            .iter()
+            .filter(|&&s| s > 0)
+            .map(|&s| self.link(s as i64))
+            .collect();
+        let mut granted = if wanted.is_empty() {
+            Vec::new().into_iter()
+        } else {
+            self.grant(&wanted).await?.into_iter()
+        };
+        let leases: Vec<i64> = secs
+            .iter()
+            .map(|&s| {
+                if s > 0 {
+                    granted.next().unwrap_or(0)
+                } else {
+                    0
+                }
+            })
+            .collect();
         let mut decided = self
-            .decide(&unique, |i, seen, now| {
-                let run = unique[i];
+            .decide(&ids, |i, seen, now| {
+                let run = ids[i];
                 let fence = match &seen.rec {
                     Some(rec) if rec.state.is_some() => {
                         return Err(Error::AlreadyExists { run: run.clone() })
@@ -46,22 +78,28 @@ impl EtcdLeaseStore {
                 };
                 // Creation order within the batch: each id one microsecond after the one before.
                 let since = now + i as u64;
-                Ok(self.plan(
-                    run.as_str(),
-                    seen,
-                    &Rec::fresh(fence, since),
-                    Vec::new(),
-                    (),
-                ))
+                let mut rec = Rec::fresh(fence, since);
+                let mut extra = Vec::new();
+                if secs[i] > 0 {
+                    let delay = secs[i] * 1_000_000;
+                    let link = self.link(secs[i] as i64) as u64 * 1_000_000;
+                    rec.rest = (delay - link) / 1000;
+                    rec.since = since + link;
+                    rec.not_before = since + delay;
+                    extra.extend(self.put_delay(run.as_str(), leases[i]));
+                }
+                Ok(self.plan(run.as_str(), seen, &rec, extra, ()))
             })
             .await?
             .into_iter();
         Ok(runs
             .iter()
             .zip(dup)
-            .map(|(run, dup)| {
+            .map(|(new, dup)| {
                 if dup {
-                    Err(Error::AlreadyExists { run: run.clone() })
+                    Err(Error::AlreadyExists {
+                        run: new.run().clone(),
+                    })
                 } else {
                     decided.next().expect("one result per unique run")
                 }

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use lease_core::backend::{check_end_batch, check_payload};
 use lease_core::{
-    End, Ending, IdempotencyKey, JournalEntry, Lease, LeaseStore, ListFilter, Result, RunCounts,
-    RunId, RunRecord, Ttl, WorkerId,
+    End, Ending, IdempotencyKey, JournalEntry, Lease, LeaseStore, ListFilter, NewRun, Result,
+    RunCounts, RunId, RunRecord, Ttl, WorkerId,
 };
 
 use super::{now_micros, EtcdLeaseStore};
@@ -13,9 +13,17 @@ use super::{now_micros, EtcdLeaseStore};
 #[async_trait::async_trait]
 impl LeaseStore for EtcdLeaseStore {
     async fn create(&self, run: &RunId) -> Result<RunRecord> {
-        let created = self.create_many(std::slice::from_ref(run)).await?;
+        self.create_with(&NewRun::new(run.clone())).await
+    }
+
+    async fn create_with(&self, new: &NewRun) -> Result<RunRecord> {
+        let created = self.create_batch(std::slice::from_ref(new)).await?;
         created.into_iter().next().expect("one result")?;
-        self.inspect(run).await
+        self.inspect(new.run()).await
+    }
+
+    async fn create_many_with(&self, runs: &[NewRun]) -> Result<Vec<Result<()>>> {
+        self.create_batch(runs).await
     }
 
     async fn claim(&self, run: &RunId, worker: &WorkerId, ttl: Ttl) -> Result<Lease> {
@@ -70,7 +78,9 @@ impl LeaseStore for EtcdLeaseStore {
     }
 
     async fn create_many(&self, runs: &[RunId]) -> Result<Vec<Result<()>>> {
-        self.create_batch(runs).await
+        lease_core::backend::check_create_batch(runs)?;
+        let runs: Vec<NewRun> = runs.iter().cloned().map(NewRun::new).collect();
+        self.create_batch(&runs).await
     }
 
     async fn resume(&self, run: &RunId) -> Result<RunRecord> {

@@ -1,12 +1,13 @@
-//! Cancel: a run ended for good by someone other than its holder, in any state but completed,
-//! with the holder fenced out by the store and told why.
+//! The job layer's scenarios: cancel (a run ended for good by someone other than its holder,
+//! in any state but completed, with the holder fenced out by the store and told why), and runs
+//! created with a start delay.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::{
-    CancelReason, End, Ended, Ending, Error, InvalidInput, LeaseStoreExt, ListFilter, RunScope,
-    RunState, ScopeConfig, MAX_REASON_BYTES,
+    CancelReason, End, Ended, Ending, Error, InvalidInput, LeaseStoreExt, ListFilter, NewRun,
+    RunScope, RunState, ScopeConfig, MAX_REASON_BYTES,
 };
 use tokio::time::Instant;
 
@@ -347,4 +348,123 @@ pub async fn purge_removes_cancelled_runs_and_never_reuses_their_fence(factory: 
             ..
         })
     ));
+}
+
+/// A run created with a start delay (`create_with`, `create_many_with`) waits for it on the
+/// store's clock, as a retry delay does: `claim` is refused as `Delayed` with the time left,
+/// `claim_next` passes it by and hands out the batch's undelayed runs in input order, the
+/// record says when it becomes claimable, and `count` counts it as delayed. Once the delay is
+/// over it is claimed at fence 1, its first attempt (waiting used none). A delay over the
+/// maximum is refused before any I/O, alone or as one item of a batch, and nothing is created.
+pub async fn a_run_created_with_a_delay_waits_for_it_on_the_store_clock(
+    factory: &dyn StoreFactory,
+) {
+    let t = crate::timing(factory);
+    let delay = t.ttl(400).as_duration();
+    let store = factory.fresh().await;
+    let too_long = lease_core::MAX_START_DELAY + Duration::from_millis(1);
+    let bad = NewRun::new(crate::scenarios::run("bad")).with_delay(too_long);
+    assert!(matches!(
+        store.create_with(&bad).await,
+        Err(Error::InvalidInput(InvalidInput::StartDelayTooLong { .. }))
+    ));
+    let batch_bad = [NewRun::new(crate::scenarios::run("fine")), bad.clone()];
+    assert!(matches!(
+        store.create_many_with(&batch_bad).await,
+        Err(Error::InvalidInput(InvalidInput::StartDelayTooLong { .. }))
+    ));
+    for id in ["bad", "fine"] {
+        assert!(
+            matches!(
+                store.inspect(&crate::scenarios::run(id)).await,
+                Err(Error::NotFound { .. })
+            ),
+            "{id} was created by a refused call"
+        );
+    }
+
+    let sent = Instant::now();
+    let later = crate::scenarios::run("later");
+    let record = store
+        .create_with(&NewRun::new(later.clone()).with_delay(delay))
+        .await
+        .unwrap();
+    assert_eq!(
+        (record.state, record.owner.as_ref(), record.attempts),
+        (RunState::Runnable, None, 0)
+    );
+    let read = store.inspect(&later).await.unwrap();
+    let left = read
+        .not_before
+        .expect("a delayed run says when it is claimable")
+        .saturating_since(read.observed_at);
+    assert!(
+        !left.is_zero() && left <= delay,
+        "claimable in {left:?} after a delay of {delay:?}"
+    );
+    let batch = [
+        NewRun::new(crate::scenarios::run("first")),
+        NewRun::new(crate::scenarios::run("held-back")).with_delay(delay),
+        NewRun::new(crate::scenarios::run("second")),
+        NewRun::new(later.clone()),
+    ];
+    let created = store.create_many_with(&batch).await.unwrap();
+    assert!(created[..3].iter().all(Result::is_ok), "{created:?}");
+    assert!(matches!(&created[3], Err(Error::AlreadyExists { run }) if *run == later));
+    assert!(matches!(
+        store
+            .create_with(&NewRun::new(later.clone()).with_delay(delay))
+            .await,
+        Err(Error::AlreadyExists { .. })
+    ));
+
+    match store.claim(&later, &worker("a"), long()).await {
+        Err(Error::Delayed { run, remaining }) => {
+            assert_eq!(run, later);
+            assert!(!remaining.is_zero() && remaining <= delay, "{remaining:?}");
+        }
+        other => panic!("a claim inside the start delay answered {other:?}"),
+    }
+    let handed: Vec<String> = store
+        .claim_next(&worker("a"), long(), 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|l| l.run().to_string())
+        .collect();
+    assert_eq!(
+        handed,
+        ["first", "second"],
+        "only the undelayed runs, in input order"
+    );
+    match store.count().await {
+        Err(Error::InvalidInput(InvalidInput::Unsupported { .. })) => {}
+        Err(e) => panic!("count: {e}"),
+        Ok(counts) => assert_eq!(counts.delayed, 2, "{counts:?}"),
+    }
+
+    // Claimed once the delay is over, and not before it could have passed.
+    let lag = t.capabilities().max_expiry_lag;
+    let deadline = sent + delay + lag + Duration::from_secs(5);
+    let lease = loop {
+        let polled = Instant::now();
+        match store.claim(&later, &worker("b"), long()).await {
+            Ok(lease) => {
+                assert!(
+                    polled + Duration::from_millis(5) >= sent + delay,
+                    "claimed {:?} after the create, inside a delay of {delay:?}",
+                    polled - sent
+                );
+                break lease;
+            }
+            Err(Error::Delayed { .. }) => {}
+            Err(e) => panic!("claim after the delay: {e}"),
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the delayed run never became claimable"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!((lease.fence().get(), lease.attempt()), (1, 1));
 }

@@ -1,12 +1,14 @@
-//! Cancel against the holder's own transaction: a cancel and an `end_in` that commits the
-//! holder's effect in the caller's transaction are ordered by the run's row lock, so exactly
-//! one of them wins, and the caller's table holds the effect only if the run completed.
+//! The job layer in the caller's transaction: runs enqueued with a start delay by
+//! `create_with_in` / `create_many_with_in` exist only if the transaction commits, and wait
+//! their delay on the database clock; a cancel and an `end_in` that commits the holder's
+//! effect in the caller's transaction are ordered by the run's row lock, so exactly one of
+//! them wins, and the caller's table holds the effect only if the run completed.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lease_conformance::fixtures::{postgres_url, unique_namespace};
-use lease_core::{End, Ended, Error, LeaseStore, RunId, RunState, Ttl, WorkerId};
+use lease_core::{End, Ended, Error, LeaseStore, NewRun, RunId, RunState, Ttl, WorkerId};
 use lease_postgres::{sqlx, PostgresConfig, PostgresLeaseStore};
 
 /// How the holder's transaction ended.
@@ -123,4 +125,69 @@ async fn a_cancel_racing_end_in_lets_exactly_one_commit() {
     }
     eprintln!("end_in against cancel: {completed} committed first, {cancelled} cancelled first");
     assert_eq!(completed + cancelled, 1_000);
+}
+
+/// A delayed run enqueued in the caller's transaction: gone with a rollback; after the commit,
+/// runnable, not claimable before its delay (`Delayed`, and `claim_next` passes it by), while
+/// the undelayed run of the same batch is handed out at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_scheduled_in_a_transaction_exist_only_if_it_commits_and_wait_their_delay() {
+    let Some(url) = postgres_url().await else {
+        return;
+    };
+    let store = PostgresLeaseStore::connect(
+        PostgresConfig::from_url(url).with_schema(unique_namespace("schedule_in_tx")),
+    )
+    .await
+    .unwrap();
+    let later = RunId::new("invoice-later").unwrap();
+    let now = RunId::new("invoice-now").unwrap();
+    let hour = Duration::from_secs(3600);
+
+    let mut tx = store.pool().begin().await.unwrap();
+    let record = store
+        .create_with_in(&mut tx, &NewRun::new(later.clone()).with_delay(hour))
+        .await
+        .unwrap();
+    assert!(record.not_before.is_some(), "{record:?}");
+    tx.rollback().await.unwrap();
+    assert!(matches!(
+        store.inspect(&later).await,
+        Err(Error::NotFound { .. })
+    ));
+
+    let mut tx = store.pool().begin().await.unwrap();
+    let created = store
+        .create_many_with_in(
+            &mut tx,
+            &[
+                NewRun::new(later.clone()).with_delay(hour),
+                NewRun::new(now.clone()),
+            ],
+        )
+        .await
+        .unwrap();
+    assert!(created.iter().all(Result::is_ok), "{created:?}");
+    tx.commit().await.unwrap();
+
+    let record = store.inspect(&later).await.unwrap();
+    let left = record
+        .not_before
+        .expect("a delayed run says when it is claimable")
+        .saturating_since(record.observed_at);
+    assert!(
+        left > hour - Duration::from_secs(60) && left <= hour,
+        "claimable in {left:?}"
+    );
+    let worker = WorkerId::new("w").unwrap();
+    let ttl = Ttl::from_secs(60).unwrap();
+    assert!(matches!(
+        store.claim(&later, &worker, ttl).await,
+        Err(Error::Delayed { .. })
+    ));
+    let handed = store.claim_next(&worker, ttl, 10).await.unwrap();
+    assert_eq!(
+        handed.iter().map(|l| l.run().clone()).collect::<Vec<_>>(),
+        [now]
+    );
 }

@@ -1,0 +1,105 @@
+//! What a run is created with, beyond its id: [`NewRun`].
+
+use std::time::Duration;
+
+use crate::error::InvalidInput;
+use crate::id::RunId;
+use crate::types::check_batch;
+
+/// The longest a run may be created not claimable for ([`NewRun::with_delay`]): 30 days, as
+/// [`MAX_RETRY_DELAY`](crate::MAX_RETRY_DELAY).
+pub const MAX_START_DELAY: Duration = Duration::from_secs(30 * 86_400);
+
+/// A run to create ([`LeaseStore::create_with`](crate::LeaseStore::create_with),
+/// [`create_many_with`](crate::LeaseStore::create_many_with)): its id and how it starts.
+///
+/// A delay is counted on the **store's** clock from the create, as a retry delay is: no claim
+/// on any worker takes the run before it is over, whatever that worker's clock says
+/// ([`Error::Delayed`](crate::Error::Delayed) with the time left; `claim_next` passes it by),
+/// and [`RunRecord::not_before`](crate::RunRecord::not_before) says when it becomes
+/// claimable. Waiting uses no attempt of the run's budget.
+///
+/// ```
+/// use std::time::Duration;
+/// use lease_core::{NewRun, RunId};
+/// let new = NewRun::new(RunId::new("invoice-2041")?).with_delay(Duration::from_secs(90));
+/// assert_eq!(new.delay(), Duration::from_secs(90));
+/// assert!(new.check().is_ok());
+/// # Ok::<(), lease_core::InvalidInput>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewRun {
+    run: RunId,
+    delay: Duration,
+}
+
+impl NewRun {
+    /// `run`, claimable at once.
+    pub fn new(run: RunId) -> NewRun {
+        NewRun {
+            run,
+            delay: Duration::ZERO,
+        }
+    }
+
+    /// Not claimable until `delay` has passed on the store's clock (at most
+    /// [`MAX_START_DELAY`]; the backends round up to their resolution: a millisecond, and on
+    /// etcd a second, then a coarser grid past ten seconds, as for retry delays).
+    pub fn with_delay(mut self, delay: Duration) -> NewRun {
+        self.delay = delay;
+        self
+    }
+
+    /// The run's id.
+    pub fn run(&self) -> &RunId {
+        &self.run
+    }
+
+    /// The delay before it is claimable (zero: at once).
+    pub fn delay(&self) -> Duration {
+        self.delay
+    }
+
+    /// The delay in whole milliseconds, rounded up (never claimable earlier than asked).
+    pub fn delay_millis(&self) -> u64 {
+        let ms = self.delay.as_micros().div_ceil(1000);
+        u64::try_from(ms).unwrap_or(u64::MAX)
+    }
+
+    /// Whether it asks for nothing but the id: what [`create`](crate::LeaseStore::create)
+    /// does.
+    pub fn is_plain(&self) -> bool {
+        self.delay.is_zero()
+    }
+
+    /// Validates it. Backends call it (or [`check_new_runs`]) before any I/O.
+    ///
+    /// # Errors
+    /// [`InvalidInput::StartDelayTooLong`].
+    pub fn check(&self) -> Result<(), InvalidInput> {
+        if self.delay > MAX_START_DELAY {
+            return Err(InvalidInput::StartDelayTooLong {
+                delay: self.delay,
+                max: MAX_START_DELAY,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl From<RunId> for NewRun {
+    fn from(run: RunId) -> NewRun {
+        NewRun::new(run)
+    }
+}
+
+/// Validates a [`create_many_with`](crate::LeaseStore::create_many_with) batch: 0 to
+/// [`MAX_BATCH`](crate::MAX_BATCH) runs, each valid. Backends call it before any I/O, so
+/// one bad item refuses the batch and changes nothing.
+///
+/// # Errors
+/// [`InvalidInput::BatchTooLarge`], or the first item's error.
+pub fn check_new_runs(runs: &[NewRun]) -> Result<(), InvalidInput> {
+    check_batch(runs.len())?;
+    runs.iter().try_for_each(NewRun::check)
+}
