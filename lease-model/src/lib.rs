@@ -11,7 +11,8 @@
 //! interleavings explored.
 //!
 //! Workers claim, renew (the heartbeat), write under their fence, suspend and complete; an
-//! operator resumes a suspended run. The store follows `DESIGN.md`: a claim succeeds on a
+//! operator resumes a suspended run, and (in [`LeaseModel::cancel`]) may cancel the run at any
+//! point, held or not. The store follows `DESIGN.md`: a claim succeeds on a
 //! runnable run that is unowned or expired and takes the next fence; every fenced operation is
 //! accepted iff the presented fence equals the current one and the lease is held. A worker
 //! computes its local deadline from the instant it **sent** the claim or renewal that
@@ -49,6 +50,9 @@ pub enum Flaw {
     /// The worker checks the attempt budget only when a handler returns an error, never at
     /// claim time: a handler that crashes (its lease just expires) runs for ever.
     BudgetOnlyOnError,
+    /// A cancel marks the run but leaves a held lease as it is (a cancel flag beside the
+    /// lease, as a hand-built job layer has), so the holder's fenced writes still land.
+    CancelKeepsHolder,
 }
 
 /// The protocol and its bounds.
@@ -79,6 +83,8 @@ pub struct LeaseModel {
     /// attempt back, a crash (a lease left to expire) keeps it; a worker fails a run it claims
     /// past the budget without running it. Workers may then release voluntarily.
     pub max_attempts: Option<u8>,
+    /// Whether an operator may cancel the run (once), whatever state it is in but completed.
+    pub cancel: bool,
 }
 
 impl LeaseModel {
@@ -100,6 +106,20 @@ impl LeaseModel {
             life: false,
             retry_delay: 1,
             max_attempts: None,
+            cancel: false,
+        }
+    }
+
+    /// The small model with an operator who may cancel the run once, at any point: while it
+    /// waits, while a worker holds it, after a suspend. Ticks 0 to 3 (a lease is not reclaimed
+    /// after expiry here: the small model checks that), about the small model's size. Checks
+    /// that nothing under a fence is accepted after the cancel and that a cancelled run is
+    /// never claimed.
+    pub fn cancel() -> LeaseModel {
+        LeaseModel {
+            cancel: true,
+            max_time: 3,
+            ..LeaseModel::small()
         }
     }
 
@@ -163,6 +183,8 @@ pub enum Phase {
     Completed,
     /// Given up on; never claimable until an operator resumes it.
     Failed,
+    /// Cancelled by an operator: terminal, never claimable, its holder fenced out.
+    Cancelled,
 }
 
 /// The store's record of the run.
@@ -315,6 +337,16 @@ pub struct History {
     pub refunded: u8,
     /// A worker failed the run for a claim past its budget.
     pub failed_by_budget: bool,
+    /// An operator cancelled the run.
+    pub cancelled: bool,
+    /// The cancel came while a worker held the run.
+    pub cancelled_held: bool,
+    /// A renewal, write or end under a fence was accepted after the cancel.
+    pub accepted_after_cancel: bool,
+    /// A claim was granted after the cancel.
+    pub claimed_after_cancel: bool,
+    /// A worker's fenced operation was refused after the cancel (it learned of it).
+    pub holder_refused_after_cancel: bool,
 }
 
 /// One state of the whole system.
@@ -365,6 +397,8 @@ pub enum Action {
     Release(u8),
     /// An operator resumes the suspended or failed run.
     Resume,
+    /// An operator cancels the run.
+    Cancel,
     /// The network delivers the message at this index.
     Deliver(usize),
     /// The network loses it.
@@ -392,8 +426,24 @@ impl LeaseModel {
         fence_ok && store.phase == Phase::Runnable && store.owner.is_some()
     }
 
-    /// The store applies a request at its clock `now` and answers.
+    /// The store applies a request at its clock `now` and answers; the history notes what it
+    /// accepted or refused after a cancel.
     fn apply(&self, state: &mut State, from: u8, op: Op) -> Answer {
+        let answer = self.decide(state, from, op);
+        let history = &mut state.history;
+        if history.cancelled {
+            match (op, answer) {
+                (Op::Claim(_), Answer::Granted(..)) => history.claimed_after_cancel = true,
+                (Op::Claim(_), _) => {}
+                (_, Answer::Accepted) => history.accepted_after_cancel = true,
+                (_, _) => history.holder_refused_after_cancel = true,
+            }
+        }
+        answer
+    }
+
+    /// The store's rules for a request at its clock `now`.
+    fn decide(&self, state: &mut State, from: u8, op: Op) -> Answer {
         let now = state.now;
         let store = &mut state.store;
         let history = &mut state.history;
@@ -611,6 +661,10 @@ impl Model for LeaseModel {
         if matches!(state.store.phase, Phase::Suspended | Phase::Failed) {
             actions.push(Action::Resume);
         }
+        if self.cancel && !state.history.cancelled && !matches!(state.store.phase, Phase::Completed)
+        {
+            actions.push(Action::Cancel);
+        }
         for (i, packet) in state.net.iter().enumerate() {
             // Identical packets are one choice, not several.
             if i > 0 && state.net[i - 1] == *packet {
@@ -679,6 +733,19 @@ impl Model for LeaseModel {
                 state.history.resumed = true;
                 state.history.ran = 0;
                 state.history.refunded = 0;
+            }
+            Action::Cancel => {
+                let store = &mut state.store;
+                let held = store.phase == Phase::Runnable
+                    && store.owner.is_some()
+                    && state.now < store.expires;
+                state.history.cancelled = true;
+                state.history.cancelled_held = held;
+                if !(self.has(Flaw::CancelKeepsHolder) && held) {
+                    // The fence stays; the phase no longer lets anything under it through.
+                    store.phase = Phase::Cancelled;
+                    store.owner = None;
+                }
             }
             Action::Deliver(i) => {
                 let packet = state.net.remove(i);
@@ -774,6 +841,20 @@ impl Model for LeaseModel {
             properties.push(Property::sometimes(
                 "a voluntary release gives its attempt back",
                 |_, s: &State| s.history.refunded > 0 && s.history.ran > 1,
+            ));
+        }
+        if self.cancel {
+            properties.push(Property::always(
+                "nothing under a fence is accepted after a cancel",
+                |_, s: &State| !s.history.accepted_after_cancel,
+            ));
+            properties.push(Property::always(
+                "a cancelled run is never claimed",
+                |_, s: &State| !s.history.claimed_after_cancel,
+            ));
+            properties.push(Property::sometimes(
+                "a holder is refused after its run was cancelled",
+                |_, s: &State| s.history.cancelled_held && s.history.holder_refused_after_cancel,
             ));
         }
         if self.life {

@@ -110,6 +110,51 @@ fn the_life_of_a_run_holds_in_every_interleaving() {
     }
 }
 
+/// An operator may cancel the run once, at any point: every safety property still holds,
+/// nothing under a fence is accepted after the cancel, a cancelled run is never claimed, and a
+/// holder whose run was cancelled is refused (the model reaches it).
+#[test]
+fn a_cancel_fences_out_the_holder_in_every_interleaving() {
+    let model = LeaseModel::cancel();
+    let started = Instant::now();
+    let checker = model.clone().checker().threads(2).spawn_bfs().join();
+    assert!(checker.is_done(), "the whole state space was explored");
+    eprintln!(
+        "lease-model (cancel): {model:?}\n  {} states ({} unique), max depth {}, in {:.1?}",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        started.elapsed()
+    );
+    for property in SAFETY.iter().chain(&[
+        "nothing under a fence is accepted after a cancel",
+        "a cancelled run is never claimed",
+    ]) {
+        checker.assert_no_discovery(property);
+    }
+    for property in [
+        "a holder is refused after its run was cancelled",
+        "a run is completed",
+    ] {
+        let path = checker.assert_any_discovery(property);
+        eprintln!(
+            "  reached {property:?} in {} steps",
+            path.into_actions().len()
+        );
+    }
+}
+
+/// A cancel flag beside the lease, as a hand-built job layer has: the holder's writes land
+/// after the cancel.
+#[test]
+fn a_cancel_that_does_not_fence_the_holder_is_found() {
+    counterexample_in(
+        LeaseModel::cancel(),
+        Flaw::CancelKeepsHolder,
+        "nothing under a fence is accepted after a cancel",
+    );
+}
+
 #[test]
 fn a_claim_that_ignores_the_retry_delay_is_found() {
     counterexample_in(
