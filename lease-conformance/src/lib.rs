@@ -25,6 +25,7 @@ mod hub_scenarios;
 mod job_scenarios;
 mod life_scenarios;
 pub mod model_check;
+mod payload_scenarios;
 mod safety_scenarios;
 mod scenarios;
 mod scope_scenarios;
@@ -37,6 +38,7 @@ pub use fault_scenarios::*;
 pub use hub_scenarios::*;
 pub use job_scenarios::*;
 pub use life_scenarios::*;
+pub use payload_scenarios::*;
 pub use safety_scenarios::*;
 pub use scenarios::*;
 pub use scope_scenarios::*;
@@ -217,6 +219,9 @@ macro_rules! conformance_tests {
             a_cancel_racing_the_holders_end_has_exactly_one_winner,
             purge_removes_cancelled_runs_and_never_reuses_their_fence,
             a_run_created_with_a_delay_waits_for_it_on_the_store_clock,
+            a_payload_round_trips_byte_exact_from_create_to_every_claim,
+            a_payload_is_immutable_and_goes_with_its_run,
+            a_worker_hands_each_handler_its_runs_payload,
             worker_runs_at_most_its_concurrency_limit,
             worker_handler_ignoring_its_token_is_still_fenced,
             worker_shutdown_hands_runs_over_within_one_poll,

@@ -534,6 +534,15 @@ pub enum InvalidInput {
         /// The maximum.
         max: Duration,
     },
+    /// A run's payload ([`NewRun::with_payload`](crate::NewRun::with_payload)) over
+    /// [`MAX_RUN_PAYLOAD_BYTES`](crate::MAX_RUN_PAYLOAD_BYTES).
+    #[error("run payload of {len} bytes is over the maximum of {max} bytes")]
+    RunPayloadTooLarge {
+        /// The payload's size.
+        len: usize,
+        /// The maximum.
+        max: usize,
+    },
     /// An [`End::Fail`](crate::End::Fail) reason over
     /// [`MAX_REASON_BYTES`](crate::MAX_REASON_BYTES).
     #[error("failure reason of {len} bytes is longer than the maximum of {max}")]

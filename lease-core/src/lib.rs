@@ -60,8 +60,10 @@ pub use store::{LeaseStore, LeaseStoreExt};
 pub use types::{
     sanitize_reason, End, Ending, Fence, JournalEntry, Lease, ListFilter, RunCounts, RunRecord,
     RunState, StoreTime, Ttl, MAX_BATCH, MAX_BATCH_PAYLOAD_BYTES, MAX_COUNT, MAX_LIST,
-    MAX_PAYLOAD_BYTES, MAX_PURGE_AGE, MAX_REASON_BYTES, MAX_RETRY_DELAY,
+    MAX_PAYLOAD_BYTES, MAX_PURGE_AGE, MAX_REASON_BYTES, MAX_RETRY_DELAY, MAX_RUN_PAYLOAD_BYTES,
 };
+#[cfg(feature = "serde")]
+pub use worker::ArgsError;
 pub use worker::{
     EndReport, Handler, HandlerFuture, RetryPolicy, RunContext, Worker, WorkerConfig, WorkerReport,
 };

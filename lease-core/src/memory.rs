@@ -65,6 +65,8 @@ struct Slot {
     failure: Option<String>,
     /// The attempt budget's counter (see [`RunRecord::attempts`]).
     attempts: u64,
+    /// The payload it was created with.
+    payload: Option<std::sync::Arc<[u8]>>,
 }
 
 /// The store's part of a [`MemoryLeaseStore::fenced_with`] closure: journal entries to append
@@ -162,10 +164,17 @@ impl MemoryLeaseStore {
             keys: HashMap::new(),
             failure: None,
             attempts: 0,
+            payload: new.payload_shared(),
         };
-        let record = self.record(run, &slot, now);
+        let record = self.record_with_payload(run, &slot, now);
         state.runs.insert(run.clone(), slot);
         Ok(record)
+    }
+
+    /// The record with its payload, as inspect and create return it.
+    fn record_with_payload(&self, run: &RunId, slot: &Slot, now: Instant) -> RunRecord {
+        self.record(run, slot, now)
+            .with_payload(slot.payload.as_deref().map(<[u8]>::to_vec))
     }
 
     fn record(&self, run: &RunId, slot: &Slot, now: Instant) -> RunRecord {
@@ -179,6 +188,7 @@ impl MemoryLeaseStore {
             not_before: Self::delay(slot, now).map(|_| self.store_time(slot.claimable_at)),
             failure: slot.failure.clone(),
             attempts: slot.attempts,
+            payload: None,
             observed_at: self.store_time(now),
         }
     }
@@ -205,6 +215,7 @@ impl MemoryLeaseStore {
         Lease::new(run.clone(), owner, slot.fence, ttl, expires_at)
             .expect("a claimed slot's fence is at least 1")
             .with_attempt(slot.attempts)
+            .with_payload(slot.payload.clone())
     }
 
     /// Takes the slot for `worker` if the claim rules allow it.
@@ -592,7 +603,7 @@ impl LeaseStore for MemoryLeaseStore {
             .runs
             .get(run)
             .ok_or_else(|| Error::NotFound { run: run.clone() })?;
-        Ok(self.record(run, slot, now))
+        Ok(self.record_with_payload(run, slot, now))
     }
 
     async fn inspect_many(&self, runs: &[RunId]) -> Result<Vec<Result<RunRecord>>> {
@@ -602,7 +613,7 @@ impl LeaseStore for MemoryLeaseStore {
         Ok(runs
             .iter()
             .map(|run| match state.runs.get(run) {
-                Some(slot) => Ok(self.record(run, slot, now)),
+                Some(slot) => Ok(self.record_with_payload(run, slot, now)),
                 None => Err(Error::NotFound { run: run.clone() }),
             })
             .collect())

@@ -1,10 +1,12 @@
 //! What a run is created with, beyond its id: [`NewRun`].
 
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::InvalidInput;
 use crate::id::RunId;
-use crate::types::check_batch;
+use crate::types::{check_batch, MAX_RUN_PAYLOAD_BYTES};
 
 /// The longest a run may be created not claimable for ([`NewRun::with_delay`]): 30 days, as
 /// [`MAX_RETRY_DELAY`](crate::MAX_RETRY_DELAY).
@@ -19,18 +21,39 @@ pub const MAX_START_DELAY: Duration = Duration::from_secs(30 * 86_400);
 /// and [`RunRecord::not_before`](crate::RunRecord::not_before) says when it becomes
 /// claimable. Waiting uses no attempt of the run's budget.
 ///
+/// A payload is the run's data: bytes (at most [`MAX_RUN_PAYLOAD_BYTES`]) written with the
+/// record in the create's one write, never changed after, handed to each claim's lease
+/// ([`Lease::payload`](crate::Lease::payload)) and shown by
+/// [`inspect`](crate::LeaseStore::inspect). A run created again after a purge takes the new
+/// create's payload.
+///
 /// ```
 /// use std::time::Duration;
 /// use lease_core::{NewRun, RunId};
-/// let new = NewRun::new(RunId::new("invoice-2041")?).with_delay(Duration::from_secs(90));
+/// let new = NewRun::new(RunId::new("invoice-2041")?)
+///     .with_payload(br#"{"amount":1200}"#.to_vec())
+///     .with_delay(Duration::from_secs(90));
 /// assert_eq!(new.delay(), Duration::from_secs(90));
+/// assert_eq!(new.payload(), Some(&br#"{"amount":1200}"#[..]));
 /// assert!(new.check().is_ok());
 /// # Ok::<(), lease_core::InvalidInput>(())
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct NewRun {
     run: RunId,
     delay: Duration,
+    payload: Option<Arc<[u8]>>,
+}
+
+impl fmt::Debug for NewRun {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The payload is the user's data: its size only.
+        f.debug_struct("NewRun")
+            .field("run", &self.run)
+            .field("delay", &self.delay)
+            .field("payload_len", &self.payload.as_ref().map(|p| p.len()))
+            .finish()
+    }
 }
 
 impl NewRun {
@@ -39,7 +62,31 @@ impl NewRun {
         NewRun {
             run,
             delay: Duration::ZERO,
+            payload: None,
         }
+    }
+
+    /// Created with `payload` as its data (0 to [`MAX_RUN_PAYLOAD_BYTES`] bytes, checked by
+    /// [`check`](NewRun::check) before any I/O). An empty payload is kept as empty, apart
+    /// from none.
+    pub fn with_payload(mut self, payload: impl Into<Vec<u8>>) -> NewRun {
+        self.payload = Some(Arc::from(payload.into()));
+        self
+    }
+
+    /// The payload, if any.
+    pub fn payload(&self) -> Option<&[u8]> {
+        self.payload.as_deref()
+    }
+
+    /// The payload, shared (cheap to clone).
+    pub fn payload_shared(&self) -> Option<Arc<[u8]>> {
+        self.payload.clone()
+    }
+
+    /// The payload's size, 0 without one.
+    pub fn payload_len(&self) -> usize {
+        self.payload.as_ref().map_or(0, |p| p.len())
     }
 
     /// Not claimable until `delay` has passed on the store's clock (at most
@@ -69,14 +116,20 @@ impl NewRun {
     /// Whether it asks for nothing but the id: what [`create`](crate::LeaseStore::create)
     /// does.
     pub fn is_plain(&self) -> bool {
-        self.delay.is_zero()
+        self.delay.is_zero() && self.payload.is_none()
     }
 
     /// Validates it. Backends call it (or [`check_new_runs`]) before any I/O.
     ///
     /// # Errors
-    /// [`InvalidInput::StartDelayTooLong`].
+    /// [`InvalidInput::StartDelayTooLong`], [`InvalidInput::RunPayloadTooLarge`].
     pub fn check(&self) -> Result<(), InvalidInput> {
+        if self.payload_len() > MAX_RUN_PAYLOAD_BYTES {
+            return Err(InvalidInput::RunPayloadTooLarge {
+                len: self.payload_len(),
+                max: MAX_RUN_PAYLOAD_BYTES,
+            });
+        }
         if self.delay > MAX_START_DELAY {
             return Err(InvalidInput::StartDelayTooLong {
                 delay: self.delay,

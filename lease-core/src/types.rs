@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::InvalidInput;
@@ -220,7 +221,7 @@ impl FromStr for RunState {
 /// A `Lease` is plain data. Holding one grants nothing by itself: the store accepts a write only
 /// while the lease's fence equals the run's stored fence and the lease has not been released,
 /// suspended, completed or failed.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Lease {
     run: RunId,
     owner: WorkerId,
@@ -228,6 +229,7 @@ pub struct Lease {
     ttl: Ttl,
     expires_at: StoreTime,
     attempt: u64,
+    payload: Option<Arc<[u8]>>,
 }
 
 impl Lease {
@@ -252,7 +254,26 @@ impl Lease {
             ttl,
             expires_at,
             attempt: fence.get(),
+            payload: None,
         })
+    }
+
+    /// The same lease, carrying its run's payload ([`NewRun::with_payload`](crate::NewRun::with_payload)),
+    /// as a backend sets it on the leases its claims hand out and its renewals hand back.
+    pub fn with_payload(mut self, payload: Option<Arc<[u8]>>) -> Lease {
+        self.payload = payload;
+        self
+    }
+
+    /// The run's payload, as the claim read it with the record: `None` for a run created
+    /// without one. Immutable for the run's life, so a renewal's lease carries the same.
+    pub fn payload(&self) -> Option<&[u8]> {
+        self.payload.as_deref()
+    }
+
+    /// The payload, shared (cheap to clone).
+    pub fn payload_shared(&self) -> Option<Arc<[u8]>> {
+        self.payload.clone()
     }
 
     /// The same lease, as attempt `attempt` of its run's budget: the run's attempt counter
@@ -299,8 +320,38 @@ impl Lease {
     }
 }
 
+/// A payload in `Debug` output: its size, never its bytes (they are the user's data, which
+/// logs must not carry).
+struct PayloadSize(Option<usize>);
+
+impl fmt::Debug for PayloadSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(len) => write!(f, "{len} bytes"),
+            None => f.write_str("None"),
+        }
+    }
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("run", &self.run)
+            .field("owner", &self.owner)
+            .field("fence", &self.fence)
+            .field("ttl", &self.ttl)
+            .field("expires_at", &self.expires_at)
+            .field("attempt", &self.attempt)
+            .field(
+                "payload",
+                &PayloadSize(self.payload.as_ref().map(|p| p.len())),
+            )
+            .finish()
+    }
+}
+
 /// A run's record as the store holds it, read at [`RunRecord::observed_at`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RunRecord {
     /// The run.
@@ -330,6 +381,12 @@ pub struct RunRecord {
     /// [`End::Fail`]), timed out or vanished (its lease expired, its process crashed) counts.
     /// Distinct from the fence, which counts every claim and never goes back.
     pub attempts: u64,
+    /// The run's payload ([`NewRun::with_payload`](crate::NewRun::with_payload)), byte-exact;
+    /// `None` for a run created without one. Read by [`inspect`](crate::LeaseStore::inspect),
+    /// [`inspect_many`](crate::LeaseStore::inspect_many) and the creates; the other calls
+    /// that return records ([`list`](crate::LeaseStore::list), cancel, resume,
+    /// force-release) leave it `None` so that their work stays small.
+    pub payload: Option<Vec<u8>>,
     /// The store's clock when this record was read.
     pub observed_at: StoreTime,
 }
@@ -359,8 +416,15 @@ impl RunRecord {
             not_before: None,
             failure: None,
             attempts: 0,
+            payload: None,
             observed_at,
         }
+    }
+
+    /// Created with `payload` (see [`RunRecord::payload`]).
+    pub fn with_payload(mut self, payload: Option<Vec<u8>>) -> RunRecord {
+        self.payload = payload;
+        self
     }
 
     /// `attempts` counted against the run's budget (see [`RunRecord::attempts`]).
@@ -394,6 +458,11 @@ impl RunRecord {
         self
     }
 
+    /// The payload, shared, as a claim's lease carries it.
+    pub fn payload_shared(&self) -> Option<Arc<[u8]>> {
+        self.payload.as_deref().map(Arc::from)
+    }
+
     /// How many times the run has been claimed over its whole life: its fence, which every
     /// claim raises by one. The attempt budget is [`RunRecord::attempts`], which voluntary
     /// ends do not count.
@@ -412,6 +481,31 @@ impl RunRecord {
         self.owner.is_some() && self.expires_at.is_some_and(|at| at <= self.observed_at)
     }
 }
+
+impl fmt::Debug for RunRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunRecord")
+            .field("run", &self.run)
+            .field("state", &self.state)
+            .field("owner", &self.owner)
+            .field("expires_at", &self.expires_at)
+            .field("fence", &self.fence)
+            .field("heartbeats", &self.heartbeats)
+            .field("not_before", &self.not_before)
+            .field("failure", &self.failure)
+            .field("attempts", &self.attempts)
+            .field("payload", &PayloadSize(self.payload.as_ref().map(Vec::len)))
+            .field("observed_at", &self.observed_at)
+            .finish()
+    }
+}
+
+/// The largest payload a run may be created with
+/// ([`NewRun::with_payload`](crate::NewRun::with_payload)): 64 KiB. A run's data is read with
+/// every claim, so it is kept small; a batch of [`MAX_BATCH`] runs at the bound is
+/// [`MAX_BATCH_PAYLOAD_BYTES`]. Larger data belongs in the caller's storage, named by the
+/// payload.
+pub const MAX_RUN_PAYLOAD_BYTES: usize = 64 << 10;
 
 /// The longest journal payload accepted: 1 MiB.
 pub const MAX_PAYLOAD_BYTES: usize = 1 << 20;

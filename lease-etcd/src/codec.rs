@@ -10,6 +10,7 @@
 //! | `b\0{run}` | `h` (held) or `d` (delayed) | attached to an etcd lease: gone when it expires |
 //! | `d\0{run}` | empty: the run is delayed (for counts) | on the delay's lease, beside the block |
 //! | `i\0{state}{since}{run}` | empty | the state index, ordered by claimable-since / ended-at |
+//! | `p\0{run}` | the run's payload, the bytes it was created with | written by create, deleted by purge |
 //! | `j\0{run}\0{seq}` | a journal entry | until purge |
 //! | `k\0{run}\0{key}` | the entry's seq | until purge |
 //! | `s\0{state}{run}` | empty: the runs of a state by id (for `list`) | until the state changes |
@@ -72,6 +73,13 @@ impl Keys {
 
     pub(crate) fn delay(&self, run: &str) -> Vec<u8> {
         let mut k = self.delays();
+        k.extend_from_slice(run.as_bytes());
+        k
+    }
+
+    /// The run's payload (written only for a run created with one: see [`Rec::payload`]).
+    pub(crate) fn payload(&self, run: &str) -> Vec<u8> {
+        let mut k = self.kind(b'p');
         k.extend_from_slice(run.as_bytes());
         k
     }
@@ -199,6 +207,9 @@ pub(crate) struct Rec {
     /// delay longer than the store's `max_lease` is timed by etcd in links of at most that,
     /// each re-armed by the next reader that finds the block gone (0: no link left).
     pub(crate) rest: u64,
+    /// Whether the run was created with a payload (its `p` key), so that claims and inspect
+    /// read that key only for the runs that have one.
+    pub(crate) payload: bool,
 }
 
 const VERSION: u8 = 1;
@@ -219,6 +230,7 @@ impl Rec {
             failure: None,
             attempts: 0,
             rest: 0,
+            payload: false,
         }
     }
 
@@ -249,6 +261,7 @@ impl Rec {
         // Last, so a record written before the counter existed reads as 0 attempts.
         out.extend_from_slice(&self.attempts.to_be_bytes());
         out.extend_from_slice(&self.rest.to_be_bytes());
+        out.extend_from_slice(&u64::from(self.payload).to_be_bytes());
         out
     }
 
@@ -289,6 +302,8 @@ impl Rec {
         let attempts = trailing()?;
         // Absent from records written before chained leases.
         let rest = trailing()?;
+        // Absent from records written before payloads.
+        let payload = trailing()? != 0;
         Ok(Rec {
             state,
             fence: n[0],
@@ -302,6 +317,7 @@ impl Rec {
             failure,
             attempts,
             rest,
+            payload,
         })
     }
 }

@@ -1,5 +1,6 @@
 -- $1 worker_id, $2 ttl_ms, $3 max, $4 most lagging index entries to move forward
--- Returns: the claimed runs with their fences, expiries and attempt counts (each claim counts),
+-- Returns: the claimed runs with their fences, expiries, attempt counts (each claim counts) and
+-- payloads (read by primary key, only for the runs claimed),
 -- those claimable longest first.
 --
 -- The pick walks the runs_claimable index (claimable_at, created_seq). Renewals do not move
@@ -59,7 +60,8 @@ WITH picked AS (
       AND r.lease_expires_at IS NOT NULL
 )
 SELECT part.run_id, max(part.fence) AS fence, max(part.expires_us) AS expires_us,
-       max(part.attempts) AS attempts
+       max(part.attempts) AS attempts,
+       (SELECT p.payload FROM {schema}.run_payloads p WHERE p.run_id = part.run_id) AS payload
 FROM (
     SELECT claimed.run_id, claimed.fence,
            (extract(epoch FROM claimed.lease_expires_at) * 1000000)::bigint AS expires_us,

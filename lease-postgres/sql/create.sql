@@ -1,4 +1,4 @@
--- $1 run_id, $2 start delay in ms (0: claimable at once)
+-- $1 run_id, $2 start delay in ms (0: claimable at once), $3 payload (bytea; NULL: none)
 -- Returns: the new record, or no row if the run exists. A delayed run is runnable and unowned
 -- with claimable_at in the future, as after a retry delay: claim and claim_next wait for it,
 -- on the database clock.
@@ -24,11 +24,18 @@ WITH revived AS (
     WHERE NOT EXISTS (SELECT 1 FROM revived)
     ON CONFLICT (run_id) DO NOTHING
     RETURNING *
+), stored AS (
+    -- The payload, with the row it belongs to: a purged id's old payload was deleted by the
+    -- purge, so the conflict clause only guards against a row left by hand.
+    INSERT INTO {schema}.run_payloads (run_id, payload)
+    SELECT r.run_id, $3::bytea FROM (SELECT run_id FROM revived UNION ALL SELECT run_id FROM inserted) AS r
+    WHERE $3::bytea IS NOT NULL
+    ON CONFLICT (run_id) DO UPDATE SET payload = excluded.payload
 ), durable AS (
     SELECT set_config('synchronous_commit', 'on', true) AS setting
 )
 SELECT run_id, state, lease_owner, (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS expires_us, fence, heartbeats, (extract(epoch FROM now()) * 1000000)::bigint AS observed_us,
        CASE WHEN state = 'runnable' AND lease_owner IS NULL AND claimable_at > now()
             THEN (extract(epoch FROM claimable_at) * 1000000)::bigint END AS not_before_us,
-       failure, attempts
+       failure, attempts, $3::bytea AS payload
 FROM (SELECT * FROM revived UNION ALL SELECT * FROM inserted) AS r, durable

@@ -1,4 +1,5 @@
--- $1 run_ids (text[]), $2 start delays in ms (bigint[], one per id; 0: claimable at once)
+-- $1 run_ids (text[]), $2 start delays in ms (bigint[], one per id; 0: claimable at once),
+-- $3 payloads (bytea[], one per id; NULL: none)
 -- Returns: the ordinal (from 1) of each input that created its run; every other input names a
 -- run that existed, or repeats an id earlier in the batch. The new runs take created_seq (the
 -- claim order's tie-breaker) in input order: the rows are inserted, and their identity drawn,
@@ -8,12 +9,12 @@
 -- created_seq too. The transaction commits synchronously whatever the session says.
 -- Linear in the batch: the answer is assembled by grouping on the id, not by joining the CTEs.
 WITH input AS (
-    SELECT i.run_id COLLATE "C" AS run_id, i.delay_ms, i.ord
-    FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS i(run_id, delay_ms, ord)
+    SELECT i.run_id COLLATE "C" AS run_id, i.delay_ms, i.payload, i.ord
+    FROM unnest($1::text[], $2::bigint[], $3::bytea[]) WITH ORDINALITY AS i(run_id, delay_ms, payload, ord)
     -- Volatile, so evaluated (per row) and never folded away.
     WHERE set_config('synchronous_commit', 'on', true) IS NOT NULL
 ), first AS (
-    SELECT DISTINCT ON (input.run_id) input.run_id, input.delay_ms, input.ord
+    SELECT DISTINCT ON (input.run_id) input.run_id, input.delay_ms, input.payload, input.ord
     FROM input
     ORDER BY input.run_id, input.ord
 ), revived AS (
@@ -32,6 +33,14 @@ WITH input AS (
     ORDER BY first.ord
     ON CONFLICT (run_id) DO NOTHING
     RETURNING run_id
+), stored AS (
+    -- Each created or revived run's payload (the first copy's, as for its delay).
+    INSERT INTO {schema}.run_payloads (run_id, payload)
+    SELECT first.run_id, first.payload
+    FROM first
+    WHERE first.payload IS NOT NULL
+      AND first.run_id IN (SELECT created.run_id FROM created UNION ALL SELECT revived.run_id FROM revived)
+    ON CONFLICT (run_id) DO UPDATE SET payload = excluded.payload
 )
 SELECT min(part.ord) AS ord
 FROM (

@@ -2,7 +2,7 @@
 -- Returns: the ids of the runs purged. Up to $2 runs that ended (completed, failed or
 -- cancelled) at least
 -- $1 ms ago by the database clock, oldest end first, found through runs_ended; rows locked by
--- another transaction are skipped. Each run's journal is deleted and its row kept as its
+-- another transaction are skipped. Each run's journal and payload are deleted and its row kept as its
 -- tombstone: state 'purged', its fence and nothing else, invisible to every read. A create of
 -- the id revives the row at that fence (sql/create.sql), so no fence is ever issued twice.
 WITH doomed AS (
@@ -16,6 +16,9 @@ WITH doomed AS (
 ), entries AS (
     DELETE FROM {schema}.journal j
     WHERE j.run_id = ANY ((SELECT array_agg(doomed.run_id) FROM doomed)::text[])
+), payloads AS (
+    DELETE FROM {schema}.run_payloads p
+    WHERE p.run_id = ANY ((SELECT array_agg(doomed.run_id) FROM doomed)::text[])
 )
 UPDATE {schema}.runs r
 SET state = 'purged', heartbeats = 0, journal_len = 0, failure = NULL, attempts = 0,

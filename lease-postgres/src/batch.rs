@@ -75,9 +75,11 @@ impl PostgresLeaseStore {
         conn: &mut PgConnection,
         runs: &[NewRun],
     ) -> Result<Vec<Result<()>>> {
-        let ids: Vec<&str> = runs.iter().map(|n| n.run().as_str()).collect();
-        let delays: Vec<i64> = runs.iter().map(crate::store::millis).collect();
-        let query = sqlx::query(&self.sql.create_many).bind(&ids).bind(&delays);
+        let (ids, delays, payloads) = crate::store::create_many_columns(runs);
+        let query = sqlx::query(&self.sql.create_many)
+            .bind(&ids)
+            .bind(&delays)
+            .bind(&payloads);
         // One row per created run, none for the others.
         let rows = self
             .write_batch(conn, query, 0, "create_many", |_| Ok(true))

@@ -179,7 +179,8 @@ impl PostgresLeaseStore {
         let run = new.run();
         let query = sqlx::query(&self.sql.create)
             .bind(run.as_str())
-            .bind(crate::store::millis(new));
+            .bind(crate::store::millis(new))
+            .bind(new.payload());
         let row = self
             .in_time(async {
                 query
@@ -241,9 +242,11 @@ impl PostgresLeaseStore {
         if runs.is_empty() {
             return Ok(Vec::new());
         }
-        let ids: Vec<&str> = runs.iter().map(|n| n.run().as_str()).collect();
-        let delays: Vec<i64> = runs.iter().map(crate::store::millis).collect();
-        let query = sqlx::query(&self.sql.create_many).bind(&ids).bind(&delays);
+        let (ids, delays, payloads) = crate::store::create_many_columns(runs);
+        let query = sqlx::query(&self.sql.create_many)
+            .bind(&ids)
+            .bind(&delays)
+            .bind(&payloads);
         let rows = self
             .in_time(async {
                 query.fetch_all(&mut *conn).await.map_err(|e| {

@@ -678,13 +678,13 @@ impl PostgresLeaseStore {
         conn: &mut PgConnection,
         sql: &str,
         run: &RunId,
-        delay_ms: Option<i64>,
+        create: Option<&NewRun>,
         refusal: impl Fn(Option<&RunRecord>) -> Option<Error>,
     ) -> Result<RunRecord> {
         for _ in 0..ATTEMPTS {
             let mut query = sqlx::query(sql).bind(run.as_str());
-            if let Some(ms) = delay_ms {
-                query = query.bind(ms);
+            if let Some(new) = create {
+                query = query.bind(millis(new)).bind(new.payload());
             }
             let row = self.write_opt(conn, query).await?;
             if let Some(row) = row {
@@ -821,6 +821,11 @@ pub(crate) fn record(row: &PgRow) -> Result<RunRecord, PgError> {
     .with_attempts(count(get(row, "attempts")?)?);
     record.owner = worker(get(row, "lease_owner")?)?;
     record.expires_at = expires.map(store_time).transpose()?;
+    // The statements that read the payload (create, inspect) return it; the others have no
+    // such column, and leave it None.
+    if row.try_column("payload").is_ok() {
+        record.payload = get(row, "payload")?;
+    }
     Ok(record)
 }
 
@@ -844,15 +849,22 @@ fn leased(
     )
 }
 
+/// The renewed lease: the same, to a new expiry (the payload carried over: it never changes).
 fn renewed(lease: &Lease, expires_at: StoreTime) -> Result<Lease> {
-    leased(
+    Ok(leased(
         lease.run(),
         lease.owner(),
         lease.fence(),
         lease.ttl(),
         expires_at,
         lease.attempt(),
-    )
+    )?
+    .with_payload(lease.payload_shared()))
+}
+
+/// A claim row's payload column, shared.
+fn payload(row: &PgRow) -> Result<Option<std::sync::Arc<[u8]>>, PgError> {
+    Ok(get::<Option<Vec<u8>>>(row, "payload")?.map(std::sync::Arc::from))
 }
 
 impl fmt::Debug for PostgresLeaseStore {
@@ -892,11 +904,11 @@ impl LeaseStore for PostgresLeaseStore {
 
     async fn create_with(&self, new: &NewRun) -> Result<RunRecord> {
         new.check()?;
-        let (run, delay_ms) = (new.run(), millis(new));
+        let run = new.run();
         call!(self, |conn| {
             // No row and no record: the run was purged between the two reads; the next attempt
             // revives it.
-            self.record_write(conn, &self.sql.create, run, Some(delay_ms), |current| {
+            self.record_write(conn, &self.sql.create, run, Some(new), |current| {
                 current.map(|_| Error::AlreadyExists { run: run.clone() })
             })
             .await
@@ -927,7 +939,8 @@ impl LeaseStore for PostgresLeaseStore {
                     let fence = fence(get(&row, "fence")?)?;
                     let expires_at = store_time(get(&row, "expires_us")?)?;
                     let attempt = count(get(&row, "attempts")?)?;
-                    return leased(run, worker, fence, ttl, expires_at, attempt);
+                    return Ok(leased(run, worker, fence, ttl, expires_at, attempt)?
+                        .with_payload(payload(&row)?));
                 }
                 // The read only explains the refusal; if the row now allows a claim (the
                 // lease expired in between), the claim itself is tried again.
@@ -968,7 +981,8 @@ impl LeaseStore for PostgresLeaseStore {
                 let fence = fence(get(row, "fence")?)?;
                 let expires_at = store_time(get(row, "expires_us")?)?;
                 let attempt = count(get(row, "attempts")?)?;
-                leased(&run, worker, fence, ttl, expires_at, attempt)
+                Ok(leased(&run, worker, fence, ttl, expires_at, attempt)?
+                    .with_payload(payload(row)?))
             })
             .collect()
     }
@@ -1299,4 +1313,16 @@ impl LeaseStore for PostgresLeaseStore {
 /// most 30 days).
 pub(crate) fn millis(new: &NewRun) -> i64 {
     i64::try_from(new.delay_millis()).unwrap_or(i64::MAX)
+}
+
+/// The columns `sql/create_many.sql` takes for a batch: ids, start delays, payloads.
+pub(crate) type CreateColumns<'a> = (Vec<&'a str>, Vec<i64>, Vec<Option<&'a [u8]>>);
+
+/// The columns of `runs` for `sql/create_many.sql`.
+pub(crate) fn create_many_columns(runs: &[NewRun]) -> CreateColumns<'_> {
+    (
+        runs.iter().map(|n| n.run().as_str()).collect(),
+        runs.iter().map(millis).collect(),
+        runs.iter().map(NewRun::payload).collect(),
+    )
 }

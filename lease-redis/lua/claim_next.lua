@@ -1,9 +1,10 @@
 -- KEYS[1]: runs hash; KEYS[2]: claimable index (zset, score = instant claimable in
 -- microseconds, member = 16 hex digits of creation order followed by the encoded run id);
--- KEYS[3]: attempts hash
+-- KEYS[3]: attempts hash; KEYS[4]: payloads hash
 -- ARGV[1]: worker id; ARGV[2]: TTL in milliseconds; ARGV[3]: most runs to claim; ARGV[4]:
 -- most index entries to examine that turn out not to be claimable
--- Returns: flat {more, encoded id, fence, expiry, attempts, encoded id, ...}, longest
+-- Returns: flat {more, encoded id, fence, expiry, attempts, payload (as payload_of gives
+-- it), encoded id, ...}, longest
 -- claimable first (each claim counts against its run's attempt budget), where more is '1' if the examination budget ran out before `max` runs were
 -- claimed or the due entries ran out (call again), else '0'.
 -- Claims, renewals and ends keep the index exact, so a due entry is normally claimable. An
@@ -33,6 +34,7 @@ while taken < max do
       out[#out + 1] = fence
       out[#out + 1] = num(expires)
       out[#out + 1] = tostring(redis.call('HINCRBY', KEYS[3], r.id, 1))
+      out[#out + 1] = payload_of(KEYS[4], r.id)
       taken = taken + 1
     else
       budget = budget - 1

@@ -100,6 +100,23 @@ local function record(r, failures, attempts)
   return { r.s, r.o, r.e, r.f, r.h, reason, redis.call('HGET', attempts, r.id) or '0' }
 end
 
+-- A run's payload as a reply element: '' for none, else '=' followed by its bytes (so an
+-- empty payload is '=' and stays apart from none).
+local function payload_of(payloads, id)
+  local p = redis.call('HGET', payloads, id)
+  if p then
+    return '=' .. p
+  end
+  return ''
+end
+
+-- Stores a created run's payload, given as payload_of says ('' for none).
+local function store_payload(payloads, id, marked)
+  if #marked > 0 then
+    redis.call('HSET', payloads, id, string.sub(marked, 2))
+  end
+end
+
 -- Gives a voluntary end's attempt back to the run's budget (never below 0; a 0 is no field).
 local function refund(attempts, id)
   if redis.call('HINCRBY', attempts, id, -1) <= 0 then

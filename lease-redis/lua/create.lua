@@ -1,8 +1,9 @@
 -- KEYS[1]: runs hash; KEYS[2]: claimable index (zset); KEYS[3]: all run ids (zset, score 0,
 -- by encoded id); KEYS[4]: creation counter; KEYS[5]: tombstones (hash: purged id -> its
 -- last fence); KEYS[6]: attempts hash; KEYS[7]: delayed runs (zset: encoded id scored by its
--- delay's end; for count)
--- ARGV[1]: encoded run id; ARGV[2]: start delay in ms (0: claimable at once)
+-- delay's end; for count); KEYS[8]: payloads hash
+-- ARGV[1]: encoded run id; ARGV[2]: start delay in ms (0: claimable at once); ARGV[3]: the
+-- payload, '' for none or '=' followed by its bytes
 -- Returns: {'exists'} if the run exists; else {'ok', now, fence, not_before} (fence: 0, or a
 -- purged id's last fence, where its next claim continues; not_before: the delay's end on this
 -- server's clock in µs, or '' without a delay). A delayed run is unowned with its expiry at
@@ -26,5 +27,6 @@ end
 write_run(KEYS[1], { id = ARGV[1], s = 'runnable', f = fence, h = '0', e = e, m = member, o = '' })
 index(KEYS[2], { f = fence, m = member }, at)
 redis.call('ZADD', KEYS[3], 0, ARGV[1])
+store_payload(KEYS[8], ARGV[1], ARGV[3])
 redis.call('HDEL', KEYS[6], ARGV[1]) -- a fresh budget, also for a purged id created again
 return { 'ok', num(now), fence, e }

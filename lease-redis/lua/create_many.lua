@@ -1,8 +1,9 @@
 -- KEYS[1]: runs hash; KEYS[2]: claimable index (zset); KEYS[3]: all run ids (zset, score 0,
 -- by encoded id); KEYS[4]: creation counter; KEYS[5]: tombstones (hash: purged id -> its
 -- last fence, where a run created again starts); KEYS[6]: attempts hash; KEYS[7]: delayed
--- runs (zset: encoded id scored by its delay's end; for count)
--- ARGV[2i-1]: encoded id of run i; ARGV[2i]: its start delay in ms (0: claimable at once)
+-- runs (zset: encoded id scored by its delay's end; for count); KEYS[8]: payloads hash
+-- ARGV[3i-2]: encoded id of run i; ARGV[3i-1]: its start delay in ms (0: claimable at once);
+-- ARGV[3i]: its payload, '' for none or '=' followed by its bytes
 -- Returns: one string per run, in order: '1' if created, '0' if it existed (also for the
 -- second copy of an id repeated in the batch)
 -- The new runs take consecutive creation orders in input order and one claimable instant
@@ -12,14 +13,16 @@ local out = {}
 local seen = {}
 local new = {}
 local delays = {}
-for i = 1, #ARGV / 2 do
-  local id = ARGV[2 * i - 1]
+local payloads = {}
+for i = 1, #ARGV / 3 do
+  local id = ARGV[3 * i - 2]
   if seen[id] or redis.call('HEXISTS', KEYS[1], id) == 1 then
     out[i] = '0'
   else
     seen[id] = true
     new[#new + 1] = id
-    delays[#new] = tonumber(ARGV[2 * i])
+    delays[#new] = tonumber(ARGV[3 * i - 1])
+    payloads[#new] = ARGV[3 * i]
     out[i] = '1'
   end
 end
@@ -42,6 +45,7 @@ for n, id in ipairs(new) do
   write_run(KEYS[1], { id = id, s = 'runnable', f = fence, h = '0', e = e, m = member, o = '' })
   index(KEYS[2], { f = fence, m = member }, at)
   redis.call('ZADD', KEYS[3], 0, id)
+  store_payload(KEYS[8], id, payloads[n])
   redis.call('HDEL', KEYS[6], id) -- a fresh budget
 end
 return out

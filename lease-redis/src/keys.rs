@@ -17,6 +17,7 @@
 //! | `{lease:ns}:delayed` | zset | runs given back with a retry delay, `<id>` scored by the delay's end (entries whose delay is over no longer count): for [`count`](lease_core::LeaseStore::count) |
 //! | `{lease:ns}:suspended` | zset | suspended runs, `<id>` scored by when: for `count` |
 //! | `{lease:ns}:tomb` | hash | purged runs' last fences: `<id>` → fence; a run created again under the id starts there |
+//! | `{lease:ns}:payload` | hash | runs' payloads: `<id>` → the bytes it was created with ([`NewRun::with_payload`](lease_core::NewRun::with_payload)); written by create, read by claims and inspect, removed by purge |
 //! | `{lease:ns}:failed` | hash | failed runs' reasons: `<id>` → the reason its last holder gave ([`End::Fail`](lease_core::End::Fail)) |
 //! | `{lease:ns}:attempts` | hash | the attempt budget's counters: `<id>` → claims since create or resume less voluntary ends ([`RunRecord::attempts`](lease_core::RunRecord::attempts)); no field is 0 |
 //! | `{lease:ns}:barrier` | string | a counter written after each write that must be acknowledged by replicas, so `WAIT` confirms what the write saw |
@@ -160,6 +161,12 @@ impl Keys {
     /// Failed and cancelled runs' reasons (hash: encoded id → reason).
     pub(crate) fn failures(&self) -> String {
         format!("{}:failed", self.tag)
+    }
+
+    /// Runs' payloads (hash: encoded id → the bytes it was created with; no field for a run
+    /// created without one).
+    pub(crate) fn payloads(&self) -> String {
+        format!("{}:payload", self.tag)
     }
 
     /// Cancelled runs (set of encoded ids), so that count tells them from failed ones (both

@@ -1,6 +1,7 @@
 //! Reading script replies: status first, then strings (fences stay decimal strings in Lua).
 
 use std::str::FromStr;
+use std::sync::Arc;
 
 use lease_core::{Fence, RunId, RunRecord, RunState, StoreTime, WorkerId};
 use redis::Value;
@@ -71,6 +72,16 @@ impl Reply {
             return Ok(None);
         }
         self.time(i).map(Some)
+    }
+
+    /// A payload element as common.lua's `payload_of` writes it: `''` for none, else `'='`
+    /// followed by the bytes.
+    pub(crate) fn payload(&self, i: usize) -> Result<Option<Arc<[u8]>>, RedisError> {
+        match self.bytes(i)? {
+            [] => Ok(None),
+            [b'=', rest @ ..] => Ok(Some(Arc::from(rest))),
+            _ => Err(self.bad(format!("element {i}: not a payload"))),
+        }
     }
 
     pub(crate) fn state(&self, i: usize) -> Result<RunState, RedisError> {

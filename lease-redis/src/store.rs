@@ -423,7 +423,7 @@ impl RedisLeaseStore {
         answer
     }
 
-    /// The lease of a claim reply's fence, expiry and attempts from `i`.
+    /// The lease of a claim reply's fence, expiry, attempts and payload from `i`.
     fn lease(
         &self,
         run: RunId,
@@ -440,7 +440,8 @@ impl RedisLeaseStore {
             reply.time(i + 1)?,
         )
         .map_err(|e| reply.bad(e.to_string()))?
-        .with_attempt(reply.parse(i + 2)?))
+        .with_attempt(reply.parse(i + 2)?)
+        .with_payload(reply.payload(i + 3)?))
     }
 
     async fn fenced(&self, lease: &Lease, op: &str, payload: &[u8]) -> Result<Reply> {
@@ -519,8 +520,10 @@ impl LeaseStore for RedisLeaseStore {
             .key(self.keys.tombstones())
             .key(self.keys.attempts())
             .key(self.keys.delayed())
+            .key(self.keys.payloads())
             .arg(keys::encode(run.as_str()))
-            .arg(new.delay_millis());
+            .arg(new.delay_millis())
+            .arg(marked(new));
         let (reply, ack) = self.write("create", &call).await?;
         match reply.status()? {
             "ok" => {
@@ -531,7 +534,8 @@ impl LeaseStore for RedisLeaseStore {
                     reply.fence(2)?,
                     reply.time(1)?,
                 )
-                .with_not_before(reply.opt_time(3)?))
+                .with_not_before(reply.opt_time(3)?)
+                .with_payload(new.payload().map(<[u8]>::to_vec)))
             }
             "exists" => {
                 // A retried create takes "already exists" for its own commit: the run must be
@@ -548,6 +552,7 @@ impl LeaseStore for RedisLeaseStore {
         call.key(self.keys.runs())
             .key(self.keys.claimable())
             .key(self.keys.attempts())
+            .key(self.keys.payloads())
             .arg(keys::encode(run.as_str()))
             .arg(worker.as_str())
             .arg(ttl.as_millis());
@@ -596,19 +601,20 @@ impl LeaseStore for RedisLeaseStore {
             call.key(self.keys.runs())
                 .key(self.keys.claimable())
                 .key(self.keys.attempts())
+                .key(self.keys.payloads())
                 .arg(worker.as_str())
                 .arg(ttl.as_millis())
                 .arg(max - leases.len())
                 .arg(CLAIM_NEXT_SCAN);
             let (reply, ack) = self.write("claim_next", &call).await?;
-            if reply.len() % 4 != 1 {
+            if reply.len() % 5 != 1 {
                 return Err(reply
-                    .bad("expected a flag, then quadruples of id, fence, expiry, attempts")
+                    .bad("expected a flag, then groups of id, fence, expiry, attempts, payload")
                     .into());
             }
             let more = reply.str(0)? == "1";
             let claimed = (1..reply.len())
-                .step_by(4)
+                .step_by(5)
                 .map(|i| {
                     let run = keys::decode(reply.str(i)?)?;
                     self.lease(run, worker, ttl, &reply, i + 1)
@@ -662,7 +668,11 @@ impl LeaseStore for RedisLeaseStore {
                     lease.ttl(),
                     one.time(1)?,
                 )
-                .map(|renewed| renewed.with_attempt(lease.attempt()))
+                .map(|renewed| {
+                    renewed
+                        .with_attempt(lease.attempt())
+                        .with_payload(lease.payload_shared())
+                })
                 .map_err(Error::from)
             })
             .collect();
@@ -826,10 +836,12 @@ impl LeaseStore for RedisLeaseStore {
             .key(self.keys.counter())
             .key(self.keys.tombstones())
             .key(self.keys.attempts())
-            .key(self.keys.delayed());
+            .key(self.keys.delayed())
+            .key(self.keys.payloads());
         for new in runs {
             call.arg(keys::encode(new.run().as_str()))
-                .arg(new.delay_millis());
+                .arg(new.delay_millis())
+                .arg(marked(new));
         }
         let (reply, ack) = self.write("create_many", &call).await?;
         if reply.len() != runs.len() {
@@ -885,10 +897,13 @@ impl LeaseStore for RedisLeaseStore {
         call.key(self.keys.runs())
             .key(self.keys.failures())
             .key(self.keys.attempts())
+            .key(self.keys.payloads())
             .arg(keys::encode(run.as_str()));
         let reply = self.read("inspect", &call).await?;
         match reply.status()? {
-            "ok" => self.record(run, &reply),
+            "ok" => Ok(self
+                .record(run, &reply)?
+                .with_payload(reply.payload(2 + Reply::RECORD_FIELDS)?.map(|p| p.to_vec()))),
             "none" => Err(Error::NotFound { run: run.clone() }),
             other => Err(reply.bad(format!("unknown status {other:?}")).into()),
         }
@@ -902,7 +917,8 @@ impl LeaseStore for RedisLeaseStore {
         let mut call = Call::new(&SCRIPTS.inspect_many);
         call.key(self.keys.runs())
             .key(self.keys.failures())
-            .key(self.keys.attempts());
+            .key(self.keys.attempts())
+            .key(self.keys.payloads());
         for run in runs {
             call.arg(keys::encode(run.as_str()));
         }
@@ -918,7 +934,9 @@ impl LeaseStore for RedisLeaseStore {
                 Ok(if one.len() == 0 {
                     Err(Error::NotFound { run: run.clone() })
                 } else {
-                    Ok(one.record(run.clone(), 0, now)?)
+                    Ok(one
+                        .record(run.clone(), 0, now)?
+                        .with_payload(one.payload(Reply::RECORD_FIELDS)?.map(|p| p.to_vec())))
                 })
             })
             .collect()
@@ -990,6 +1008,7 @@ impl LeaseStore for RedisLeaseStore {
                 .key(self.keys.claimable())
                 .key(self.keys.attempts())
                 .key(self.keys.cancelled())
+                .key(self.keys.payloads())
                 .arg(age_ms);
             for i in 0..candidates.len() {
                 let encoded = candidates.str(i)?;
@@ -1135,4 +1154,18 @@ fn journal_entry(reply: &Reply, i: usize, seq: u64) -> Result<JournalEntry> {
         payload.to_vec(),
         StoreTime::from_micros(number(at)?),
     ))
+}
+
+/// A create's payload argument, as the scripts read it: `''` for none, else `'='` followed by
+/// the bytes (so an empty payload stays apart from none).
+fn marked(new: &NewRun) -> Vec<u8> {
+    match new.payload() {
+        None => Vec::new(),
+        Some(bytes) => {
+            let mut out = Vec::with_capacity(1 + bytes.len());
+            out.push(b'=');
+            out.extend_from_slice(bytes);
+            out
+        }
+    }
 }

@@ -24,6 +24,8 @@ pub struct RunContext {
     pub(super) scope: Arc<RunScope>,
     /// The attempt's token: a child of the scope's, also cancelled at the attempt deadline.
     pub(super) token: CancellationToken,
+    /// The run's payload, as the claim read it.
+    pub(super) payload: Option<Arc<[u8]>>,
 }
 
 impl RunContext {
@@ -65,6 +67,30 @@ impl RunContext {
         self.scope.lease().attempt()
     }
 
+    /// The run's payload ([`NewRun::with_payload`](crate::NewRun::with_payload)), as the
+    /// claim read it; `None` for a run created without one.
+    pub fn payload(&self) -> Option<&[u8]> {
+        self.payload.as_deref()
+    }
+
+    /// The run's payload read as JSON into `T` (the `serde` feature): a payments handler
+    /// starts with `let charge: Charge = ctx.args()?;`. A run without a payload, or with one
+    /// that is not `T`, is an [`ArgsError`], which `?` turns into a failed attempt (retried
+    /// under the [`RetryPolicy`](crate::RetryPolicy), failed at the last), never a panic.
+    ///
+    /// # Errors
+    /// [`ArgsError::Missing`], [`ArgsError::Invalid`].
+    #[cfg(feature = "serde")]
+    pub fn args<T: serde::de::DeserializeOwned>(&self) -> std::result::Result<T, ArgsError> {
+        let payload = self.payload().ok_or_else(|| ArgsError::Missing {
+            run: self.run().clone(),
+        })?;
+        serde_json::from_slice(payload).map_err(|source| ArgsError::Invalid {
+            run: self.run().clone(),
+            source,
+        })
+    }
+
     /// Appends to the run's journal under the lease's fence; the store's verdict is returned.
     ///
     /// # Errors
@@ -77,6 +103,27 @@ impl RunContext {
     pub fn store(&self) -> &Arc<dyn LeaseStore> {
         self.scope.store()
     }
+}
+
+/// Why a run's payload could not be read as a handler's arguments ([`RunContext::args`]).
+#[cfg(feature = "serde")]
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ArgsError {
+    /// The run was created without a payload.
+    #[error("run {run} has no payload to read arguments from")]
+    Missing {
+        /// The run.
+        run: RunId,
+    },
+    /// The payload is not JSON of the handler's argument type.
+    #[error("run {run}'s payload is not valid arguments: {source}")]
+    Invalid {
+        /// The run.
+        run: RunId,
+        /// What JSON decoding said (the line, column and mismatch).
+        source: serde_json::Error,
+    },
 }
 
 impl fmt::Debug for RunContext {

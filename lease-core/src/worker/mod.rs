@@ -28,6 +28,8 @@ use crate::types::{End, Ending, MAX_BATCH};
 
 use batcher::{batcher, submit, Batcher, Pending, Shared};
 pub use config::{RetryPolicy, WorkerConfig};
+#[cfg(feature = "serde")]
+pub use context::ArgsError;
 use context::{bump, Counters, Observer};
 pub use context::{EndReport, Handler, HandlerFuture, RunContext, WorkerReport};
 
@@ -470,6 +472,7 @@ async fn job(job: Job) {
         bump(&counters.started);
         let token = scope.token().child_token();
         let ctx = RunContext {
+            payload: scope.lease().payload_shared(),
             scope: scope.clone(),
             token: token.clone(),
         };

@@ -88,7 +88,14 @@ impl EtcdLeaseStore {
                     rec.not_before = since + delay;
                     extra.extend(self.put_delay(run.as_str(), leases[i]));
                 }
-                Ok(self.plan(run.as_str(), seen, &rec, extra, ()))
+                let payload = unique[i].payload();
+                if let Some(bytes) = payload {
+                    rec.payload = true;
+                    extra.push(TxnOp::put(self.keys.payload(run.as_str()), bytes, None));
+                }
+                let mut plan = self.plan(run.as_str(), seen, &rec, extra, ());
+                plan.bytes += payload.map_or(0, <[u8]>::len);
+                Ok(plan)
             })
             .await?
             .into_iter();
@@ -240,6 +247,9 @@ impl EtcdLeaseStore {
                     Some(DeleteOptions::new().with_range(prefix_end(&keys))),
                 ),
             ];
+            if rec.payload {
+                extra.push(TxnOp::delete(self.keys.payload(r), None));
+            }
             extra.extend(self.delete_block(r));
             plans.push(self.plan(r, item, &Rec::tombstone(rec.fence), extra, run.clone()));
         }

@@ -94,7 +94,10 @@ impl LeaseStore for EtcdLeaseStore {
     async fn inspect(&self, run: &RunId) -> Result<RunRecord> {
         let now = now_micros();
         let seen = self.read(&[run]).await?;
-        self.record(run, &seen[0], now)
+        self.records_with_payloads(&[run], &seen, now)
+            .await?
+            .pop()
+            .expect("one record")
     }
 
     async fn inspect_many(&self, runs: &[RunId]) -> Result<Vec<Result<RunRecord>>> {

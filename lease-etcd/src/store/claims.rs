@@ -49,6 +49,8 @@ impl EtcdLeaseStore {
 
     /// The claim of a claimable run under etcd lease `lease`, which times its first `link`
     /// seconds (the whole TTL unless it is longer than the store's `max_lease`).
+    /// The lease carries `payload`, read after `seen` (see [`EtcdLeaseStore::payloads`]).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn claim_plan(
         &self,
         run: &RunId,
@@ -56,6 +58,7 @@ impl EtcdLeaseStore {
         ttl: Ttl,
         (lease, link): (i64, i64),
         seen: &Seen,
+        payload: Option<std::sync::Arc<[u8]>>,
         now: u64,
     ) -> Result<Plan<Lease>> {
         let rec = seen.live(run)?;
@@ -76,7 +79,8 @@ impl EtcdLeaseStore {
             ttl,
             StoreTime::from_micros(new.expires_at),
         )?
-        .with_attempt(new.attempts);
+        .with_attempt(new.attempts)
+        .with_payload(payload);
         let mut plan = self.plan(
             run.as_str(),
             seen,
@@ -89,6 +93,15 @@ impl EtcdLeaseStore {
             CompareOp::Equal,
             0,
         ));
+        if rec.payload {
+            // The payload handed out is the one still stored (the record compare already
+            // says so; this says it of the key too).
+            plan.compares.push(Compare::version(
+                self.keys.payload(run.as_str()),
+                CompareOp::Greater,
+                0,
+            ));
+        }
         Ok(plan)
     }
 
@@ -118,7 +131,8 @@ impl EtcdLeaseStore {
                 ttls[i],
                 StoreTime::from_micros(new.expires_at),
             )?
-            .with_attempt(lease.attempt());
+            .with_attempt(lease.attempt())
+            .with_payload(lease.payload_shared());
             Ok(self.plan(
                 run.as_str(),
                 seen,
@@ -206,17 +220,16 @@ impl EtcdLeaseStore {
             if claimable.is_empty() {
                 return Ok(Vec::new());
             }
-            let lease = self.grant(&[secs]).await?[0];
+            let items: Vec<(&RunId, &Seen)> = claimable
+                .iter()
+                .map(|&i| (&listed[i].1, &seen[i]))
+                .collect();
+            let want_secs = [secs];
+            let (granted, payloads) = tokio::join!(self.grant(&want_secs), self.payloads(&items));
+            let (lease, payloads) = (granted?[0], payloads?);
             let mut plans = Vec::with_capacity(claimable.len());
-            for &i in &claimable {
-                plans.push(self.claim_plan(
-                    &listed[i].1,
-                    worker,
-                    ttl,
-                    (lease, secs),
-                    &seen[i],
-                    now,
-                )?);
+            for ((run, item), payload) in items.into_iter().zip(payloads) {
+                plans.push(self.claim_plan(run, worker, ttl, (lease, secs), item, payload, now)?);
             }
             self.execute(plans).await
         };
@@ -346,8 +359,10 @@ impl EtcdLeaseStore {
                 return Err(refusal);
             }
             let link = self.link(secs);
-            let lease = self.grant(&[link]).await?[0];
-            let plan = self.claim_plan(run, worker, ttl, (lease, link), &seen, now)?;
+            let (links, items) = ([link], [(run, &seen)]);
+            let (granted, payload) = tokio::join!(self.grant(&links), self.payloads(&items));
+            let (lease, payload) = (granted?[0], payload?.pop().flatten());
+            let plan = self.claim_plan(run, worker, ttl, (lease, link), &seen, payload, now)?;
             if let Some(Some(claimed)) = self.execute(vec![plan]).await?.pop() {
                 return Ok(claimed);
             }

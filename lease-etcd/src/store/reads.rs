@@ -1,6 +1,7 @@
 //! Reads: records as etcd judges them, the journal, lists and counts.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{GetOptions, ResponseHeader, Txn, TxnOp, TxnOpResponse};
@@ -16,6 +17,58 @@ use super::{now_micros, state_of, EtcdLeaseStore, Seen, CHUNK, JOURNAL_PAGE};
 use crate::codec::{decode_entry, prefix_end, Rec};
 
 impl EtcdLeaseStore {
+    /// The payloads of `items` (`None` for a run whose record says it has none, which costs
+    /// no read): [`CHUNK`] runs per read, the reads sent together. A payload never changes
+    /// while its record stands (a purge rewrites the record, a create again too), so a payload
+    /// read after its record, under a write that compares that record unchanged, is the
+    /// record's own.
+    pub(super) async fn payloads(
+        &self,
+        items: &[(&RunId, &Seen)],
+    ) -> Result<Vec<Option<Arc<[u8]>>>> {
+        let wanted: Vec<usize> = (0..items.len())
+            .filter(|&i| items[i].1.rec.as_ref().is_some_and(|r| r.payload))
+            .collect();
+        let mut out = vec![None; items.len()];
+        if wanted.is_empty() {
+            return Ok(out);
+        }
+        let reads = wanted.chunks(CHUNK).map(|chunk| {
+            let ops = chunk
+                .iter()
+                .map(|&i| TxnOp::get(self.keys.payload(items[i].0.as_str()), None))
+                .collect::<Vec<_>>();
+            self.txn(Txn::new().and_then(ops))
+        });
+        let responses = futures_util::future::try_join_all(reads).await?;
+        let answers = responses.iter().flat_map(|r| r.op_responses());
+        for (&i, answer) in wanted.iter().zip(answers) {
+            if let TxnOpResponse::Get(get) = answer {
+                out[i] = get.kvs().first().map(|kv| Arc::from(kv.value()));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records with their payloads, as inspect returns them.
+    pub(super) async fn records_with_payloads(
+        &self,
+        runs: &[&RunId],
+        seen: &[Seen],
+        now: u64,
+    ) -> Result<Vec<Result<RunRecord>>> {
+        let items: Vec<(&RunId, &Seen)> = runs.iter().copied().zip(seen).collect();
+        let payloads = self.payloads(&items).await?;
+        Ok(items
+            .iter()
+            .zip(payloads)
+            .map(|((run, item), payload)| {
+                self.record(run, item, now)
+                    .map(|r| r.with_payload(payload.map(|p| p.to_vec())))
+            })
+            .collect())
+    }
+
     /// ahead of `now`, and one it has reached at or before it, whatever the clocks say.
     pub(super) fn record(&self, run: &RunId, seen: &Seen, now: u64) -> Result<RunRecord> {
         let rec = seen.live(run)?;
@@ -88,11 +141,7 @@ impl EtcdLeaseStore {
         let now = now_micros();
         let ids: Vec<&RunId> = runs.iter().collect();
         let seen = self.read(&ids).await?;
-        Ok(runs
-            .iter()
-            .zip(&seen)
-            .map(|(run, item)| self.record(run, item, now))
-            .collect())
+        self.records_with_payloads(&ids, &seen, now).await
     }
 
     pub(super) async fn list_runs(&self, filter: &ListFilter) -> Result<Vec<RunRecord>> {
