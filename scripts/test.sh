@@ -74,6 +74,8 @@ if [ $# -gt 0 ]; then
 else
   log "cargo test --workspace --exclude distribution --exclude lease-etcd"
   cargo test --workspace --exclude distribution --exclude lease-etcd
+  log "cargo test -p lease-core --features serde --test args (typed run arguments)"
+  cargo test -p lease-core --features serde --test args
   # etcd: the suite and the model on a private three-member cluster. Its scenarios mostly wait
   # out whole-second leases, so they run three at a time (more, and the three members on two
   # cores starve the heartbeat scenarios' margins); the fault tests (SIGKILL of the leader,

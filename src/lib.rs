@@ -17,8 +17,12 @@ pub use lease_core::{
     RunContext, RunCounts, RunId, RunRecord, RunScope, RunState, ScopeConfig, StoreTime,
     TickReport, Ttl, Worker, WorkerConfig, WorkerId, WorkerReport, MAX_BATCH,
     MAX_BATCH_PAYLOAD_BYTES, MAX_COUNT, MAX_ID_BYTES, MAX_LIST, MAX_PAYLOAD_BYTES, MAX_PURGE_AGE,
-    MAX_REASON_BYTES, MAX_RETRY_DELAY, MAX_START_DELAY,
+    MAX_REASON_BYTES, MAX_RETRY_DELAY, MAX_RUN_PAYLOAD_BYTES, MAX_START_DELAY,
 };
+
+/// Why a run's payload could not be read as a handler's arguments (the `serde` feature).
+#[cfg(feature = "serde")]
+pub use lease_core::ArgsError;
 
 /// Fault injection for tests of code built on the library: a store wrapper that hangs, fails
 /// or delays calls and their replies, as a network would.

@@ -52,7 +52,7 @@ enum Command {
     /// Show the guarantee: a partitioned worker's late write is rejected by fence. Runs on the
     /// embedded store unless --store names one.
     Demo,
-    /// Create a runnable run, claimable at once or after --delay.
+    /// Create a runnable run, claimable at once or after --delay, with an optional payload.
     Create {
         /// The run id.
         run: String,
@@ -60,6 +60,13 @@ enum Command {
         /// a unit, ms, s, m, h or d; at most 30 days). Waiting uses no attempt.
         #[arg(long, value_name = "AGE", value_parser = ops::parse_age)]
         delay: Option<Duration>,
+        /// The run's payload, as this text (at most 64 KiB; handed to each claim's handler,
+        /// never changed).
+        #[arg(long, value_name = "TEXT", conflicts_with = "payload_file")]
+        payload: Option<String>,
+        /// The run's payload, as the bytes of this file (`-`: standard input); at most 64 KiB.
+        #[arg(long, value_name = "FILE")]
+        payload_file: Option<std::path::PathBuf>,
         #[command(flatten)]
         json: JsonAlias,
     },
@@ -201,9 +208,18 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
     let config = cli.store.config()?;
     match cli.command {
         Command::Demo => unreachable!("answered before the store is required"),
-        Command::Create { run, delay, json } => {
-            let new =
+        Command::Create {
+            run,
+            delay,
+            payload,
+            payload_file,
+            json,
+        } => {
+            let mut new =
                 distribution::NewRun::new(run_id(&run)?).with_delay(delay.unwrap_or_default());
+            if let Some(bytes) = ops::payload_arg(payload, payload_file.as_deref())? {
+                new = new.with_payload(bytes);
+            }
             ops::create(&config, &new, format(out, &json)).await
         }
         Command::Inspect { run, json } => {

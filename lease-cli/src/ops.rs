@@ -17,6 +17,37 @@ pub(crate) async fn create(
     Ok(())
 }
 
+/// The payload `lease create` was given: `--payload TEXT` as its UTF-8 bytes, or the bytes of
+/// `--payload-file FILE` (`-`: standard input). A file is read up to one byte past the bound,
+/// so a huge one is refused without being loaded; the bound itself is checked with the rest of
+/// the run, before the store is contacted.
+pub(crate) fn payload_arg(
+    text: Option<String>,
+    file: Option<&std::path::Path>,
+) -> Result<Option<Vec<u8>>, Failure> {
+    use std::io::Read;
+    if let Some(text) = text {
+        return Ok(Some(text.into_bytes()));
+    }
+    let Some(path) = file else {
+        return Ok(None);
+    };
+    let limit = distribution::MAX_RUN_PAYLOAD_BYTES as u64 + 1;
+    let mut bytes = Vec::new();
+    let read = if path.as_os_str() == "-" {
+        std::io::stdin().lock().take(limit).read_to_end(&mut bytes)
+    } else {
+        std::fs::File::open(path).and_then(|f| f.take(limit).read_to_end(&mut bytes))
+    };
+    read.map_err(|e| {
+        crate::usage(format!(
+            "cannot read --payload-file {}: {e}",
+            path.display()
+        ))
+    })?;
+    Ok(Some(bytes))
+}
+
 /// A store for a read-only command: connecting runs no DDL (`migrate=false`), and a Postgres
 /// schema without this release's migrations is refused, naming `lease migrate`.
 async fn read_only(

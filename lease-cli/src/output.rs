@@ -27,8 +27,28 @@ pub(crate) struct RecordView {
     failure: Option<String>,
     /// Why the run ended: a failed run's reason, or the reason given to cancel it.
     reason: Option<String>,
+    /// The run's payload as text, when it is UTF-8 (`inspect`; null otherwise).
+    payload: Option<String>,
+    /// The run's payload in lower-case hex, when it is not UTF-8.
+    payload_hex: Option<String>,
+    /// The payload's size in bytes (null: the run has no payload, or the command does not
+    /// read it: `list`).
+    payload_bytes: Option<usize>,
     /// The store's clock when read, microseconds.
     observed_at_us: u64,
+}
+
+/// A payload as the CLI shows it: `(text, hex)`, one of them set.
+fn shown_payload(payload: Option<&[u8]>) -> (Option<String>, Option<String>) {
+    match payload.map(std::str::from_utf8) {
+        None => (None, None),
+        Some(Ok(text)) => (Some(text.to_owned()), None),
+        Some(Err(_)) => (None, Some(hex(payload.unwrap_or_default()))),
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl From<&RunRecord> for RecordView {
@@ -51,6 +71,9 @@ impl From<&RunRecord> for RecordView {
                 .map(|t| (t.as_micros() as i64 - observed) / 1000),
             failure: r.failure.clone().filter(|_| r.state == RunState::Failed),
             reason: r.failure.clone(),
+            payload: shown_payload(r.payload.as_deref()).0,
+            payload_hex: shown_payload(r.payload.as_deref()).1,
+            payload_bytes: r.payload.as_ref().map(Vec::len),
             observed_at_us: r.observed_at.as_micros(),
         }
     }
@@ -79,8 +102,22 @@ pub(crate) fn print_record(record: &RunRecord, format: Format) {
             // A closed stdout (`| head`) ends the output early; nothing else is left to do.
             let _ = stream
                 .page(&mut out, std::slice::from_ref(record))
-                .and_then(|()| stream.finish(&mut out));
+                .and_then(|()| stream.finish(&mut out))
+                .and_then(|()| payload_line(&mut out, record.payload.as_deref()));
         }
+    }
+}
+
+/// The payload under a single record's table: its size, then the text quoted with control
+/// characters escaped (so a payload cannot drive the terminal), or hex when not UTF-8.
+fn payload_line(out: &mut impl Write, payload: Option<&[u8]>) -> io::Result<()> {
+    let Some(bytes) = payload else {
+        return Ok(());
+    };
+    match shown_payload(Some(bytes)) {
+        (Some(text), _) => writeln!(out, "payload ({} bytes): {text:?}", bytes.len()),
+        (_, Some(hex)) => writeln!(out, "payload ({} bytes, hex): {hex}", bytes.len()),
+        _ => Ok(()),
     }
 }
 

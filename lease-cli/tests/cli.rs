@@ -930,6 +930,78 @@ fn lease_journal_prints_each_entry_with_its_fence() {
     assert_exit(&with(&["journal", "missing"]), NOT_FOUND);
 }
 
+/// `lease create --payload TEXT` and `--payload-file FILE|-` store the bytes exactly; `lease
+/// inspect` shows them (`payload` when UTF-8, `payload_hex` when not; the table line escapes
+/// control characters); a claim hands them to the worker. Over 64 KiB, or both flags, is
+/// refused before the store with exit 2, and nothing is created.
+#[test]
+fn lease_create_takes_a_payload_and_inspect_shows_it() {
+    let Some((_server, url)) = postgres() else {
+        return;
+    };
+    let base = ["--store", url.as_str(), "--namespace", "cli_payload"];
+    let with = |args: &[&str]| lease(&[&base[..], args].concat());
+    let out = with(&[
+        "create",
+        "charge-1",
+        "--payload",
+        r#"{"amount":12}"#,
+        "-o",
+        "json",
+    ]);
+    assert_exit(&out, 0);
+    let record: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(record["payload"], r#"{"amount":12}"#, "{record}");
+    assert_eq!(record["payload_bytes"], 13);
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("payload.bin");
+    std::fs::write(&file, b"\x1b[31m\xff\x00").unwrap();
+    let path = file.to_str().unwrap();
+    assert_exit(&with(&["create", "charge-2", "--payload-file", path]), 0);
+    let record: serde_json::Value =
+        serde_json::from_str(&stdout(&with(&["inspect", "charge-2", "-o", "json"]))).unwrap();
+    assert_eq!(
+        (&record["payload"], &record["payload_hex"]),
+        (
+            &serde_json::Value::Null,
+            &serde_json::json!("1b5b33316dff00")
+        )
+    );
+    std::fs::write(&file, b"line\tone\x1b[2J").unwrap();
+    assert_exit(&with(&["create", "charge-3", "--payload-file", path]), 0);
+    let table = stdout(&with(&["inspect", "charge-3"]));
+    assert!(
+        table.contains(r#"payload (12 bytes): "line\tone\u{1b}[2J""#),
+        "{table}"
+    );
+    let (rt, store) = admin(&url, "cli_payload");
+    let lease = rt
+        .block_on(store.claim(&id("charge-3"), &worker("w"), ttl(60_000)))
+        .unwrap();
+    assert_eq!(lease.payload(), Some(&b"line\tone\x1b[2J"[..]));
+
+    std::fs::write(&file, vec![b'x'; distribution::MAX_RUN_PAYLOAD_BYTES + 1]).unwrap();
+    let out = with(&["create", "charge-4", "--payload-file", path]);
+    assert_exit(&out, USAGE);
+    assert_eq!(
+        stderr(&out).trim(),
+        "lease: run payload of 65537 bytes is over the maximum of 65536 bytes"
+    );
+    assert_exit(
+        &with(&[
+            "create",
+            "charge-4",
+            "--payload",
+            "a",
+            "--payload-file",
+            path,
+        ]),
+        USAGE,
+    );
+    assert_exit(&with(&["inspect", "charge-4"]), NOT_FOUND);
+}
+
 /// `lease completions bash` prints a bash completion script for `lease` and its commands.
 #[test]
 fn completions_print_a_script_for_the_shell() {

@@ -127,50 +127,71 @@ async fn a_cancel_racing_end_in_lets_exactly_one_commit() {
     assert_eq!(completed + cancelled, 1_000);
 }
 
-/// A delayed run enqueued in the caller's transaction: gone with a rollback; after the commit,
-/// runnable, not claimable before its delay (`Delayed`, and `claim_next` passes it by), while
-/// the undelayed run of the same batch is handed out at once.
+/// A delayed run with a payload enqueued in the caller's transaction: gone with a rollback,
+/// payload and all; after the commit, runnable with the committed payload, not claimable before
+/// its delay (`Delayed`, and `claim_next` passes it by), while the undelayed run of the same
+/// batch is handed out at once with its own payload.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_scheduled_in_a_transaction_exist_only_if_it_commits_and_wait_their_delay() {
     let Some(url) = postgres_url().await else {
         return;
     };
-    let store = PostgresLeaseStore::connect(
-        PostgresConfig::from_url(url).with_schema(unique_namespace("schedule_in_tx")),
-    )
-    .await
-    .unwrap();
+    let schema = unique_namespace("schedule_in_tx");
+    let store = PostgresLeaseStore::connect(PostgresConfig::from_url(url).with_schema(&schema))
+        .await
+        .unwrap();
+    let payload_rows = || async {
+        sqlx::query_scalar::<_, i64>(&format!("SELECT count(*) FROM {schema}.run_payloads"))
+            .fetch_one(store.pool())
+            .await
+            .unwrap()
+    };
     let later = RunId::new("invoice-later").unwrap();
     let now = RunId::new("invoice-now").unwrap();
     let hour = Duration::from_secs(3600);
 
     let mut tx = store.pool().begin().await.unwrap();
     let record = store
-        .create_with_in(&mut tx, &NewRun::new(later.clone()).with_delay(hour))
+        .create_with_in(
+            &mut tx,
+            &NewRun::new(later.clone())
+                .with_delay(hour)
+                .with_payload(b"rolled back".to_vec()),
+        )
         .await
         .unwrap();
     assert!(record.not_before.is_some(), "{record:?}");
+    assert_eq!(record.payload.as_deref(), Some(&b"rolled back"[..]));
     tx.rollback().await.unwrap();
     assert!(matches!(
         store.inspect(&later).await,
         Err(Error::NotFound { .. })
     ));
+    assert_eq!(
+        payload_rows().await,
+        0,
+        "the payload went with the rollback"
+    );
 
     let mut tx = store.pool().begin().await.unwrap();
     let created = store
         .create_many_with_in(
             &mut tx,
             &[
-                NewRun::new(later.clone()).with_delay(hour),
-                NewRun::new(now.clone()),
+                NewRun::new(later.clone())
+                    .with_delay(hour)
+                    .with_payload(b"kept".to_vec()),
+                NewRun::new(now.clone()).with_payload(b"now".to_vec()),
             ],
         )
         .await
         .unwrap();
     assert!(created.iter().all(Result::is_ok), "{created:?}");
     tx.commit().await.unwrap();
+    assert_eq!(payload_rows().await, 2);
 
     let record = store.inspect(&later).await.unwrap();
+    assert_eq!(record.payload.as_deref(), Some(&b"kept"[..]));
     let left = record
         .not_before
         .expect("a delayed run says when it is claimable")
@@ -190,4 +211,5 @@ async fn runs_scheduled_in_a_transaction_exist_only_if_it_commits_and_wait_their
         handed.iter().map(|l| l.run().clone()).collect::<Vec<_>>(),
         [now]
     );
+    assert_eq!(handed[0].payload(), Some(&b"now"[..]));
 }
