@@ -14,10 +14,11 @@ pub use lease_core::{
     End, EndReport, Ended, Ending, Error, Fence, Handler, HandlerFuture, HeartbeatStats,
     Heartbeats, IdempotencyKey, Instrumented, InvalidInput, JournalEntry, Lease, LeaseStore,
     LeaseStoreExt, ListFilter, MemoryLeaseStore, MemoryTransaction, NewRun, Result, RetryPolicy,
-    RunContext, RunCounts, RunId, RunRecord, RunScope, RunState, ScopeConfig, StoreTime,
-    TickReport, Ttl, Worker, WorkerConfig, WorkerId, WorkerReport, MAX_BATCH,
-    MAX_BATCH_PAYLOAD_BYTES, MAX_COUNT, MAX_ID_BYTES, MAX_LIST, MAX_PAYLOAD_BYTES, MAX_PURGE_AGE,
-    MAX_REASON_BYTES, MAX_RETRY_DELAY, MAX_RUN_PAYLOAD_BYTES, MAX_START_DELAY,
+    RunContext, RunCounts, RunId, RunRecord, RunScope, RunState, Schedule, Scheduler,
+    SchedulerReport, ScopeConfig, StoreTime, TickReport, Ttl, Worker, WorkerConfig, WorkerId,
+    WorkerReport, MAX_BATCH, MAX_BATCH_PAYLOAD_BYTES, MAX_COUNT, MAX_ID_BYTES, MAX_LIST,
+    MAX_PAYLOAD_BYTES, MAX_PURGE_AGE, MAX_REASON_BYTES, MAX_RETRY_DELAY, MAX_RUN_PAYLOAD_BYTES,
+    MAX_START_DELAY,
 };
 
 /// Why a run's payload could not be read as a handler's arguments (the `serde` feature).

@@ -65,6 +65,10 @@ pub(crate) struct BenchArgs {
     /// Worker instance counts of the worker rows.
     #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
     worker_counts: Vec<usize>,
+    /// Payload bytes each run of the worker rows is created with, which each handler reads
+    /// and checks (0: none).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    worker_payload: usize,
     /// Runs held by the worker that shuts down in the handover test.
     #[arg(long, value_name = "N", default_value_t = 100)]
     handover_runs: usize,
@@ -517,7 +521,16 @@ pub(crate) async fn run(config: &Config, args: BenchArgs) -> Result<(), Failure>
                 .worker_jobs
                 .unwrap_or(if args.quick { 5_000 } else { 20_000 });
             eprintln!("bench: {backend} Worker runtime, {jobs} jobs");
-            extras.push(worker::throughput(target, jobs, &args.worker_counts, args.quick).await?);
+            extras.push(
+                worker::throughput(
+                    target,
+                    jobs,
+                    &args.worker_counts,
+                    args.worker_payload,
+                    args.quick,
+                )
+                .await?,
+            );
             eprintln!("bench: {backend} Worker graceful handover");
             extras.push(worker::handover(target, args.handover_runs).await?);
             // The durable server (if one was started) stops here.

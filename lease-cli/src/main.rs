@@ -14,6 +14,7 @@ mod demo;
 mod ops;
 mod output;
 mod run;
+mod schedule;
 
 #[derive(Parser)]
 #[command(
@@ -158,6 +159,11 @@ enum Command {
     /// runs, and stop it (SIGTERM, then SIGKILL after --kill-after-ms) before the lease can
     /// expire on the store's clock if the lease is lost. Exits with the command's code.
     Run(run::RunArgs),
+    /// Enqueue one run per tick of a schedule, NAME@UNIX_SECONDS, while this process holds
+    /// the schedule's lease (in the namespace NAMESPACE_schedules); start one on each of
+    /// several hosts and they take turns, each tick enqueued once. Runs until SIGINT or
+    /// SIGTERM, then hands the lease over.
+    Schedule(schedule::ScheduleArgs),
     /// Print a shell completion script (for example `lease completions bash >
     /// /etc/bash_completion.d/lease`).
     Completions {
@@ -255,6 +261,10 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         } => ops::purge(&config, older_than, dry_run, format(out, &json)).await,
         Command::Migrate => ops::migrate(&config, out).await,
         Command::EtcdRebind => ops::etcd_rebind(&config, out).await,
+        Command::Schedule(args) => {
+            text_only("schedule", out)?;
+            return schedule::schedule(&config, args).await.map(|()| 0);
+        }
         Command::Run(args) => {
             text_only("run", out)?;
             return run::run(&config, args).await;

@@ -103,7 +103,7 @@ fn timing(
 }
 
 /// This host's name and the process id, the default lease owner.
-fn default_worker() -> String {
+pub(crate) fn default_worker() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())

@@ -534,6 +534,14 @@ pub enum InvalidInput {
         /// The maximum.
         max: Duration,
     },
+    /// A [`Schedule`](crate::Schedule) or [`Scheduler`](crate::Scheduler) setting that cannot
+    /// work: an interval that is not a whole number of seconds, a cron expression that does
+    /// not parse, a name too long for its tick ids.
+    #[error("bad schedule: {reason}")]
+    Schedule {
+        /// Why.
+        reason: String,
+    },
     /// A run's payload ([`NewRun::with_payload`](crate::NewRun::with_payload)) over
     /// [`MAX_RUN_PAYLOAD_BYTES`](crate::MAX_RUN_PAYLOAD_BYTES).
     #[error("run payload of {len} bytes is over the maximum of {max} bytes")]

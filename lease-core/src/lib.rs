@@ -42,6 +42,7 @@ mod memory;
 mod new_run;
 pub mod observe;
 mod redact;
+mod schedule;
 mod scope;
 mod store;
 mod types;
@@ -55,6 +56,7 @@ pub use memory::{MemoryLeaseStore, MemoryTransaction};
 pub use new_run::{NewRun, MAX_START_DELAY};
 pub use observe::Instrumented;
 pub use redact::{redact_url, REDACTED, UNPARSEABLE_URL};
+pub use schedule::{Schedule, Scheduler, SchedulerReport, MAX_INTERVAL, MAX_SCHEDULE_NAME_BYTES};
 pub use scope::{min_margin, CancelReason, RunScope, ScopeConfig};
 pub use store::{LeaseStore, LeaseStoreExt};
 pub use types::{

@@ -3,7 +3,7 @@
 -- ARGV[1]: encoded run id; ARGV[2]: worker id; ARGV[3]: TTL in milliseconds
 -- Returns: {'none'}; {'refused', state, owner, expiry, fence, now}; or {'ok', fence, expiry,
 -- attempts, payload} (every claim counts against the attempt budget; a voluntary end gives it
--- back; the payload as common.lua's payload_of gives it: '' for none, else '=' and its bytes)
+-- back; the payload: its bytes, or nil for none)
 -- A hot script, run without the common.lua prelude (whose helpers every call would build
 -- again): it reads and writes the record format common.lua describes; keep them in step.
 local v = redis.call('HGET', KEYS[1], ARGV[1])
@@ -43,5 +43,5 @@ if f == '9223372036854775807' then
 else
   redis.call('ZADD', KEYS[2], expires, m)
 end
-local p = redis.call('HGET', KEYS[4], ARGV[1])
-return { 'ok', f, expires, tostring(redis.call('HINCRBY', KEYS[3], ARGV[1], 1)), p and ('=' .. p) or '' }
+-- The payload: its bytes, or false (a nil reply) for none.
+return { 'ok', f, expires, tostring(redis.call('HINCRBY', KEYS[3], ARGV[1], 1)), redis.call('HGET', KEYS[4], ARGV[1]) }

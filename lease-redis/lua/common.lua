@@ -100,17 +100,14 @@ local function record(r, failures, attempts)
   return { r.s, r.o, r.e, r.f, r.h, reason, redis.call('HGET', attempts, r.id) or '0' }
 end
 
--- A run's payload as a reply element: '' for none, else '=' followed by its bytes (so an
--- empty payload is '=' and stays apart from none).
+-- A run's payload as a reply element: its bytes, or false (a nil reply) for none, so an empty
+-- payload stays apart from none and the bytes are not copied once more.
 local function payload_of(payloads, id)
-  local p = redis.call('HGET', payloads, id)
-  if p then
-    return '=' .. p
-  end
-  return ''
+  return redis.call('HGET', payloads, id)
 end
 
--- Stores a created run's payload, given as payload_of says ('' for none).
+-- Stores a created run's payload, given as the create's argument: '' for none, else '='
+-- followed by its bytes.
 local function store_payload(payloads, id, marked)
   if #marked > 0 then
     redis.call('HSET', payloads, id, string.sub(marked, 2))

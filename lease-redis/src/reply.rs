@@ -74,13 +74,12 @@ impl Reply {
         self.time(i).map(Some)
     }
 
-    /// A payload element as common.lua's `payload_of` writes it: `''` for none, else `'='`
-    /// followed by the bytes.
+    /// A payload element as common.lua's `payload_of` writes it: its bytes, or nil for none.
     pub(crate) fn payload(&self, i: usize) -> Result<Option<Arc<[u8]>>, RedisError> {
-        match self.bytes(i)? {
-            [] => Ok(None),
-            [b'=', rest @ ..] => Ok(Some(Arc::from(rest))),
-            _ => Err(self.bad(format!("element {i}: not a payload"))),
+        match self.items.get(i) {
+            Some(Value::Nil) => Ok(None),
+            Some(Value::BulkString(bytes)) => Ok(Some(Arc::from(bytes.as_slice()))),
+            other => Err(self.bad(format!("element {i}: expected a payload, got {other:?}"))),
         }
     }
 

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distribution::{
-    BoxError, CancellationToken, End, LeaseStore, RunContext, RunId, RunState, Ttl, Worker,
+    BoxError, CancellationToken, End, LeaseStore, NewRun, RunContext, RunId, RunState, Ttl, Worker,
     WorkerConfig, WorkerId, WorkerReport, MAX_BATCH,
 };
 use serde_json::{json, Value};
@@ -98,13 +98,29 @@ async fn durability(target: &Target) -> Result<String, BenchError> {
 }
 
 async fn create_backlog(lib: &Arc<dyn LeaseStore>, names: &[RunId]) -> Result<(), BenchError> {
+    create_backlog_with(lib, names, 0).await
+}
+
+/// The backlog, each run created with `payload` bytes (0: none).
+async fn create_backlog_with(
+    lib: &Arc<dyn LeaseStore>,
+    names: &[RunId],
+    payload: usize,
+) -> Result<(), BenchError> {
     let mut tasks = Vec::new();
     for (t, chunk) in names.chunks(MAX_BATCH).enumerate() {
-        let (lib, chunk) = (lib.clone(), chunk.to_vec());
+        let lib = lib.clone();
+        let chunk: Vec<NewRun> = chunk
+            .iter()
+            .map(|run| match payload {
+                0 => NewRun::new(run.clone()),
+                n => NewRun::new(run.clone()).with_payload(vec![b'p'; n]),
+            })
+            .collect();
         tasks.push((
             t,
             tokio::spawn(async move {
-                for result in lib.create_many(&chunk).await? {
+                for result in lib.create_many_with(&chunk).await? {
                     result?;
                 }
                 Ok::<(), BenchError>(())
@@ -127,19 +143,21 @@ fn effect(run: &RunId, fence: u64) -> Vec<u8> {
     format!("effect of {run} under fence {fence}").into_bytes()
 }
 
-/// `workers` Worker instances drain `jobs` runs; returns the row, validated.
+/// `workers` Worker instances drain `jobs` runs, each created with `payload` bytes that its
+/// handler checks; returns the row, validated.
 async fn drain(
     target: &Target,
     workers: usize,
     setting: Setting,
     jobs: usize,
+    payload: usize,
 ) -> Result<Value, BenchError> {
     let ns = target.namespace("worker");
     let lib = target.lib(&ns).await?;
     let names: Vec<RunId> = (0..jobs)
         .map(|i| RunId::new(format!("job-{i:07}")))
         .collect::<Result<_, _>>()?;
-    create_backlog(&lib, &names).await?;
+    create_backlog_with(&lib, &names, payload).await?;
 
     let completed = Arc::new(AtomicU64::new(0));
     let all_done = Arc::new(Notify::new());
@@ -166,7 +184,11 @@ async fn drain(
         tasks.push(tokio::spawn(async move {
             worker
                 .run(
-                    |ctx: RunContext| async move {
+                    move |ctx: RunContext| async move {
+                        let got = ctx.payload().map_or(0, <[u8]>::len);
+                        if got != payload {
+                            return Err(format!("payload of {got} bytes, not {payload}").into());
+                        }
                         Ok::<_, BoxError>(End::CompleteWith(effect(ctx.run(), ctx.fence().get())))
                     },
                     shutdown,
@@ -202,6 +224,7 @@ async fn drain(
         "workers": workers,
         "setting": setting.json(),
         "jobs": jobs,
+        "payload_bytes": payload,
         "secs": secs,
         "jobs_per_s": jobs as f64 / secs,
         "claimed": claimed,
@@ -287,6 +310,7 @@ pub(super) async fn throughput(
     target: &Target,
     jobs: usize,
     counts: &[usize],
+    payload: usize,
     quick: bool,
 ) -> Result<Value, BenchError> {
     let durable = durability(target).await?;
@@ -298,7 +322,7 @@ pub(super) async fn throughput(
             "bench: {} worker setting {setting:?}, 4 instances, {trial_jobs} jobs",
             target.kind.name()
         );
-        let row = drain(target, 4, setting, trial_jobs).await?;
+        let row = drain(target, 4, setting, trial_jobs, 0).await?;
         let rate = row["jobs_per_s"].as_f64().unwrap_or(0.0);
         if best.is_none_or(|(b, _)| rate > b) {
             best = Some((rate, setting));
@@ -312,13 +336,30 @@ pub(super) async fn throughput(
             "bench: {} {workers} workers drain {jobs} jobs",
             target.kind.name()
         );
-        rows.push(drain(target, workers, setting, jobs).await?);
+        let plain = drain(target, workers, setting, jobs, 0).await?;
+        if payload > 0 {
+            // The same drain with payloads, right after: the ratio is of one run.
+            eprintln!(
+                "bench: {} {workers} workers drain {jobs} jobs of {payload} payload bytes",
+                target.kind.name()
+            );
+            let with = drain(target, workers, setting, jobs, payload).await?;
+            let ratio = with["jobs_per_s"].as_f64().unwrap_or(0.0)
+                / plain["jobs_per_s"].as_f64().unwrap_or(f64::INFINITY);
+            rows.push(
+                json!({"workers": workers, "plain": plain, "with_payload": with,
+                "payload_over_plain": ratio}),
+            );
+        } else {
+            rows.push(plain);
+        }
     }
     Ok(json!({
         "part": "worker",
         "backend": target.kind.name(),
         "durability": durable,
         "ttl_s": TTL_S,
+        "payload_bytes": payload,
         "trials": trials,
         "best_setting": setting.json(),
         "rows": rows,
