@@ -209,6 +209,14 @@ impl MemoryLeaseStore {
             .then(|| slot.claimable_at - now)
     }
 
+    /// Leaves the slot unowned as of `now` (claimable from then if runnable; for an ended run,
+    /// when it ended: retention's age), as force-release and cancel do.
+    fn unown(slot: &mut Slot, now: Instant) {
+        slot.owner = None;
+        slot.expires_at = None;
+        slot.claimable_at = now;
+    }
+
     fn lease(&self, run: &RunId, slot: &Slot, ttl: Ttl) -> Lease {
         let owner = slot.owner.clone().expect("a leased slot has an owner");
         let expires_at = self.store_time(slot.expires_at.expect("a leased slot has an expiry"));
@@ -650,9 +658,7 @@ impl LeaseStore for MemoryLeaseStore {
             RunState::Cancelled => return Err(Error::Cancelled { run: run.clone() }),
             RunState::Runnable => {}
         }
-        slot.owner = None;
-        slot.expires_at = None;
-        slot.claimable_at = now;
+        Self::unown(slot, now);
         Ok(self.record(run, slot, now))
     }
 
@@ -669,11 +675,8 @@ impl LeaseStore for MemoryLeaseStore {
             RunState::Cancelled => {}
             RunState::Runnable | RunState::Suspended | RunState::Failed => {
                 slot.state = RunState::Cancelled;
-                slot.owner = None;
-                slot.expires_at = None;
                 slot.failure = Some(reason.to_owned());
-                // When it ended (retention's age).
-                slot.claimable_at = now;
+                Self::unown(slot, now);
             }
         }
         Ok(self.record(run, slot, now))

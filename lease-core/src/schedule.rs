@@ -339,7 +339,11 @@ impl Scheduler {
                 scope.cancelled().await;
                 return;
             };
-            let wait = Duration::from_secs(next.saturating_sub(now)).saturating_sub(subsec());
+            // To the start of the tick's second (at least a millisecond: no spinning while the
+            // clock is still in the second before it).
+            let wait = Duration::from_secs(next.saturating_sub(now))
+                .saturating_sub(subsec())
+                .max(Duration::from_millis(1));
             if shutdown.is_cancelled() || sleep_or_stop(scope, wait).await {
                 return;
             }

@@ -51,6 +51,9 @@ macro_rules! lua {
     };
 }
 
+/// `claim_next.lua`'s examination budget, as the adapter passes it (`CLAIM_NEXT_SCAN`).
+const CLAIM_NEXT_SCAN: usize = 128;
+
 /// The scripts of `lease-redis/lua`, prefixed by `common.lua` as the adapter does.
 pub(crate) struct RedisScripts {
     create: Script,
@@ -246,6 +249,8 @@ impl Raw {
                     .claim
                     .key(format!("{tag}:runs"))
                     .key(format!("{tag}:claimable"))
+                    .key(format!("{tag}:attempts"))
+                    .key(format!("{tag}:payload"))
                     .arg(hex(run))
                     .arg(worker)
                     .arg(ttl_ms)
@@ -288,14 +293,20 @@ impl Raw {
                     .claim_next
                     .key(format!("{tag}:runs"))
                     .key(format!("{tag}:claimable"))
+                    .key(format!("{tag}:attempts"))
+                    .key(format!("{tag}:payload"))
                     .arg(worker)
                     .arg(ttl_ms)
                     .arg(max)
+                    .arg(CLAIM_NEXT_SCAN)
                     .invoke_async(&mut conn.clone())
                     .await?;
+                // A flag (more to examine), then id, fence, expiry, attempts, payload per run.
                 let items = items(reply)?;
                 items
-                    .chunks(3)
+                    .get(1..)
+                    .unwrap_or_default()
+                    .chunks(5)
                     .map(|t| Ok((unhex(text(&t[0])?)?, int(&t[1])?)))
                     .collect()
             }
@@ -345,6 +356,7 @@ impl Raw {
             }
             Raw::Redis { conn, tag, scripts } => {
                 let mut call = scripts.renew.key(format!("{tag}:runs"));
+                call.key(format!("{tag}:claimable"));
                 for (run, fence, ttl) in leases {
                     call.arg(hex(run)).arg(*fence).arg(*ttl);
                 }
@@ -416,15 +428,29 @@ impl Raw {
             return Err(BenchError::wrong("fenced.lua on a Postgres target"));
         };
         let id = hex(run);
+        // A call id unique to this call, as the adapter's: the key of its resend record.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let call = format!(
+            "raw-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
         let reply: Value = scripts
             .fenced
             .key(format!("{tag}:runs"))
             .key(format!("{tag}:j:{id}"))
             .key(format!("{tag}:claimable"))
+            .key(format!("{tag}:k:{id}"))
+            .key(format!("{tag}:c:{call}"))
+            .key(format!("{tag}:ended"))
+            .key(format!("{tag}:suspended"))
+            .key(format!("{tag}:attempts"))
             .arg(op)
             .arg(&id)
             .arg(fence)
             .arg(payload)
+            .arg(&call)
+            .arg(60_000)
             .invoke_async(&mut conn.clone())
             .await?;
         ok(op, reply)
@@ -461,8 +487,10 @@ impl Raw {
                                 .key(format!("{tag}:tomb"))
                                 .key(format!("{tag}:attempts"))
                                 .key(format!("{tag}:delayed"))
+                                .key(format!("{tag}:payload"))
                                 .arg(&id)
                                 .arg(0)
+                                .arg("")
                                 .invoke_async(&mut conn)
                                 .await?;
                             ok("create", reply)?;

@@ -148,23 +148,35 @@ impl EtcdLeaseStore {
                 RunState::Cancelled => return Err(Error::Cancelled { run: run.clone() }),
                 _ => {}
             }
-            let mut new = rec.clone();
-            new.owner = None;
-            new.expires_at = 0;
-            new.not_before = 0;
-            new.rest = 0;
-            new.since = now;
-            let after = Seen::of(new.clone(), seen.rev, None);
-            let out = self.record(run, &after, now)?;
-            Ok(self.plan(
-                run.as_str(),
-                seen,
-                &new,
-                self.delete_block(run.as_str()).to_vec(),
-                out,
-            ))
+            self.unowned_plan(run, seen, rec.clone(), now)
         })
         .await
+    }
+
+    /// The write of `new` as an unowned record (no lease, no delay, no link left; its index
+    /// position now) with the block deleted, answering the record as written: what
+    /// force-release and cancel both leave.
+    fn unowned_plan(
+        &self,
+        run: &RunId,
+        seen: &Seen,
+        mut new: Rec,
+        now: u64,
+    ) -> Result<Plan<RunRecord>> {
+        new.owner = None;
+        new.expires_at = 0;
+        new.not_before = 0;
+        new.rest = 0;
+        new.since = now; // for an ended run, when it ended: retention's age
+        let after = Seen::of(new.clone(), seen.rev, None);
+        let out = self.record(run, &after, now)?;
+        Ok(self.plan(
+            run.as_str(),
+            seen,
+            &new,
+            self.delete_block(run.as_str()).to_vec(),
+            out,
+        ))
     }
 
     /// Cancels in one conditional write: the record rewritten (its state entries moved, its
@@ -190,21 +202,8 @@ impl EtcdLeaseStore {
             }
             let mut new = rec.clone();
             new.state = Some(RunState::Cancelled);
-            new.owner = None;
-            new.expires_at = 0;
-            new.not_before = 0;
-            new.rest = 0;
             new.failure = Some(reason.to_owned());
-            new.since = now; // when it ended: retention's age
-            let after = Seen::of(new.clone(), seen.rev, None);
-            let out = self.record(run, &after, now)?;
-            Ok(self.plan(
-                run.as_str(),
-                seen,
-                &new,
-                self.delete_block(run.as_str()).to_vec(),
-                out,
-            ))
+            self.unowned_plan(run, seen, new, now)
         })
         .await
     }
