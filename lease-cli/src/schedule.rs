@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use distribution::{connect, CancellationToken, Config, Schedule, Scheduler, WorkerId};
+use distribution::{connect, Backend, CancellationToken, Config, Schedule, Scheduler, WorkerId};
 use lease_cli::{exit, usage, Failure};
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -45,11 +45,26 @@ fn lease_namespace(config: &Config) -> String {
 
 /// Runs the scheduler until SIGINT or SIGTERM, then releases the lease and exits 0.
 pub(crate) async fn schedule(config: &Config, args: ScheduleArgs) -> Result<(), Failure> {
+    if config.backend()? == Backend::Memory {
+        return Err(usage(
+            "lease schedule enqueues runs for workers on other hosts and takes turns with the \
+             schedulers there through a store they all share; memory: lives inside this one \
+             process: name a shared store with --store or LEASE_STORE (postgres://, redis:// or \
+             etcd://)",
+        ));
+    }
     let schedule = match (&args.every, &args.cron) {
         (Some(every), _) => Schedule::every(*every)?,
         (None, Some(expr)) => Schedule::cron(expr)?,
         (None, None) => return Err(usage("give --every AGE or --cron EXPR")),
     };
+    Scheduler::check_name(&args.name)?;
+    if let Some(payload) = &args.payload {
+        // Refused before connecting, as `lease create` does.
+        distribution::NewRun::new(lease_cli::run_id(&args.name)?)
+            .with_payload(payload.as_bytes().to_vec())
+            .check()?;
+    }
     let worker = WorkerId::new(args.id.clone().unwrap_or_else(crate::run::default_worker))?;
     let ttl = config.ttl;
     let runs = connect(config).await?;

@@ -1002,6 +1002,70 @@ fn lease_create_takes_a_payload_and_inspect_shows_it() {
     assert_exit(&with(&["inspect", "charge-4"]), NOT_FOUND);
 }
 
+/// `lease schedule` refuses what cannot work before it touches a store, with exit 2 and the
+/// reason: an interval that is not whole seconds, a cron expression that does not parse, both
+/// or neither, a name too long for its tick ids, and `memory:` (a private store no other
+/// scheduler or worker shares).
+#[test]
+fn lease_schedule_refuses_bad_schedules_and_the_memory_store() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--every", "1500ms"],
+            "interval 1.5s must be a whole number of seconds",
+        ),
+        (
+            &["--every", "0s"],
+            "interval 0ns must be a whole number of seconds",
+        ),
+        (&["--cron", "61 * * * *"], "cron expression \"61 * * * *\""),
+        (
+            &["--every", "1s", "--cron", "* * * * *"],
+            "cannot be used with",
+        ),
+        (&[], "--every <AGE>"),
+    ];
+    let redis = "redis://127.0.0.1:1"; // never reached: each is refused first
+    for (flags, says) in cases {
+        let mut args = vec!["--store", redis, "schedule", "nightly"];
+        args.extend_from_slice(flags);
+        let out = lease(&args);
+        assert_exit(&out, USAGE);
+        assert!(stderr(&out).contains(says), "{flags:?}: {}", stderr(&out));
+    }
+    let long = "n".repeat(240);
+    let out = lease(&["--store", redis, "schedule", &long, "--every", "1s"]);
+    assert_exit(&out, USAGE);
+    assert!(
+        stderr(&out).contains("schedule name of 240 bytes is over the maximum of 234"),
+        "{}",
+        stderr(&out)
+    );
+    let big = "x".repeat(distribution::MAX_RUN_PAYLOAD_BYTES + 1);
+    let out = lease(&[
+        "--store",
+        redis,
+        "schedule",
+        "nightly",
+        "--every",
+        "1s",
+        "--payload",
+        &big,
+    ]);
+    assert_exit(&out, USAGE);
+    assert!(
+        stderr(&out).contains("run payload of 65537 bytes"),
+        "{}",
+        stderr(&out)
+    );
+    let out = lease(&["--store", "memory:", "schedule", "nightly", "--every", "1s"]);
+    assert_exit(&out, USAGE);
+    assert!(
+        stderr(&out).contains("memory: lives inside this one"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 /// `lease completions bash` prints a bash completion script for `lease` and its commands.
 #[test]
 fn completions_print_a_script_for_the_shell() {

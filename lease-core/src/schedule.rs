@@ -178,15 +178,7 @@ impl Scheduler {
         worker: WorkerId,
         ttl: Ttl,
     ) -> Result<Scheduler, InvalidInput> {
-        RunId::new(name)?;
-        if name.len() > MAX_SCHEDULE_NAME_BYTES {
-            return Err(InvalidInput::Schedule {
-                reason: format!(
-                    "schedule name of {} bytes is over the maximum of {MAX_SCHEDULE_NAME_BYTES}",
-                    name.len()
-                ),
-            });
-        }
+        Scheduler::check_name(name)?;
         Ok(Scheduler {
             runs,
             leases,
@@ -197,6 +189,25 @@ impl Scheduler {
             catch_up: ttl.as_duration() * 2 + Duration::from_secs(60),
             payload: None,
         })
+    }
+
+    /// Checks a schedule name: a valid run id of at most [`MAX_SCHEDULE_NAME_BYTES`] (room is
+    /// kept for `@` and the tick in each run id). [`Scheduler::new`] calls it; a caller can
+    /// call it before connecting to anything.
+    ///
+    /// # Errors
+    /// The id's error, or [`InvalidInput::Schedule`] for a name too long.
+    pub fn check_name(name: &str) -> Result<(), InvalidInput> {
+        RunId::new(name)?;
+        if name.len() > MAX_SCHEDULE_NAME_BYTES {
+            return Err(InvalidInput::Schedule {
+                reason: format!(
+                    "schedule name of {} bytes is over the maximum of {MAX_SCHEDULE_NAME_BYTES}",
+                    name.len()
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// Each tick's run is created with `payload` ([`NewRun::with_payload`]).
@@ -220,11 +231,18 @@ impl Scheduler {
     /// lease is then released, so another scheduler takes over at once).
     ///
     /// # Errors
-    /// A refusal that waiting does not cure: the schedule's lease run was cancelled,
+    /// [`InvalidInput::RunPayloadTooLarge`] for a payload over the bound, before any I/O; a
+    /// refusal that waiting does not cure: the schedule's lease run was cancelled,
     /// completed, failed or suspended by an operator (that stops the schedule), or a store
     /// error that is not retryable.
     pub async fn run(self, shutdown: CancellationToken) -> Result<SchedulerReport> {
         let lease_run = RunId::new(self.name.clone())?;
+        // A payload over the bound would refuse every tick: refused here, before any I/O.
+        let mut tick = NewRun::new(self.tick_run(0));
+        if let Some(payload) = &self.payload {
+            tick = tick.with_payload(payload.clone());
+        }
+        tick.check()?;
         let mut report = SchedulerReport::default();
         while !shutdown.is_cancelled() {
             let wait = match self.take(&lease_run, &shutdown).await {
