@@ -150,6 +150,8 @@ struct Run {
     /// A failed run's reason.
     failure: Option<String>,
     journal: Vec<(u64, Vec<u8>)>,
+    /// The payload it was created with (each life of an id its own).
+    payload: Option<Vec<u8>>,
 }
 
 impl Run {
@@ -164,6 +166,7 @@ impl Run {
             delay: None,
             failure: None,
             journal: Vec::new(),
+            payload: None,
         }
     }
 }
@@ -187,6 +190,9 @@ struct Model {
     leases: Vec<Lease>,
     /// Purged runs' last fences: a run created again starts there.
     tombstones: BTreeMap<RunId, u64>,
+    /// Runs created by `Step::Create` so far: each gets a payload of its own (none, empty, or
+    /// text naming the life), so a payload left over from an earlier life of the id shows.
+    lives: u64,
 }
 
 impl Model {
@@ -334,6 +340,7 @@ pub async fn check_sequence_with(
         runs: BTreeMap::new(),
         leases: Vec::new(),
         tombstones: BTreeMap::new(),
+        lives: 0,
     };
     for (n, step) in steps.iter().enumerate() {
         let what = format!("step {n} {step:?}");
@@ -379,7 +386,17 @@ async fn apply(
     match step {
         Step::Create(r) => {
             let id = &ids[*r];
-            let got = store.create(id).await;
+            model.lives += 1;
+            let payload = match model.lives % 3 {
+                0 => None,
+                1 => Some(Vec::new()),
+                _ => Some(format!("life {} of {id}", model.lives).into_bytes()),
+            };
+            let mut new = lease_core::NewRun::new(id.clone());
+            if let Some(p) = &payload {
+                new = new.with_payload(p.clone());
+            }
+            let got = store.create_with(&new).await;
             let want = if model.runs.contains_key(id) {
                 Err(Error::AlreadyExists { run: id.clone() })
             } else {
@@ -387,8 +404,10 @@ async fn apply(
             };
             expect_same(what, &got, &want);
             if let Ok(record) = got {
-                let run = model.created(id);
+                let mut run = model.created(id);
                 assert_eq!(record.fence.get(), run.fence, "{what}: a purged id's fence");
+                assert_eq!(record.payload, payload, "{what}: the created payload");
+                run.payload = payload;
                 model.runs.insert(id.clone(), run);
             }
         }
@@ -438,6 +457,11 @@ async fn apply(
             if let Ok(lease) = got {
                 let run = model.runs.get_mut(id).expect("known");
                 assert_eq!(lease.fence().get(), run.fence + 1, "{what}: the next fence");
+                assert_eq!(
+                    lease.payload(),
+                    run.payload.as_deref(),
+                    "{what}: the payload"
+                );
                 claimed(run, &lease, sent, received);
                 model.leases.push(lease);
             }
@@ -488,6 +512,11 @@ async fn apply(
             for lease in got {
                 let run = model.runs.get_mut(lease.run()).expect("known");
                 assert_eq!(lease.fence().get(), run.fence + 1, "{what}: the next fence");
+                assert_eq!(
+                    lease.payload(),
+                    run.payload.as_deref(),
+                    "{what}: the payload"
+                );
                 claimed(run, &lease, sent, received);
                 model.leases.push(lease);
             }
