@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::error::InvalidInput;
 use crate::id::RunId;
-use crate::types::{check_batch, MAX_RUN_PAYLOAD_BYTES};
+use crate::types::{check_batch, PayloadSize, MAX_RUN_PAYLOAD_BYTES};
 
 /// The longest a run may be created not claimable for ([`NewRun::with_delay`]): 30 days, as
 /// [`MAX_RETRY_DELAY`](crate::MAX_RETRY_DELAY).
@@ -47,11 +47,13 @@ pub struct NewRun {
 
 impl fmt::Debug for NewRun {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The payload is the user's data: its size only.
         f.debug_struct("NewRun")
             .field("run", &self.run)
             .field("delay", &self.delay)
-            .field("payload_len", &self.payload.as_ref().map(|p| p.len()))
+            .field(
+                "payload",
+                &PayloadSize(self.payload.as_ref().map(|p| p.len())),
+            )
             .finish()
     }
 }
@@ -71,6 +73,12 @@ impl NewRun {
     /// from none.
     pub fn with_payload(mut self, payload: impl Into<Vec<u8>>) -> NewRun {
         self.payload = Some(Arc::from(payload.into()));
+        self
+    }
+
+    /// Created with `payload`, shared with its other holders (no copy of the bytes).
+    pub(crate) fn with_payload_shared(mut self, payload: Option<Arc<[u8]>>) -> NewRun {
+        self.payload = payload;
         self
     }
 

@@ -148,7 +148,7 @@ pub struct Scheduler {
     worker: WorkerId,
     ttl: Ttl,
     catch_up: Duration,
-    payload: Option<Vec<u8>>,
+    payload: Option<Arc<[u8]>>,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -212,7 +212,7 @@ impl Scheduler {
 
     /// Each tick's run is created with `payload` ([`NewRun::with_payload`]).
     pub fn with_payload(mut self, payload: impl Into<Vec<u8>>) -> Scheduler {
-        self.payload = Some(payload.into());
+        self.payload = Some(Arc::from(payload.into()));
         self
     }
 
@@ -227,6 +227,11 @@ impl Scheduler {
         RunId::new(format!("{}@{tick}", self.name)).expect("the name leaves room for the tick")
     }
 
+    /// The run to create for `tick`: its id, and the schedule's payload (shared, not copied).
+    fn tick_new_run(&self, tick: u64) -> NewRun {
+        NewRun::new(self.tick_run(tick)).with_payload_shared(self.payload.clone())
+    }
+
     /// Takes turns at the lease and enqueues ticks while holding it, until `shutdown` (the
     /// lease is then released, so another scheduler takes over at once).
     ///
@@ -238,11 +243,7 @@ impl Scheduler {
     pub async fn run(self, shutdown: CancellationToken) -> Result<SchedulerReport> {
         let lease_run = RunId::new(self.name.clone())?;
         // A payload over the bound would refuse every tick: refused here, before any I/O.
-        let mut tick = NewRun::new(self.tick_run(0));
-        if let Some(payload) = &self.payload {
-            tick = tick.with_payload(payload.clone());
-        }
-        tick.check()?;
+        self.tick_new_run(0).check()?;
         let mut report = SchedulerReport::default();
         while !shutdown.is_cancelled() {
             let wait = match self.take(&lease_run, &shutdown).await {
@@ -371,16 +372,7 @@ impl Scheduler {
     /// Creates the runs of `ticks`; the last tick enqueued (created, or there already) of the
     /// unbroken prefix, or `None` if the call failed.
     async fn enqueue(&self, ticks: &[u64], report: &mut SchedulerReport) -> Option<u64> {
-        let runs: Vec<NewRun> = ticks
-            .iter()
-            .map(|&t| {
-                let new = NewRun::new(self.tick_run(t));
-                match &self.payload {
-                    Some(p) => new.with_payload(p.clone()),
-                    None => new,
-                }
-            })
-            .collect();
+        let runs: Vec<NewRun> = ticks.iter().map(|&t| self.tick_new_run(t)).collect();
         let results = match self.runs.create_many_with(&runs).await {
             Ok(results) => results,
             Err(e) => {

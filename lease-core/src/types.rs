@@ -322,7 +322,7 @@ impl Lease {
 
 /// A payload in `Debug` output: its size, never its bytes (they are the user's data, which
 /// logs must not carry).
-struct PayloadSize(Option<usize>);
+pub(crate) struct PayloadSize(pub(crate) Option<usize>);
 
 impl fmt::Debug for PayloadSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -456,11 +456,6 @@ impl RunRecord {
     pub fn with_failure(mut self, reason: Option<String>) -> RunRecord {
         self.failure = reason;
         self
-    }
-
-    /// The payload, shared, as a claim's lease carries it.
-    pub fn payload_shared(&self) -> Option<Arc<[u8]>> {
-        self.payload.as_deref().map(Arc::from)
     }
 
     /// How many times the run has been claimed over its whole life: its fence, which every
