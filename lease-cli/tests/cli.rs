@@ -1140,6 +1140,7 @@ fn lease_run_forwards_stop_signals_to_the_command_and_kills_it_after_the_grace()
             );
         }
     }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Hostile numbers and a missing command are usage errors with one sentence, before anything
