@@ -238,6 +238,16 @@ impl LeaseStore for AuditedStore {
         self.inner.claim_next(worker, ttl, max).await
     }
 
+    async fn claim_next_kind(
+        &self,
+        kind: &lease_core::Kind,
+        worker: &WorkerId,
+        ttl: Ttl,
+        max: usize,
+    ) -> Result<Vec<Lease>> {
+        self.inner.claim_next_kind(kind, worker, ttl, max).await
+    }
+
     // --- fenced writes: the store decides, the audit records its verdict -------------------
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {

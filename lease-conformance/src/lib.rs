@@ -23,6 +23,7 @@ pub mod fixtures;
 pub mod fuzz;
 mod hub_scenarios;
 mod job_scenarios;
+mod kind_scenarios;
 mod life_scenarios;
 pub mod model_check;
 mod payload_scenarios;
@@ -37,6 +38,7 @@ pub use capabilities::{Capabilities, Timing, MAX_MIN_TTL};
 pub use fault_scenarios::*;
 pub use hub_scenarios::*;
 pub use job_scenarios::*;
+pub use kind_scenarios::*;
 pub use life_scenarios::*;
 pub use payload_scenarios::*;
 pub use safety_scenarios::*;
@@ -222,6 +224,8 @@ macro_rules! conformance_tests {
             a_payload_round_trips_byte_exact_from_create_to_every_claim,
             a_payload_is_immutable_and_goes_with_its_run,
             a_worker_hands_each_handler_its_runs_payload,
+            runs_are_claimed_only_by_a_claim_of_their_kind,
+            a_worker_serves_each_kind_with_its_handler_and_starves_none,
             worker_runs_at_most_its_concurrency_limit,
             worker_handler_ignoring_its_token_is_still_fenced,
             worker_shutdown_hands_runs_over_within_one_poll,

@@ -87,6 +87,17 @@ impl LeaseStore for Coarse {
         self.inner.claim_next(worker, ttl, max).await
     }
 
+    async fn claim_next_kind(
+        &self,
+        kind: &lease_core::Kind,
+        worker: &WorkerId,
+        ttl: Ttl,
+        max: usize,
+    ) -> Result<Vec<Lease>> {
+        self.check(ttl)?;
+        self.inner.claim_next_kind(kind, worker, ttl, max).await
+    }
+
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
         self.inner.renew(lease).await
     }

@@ -375,6 +375,20 @@ pub enum InvalidInput {
         /// Its length in bytes.
         len: usize,
     },
+    /// An empty [`Kind`](crate::Kind).
+    #[error("kind is empty; it must be 1 to {max} bytes of UTF-8")]
+    EmptyKind {
+        /// The limit.
+        max: usize,
+    },
+    /// A [`Kind`](crate::Kind) over [`MAX_KIND_BYTES`](crate::MAX_KIND_BYTES).
+    #[error("kind is {len} bytes long; the limit is {max} bytes of UTF-8")]
+    KindTooLong {
+        /// Its length in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
     /// A run or worker id containing a control character.
     #[error("{what} contains a control character at byte {at}; ids must be printable")]
     ControlCharacter {

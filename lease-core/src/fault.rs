@@ -224,6 +224,22 @@ impl LeaseStore for FaultyStore {
         self.answer(fault, out).await
     }
 
+    async fn claim_next_kind(
+        &self,
+        kind: &crate::Kind,
+        worker: &WorkerId,
+        ttl: Ttl,
+        max: usize,
+    ) -> Result<Vec<Lease>> {
+        self.gate().await?;
+        let fault = self.reply_fault();
+        if fault == ReplyFault::Duplicate {
+            let _ = self.inner.claim_next_kind(kind, worker, ttl, max).await;
+        }
+        let out = self.inner.claim_next_kind(kind, worker, ttl, max).await;
+        self.answer(fault, out).await
+    }
+
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
         self.count_renewals([lease]);
         self.gate().await?;

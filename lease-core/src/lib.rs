@@ -38,6 +38,7 @@ mod error;
 mod fault;
 mod heartbeats;
 mod id;
+mod kind;
 mod memory;
 mod new_run;
 pub mod observe;
@@ -52,6 +53,7 @@ pub use error::{BoxError, Ended, Error, InvalidInput, Result};
 pub use fault::{Fault, FaultyStore, ReplyFault, FAULT_BACKEND};
 pub use heartbeats::{HeartbeatStats, Heartbeats, TickReport};
 pub use id::{IdempotencyKey, RunId, WorkerId, MAX_ID_BYTES};
+pub use kind::{refuse_kinds, Kind, DEFAULT_KIND, MAX_KIND_BYTES};
 pub use memory::{MemoryLeaseStore, MemoryTransaction};
 pub use new_run::{NewRun, MAX_START_DELAY};
 pub use observe::Instrumented;
@@ -67,7 +69,8 @@ pub use types::{
 #[cfg(feature = "serde")]
 pub use worker::ArgsError;
 pub use worker::{
-    EndReport, Handler, HandlerFuture, RetryPolicy, RunContext, Worker, WorkerConfig, WorkerReport,
+    EndReport, Handler, HandlerFuture, Kinds, RetryPolicy, RunContext, Worker, WorkerConfig,
+    WorkerReport,
 };
 
 /// Re-exported so callers and backends name the same token type.

@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::id::{IdempotencyKey, RunId, WorkerId};
+use crate::kind::Kind;
 use crate::new_run::{check_new_runs, NewRun};
 use crate::store::{claim_refusal, fenced_verdict, LeaseStore};
 use crate::types::{
@@ -67,6 +68,8 @@ struct Slot {
     attempts: u64,
     /// The payload it was created with.
     payload: Option<std::sync::Arc<[u8]>>,
+    /// Its kind.
+    kind: Kind,
 }
 
 /// The store's part of a [`MemoryLeaseStore::fenced_with`] closure: journal entries to append
@@ -165,6 +168,7 @@ impl MemoryLeaseStore {
             failure: None,
             attempts: 0,
             payload: new.payload_shared(),
+            kind: new.kind().clone(),
         };
         let record = self.record_with_payload(run, &slot, now);
         state.runs.insert(run.clone(), slot);
@@ -189,6 +193,7 @@ impl MemoryLeaseStore {
             failure: slot.failure.clone(),
             attempts: slot.attempts,
             payload: None,
+            kind: slot.kind.clone(),
             observed_at: self.store_time(now),
         }
     }
@@ -224,6 +229,7 @@ impl MemoryLeaseStore {
             .expect("a claimed slot's fence is at least 1")
             .with_attempt(slot.attempts)
             .with_payload(slot.payload.clone())
+            .with_kind(slot.kind.clone())
     }
 
     /// Takes the slot for `worker` if the claim rules allow it.
@@ -465,12 +471,24 @@ impl LeaseStore for MemoryLeaseStore {
     }
 
     async fn claim_next(&self, worker: &WorkerId, ttl: Ttl, max: usize) -> Result<Vec<Lease>> {
+        self.claim_next_kind(&Kind::default(), worker, ttl, max)
+            .await
+    }
+
+    async fn claim_next_kind(
+        &self,
+        kind: &Kind,
+        worker: &WorkerId,
+        ttl: Ttl,
+        max: usize,
+    ) -> Result<Vec<Lease>> {
         check_claim_max(max)?;
         let now = Instant::now();
         let mut state = self.lock();
         let mut due: BTreeMap<(Instant, u64), RunId> = BTreeMap::new();
         for (run, slot) in &state.runs {
             if slot.state == RunState::Runnable
+                && slot.kind == *kind
                 && slot.claimable_at <= now
                 && slot.fence < Fence::MAX
             {
@@ -635,6 +653,7 @@ impl LeaseStore for MemoryLeaseStore {
             .runs
             .iter()
             .filter(|(run, _)| filter.after.as_ref().is_none_or(|after| *run > after))
+            .filter(|(_, slot)| filter.kind.as_ref().is_none_or(|k| slot.kind == *k))
             .map(|(run, slot)| self.record(run, slot, now))
             .filter(|r| filter.state.is_none_or(|s| r.state == s))
             .filter(|r| !filter.expired || r.is_expired())

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::error::InvalidInput;
 use crate::id::RunId;
+use crate::kind::Kind;
 use crate::types::{check_batch, PayloadSize, MAX_RUN_PAYLOAD_BYTES};
 
 /// The longest a run may be created not claimable for ([`NewRun::with_delay`]): 30 days, as
@@ -43,12 +44,14 @@ pub struct NewRun {
     run: RunId,
     delay: Duration,
     payload: Option<Arc<[u8]>>,
+    kind: Kind,
 }
 
 impl fmt::Debug for NewRun {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("NewRun")
             .field("run", &self.run)
+            .field("kind", &self.kind)
             .field("delay", &self.delay)
             .field(
                 "payload",
@@ -65,7 +68,20 @@ impl NewRun {
             run,
             delay: Duration::ZERO,
             payload: None,
+            kind: Kind::default(),
         }
+    }
+
+    /// Of kind `kind` (the [`DEFAULT_KIND`](crate::DEFAULT_KIND) without it): only a claim of
+    /// that kind takes it ([`claim_next_kind`](crate::LeaseStore::claim_next_kind)).
+    pub fn with_kind(mut self, kind: Kind) -> NewRun {
+        self.kind = kind;
+        self
+    }
+
+    /// The run's kind.
+    pub fn kind(&self) -> &Kind {
+        &self.kind
     }
 
     /// Created with `payload` as its data (0 to [`MAX_RUN_PAYLOAD_BYTES`] bytes, checked by
@@ -124,7 +140,7 @@ impl NewRun {
     /// Whether it asks for nothing but the id: what [`create`](crate::LeaseStore::create)
     /// does.
     pub fn is_plain(&self) -> bool {
-        self.delay.is_zero() && self.payload.is_none()
+        self.delay.is_zero() && self.payload.is_none() && self.kind.is_default()
     }
 
     /// Validates it. Backends call it (or [`check_new_runs`]) before any I/O.

@@ -381,6 +381,27 @@ impl LeaseStore for Instrumented {
         result
     }
 
+    async fn claim_next_kind(
+        &self,
+        kind: &crate::Kind,
+        worker: &WorkerId,
+        ttl: Ttl,
+        max: usize,
+    ) -> Result<Vec<Lease>> {
+        let s = on_items(on_worker(span(self.backend, "claim_next"), worker), max);
+        let result = self
+            .call(
+                "claim_next",
+                s,
+                self.inner.claim_next_kind(kind, worker, ttl, max),
+            )
+            .await;
+        if matches!(&result, Ok(leases) if leases.is_empty()) {
+            metrics::counter!(EMPTY_CLAIMS, "backend" => self.backend).increment(1);
+        }
+        result
+    }
+
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
         let s = on_lease(span(self.backend, "renew"), lease);
         self.call("renew", s, self.inner.renew(lease)).await

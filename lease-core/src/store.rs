@@ -73,6 +73,28 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     /// [`Error::InvalidInput`] for `max` out of range.
     async fn claim_next(&self, worker: &WorkerId, ttl: Ttl, max: usize) -> Result<Vec<Lease>>;
 
+    /// [`claim_next`](LeaseStore::claim_next) of runs of `kind` only
+    /// ([`NewRun::with_kind`](crate::NewRun::with_kind)), through that kind's own index:
+    /// runs of other kinds are neither claimed nor walked past. `claim_next` is this call
+    /// with the [`DEFAULT_KIND`](crate::DEFAULT_KIND).
+    ///
+    /// The default implementation serves the default kind with `claim_next` and refuses any
+    /// other with [`InvalidInput::Unsupported`](crate::InvalidInput::Unsupported), as a
+    /// backend without kinds refuses to create a run of another kind.
+    ///
+    /// # Errors
+    /// As [`claim_next`](LeaseStore::claim_next).
+    async fn claim_next_kind(
+        &self,
+        kind: &crate::Kind,
+        worker: &WorkerId,
+        ttl: Ttl,
+        max: usize,
+    ) -> Result<Vec<Lease>> {
+        crate::kind::refuse_kinds([kind])?;
+        self.claim_next(worker, ttl, max).await
+    }
+
     /// The heartbeat: a fenced write that sets the expiry to the store's now plus the lease's
     /// TTL and increments the run's `heartbeats`. Returns the lease with its new expiry.
     ///

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::error::InvalidInput;
 use crate::id::{RunId, WorkerId};
+use crate::kind::Kind;
 
 /// A run's fencing token: 0 before the first claim, +1 on every successful claim, never
 /// decreasing and never repeating.
@@ -230,6 +231,7 @@ pub struct Lease {
     expires_at: StoreTime,
     attempt: u64,
     payload: Option<Arc<[u8]>>,
+    kind: Kind,
 }
 
 impl Lease {
@@ -255,7 +257,30 @@ impl Lease {
             expires_at,
             attempt: fence.get(),
             payload: None,
+            kind: Kind::default(),
         })
+    }
+
+    /// The same lease, of its run's kind ([`NewRun::with_kind`](crate::NewRun::with_kind)),
+    /// as a backend sets it on the leases its claims hand out.
+    pub fn with_kind(mut self, kind: Kind) -> Lease {
+        self.kind = kind;
+        self
+    }
+
+    /// The run's kind: the [`DEFAULT_KIND`](crate::DEFAULT_KIND) for a run created without
+    /// one. Fixed for the run's life.
+    pub fn kind(&self) -> &Kind {
+        &self.kind
+    }
+
+    /// The same lease, carrying what `from` (a lease of the same run) says of the run itself:
+    /// its payload and kind, which never change. A backend's renewal builds its new lease
+    /// from the store's answer and carries these from the lease it renewed.
+    pub fn carrying(mut self, from: &Lease) -> Lease {
+        self.payload = from.payload.clone();
+        self.kind = from.kind.clone();
+        self
     }
 
     /// The same lease, carrying its run's payload ([`NewRun::with_payload`](crate::NewRun::with_payload)),
@@ -342,6 +367,7 @@ impl fmt::Debug for Lease {
             .field("ttl", &self.ttl)
             .field("expires_at", &self.expires_at)
             .field("attempt", &self.attempt)
+            .field("kind", &self.kind)
             .field(
                 "payload",
                 &PayloadSize(self.payload.as_ref().map(|p| p.len())),
@@ -387,6 +413,9 @@ pub struct RunRecord {
     /// that return records ([`list`](crate::LeaseStore::list), cancel, resume,
     /// force-release) leave it `None` so that their work stays small.
     pub payload: Option<Vec<u8>>,
+    /// The run's kind ([`NewRun::with_kind`](crate::NewRun::with_kind)): the
+    /// [`DEFAULT_KIND`](crate::DEFAULT_KIND) for a run created without one.
+    pub kind: Kind,
     /// The store's clock when this record was read.
     pub observed_at: StoreTime,
 }
@@ -417,8 +446,15 @@ impl RunRecord {
             failure: None,
             attempts: 0,
             payload: None,
+            kind: Kind::default(),
             observed_at,
         }
+    }
+
+    /// Of kind `kind` (see [`RunRecord::kind`]).
+    pub fn with_kind(mut self, kind: Kind) -> RunRecord {
+        self.kind = kind;
+        self
     }
 
     /// Created with `payload` (see [`RunRecord::payload`]).
@@ -489,6 +525,7 @@ impl fmt::Debug for RunRecord {
             .field("not_before", &self.not_before)
             .field("failure", &self.failure)
             .field("attempts", &self.attempts)
+            .field("kind", &self.kind)
             .field("payload", &PayloadSize(self.payload.as_ref().map(Vec::len)))
             .field("observed_at", &self.observed_at)
             .finish()
@@ -557,6 +594,8 @@ pub struct ListFilter {
     pub after: Option<RunId>,
     /// At most this many, 1 to [`MAX_LIST`].
     pub limit: usize,
+    /// Only runs of this kind.
+    pub kind: Option<Kind>,
 }
 
 /// The longest delay an [`End::RetryAfter`] accepts: 30 days.
@@ -645,6 +684,12 @@ impl ListFilter {
         self.limit = limit;
         self
     }
+
+    /// Only runs of `kind`, or of every kind (`None`).
+    pub fn with_kind(mut self, kind: impl Into<Option<Kind>>) -> ListFilter {
+        self.kind = kind.into();
+        self
+    }
 }
 
 impl Default for ListFilter {
@@ -654,6 +699,7 @@ impl Default for ListFilter {
             expired: false,
             after: None,
             limit: 100,
+            kind: None,
         }
     }
 }

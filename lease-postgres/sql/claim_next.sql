@@ -1,9 +1,10 @@
--- $1 worker_id, $2 ttl_ms, $3 max, $4 most lagging index entries to move forward
+-- $1 worker_id, $2 ttl_ms, $3 max, $4 most lagging index entries to move forward, $5 kind
 -- Returns: the claimed runs with their fences, expiries, attempt counts (each claim counts) and
 -- payloads (read by primary key, only for the runs claimed),
 -- those claimable longest first.
 --
--- The pick walks the runs_claimable index (claimable_at, created_seq). Renewals do not move
+-- The pick walks the kind's part of the runs_claimable index (kind, claimable_at, created_seq):
+-- other kinds' runs are neither claimed nor walked past. Renewals do not move
 -- claimable_at forward (so they stay HOT updates), so a held run's entry keeps the expiry of its
 -- claim and, once that instant passes, lags: it sits at the head of the index while the lease is still
 -- held. The pick checks the lease in the scan's own filter, before LIMIT, so lagging entries are
@@ -24,10 +25,11 @@ WITH picked AS (
            coalesce(lease_expires_at, claimable_at) AS claimable_since
     FROM {schema}.runs
     WHERE state = 'runnable'
+      AND kind = $5
       AND claimable_at <= now()
       AND (lease_owner IS NULL OR lease_expires_at <= now())
       AND fence < 9223372036854775807
-    ORDER BY claimable_at, created_seq
+    ORDER BY kind, claimable_at, created_seq
     LIMIT $3
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
@@ -46,10 +48,11 @@ WITH picked AS (
     FROM {schema}.runs
     WHERE state = 'runnable'
       AND lease_owner IS NOT NULL
+      AND kind = $5
       AND claimable_at <= (SELECT CASE WHEN count(*) < $3 THEN now() ELSE max(claimable_at) END
                            FROM picked)
       AND lease_expires_at > now()
-    ORDER BY claimable_at
+    ORDER BY kind, claimable_at
     LIMIT $4
     FOR UPDATE SKIP LOCKED
 ), moved AS (

@@ -1,4 +1,4 @@
--- $1 run_id, $2 start delay in ms (0: claimable at once), $3 payload (bytea; NULL: none)
+-- $1 run_id, $2 start delay in ms (0: claimable at once), $3 payload (bytea; NULL: none), $4 kind
 -- Returns: the new record, or no row if the run exists. A delayed run is runnable and unowned
 -- with claimable_at in the future, as after a retry delay: claim and claim_next wait for it,
 -- on the database clock.
@@ -15,12 +15,12 @@ WITH revived AS (
     UPDATE {schema}.runs
     SET state = 'runnable', lease_owner = NULL, lease_expires_at = NULL, heartbeats = 0,
         claimable_at = now() + $2::bigint * interval '1 millisecond', journal_len = 0, failure = NULL, attempts = 0,
-        created_seq = DEFAULT
+        created_seq = DEFAULT, kind = $4
     WHERE run_id = $1 AND state = 'purged'
     RETURNING *
 ), inserted AS (
-    INSERT INTO {schema}.runs (run_id, claimable_at)
-    SELECT $1, now() + $2::bigint * interval '1 millisecond'
+    INSERT INTO {schema}.runs (run_id, claimable_at, kind)
+    SELECT $1, now() + $2::bigint * interval '1 millisecond', $4
     WHERE NOT EXISTS (SELECT 1 FROM revived)
     ON CONFLICT (run_id) DO NOTHING
     RETURNING *
@@ -37,5 +37,5 @@ WITH revived AS (
 SELECT run_id, state, lease_owner, (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS expires_us, fence, heartbeats, (extract(epoch FROM now()) * 1000000)::bigint AS observed_us,
        CASE WHEN state = 'runnable' AND lease_owner IS NULL AND claimable_at > now()
             THEN (extract(epoch FROM claimable_at) * 1000000)::bigint END AS not_before_us,
-       failure, attempts, $3::bytea AS payload
+       failure, attempts, $3::bytea AS payload, kind
 FROM (SELECT * FROM revived UNION ALL SELECT * FROM inserted) AS r, durable

@@ -180,7 +180,8 @@ impl PostgresLeaseStore {
         let query = sqlx::query(&self.sql.create)
             .bind(run.as_str())
             .bind(crate::store::millis(new))
-            .bind(new.payload());
+            .bind(new.payload())
+            .bind(new.kind().as_str());
         let row = self
             .in_time(async {
                 query
@@ -242,11 +243,12 @@ impl PostgresLeaseStore {
         if runs.is_empty() {
             return Ok(Vec::new());
         }
-        let (ids, delays, payloads) = crate::store::create_many_columns(runs);
+        let (ids, delays, payloads, kinds) = crate::store::create_many_columns(runs);
         let query = sqlx::query(&self.sql.create_many)
             .bind(&ids)
             .bind(&delays)
-            .bind(&payloads);
+            .bind(&payloads)
+            .bind(&kinds);
         let rows = self
             .in_time(async {
                 query.fetch_all(&mut *conn).await.map_err(|e| {

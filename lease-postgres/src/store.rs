@@ -10,8 +10,8 @@ use lease_core::backend::{
     fenced_verdict,
 };
 use lease_core::{
-    Ending, Error, Fence, IdempotencyKey, JournalEntry, Lease, LeaseStore, ListFilter, NewRun,
-    Result, RunId, RunRecord, RunState, StoreTime, Ttl, WorkerId,
+    Ending, Error, Fence, IdempotencyKey, JournalEntry, Kind, Lease, LeaseStore, ListFilter,
+    NewRun, Result, RunId, RunRecord, RunState, StoreTime, Ttl, WorkerId,
 };
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgArguments, PgPool, PgPoolOptions, PgRow};
@@ -684,7 +684,10 @@ impl PostgresLeaseStore {
         for _ in 0..ATTEMPTS {
             let mut query = sqlx::query(sql).bind(run.as_str());
             if let Some(new) = create {
-                query = query.bind(millis(new)).bind(new.payload());
+                query = query
+                    .bind(millis(new))
+                    .bind(new.payload())
+                    .bind(new.kind().as_str());
             }
             let row = self.write_opt(conn, query).await?;
             if let Some(row) = row {
@@ -826,7 +829,17 @@ pub(crate) fn record(row: &PgRow) -> Result<RunRecord, PgError> {
     if row.try_column("payload").is_ok() {
         record.payload = get(row, "payload")?;
     }
+    // Every statement that returns a record returns its kind, but an older statement text (a
+    // test's own query) may not.
+    if row.try_column("kind").is_ok() {
+        record.kind = kind(row)?;
+    }
     Ok(record)
+}
+
+/// The row's `kind` column.
+fn kind(row: &PgRow) -> Result<Kind, PgError> {
+    Kind::new(get::<String>(row, "kind")?).map_err(corrupt)
 }
 
 /// A non-negative counter column.
@@ -859,7 +872,7 @@ fn renewed(lease: &Lease, expires_at: StoreTime) -> Result<Lease> {
         expires_at,
         lease.attempt(),
     )?
-    .with_payload(lease.payload_shared()))
+    .carrying(lease))
 }
 
 /// A claim row's payload column, shared.
@@ -940,7 +953,8 @@ impl LeaseStore for PostgresLeaseStore {
                     let expires_at = store_time(get(&row, "expires_us")?)?;
                     let attempt = count(get(&row, "attempts")?)?;
                     return Ok(leased(run, worker, fence, ttl, expires_at, attempt)?
-                        .with_payload(payload(&row)?));
+                        .with_payload(payload(&row)?)
+                        .with_kind(kind(&row)?));
                 }
                 // The read only explains the refusal; if the row now allows a claim (the
                 // lease expired in between), the claim itself is tried again.
@@ -963,6 +977,17 @@ impl LeaseStore for PostgresLeaseStore {
     }
 
     async fn claim_next(&self, worker: &WorkerId, ttl: Ttl, max: usize) -> Result<Vec<Lease>> {
+        self.claim_next_kind(&Kind::default(), worker, ttl, max)
+            .await
+    }
+
+    async fn claim_next_kind(
+        &self,
+        kind: &Kind,
+        worker: &WorkerId,
+        ttl: Ttl,
+        max: usize,
+    ) -> Result<Vec<Lease>> {
         check_claim_max(max)?;
         let rows = call!(self, |conn| {
             self.write_all(
@@ -971,7 +996,8 @@ impl LeaseStore for PostgresLeaseStore {
                     .bind(worker.as_str())
                     .bind(ttl_param(ttl))
                     .bind(max as i64)
-                    .bind(LAGGING_MOVED_PER_CLAIM),
+                    .bind(LAGGING_MOVED_PER_CLAIM)
+                    .bind(kind.as_str()),
             )
             .await
         })?;
@@ -982,7 +1008,8 @@ impl LeaseStore for PostgresLeaseStore {
                 let expires_at = store_time(get(row, "expires_us")?)?;
                 let attempt = count(get(row, "attempts")?)?;
                 Ok(leased(&run, worker, fence, ttl, expires_at, attempt)?
-                    .with_payload(payload(row)?))
+                    .with_payload(payload(row)?)
+                    .with_kind(kind.clone()))
             })
             .collect()
     }
@@ -1177,7 +1204,8 @@ impl LeaseStore for PostgresLeaseStore {
                     .bind(filter.state.map(RunState::as_str))
                     .bind(filter.expired)
                     .bind(filter.after.as_ref().map(RunId::as_str))
-                    .bind(filter.limit as i64),
+                    .bind(filter.limit as i64)
+                    .bind(filter.kind.as_ref().map(Kind::as_str)),
             )
             .await
         })?;
@@ -1316,7 +1344,7 @@ pub(crate) fn millis(new: &NewRun) -> i64 {
 }
 
 /// The columns `sql/create_many.sql` takes for a batch: ids, start delays, payloads.
-pub(crate) type CreateColumns<'a> = (Vec<&'a str>, Vec<i64>, Vec<Option<&'a [u8]>>);
+pub(crate) type CreateColumns<'a> = (Vec<&'a str>, Vec<i64>, Vec<Option<&'a [u8]>>, Vec<&'a str>);
 
 /// The columns of `runs` for `sql/create_many.sql`.
 pub(crate) fn create_many_columns(runs: &[NewRun]) -> CreateColumns<'_> {
@@ -1324,5 +1352,6 @@ pub(crate) fn create_many_columns(runs: &[NewRun]) -> CreateColumns<'_> {
         runs.iter().map(|n| n.run().as_str()).collect(),
         runs.iter().map(millis).collect(),
         runs.iter().map(NewRun::payload).collect(),
+        runs.iter().map(|n| n.kind().as_str()).collect(),
     )
 }

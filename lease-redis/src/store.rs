@@ -511,6 +511,7 @@ impl LeaseStore for RedisLeaseStore {
 
     async fn create_with(&self, new: &NewRun) -> Result<RunRecord> {
         new.check()?;
+        lease_core::refuse_kinds([new.kind()])?;
         let run = new.run();
         let mut call = Call::new(&SCRIPTS.create);
         call.key(self.keys.runs())
@@ -668,11 +669,7 @@ impl LeaseStore for RedisLeaseStore {
                     lease.ttl(),
                     one.time(1)?,
                 )
-                .map(|renewed| {
-                    renewed
-                        .with_attempt(lease.attempt())
-                        .with_payload(lease.payload_shared())
-                })
+                .map(|renewed| renewed.with_attempt(lease.attempt()).carrying(lease))
                 .map_err(Error::from)
             })
             .collect();
@@ -826,6 +823,7 @@ impl LeaseStore for RedisLeaseStore {
 
     async fn create_many_with(&self, runs: &[NewRun]) -> Result<Vec<Result<()>>> {
         check_new_runs(runs)?;
+        lease_core::refuse_kinds(runs.iter().map(NewRun::kind))?;
         if runs.is_empty() {
             return Ok(Vec::new());
         }
@@ -944,6 +942,7 @@ impl LeaseStore for RedisLeaseStore {
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<RunRecord>> {
         check_list(filter)?;
+        lease_core::refuse_kinds(&filter.kind)?;
         let mut after = filter
             .after
             .as_ref()

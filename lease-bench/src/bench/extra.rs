@@ -90,6 +90,15 @@ impl LeaseStore for Counting {
     async fn claim_next(&self, worker: &WorkerId, ttl: Ttl, max: usize) -> Result<Vec<Lease>> {
         self.inner.claim_next(worker, ttl, max).await
     }
+    async fn claim_next_kind(
+        &self,
+        kind: &distribution::Kind,
+        worker: &WorkerId,
+        ttl: Ttl,
+        max: usize,
+    ) -> Result<Vec<Lease>> {
+        self.inner.claim_next_kind(kind, worker, ttl, max).await
+    }
     async fn renew(&self, lease: &Lease) -> Result<Lease> {
         let t0 = Instant::now();
         let out = self.inner.renew(lease).await;

@@ -34,6 +34,12 @@ impl RunContext {
         self.scope.run()
     }
 
+    /// The run's kind ([`NewRun::with_kind`](crate::NewRun::with_kind)): which handler of
+    /// [`Kinds`](crate::Kinds) runs it.
+    pub fn kind(&self) -> crate::Kind {
+        self.scope.lease().kind().clone()
+    }
+
     /// The lease as of its latest renewal.
     pub fn lease(&self) -> Lease {
         self.scope.lease()

@@ -7,12 +7,13 @@
 mod batcher;
 mod config;
 mod context;
+mod kinds;
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -21,6 +22,7 @@ use tracing::Instrument;
 use crate::error::{InvalidInput, Result};
 use crate::heartbeats::Heartbeats;
 use crate::id::WorkerId;
+use crate::kind::Kind;
 use crate::observe;
 use crate::scope::{CancelReason, RunScope, ScopeConfig};
 use crate::store::LeaseStore;
@@ -32,6 +34,8 @@ pub use config::{RetryPolicy, WorkerConfig};
 pub use context::ArgsError;
 use context::{bump, Counters, Observer};
 pub use context::{EndReport, Handler, HandlerFuture, RunContext, WorkerReport};
+pub use kinds::Kinds;
+use kinds::{Lane, Slot};
 
 /// Runs a handler for every run it can claim, up to a concurrency limit, and ends each lease
 /// as its handler says, in group-committed batches.
@@ -163,15 +167,65 @@ impl Worker {
         handler: impl Handler,
         shutdown: CancellationToken,
     ) -> Result<WorkerReport> {
+        self.run_kinds(Kinds::new().handle(Kind::default(), handler), shutdown)
+            .await
+    }
+
+    /// [`run`](Worker::run) for several kinds, each with its handler ([`Kinds`]): the worker
+    /// claims only the kinds it serves, each through its own index
+    /// ([`claim_next_kind`](LeaseStore::claim_next_kind)), taking them in turn so that no
+    /// kind starves another, within the worker's concurrency and each kind's own limit.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+    /// use std::sync::Arc;
+    /// use lease_core::{
+    ///     CancellationToken, End, Kind, Kinds, LeaseStore, MemoryLeaseStore, NewRun, RunContext,
+    ///     RunId, RunState, Ttl, Worker, WorkerConfig, WorkerId,
+    /// };
+    ///
+    /// let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+    /// let (email, charge, report) = (Kind::new("email")?, Kind::new("charge")?, Kind::new("report")?);
+    /// for (id, kind) in [("e1", &email), ("c1", &charge), ("r1", &report)] {
+    ///     store.create_with(&NewRun::new(RunId::new(id)?).with_kind(kind.clone())).await?;
+    /// }
+    /// let shutdown = CancellationToken::new();
+    /// let stop = shutdown.clone();
+    /// let kinds = Kinds::new()
+    ///     .handle(email, |_ctx: RunContext| async { Ok(End::Complete) })
+    ///     .handle_limited(charge, move |_ctx: RunContext| {
+    ///         let stop = stop.clone();
+    ///         async move {
+    ///             stop.cancel();
+    ///             Ok(End::CompleteWith(b"charged".to_vec()))
+    ///         }
+    ///     }, 1);
+    /// let worker = Worker::new(store.clone(), WorkerId::new("w1")?, WorkerConfig::new(Ttl::from_secs(30)?))?;
+    /// worker.run_kinds(kinds, shutdown).await?;
+    /// // No worker serves `report`: its run waits.
+    /// assert_eq!(store.inspect(&RunId::new("r1")?).await?.state, RunState::Runnable);
+    /// assert_eq!(store.inspect(&RunId::new("c1")?).await?.state, RunState::Completed);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`InvalidInput::WorkerSetting`] for no kind, a kind twice, or a kind's limit out of
+    /// range, before anything is claimed; then as [`run`](Worker::run).
+    pub async fn run_kinds(
+        &self,
+        kinds: Kinds,
+        shutdown: CancellationToken,
+    ) -> Result<WorkerReport> {
+        kinds.check(self.config.concurrency)?;
         let span = tracing::info_span!("worker", worker = %self.id, store = %self.store);
-        self.run_in_span(Arc::new(handler), shutdown)
+        self.run_in_span(Lane::from_routes(kinds.routes), shutdown)
             .instrument(span)
             .await
     }
 
     async fn run_in_span(
         &self,
-        handler: Arc<dyn Handler>,
+        lanes: Vec<Lane>,
         shutdown: CancellationToken,
     ) -> Result<WorkerReport> {
         let counters = Arc::new(Counters::default());
@@ -198,6 +252,11 @@ impl Worker {
         }));
 
         let slots = Arc::new(Semaphore::new(self.config.concurrency));
+        // A kind's slot came free: wakes the loop when every kind was at its own limit.
+        let freed = Arc::new(Notify::new());
+        // The kind whose turn is next, and how many claims in a row found nothing.
+        let mut turn = 0;
+        let mut empty = 0;
         let mut jobs = JoinSet::new();
         let mut idle = Duration::ZERO;
         let mut fatal = None;
@@ -213,22 +272,48 @@ impl Worker {
                 _ = shutdown.cancelled() => break,
                 permit = slots.clone().acquire_owned() => permit.expect("semaphore never closed"),
             };
-            let mut permits = vec![first];
-            while permits.len() < MAX_BATCH {
-                match slots.clone().try_acquire_owned() {
-                    Ok(p) => permits.push(p),
-                    Err(_) => break,
+            // The next kind in turn with room under its own limit.
+            let Some((lane, first_kind)) = (0..lanes.len()).find_map(|i| {
+                let at = (turn + i) % lanes.len();
+                lanes[at].try_slot().map(|slot| (at, slot))
+            }) else {
+                // Every kind is at its own limit: wait for one of its jobs to end.
+                drop(first);
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    () = freed.notified() => continue,
                 }
+            };
+            turn = lane + 1;
+            let lane = &lanes[lane];
+            let mut permits = vec![Slot {
+                _worker: first,
+                kind: first_kind,
+                freed: freed.clone(),
+            }];
+            while permits.len() < MAX_BATCH {
+                let Ok(worker) = slots.clone().try_acquire_owned() else {
+                    break;
+                };
+                let Some(kind) = lane.try_slot() else {
+                    break;
+                };
+                permits.push(Slot {
+                    _worker: worker,
+                    kind,
+                    freed: freed.clone(),
+                });
             }
             let sent = Instant::now();
             let claim = {
-                let (store, id, ttl, max) = (
+                let (store, id, ttl, max, kind) = (
                     self.store.clone(),
                     self.id.clone(),
                     self.config.ttl,
                     permits.len(),
+                    lane.kind.clone(),
                 );
-                tokio::spawn(async move { store.claim_next(&id, ttl, max).await })
+                tokio::spawn(async move { store.claim_next_kind(&kind, &id, ttl, max).await })
             };
             let mut claim = claim;
             let claimed = tokio::select! {
@@ -258,11 +343,17 @@ impl Worker {
             };
             if leases.is_empty() {
                 bump(&counters.empty_polls);
-                idle = backoff(idle, self.config.poll_interval);
                 drop(permits);
-                pause(idle, &shutdown).await;
+                // Back off once every kind in turn found nothing.
+                empty += 1;
+                if empty >= lanes.len() {
+                    empty = 0;
+                    idle = backoff(idle, self.config.poll_interval);
+                    pause(idle, &shutdown).await;
+                }
                 continue;
             }
+            empty = 0;
             idle = Duration::ZERO;
             for (lease, permit) in leases.into_iter().zip(permits.drain(..)) {
                 bump(&counters.claimed);
@@ -285,13 +376,14 @@ impl Worker {
                 let span = tracing::info_span!(
                     "job",
                     run = %lease.run(),
+                    kind = %lease.kind(),
                     fence = lease.fence().get(),
                     attempt = lease.attempt()
                 );
                 jobs.spawn(
                     job(Job {
                         scope,
-                        handler: handler.clone(),
+                        handler: lane.handler.clone(),
                         ends: ends_tx.clone(),
                         counters: counters.clone(),
                         shutdown: shutdown.clone(),
@@ -391,7 +483,7 @@ struct Job {
     retry: RetryPolicy,
     attempt_timeout: Option<Duration>,
     grace: Duration,
-    _slot: tokio::sync::OwnedSemaphorePermit,
+    _slot: Slot,
 }
 
 /// How a failed attempt ends: retried after the policy's delay (the attempt counted), or failed

@@ -17,12 +17,16 @@ impl LeaseStore for EtcdLeaseStore {
     }
 
     async fn create_with(&self, new: &NewRun) -> Result<RunRecord> {
+        new.check()?;
+        lease_core::refuse_kinds([new.kind()])?;
         let created = self.create_batch(std::slice::from_ref(new)).await?;
         created.into_iter().next().expect("one result")?;
         self.inspect(new.run()).await
     }
 
     async fn create_many_with(&self, runs: &[NewRun]) -> Result<Vec<Result<()>>> {
+        lease_core::backend::check_new_runs(runs)?;
+        lease_core::refuse_kinds(runs.iter().map(NewRun::kind))?;
         self.create_batch(runs).await
     }
 

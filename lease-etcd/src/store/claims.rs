@@ -132,7 +132,7 @@ impl EtcdLeaseStore {
                 StoreTime::from_micros(new.expires_at),
             )?
             .with_attempt(lease.attempt())
-            .with_payload(lease.payload_shared());
+            .carrying(lease);
             Ok(self.plan(
                 run.as_str(),
                 seen,

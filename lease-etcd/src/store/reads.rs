@@ -146,6 +146,7 @@ impl EtcdLeaseStore {
 
     pub(super) async fn list_runs(&self, filter: &ListFilter) -> Result<Vec<RunRecord>> {
         check_list(filter)?;
+        lease_core::refuse_kinds(&filter.kind)?;
         if let Some(state) = filter.state {
             if self.watch.states.load(Ordering::Relaxed) {
                 return self.list_by_state(state, filter).await;
