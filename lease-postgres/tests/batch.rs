@@ -361,8 +361,8 @@ async fn batch_statements_have_no_nested_loop_over_the_batch() {
         (
             "claim_next",
             sql(include_str!("../sql/claim_next.sql"), &store),
-            "text, bigint, bigint, bigint",
-            "'x', 60000, 1000, 256".to_owned(),
+            "text, bigint, bigint, bigint, text",
+            "'x', 60000, 1000, 256, 'default'".to_owned(),
             1_000,
         ),
     ];

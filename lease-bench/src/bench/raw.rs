@@ -276,6 +276,7 @@ impl Raw {
                     .bind(ttl_ms as i64)
                     .bind(max as i64)
                     .bind(LAGGING_MOVED_PER_CLAIM)
+                    .bind(distribution::DEFAULT_KIND)
                     .fetch_all(pool)
                     .await?;
                 rows.iter()
