@@ -68,6 +68,10 @@ enum Command {
         /// The run's payload, as the bytes of this file (`-`: standard input); at most 64 KiB.
         #[arg(long, value_name = "FILE")]
         payload_file: Option<std::path::PathBuf>,
+        /// The run's kind (1 to 64 bytes): only a worker serving this kind claims it. Without
+        /// it, the run is of the kind `default`.
+        #[arg(long, value_name = "KIND")]
+        kind: Option<String>,
         #[command(flatten)]
         json: JsonAlias,
     },
@@ -91,6 +95,9 @@ enum Command {
         /// At most this many runs in total (any number from 1).
         #[arg(long, default_value_t = 100)]
         limit: usize,
+        /// Only runs of this kind (`default`: runs created without one).
+        #[arg(long, value_name = "KIND")]
+        kind: Option<String>,
         #[command(flatten)]
         json: JsonAlias,
     },
@@ -219,10 +226,14 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
             delay,
             payload,
             payload_file,
+            kind,
             json,
         } => {
             let mut new =
                 distribution::NewRun::new(run_id(&run)?).with_delay(delay.unwrap_or_default());
+            if let Some(kind) = kind {
+                new = new.with_kind(distribution::Kind::new(kind)?);
+            }
             if let Some(bytes) = ops::payload_arg(payload, payload_file.as_deref())? {
                 new = new.with_payload(bytes);
             }
@@ -235,8 +246,16 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
             state,
             expired,
             limit,
+            kind,
             json,
-        } => ops::list(&config, state, expired, limit, format(out, &json)).await,
+        } => {
+            let kind = kind.map(distribution::Kind::new).transpose()?;
+            let filter = distribution::ListFilter::new()
+                .with_state(state)
+                .with_expired(expired)
+                .with_kind(kind);
+            ops::list(&config, filter, limit, format(out, &json)).await
+        }
         Command::Journal { run, json } => {
             ops::journal(&config, &run_id(&run)?, format(out, &json)).await
         }

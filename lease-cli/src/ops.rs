@@ -71,8 +71,7 @@ const LIST_PAGE: usize = 1_000;
 /// [`ListFilter::after`]), until `limit` records were printed or the store has no more.
 pub(crate) async fn list(
     config: &Config,
-    state: Option<RunState>,
-    expired: bool,
+    base: ListFilter,
     limit: usize,
     format: Format,
 ) -> Result<(), Failure> {
@@ -84,9 +83,8 @@ pub(crate) async fn list(
     let mut out = std::io::stdout();
     let mut after = None;
     while stream.printed() < limit {
-        let filter = ListFilter::new()
-            .with_state(state)
-            .with_expired(expired)
+        let filter = base
+            .clone()
             .with_after(after.take())
             .with_limit((limit - stream.printed()).min(LIST_PAGE));
         let page = store.list(&filter).await?;

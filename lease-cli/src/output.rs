@@ -34,6 +34,8 @@ pub(crate) struct RecordView {
     /// The payload's size in bytes (null: the run has no payload, or the command does not
     /// read it: `list`).
     payload_bytes: Option<usize>,
+    /// The run's kind (`default` for a run created without one).
+    kind: String,
     /// The store's clock when read, microseconds.
     observed_at_us: u64,
 }
@@ -74,6 +76,7 @@ impl From<&RunRecord> for RecordView {
             payload: shown_payload(r.payload.as_deref()).0,
             payload_hex: shown_payload(r.payload.as_deref()).1,
             payload_bytes: r.payload.as_ref().map(Vec::len),
+            kind: r.kind.to_string(),
             observed_at_us: r.observed_at.as_micros(),
         }
     }
@@ -103,9 +106,18 @@ pub(crate) fn print_record(record: &RunRecord, format: Format) {
             let _ = stream
                 .page(&mut out, std::slice::from_ref(record))
                 .and_then(|()| stream.finish(&mut out))
+                .and_then(|()| kind_line(&mut out, record))
                 .and_then(|()| payload_line(&mut out, record.payload.as_deref()));
         }
     }
+}
+
+/// The kind under a single record's table, unless it is the default.
+fn kind_line(out: &mut impl Write, record: &RunRecord) -> io::Result<()> {
+    if record.kind.is_default() {
+        return Ok(());
+    }
+    writeln!(out, "kind: {}", record.kind)
 }
 
 /// The payload under a single record's table: its size, then the text quoted with control

@@ -1306,3 +1306,66 @@ fn the_default_build_reaches_etcd_and_rebinds_a_prefix() {
     let out = lease(&["--help"]);
     assert!(stdout(&out).contains("etcd-rebind"));
 }
+
+/// `lease create --kind K` creates a run of that kind (shown by `inspect`, text and JSON),
+/// `lease list --kind K` lists only that kind's runs, a bad kind is refused before the store
+/// with exit 2, and a worker of another kind never claims the run.
+#[test]
+fn lease_create_and_list_take_a_kind() {
+    let Some((_server, url)) = postgres() else {
+        return;
+    };
+    let base = ["--store", url.as_str(), "--namespace", "cli_kinds"];
+    let with = |args: &[&str]| lease(&[&base[..], args].concat());
+    assert_exit(&with(&["create", "mail-1", "--kind", "email"]), 0);
+    assert_exit(&with(&["create", "mail-2", "--kind", "email"]), 0);
+    assert_exit(&with(&["create", "plain-1"]), 0);
+    let record: serde_json::Value =
+        serde_json::from_str(&stdout(&with(&["inspect", "mail-1", "-o", "json"]))).unwrap();
+    assert_eq!(record["kind"], "email", "{record}");
+    let table = stdout(&with(&["inspect", "mail-2"]));
+    assert!(table.contains("kind: email"), "{table}");
+    let plain = stdout(&with(&["inspect", "plain-1"]));
+    assert!(!plain.contains("kind:"), "{plain}");
+
+    let listed = stdout(&with(&["list", "--kind", "email", "-o", "json"]));
+    let runs: Vec<String> = listed
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["run"].to_string())
+        .collect();
+    assert_eq!(runs, [r#""mail-1""#, r#""mail-2""#], "{listed}");
+    let listed = stdout(&with(&["list", "--kind", "default", "-o", "json"]));
+    assert_eq!(listed.lines().count(), 1, "{listed}");
+    assert!(listed.contains(r#""run":"plain-1""#), "{listed}");
+
+    let out = with(&["create", "mail-3", "--kind", &"k".repeat(65)]);
+    assert_exit(&out, USAGE);
+    assert_eq!(
+        stderr(&out).trim(),
+        "lease: kind is 65 bytes long; the limit is 64 bytes of UTF-8"
+    );
+    assert_exit(&with(&["list", "--kind", ""]), USAGE);
+
+    let (rt, store) = admin(&url, "cli_kinds");
+    assert!(matches!(
+        rt.block_on(store.inspect(&id("mail-3"))),
+        Err(distribution::Error::NotFound { .. })
+    ));
+    let claimed = rt
+        .block_on(store.claim_next(&worker("w"), ttl(60_000), 10))
+        .unwrap();
+    assert_eq!(
+        claimed.iter().map(|l| l.run().as_str()).collect::<Vec<_>>(),
+        ["plain-1"],
+        "the default kind's claim took only the run without a kind"
+    );
+    let emails = rt
+        .block_on(store.claim_next_kind(
+            &distribution::Kind::new("email").unwrap(),
+            &worker("w"),
+            ttl(60_000),
+            10,
+        ))
+        .unwrap();
+    assert_eq!(emails.len(), 2);
+}
