@@ -280,7 +280,7 @@ pub async fn a_worker_serves_each_kind_with_its_handler_and_starves_none(
     let report = handle.await.unwrap().unwrap();
     assert_eq!(report.completed, BULK as u64 + 1, "{report:?}");
 
-    let seen = seen.lock().unwrap();
+    let seen = seen.lock().unwrap().clone();
     for (handler, id, k) in seen.iter() {
         assert_eq!(
             handler,
