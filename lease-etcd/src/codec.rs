@@ -9,7 +9,8 @@
 //! | `r\0{run}` | the run record ([`Rec`]), fence included | never leased, never deleted (a purge leaves a tombstone) |
 //! | `b\0{run}` | `h` (held) or `d` (delayed) | attached to an etcd lease: gone when it expires |
 //! | `d\0{run}` | empty: the run is delayed (for counts) | on the delay's lease, beside the block |
-//! | `i\0{state}{since}{run}` | empty | the state index, ordered by claimable-since / ended-at |
+//! | `i\0{state}{since}{run}` | empty | the state index, ordered by claimable-since / ended-at; runnable runs of the default kind |
+//! | `i\0K{kind}\0{since}{run}` | empty | the runnable runs of another kind ([`Rec::kind`]): a claim of a kind reads its own family only |
 //! | `p\0{run}` | the run's payload, the bytes it was created with | written by create, deleted by purge |
 //! | `j\0{run}\0{seq}` | a journal entry | until purge |
 //! | `k\0{run}\0{key}` | the entry's seq | until purge |
@@ -117,23 +118,58 @@ impl Keys {
         k
     }
 
-    pub(crate) fn index(&self, state: RunState, since: u64, run: &str) -> Vec<u8> {
-        let mut k = self.index_family(state);
+    /// The index family of the runnable runs of `kind` (`None`: the default kind, whose
+    /// family is the runnable state's). A kind holds no NUL, so the NUL after it ends it.
+    pub(crate) fn runnable_family(&self, kind: Option<&str>) -> Vec<u8> {
+        match kind {
+            None => self.index_family(RunState::Runnable),
+            Some(kind) => {
+                let mut k = self.kinds_family();
+                k.extend_from_slice(kind.as_bytes());
+                k.push(0);
+                k
+            }
+        }
+    }
+
+    /// Every runnable family of a kind other than the default (for counts).
+    pub(crate) fn kinds_family(&self) -> Vec<u8> {
+        let mut k = self.kind(b'i');
+        k.push(b'K');
+        k
+    }
+
+    /// A run's index key: in `state`'s family, or for a runnable run in its kind's.
+    pub(crate) fn index(
+        &self,
+        state: RunState,
+        kind: Option<&str>,
+        since: u64,
+        run: &str,
+    ) -> Vec<u8> {
+        let mut k = if state == RunState::Runnable {
+            self.runnable_family(kind)
+        } else {
+            self.index_family(state)
+        };
         k.extend_from_slice(&since.to_be_bytes());
         k.extend_from_slice(run.as_bytes());
         k
     }
 
-    /// The first key of `state`'s index family past every entry at or before `since`.
-    pub(crate) fn index_bound(&self, state: RunState, since: u64) -> Vec<u8> {
-        let mut k = self.index_family(state);
+    /// The first key of index family `family` past every entry at or before `since`.
+    pub(crate) fn family_bound(family: &[u8], since: u64) -> Vec<u8> {
+        let mut k = family.to_vec();
         k.extend_from_slice(&since.saturating_add(1).to_be_bytes());
         k
     }
 
-    /// `(since, run)` of an index key.
-    pub(crate) fn parse_index<'a>(&self, key: &'a [u8]) -> Option<(u64, &'a str)> {
-        let base = self.prefix.len() + 3;
+    /// `(since, run)` of an index key of `family`.
+    pub(crate) fn parse_index<'a>(family: &[u8], key: &'a [u8]) -> Option<(u64, &'a str)> {
+        let base = family.len();
+        if !key.starts_with(family) {
+            return None;
+        }
         let since = u64::from_be_bytes(key.get(base..base + 8)?.try_into().ok()?);
         let run = std::str::from_utf8(key.get(base + 8..)?).ok()?;
         Some((since, run))
@@ -210,6 +246,8 @@ pub(crate) struct Rec {
     /// Whether the run was created with a payload (its `p` key), so that claims and inspect
     /// read that key only for the runs that have one.
     pub(crate) payload: bool,
+    /// The run's kind, `None` for the default kind (and for records written before kinds).
+    pub(crate) kind: Option<String>,
 }
 
 const VERSION: u8 = 1;
@@ -231,6 +269,7 @@ impl Rec {
             attempts: 0,
             rest: 0,
             payload: false,
+            kind: None,
         }
     }
 
@@ -262,6 +301,9 @@ impl Rec {
         out.extend_from_slice(&self.attempts.to_be_bytes());
         out.extend_from_slice(&self.rest.to_be_bytes());
         out.extend_from_slice(&u64::from(self.payload).to_be_bytes());
+        if self.kind.is_some() {
+            put_text(&mut out, self.kind.as_deref());
+        }
         out
     }
 
@@ -304,6 +346,12 @@ impl Rec {
         let rest = trailing()?;
         // Absent from records written before payloads.
         let payload = trailing()? != 0;
+        // Absent from records of the default kind, and from those written before kinds.
+        let kind = if r.0.is_empty() {
+            None
+        } else {
+            r.text().ok_or_else(corrupt)?
+        };
         Ok(Rec {
             state,
             fence: n[0],
@@ -318,6 +366,7 @@ impl Rec {
             attempts,
             rest,
             payload,
+            kind,
         })
     }
 }
@@ -395,6 +444,9 @@ mod tests {
         rec.failure = Some("gave up".into());
         rec.expires_at = 99;
         assert_eq!(Rec::decode(&rec.encode()).unwrap(), rec);
+        rec.kind = Some("email".into());
+        rec.payload = true;
+        assert_eq!(Rec::decode(&rec.encode()).unwrap(), rec);
         assert_eq!(Rec::decode(&Rec::tombstone(3).encode()).unwrap().fence, 3);
         for bad in [&b""[..], b"\x02r", b"\x01r\0\0"] {
             assert!(matches!(Rec::decode(bad), Err(Error::Backend { .. })));
@@ -406,10 +458,28 @@ mod tests {
         let k = Keys::new("p");
         let (a, ab) = (k.journal_prefix("a"), k.entry("a/b", 1));
         assert!(!ab.starts_with(&a));
-        let i = k.index(RunState::Runnable, 5, "x/y");
-        assert_eq!(k.parse_index(&i), Some((5, "x/y")));
-        assert!(i < k.index_bound(RunState::Runnable, 5));
-        assert!(i >= k.index_bound(RunState::Runnable, 4));
+        let i = k.index(RunState::Runnable, None, 5, "x/y");
+        let runnable = k.runnable_family(None);
+        assert_eq!(Keys::parse_index(&runnable, &i), Some((5, "x/y")));
+        assert!(i < Keys::family_bound(&runnable, 5));
+        assert!(i >= Keys::family_bound(&runnable, 4));
+        // A kind's family: apart from the default's and from every other kind's, even one
+        // that the kind's name starts.
+        let (email, emails) = (
+            k.runnable_family(Some("email")),
+            k.runnable_family(Some("emails")),
+        );
+        let e = k.index(RunState::Runnable, Some("email"), 5, "x/y");
+        assert!(e.starts_with(&email) && !e.starts_with(&emails) && !e.starts_with(&runnable));
+        assert!(e.starts_with(&k.kinds_family()) && !i.starts_with(&k.kinds_family()));
+        assert_eq!(Keys::parse_index(&email, &e), Some((5, "x/y")));
+        assert_eq!(Keys::parse_index(&emails, &e), None);
+        let done = k.index(RunState::Completed, Some("email"), 5, "x/y");
+        assert_eq!(
+            done,
+            k.index(RunState::Completed, None, 5, "x/y"),
+            "only runnable runs are by kind"
+        );
         assert_eq!(k.run_of_record(&k.record("r-1")), Some("r-1"));
         assert_eq!(prefix_end(b"a\xff"), b"b");
     }

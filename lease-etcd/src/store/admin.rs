@@ -7,16 +7,20 @@ use lease_core::backend::{check_new_runs, check_purge};
 use lease_core::{Error, NewRun, Result, RunId, RunRecord, RunState};
 
 use super::{now_micros, state_of, EtcdLeaseStore, Plan, Seen};
-use crate::codec::{prefix_end, Rec};
+use crate::codec::{prefix_end, Keys, Rec};
 
 impl EtcdLeaseStore {
     pub(super) fn purgeable_ranges(&self, older_than: Duration) -> [(Vec<u8>, Vec<u8>); 3] {
+        self.purgeable_families(older_than).map(|(_, range)| range)
+    }
+
+    /// Each ended state's index family, with its range of entries ended before `older_than`.
+    fn purgeable_families(&self, older_than: Duration) -> [(Vec<u8>, (Vec<u8>, Vec<u8>)); 3] {
         let cutoff = now_micros().saturating_sub(older_than.as_micros() as u64);
         [RunState::Completed, RunState::Failed, RunState::Cancelled].map(|state| {
-            (
-                self.keys.index_family(state),
-                self.keys.index_bound(state, cutoff),
-            )
+            let family = self.keys.index_family(state);
+            let bound = Keys::family_bound(&family, cutoff);
+            (family.clone(), (family, bound))
         })
     }
     /// Creates each run in one conditional write; a start delay is timed by etcd as a retry
@@ -87,6 +91,9 @@ impl EtcdLeaseStore {
                     rec.since = since + link;
                     rec.not_before = since + delay;
                     extra.extend(self.put_delay(run.as_str(), leases[i]));
+                }
+                if !unique[i].kind().is_default() {
+                    rec.kind = Some(unique[i].kind().as_str().to_owned());
                 }
                 let payload = unique[i].payload();
                 if let Some(bytes) = payload {
@@ -211,10 +218,10 @@ impl EtcdLeaseStore {
     pub(super) async fn purge_runs(&self, older_than: Duration, max: usize) -> Result<Vec<RunId>> {
         check_purge(older_than, max)?;
         let mut due: Vec<(u64, RunId)> = Vec::new();
-        for (from, to) in self.purgeable_ranges(older_than) {
+        for (family, (from, to)) in self.purgeable_families(older_than) {
             let page = self.range(from, to, max as i64, false, 0).await?;
             for kv in page.kvs() {
-                if let Some((since, run)) = self.keys.parse_index(kv.key()) {
+                if let Some((since, run)) = Keys::parse_index(&family, kv.key()) {
                     due.push((since, RunId::new(run)?));
                 }
             }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use lease_core::backend::{check_end_batch, check_payload};
 use lease_core::{
-    End, Ending, IdempotencyKey, JournalEntry, Lease, LeaseStore, ListFilter, NewRun, Result,
+    End, Ending, IdempotencyKey, JournalEntry, Kind, Lease, LeaseStore, ListFilter, NewRun, Result,
     RunCounts, RunId, RunRecord, Ttl, WorkerId,
 };
 
@@ -17,16 +17,12 @@ impl LeaseStore for EtcdLeaseStore {
     }
 
     async fn create_with(&self, new: &NewRun) -> Result<RunRecord> {
-        new.check()?;
-        lease_core::refuse_kinds([new.kind()])?;
         let created = self.create_batch(std::slice::from_ref(new)).await?;
         created.into_iter().next().expect("one result")?;
         self.inspect(new.run()).await
     }
 
     async fn create_many_with(&self, runs: &[NewRun]) -> Result<Vec<Result<()>>> {
-        lease_core::backend::check_new_runs(runs)?;
-        lease_core::refuse_kinds(runs.iter().map(NewRun::kind))?;
         self.create_batch(runs).await
     }
 
@@ -35,7 +31,18 @@ impl LeaseStore for EtcdLeaseStore {
     }
 
     async fn claim_next(&self, worker: &WorkerId, ttl: Ttl, max: usize) -> Result<Vec<Lease>> {
-        self.claim_next_runs(worker, ttl, max).await
+        self.claim_next_runs(&Kind::default(), worker, ttl, max)
+            .await
+    }
+
+    async fn claim_next_kind(
+        &self,
+        kind: &Kind,
+        worker: &WorkerId,
+        ttl: Ttl,
+        max: usize,
+    ) -> Result<Vec<Lease>> {
+        self.claim_next_runs(kind, worker, ttl, max).await
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {

@@ -6,15 +6,13 @@ use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp};
 use lease_core::backend::{check_claim_max, check_renew_batch, claim_refusal};
-use lease_core::{
-    Error, Fence, Lease, LeaseStore, Result, RunId, RunState, StoreTime, Ttl, WorkerId,
-};
+use lease_core::{Error, Fence, Kind, Lease, LeaseStore, Result, RunId, StoreTime, Ttl, WorkerId};
 
 use super::{
     lease_seconds, now_micros, shuffle, state_of, ClaimPage, EtcdLeaseStore, Plan, Seen, ROUNDS,
     SWEEP, SWEEP_EVERY,
 };
-use crate::codec::prefix_end;
+use crate::codec::{prefix_end, Keys};
 use crate::error::BACKEND;
 
 /// Index entries one `claim_next` looks at before it answers with what it has: bounded work
@@ -80,7 +78,11 @@ impl EtcdLeaseStore {
             StoreTime::from_micros(new.expires_at),
         )?
         .with_attempt(new.attempts)
-        .with_payload(payload);
+        .with_payload(payload)
+        .with_kind(match &rec.kind {
+            Some(kind) => Kind::new(kind)?,
+            None => Kind::default(),
+        });
         let mut plan = self.plan(
             run.as_str(),
             seen,
@@ -151,6 +153,7 @@ impl EtcdLeaseStore {
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn claim_page(
         &self,
+        family: &[u8],
         worker: &WorkerId,
         ttl: Ttl,
         secs: i64,
@@ -164,7 +167,7 @@ impl EtcdLeaseStore {
         let page = self.range(from, to, limit as i64, false, 0).await?;
         let mut listed: Vec<(u64, RunId)> = Vec::new();
         for kv in page.kvs() {
-            if let Some((since, run)) = self.keys.parse_index(kv.key()) {
+            if let Some((since, run)) = Keys::parse_index(family, kv.key()) {
                 listed.push((since, RunId::new(run)?));
             }
         }
@@ -379,6 +382,7 @@ impl EtcdLeaseStore {
     /// so the next call does not meet them again.
     pub(super) async fn claim_next_runs(
         &self,
+        kind: &Kind,
         worker: &WorkerId,
         ttl: Ttl,
         max: usize,
@@ -386,7 +390,10 @@ impl EtcdLeaseStore {
         check_claim_max(max)?;
         let (secs, ttl) = lease_seconds(ttl)?;
         let secs = self.link(secs);
-        let family = self.keys.index_family(RunState::Runnable);
+        // The kind's own family: other kinds' runs are neither claimed nor read.
+        let family = self
+            .keys
+            .runnable_family((!kind.is_default()).then(|| kind.as_str()));
         let mut got: Vec<Lease> = Vec::new();
         let mut from = family.clone();
         // The index in order, up to now: fresh and released runs, and held runs whose
@@ -399,10 +406,20 @@ impl EtcdLeaseStore {
         let mut limit = max * 2 + 8;
         while scanned < SCAN_BUDGET {
             let want = max - got.len();
-            let to = self.keys.index_bound(RunState::Runnable, now_micros());
+            let to = Keys::family_bound(&family, now_micros());
             limit = limit.min(SCAN_BUDGET - scanned);
             let page = self
-                .claim_page(worker, ttl, secs, from.clone(), to, limit, want, spread)
+                .claim_page(
+                    &family,
+                    worker,
+                    ttl,
+                    secs,
+                    from.clone(),
+                    to,
+                    limit,
+                    want,
+                    spread,
+                )
                 .await?;
             scanned += page.scanned.max(1);
             got.extend(page.leases);
@@ -421,14 +438,19 @@ impl EtcdLeaseStore {
         // too, and every entry comes under the window within a bounded number of sweeps, so
         // no run waits on a clock.
         if got.len() < max && self.sweep_due() {
-            let bound = self.keys.index_bound(RunState::Runnable, now_micros());
+            let bound = Keys::family_bound(&family, now_micros());
             let start = {
                 let cursor = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
-                cursor.clone().filter(|c| *c > bound).unwrap_or(bound)
+                cursor
+                    .get(&family)
+                    .filter(|c| **c > bound)
+                    .cloned()
+                    .unwrap_or(bound)
             };
             let want = max - got.len();
             let page = self
                 .claim_page(
+                    &family,
                     worker,
                     ttl,
                     secs,
@@ -444,7 +466,11 @@ impl EtcdLeaseStore {
                 last.push(0);
                 last
             });
-            *self.cursor.lock().unwrap_or_else(|p| p.into_inner()) = next;
+            let mut cursors = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
+            match next {
+                Some(next) => cursors.insert(family.clone(), next),
+                None => cursors.remove(&family),
+            };
         }
         got.sort_by_key(|l| l.expires_at());
         Ok(got)
@@ -576,7 +602,7 @@ mod tests {
             .all(Option::is_some));
         let family = store.keys.index_family(RunState::Runnable);
         let due = || async {
-            let bound = store.keys.index_bound(RunState::Runnable, now_micros());
+            let bound = Keys::family_bound(&family, now_micros());
             store
                 .range(family.clone(), bound, 0, false, 0)
                 .await

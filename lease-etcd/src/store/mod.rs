@@ -76,8 +76,9 @@ pub struct EtcdLeaseStore {
     /// One client per endpoint; calls go to `current` and move on when it fails.
     links: Vec<Link>,
     current: Arc<AtomicUsize>,
-    /// Where `claim_next`'s sweep past now goes on from, and when it last ran.
-    cursor: Arc<std::sync::Mutex<Option<Vec<u8>>>>,
+    /// Where `claim_next`'s sweep past now goes on from in each kind's family, and when it
+    /// last ran.
+    cursor: Arc<std::sync::Mutex<std::collections::HashMap<Vec<u8>, Vec<u8>>>>,
     swept: Arc<AtomicU64>,
     keys: Keys,
     config: EtcdConfig,
@@ -310,7 +311,7 @@ impl EtcdLeaseStore {
             links,
             // Each store starts at an endpoint of its own, so a fleet spreads over the members.
             current: Arc::new(AtomicUsize::new(now_micros() as usize % links_len)),
-            cursor: Arc::new(std::sync::Mutex::new(None)),
+            cursor: Arc::default(),
             swept: Arc::new(AtomicU64::new(0)),
             keys: Keys::new(config.prefix()),
             config,

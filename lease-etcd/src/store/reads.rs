@@ -7,8 +7,8 @@ use std::time::Duration;
 use etcd_client::{GetOptions, ResponseHeader, Txn, TxnOp, TxnOpResponse};
 use lease_core::backend::{check_list, check_purge};
 use lease_core::{
-    Fence, InvalidInput, JournalEntry, ListFilter, Result, RunCounts, RunId, RunRecord, RunState,
-    StoreTime, WorkerId, MAX_BATCH, MAX_COUNT,
+    Fence, InvalidInput, JournalEntry, Kind, ListFilter, Result, RunCounts, RunId, RunRecord,
+    RunState, StoreTime, WorkerId, MAX_BATCH, MAX_COUNT,
 };
 
 use super::decide::counted;
@@ -82,6 +82,9 @@ impl EtcdLeaseStore {
         .with_heartbeats(rec.heartbeats)
         .with_failure(rec.failure.clone())
         .with_attempts(rec.attempts);
+        if let Some(kind) = &rec.kind {
+            record = record.with_kind(Kind::new(kind)?);
+        }
         if let Some(owner) = &rec.owner {
             let expires_at = if seen.block == Some(true) || seen.lapsed() {
                 rec.expires_at.max(now + 1)
@@ -146,7 +149,6 @@ impl EtcdLeaseStore {
 
     pub(super) async fn list_runs(&self, filter: &ListFilter) -> Result<Vec<RunRecord>> {
         check_list(filter)?;
-        lease_core::refuse_kinds(&filter.kind)?;
         if let Some(state) = filter.state {
             if self.watch.states.load(Ordering::Relaxed) {
                 return self.list_by_state(state, filter).await;
@@ -162,7 +164,7 @@ impl EtcdLeaseStore {
             }
             None => prefix,
         };
-        let page_size = if filter.state.is_some() || filter.expired {
+        let page_size = if filter.state.is_some() || filter.expired || filter.kind.is_some() {
             MAX_BATCH as i64
         } else {
             filter.limit as i64
@@ -210,6 +212,7 @@ impl EtcdLeaseStore {
                 let record = self.record(run, &seen, now)?;
                 if filter.state.is_none_or(|s| s == record.state)
                     && (!filter.expired || record.is_expired())
+                    && filter.kind.as_ref().is_none_or(|k| *k == record.kind)
                     && out.len() < filter.limit
                 {
                     out.push(record);
@@ -257,7 +260,10 @@ impl EtcdLeaseStore {
                 let Ok(record) = self.record(run, item, now) else {
                     continue; // purged in between
                 };
-                if record.state == state && (!filter.expired || record.is_expired()) {
+                if record.state == state
+                    && (!filter.expired || record.is_expired())
+                    && filter.kind.as_ref().is_none_or(|k| *k == record.kind)
+                {
                     out.push(record);
                 }
             }
@@ -286,14 +292,19 @@ impl EtcdLeaseStore {
             .collect();
         // Blocks (held and delayed) and delay markers, counted by etcd: no key is read. A
         // delay written before markers existed counts as held until it expires.
-        for family in [self.keys.blocks(), self.keys.delays()] {
+        // The runnable runs of the kinds other than the default, in families of their own.
+        for family in [
+            self.keys.blocks(),
+            self.keys.delays(),
+            self.keys.kinds_family(),
+        ] {
             ops.push(Self::count_op(family.clone(), prefix_end(&family)));
         }
         let response = self.txn(Txn::new().and_then(ops)).await?;
         let blocks = counted(&response, 5);
         let delayed = counted(&response, 6).min(blocks);
         let held = blocks - delayed;
-        let runnable = counted(&response, 0);
+        let runnable = counted(&response, 0) + counted(&response, 7);
         let cap = |n: u64| n.min(MAX_COUNT);
         let mut counts = RunCounts::default();
         counts.claimable = cap(runnable.saturating_sub(held + delayed));
