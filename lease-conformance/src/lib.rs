@@ -27,6 +27,7 @@ mod kind_scenarios;
 mod life_scenarios;
 pub mod model_check;
 mod payload_scenarios;
+mod run_at_scenarios;
 mod safety_scenarios;
 mod scenarios;
 mod scope_scenarios;
@@ -41,6 +42,7 @@ pub use job_scenarios::*;
 pub use kind_scenarios::*;
 pub use life_scenarios::*;
 pub use payload_scenarios::*;
+pub use run_at_scenarios::*;
 pub use safety_scenarios::*;
 pub use scenarios::*;
 pub use scope_scenarios::*;
@@ -221,6 +223,7 @@ macro_rules! conformance_tests {
             a_cancel_racing_the_holders_end_has_exactly_one_winner,
             purge_removes_cancelled_runs_and_never_reuses_their_fence,
             a_run_created_with_a_delay_waits_for_it_on_the_store_clock,
+            a_run_created_for_a_wall_time_waits_for_it_on_the_store_clock,
             a_payload_round_trips_byte_exact_from_create_to_every_claim,
             a_payload_is_immutable_and_goes_with_its_run,
             a_worker_hands_each_handler_its_runs_payload,

@@ -548,6 +548,15 @@ pub enum InvalidInput {
         /// The maximum.
         max: Duration,
     },
+    /// A [`NewRun::with_run_at`](crate::NewRun::with_run_at) time further ahead than
+    /// [`MAX_START_DELAY`](crate::MAX_START_DELAY).
+    #[error("run_at is {ahead:?} ahead; the maximum is {max:?}")]
+    RunAtTooFar {
+        /// How far ahead of this process's clock it is.
+        ahead: Duration,
+        /// The maximum.
+        max: Duration,
+    },
     /// A [`Schedule`](crate::Schedule) or [`Scheduler`](crate::Scheduler) setting that cannot
     /// work: an interval that is not a whole number of seconds, a cron expression that does
     /// not parse, a name too long for its tick ids.

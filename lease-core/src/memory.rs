@@ -160,8 +160,14 @@ impl MemoryLeaseStore {
             expires_at: None,
             fence,
             heartbeats: 0,
-            // A start delay: claimable from then, as after a retry delay.
-            claimable_at: now + new.delay(),
+            // A start delay or time: claimable from then, as after a retry delay. This
+            // process's clock is the store's.
+            claimable_at: now
+                + new.delay().max(
+                    new.run_at()
+                        .and_then(|at| at.duration_since(std::time::SystemTime::now()).ok())
+                        .unwrap_or_default(),
+                ),
             order: state.next_order,
             journal: Vec::new(),
             keys: HashMap::new(),

@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::error::InvalidInput;
 use crate::id::RunId;
@@ -45,6 +45,7 @@ pub struct NewRun {
     delay: Duration,
     payload: Option<Arc<[u8]>>,
     kind: Kind,
+    run_at: Option<SystemTime>,
 }
 
 impl fmt::Debug for NewRun {
@@ -53,6 +54,7 @@ impl fmt::Debug for NewRun {
             .field("run", &self.run)
             .field("kind", &self.kind)
             .field("delay", &self.delay)
+            .field("run_at", &self.run_at)
             .field(
                 "payload",
                 &PayloadSize(self.payload.as_ref().map(|p| p.len())),
@@ -69,7 +71,34 @@ impl NewRun {
             delay: Duration::ZERO,
             payload: None,
             kind: Kind::default(),
+            run_at: None,
         }
+    }
+
+    /// Not claimable before `at`, a wall-clock time compared with the **store's** clock (on
+    /// Postgres and Redis, the server's; in memory, this process's): a client whose clock is
+    /// off changes nothing but [`check`](NewRun::check)'s bound. A time already past is
+    /// claimable at once. With a [delay](NewRun::with_delay) too, the later of the two holds.
+    /// At most [`MAX_START_DELAY`] ahead of this process's clock when checked. The etcd
+    /// backend has no server clock to compare with and refuses it
+    /// ([`InvalidInput::Unsupported`]); give it a delay.
+    pub fn with_run_at(mut self, at: SystemTime) -> NewRun {
+        self.run_at = Some(at);
+        self
+    }
+
+    /// The wall-clock time before which the run is not claimable, if any.
+    pub fn run_at(&self) -> Option<SystemTime> {
+        self.run_at
+    }
+
+    /// [`run_at`](NewRun::run_at) in microseconds since the Unix epoch (0 for a time before
+    /// it), as the backends send it to their store.
+    pub fn run_at_micros(&self) -> Option<i64> {
+        self.run_at.map(|at| {
+            let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
+            i64::try_from(since.as_micros()).unwrap_or(i64::MAX)
+        })
     }
 
     /// Of kind `kind` (the [`DEFAULT_KIND`](crate::DEFAULT_KIND) without it): only a claim of
@@ -140,13 +169,17 @@ impl NewRun {
     /// Whether it asks for nothing but the id: what [`create`](crate::LeaseStore::create)
     /// does.
     pub fn is_plain(&self) -> bool {
-        self.delay.is_zero() && self.payload.is_none() && self.kind.is_default()
+        self.delay.is_zero()
+            && self.payload.is_none()
+            && self.kind.is_default()
+            && self.run_at.is_none()
     }
 
     /// Validates it. Backends call it (or [`check_new_runs`]) before any I/O.
     ///
     /// # Errors
-    /// [`InvalidInput::StartDelayTooLong`], [`InvalidInput::RunPayloadTooLarge`].
+    /// [`InvalidInput::StartDelayTooLong`], [`InvalidInput::RunPayloadTooLarge`],
+    /// [`InvalidInput::RunAtTooFar`].
     pub fn check(&self) -> Result<(), InvalidInput> {
         if self.payload_len() > MAX_RUN_PAYLOAD_BYTES {
             return Err(InvalidInput::RunPayloadTooLarge {
@@ -159,6 +192,15 @@ impl NewRun {
                 delay: self.delay,
                 max: MAX_START_DELAY,
             });
+        }
+        if let Some(at) = self.run_at {
+            let ahead = at.duration_since(SystemTime::now()).unwrap_or_default();
+            if ahead > MAX_START_DELAY {
+                return Err(InvalidInput::RunAtTooFar {
+                    ahead,
+                    max: MAX_START_DELAY,
+                });
+            }
         }
         Ok(())
     }

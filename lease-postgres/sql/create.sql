@@ -1,4 +1,6 @@
--- $1 run_id, $2 start delay in ms (0: claimable at once), $3 payload (bytea; NULL: none), $4 kind
+-- $1 run_id, $2 start delay in ms (0: claimable at once), $3 payload (bytea; NULL: none), $4 kind,
+-- $5 run_at in µs since the Unix epoch (NULL: none): claimable from the later of the delay's end
+-- and run_at, both on the database clock
 -- Returns: the new record, or no row if the run exists. A delayed run is runnable and unowned
 -- with claimable_at in the future, as after a retry delay: claim and claim_next wait for it,
 -- on the database clock.
@@ -14,13 +16,16 @@
 WITH revived AS (
     UPDATE {schema}.runs
     SET state = 'runnable', lease_owner = NULL, lease_expires_at = NULL, heartbeats = 0,
-        claimable_at = now() + $2::bigint * interval '1 millisecond', journal_len = 0, failure = NULL, attempts = 0,
+        claimable_at = greatest(now() + $2::bigint * interval '1 millisecond',
+                                'epoch'::timestamptz + $5::bigint * interval '1 microsecond'),
+        journal_len = 0, failure = NULL, attempts = 0,
         created_seq = DEFAULT, kind = $4
     WHERE run_id = $1 AND state = 'purged'
     RETURNING *
 ), inserted AS (
     INSERT INTO {schema}.runs (run_id, claimable_at, kind)
-    SELECT $1, now() + $2::bigint * interval '1 millisecond', $4
+    SELECT $1, greatest(now() + $2::bigint * interval '1 millisecond',
+                        'epoch'::timestamptz + $5::bigint * interval '1 microsecond'), $4
     WHERE NOT EXISTS (SELECT 1 FROM revived)
     ON CONFLICT (run_id) DO NOTHING
     RETURNING *

@@ -181,7 +181,8 @@ impl PostgresLeaseStore {
             .bind(run.as_str())
             .bind(crate::store::millis(new))
             .bind(new.payload())
-            .bind(new.kind().as_str());
+            .bind(new.kind().as_str())
+            .bind(new.run_at_micros());
         let row = self
             .in_time(async {
                 query
@@ -243,12 +244,13 @@ impl PostgresLeaseStore {
         if runs.is_empty() {
             return Ok(Vec::new());
         }
-        let (ids, delays, payloads, kinds) = crate::store::create_many_columns(runs);
+        let (ids, delays, payloads, kinds, run_at) = crate::store::create_many_columns(runs);
         let query = sqlx::query(&self.sql.create_many)
             .bind(&ids)
             .bind(&delays)
             .bind(&payloads)
-            .bind(&kinds);
+            .bind(&kinds)
+            .bind(&run_at);
         let rows = self
             .in_time(async {
                 query.fetch_all(&mut *conn).await.map_err(|e| {

@@ -687,7 +687,8 @@ impl PostgresLeaseStore {
                 query = query
                     .bind(millis(new))
                     .bind(new.payload())
-                    .bind(new.kind().as_str());
+                    .bind(new.kind().as_str())
+                    .bind(new.run_at_micros());
             }
             let row = self.write_opt(conn, query).await?;
             if let Some(row) = row {
@@ -1343,8 +1344,15 @@ pub(crate) fn millis(new: &NewRun) -> i64 {
     i64::try_from(new.delay_millis()).unwrap_or(i64::MAX)
 }
 
-/// The columns `sql/create_many.sql` takes for a batch: ids, start delays, payloads.
-pub(crate) type CreateColumns<'a> = (Vec<&'a str>, Vec<i64>, Vec<Option<&'a [u8]>>, Vec<&'a str>);
+/// The columns `sql/create_many.sql` takes for a batch: ids, start delays, payloads, kinds and
+/// run_at times.
+pub(crate) type CreateColumns<'a> = (
+    Vec<&'a str>,
+    Vec<i64>,
+    Vec<Option<&'a [u8]>>,
+    Vec<&'a str>,
+    Vec<Option<i64>>,
+);
 
 /// The columns of `runs` for `sql/create_many.sql`.
 pub(crate) fn create_many_columns(runs: &[NewRun]) -> CreateColumns<'_> {
@@ -1353,5 +1361,6 @@ pub(crate) fn create_many_columns(runs: &[NewRun]) -> CreateColumns<'_> {
         runs.iter().map(millis).collect(),
         runs.iter().map(NewRun::payload).collect(),
         runs.iter().map(|n| n.kind().as_str()).collect(),
+        runs.iter().map(NewRun::run_at_micros).collect(),
     )
 }

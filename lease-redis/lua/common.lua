@@ -106,6 +106,16 @@ local function payload_of(payloads, id)
   return redis.call('HGET', payloads, id)
 end
 
+-- When a run created at `now` (µs) becomes claimable: after `delay_ms`, and not before
+-- `run_at` (µs since the Unix epoch as a decimal string, '' for none).
+local function not_before(now, delay_ms, run_at)
+  local at = now + delay_ms * 1000
+  if run_at and run_at ~= '' and tonumber(run_at) > at then
+    at = tonumber(run_at)
+  end
+  return at
+end
+
 -- Stores a created run's payload, given as the create's argument: '' for none, else '='
 -- followed by its bytes.
 local function store_payload(payloads, id, marked)

@@ -3,7 +3,8 @@
 -- last fence); KEYS[6]: attempts hash; KEYS[7]: delayed runs (zset: encoded id scored by its
 -- delay's end; for count); KEYS[8]: payloads hash
 -- ARGV[1]: encoded run id; ARGV[2]: start delay in ms (0: claimable at once); ARGV[3]: the
--- payload, '' for none or '=' followed by its bytes
+-- payload, '' for none or '=' followed by its bytes; ARGV[4]: run_at, µs since the Unix epoch
+-- ('' for none): claimable from the later of it and the delay's end, on this server's clock
 -- Returns: {'exists'} if the run exists; else {'ok', now, fence, not_before} (fence: 0, or a
 -- purged id's last fence, where its next claim continues; not_before: the delay's end on this
 -- server's clock in µs, or '' without a delay). A delayed run is unowned with its expiry at
@@ -16,10 +17,8 @@ local order = redis.call('INCR', KEYS[4])
 -- Zero-padded creation order first: equal scores then sort by creation, oldest first.
 local member = string.format('%016x', order) .. ARGV[1]
 local fence = redis.call('HGET', KEYS[5], ARGV[1]) or '0'
-local delay = tonumber(ARGV[2])
-local at, e = now, ''
-if delay > 0 then
-  at = now + delay * 1000
+local at, e = not_before(now, tonumber(ARGV[2]), ARGV[4]), ''
+if at > now then
   e = num(at)
   redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', num(now)) -- delays over: claimable
   redis.call('ZADD', KEYS[7], e, ARGV[1])

@@ -2,8 +2,9 @@
 -- by encoded id); KEYS[4]: creation counter; KEYS[5]: tombstones (hash: purged id -> its
 -- last fence, where a run created again starts); KEYS[6]: attempts hash; KEYS[7]: delayed
 -- runs (zset: encoded id scored by its delay's end; for count); KEYS[8]: payloads hash
--- ARGV[3i-2]: encoded id of run i; ARGV[3i-1]: its start delay in ms (0: claimable at once);
--- ARGV[3i]: its payload, '' for none or '=' followed by its bytes
+-- ARGV[4i-3]: encoded id of run i; ARGV[4i-2]: its start delay in ms (0: claimable at once);
+-- ARGV[4i-1]: its payload, '' for none or '=' followed by its bytes; ARGV[4i]: its run_at in
+-- µs since the Unix epoch ('' for none; the later of it and the delay's end holds)
 -- Returns: one string per run, in order: '1' if created, '0' if it existed (also for the
 -- second copy of an id repeated in the batch)
 -- The new runs take consecutive creation orders in input order and one claimable instant
@@ -14,15 +15,17 @@ local seen = {}
 local new = {}
 local delays = {}
 local payloads = {}
-for i = 1, #ARGV / 3 do
-  local id = ARGV[3 * i - 2]
+local times = {}
+for i = 1, #ARGV / 4 do
+  local id = ARGV[4 * i - 3]
   if seen[id] or redis.call('HEXISTS', KEYS[1], id) == 1 then
     out[i] = '0'
   else
     seen[id] = true
     new[#new + 1] = id
-    delays[#new] = tonumber(ARGV[3 * i - 1])
-    payloads[#new] = ARGV[3 * i]
+    delays[#new] = tonumber(ARGV[4 * i - 2])
+    payloads[#new] = ARGV[4 * i - 1]
+    times[#new] = ARGV[4 * i]
     out[i] = '1'
   end
 end
@@ -33,9 +36,8 @@ local now = now_micros()
 local first = redis.call('INCRBY', KEYS[4], #new) - #new
 redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', num(now)) -- delays over: claimable
 for n, id in ipairs(new) do
-  local at, e = now, ''
-  if delays[n] > 0 then
-    at = now + delays[n] * 1000
+  local at, e = not_before(now, delays[n], times[n]), ''
+  if at > now then
     e = num(at)
     redis.call('ZADD', KEYS[7], e, id)
   end

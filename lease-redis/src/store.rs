@@ -524,7 +524,8 @@ impl LeaseStore for RedisLeaseStore {
             .key(self.keys.payloads())
             .arg(keys::encode(run.as_str()))
             .arg(new.delay_millis())
-            .arg(marked(new));
+            .arg(marked(new))
+            .arg(run_at_arg(new));
         let (reply, ack) = self.write("create", &call).await?;
         match reply.status()? {
             "ok" => {
@@ -839,7 +840,8 @@ impl LeaseStore for RedisLeaseStore {
         for new in runs {
             call.arg(keys::encode(new.run().as_str()))
                 .arg(new.delay_millis())
-                .arg(marked(new));
+                .arg(marked(new))
+                .arg(run_at_arg(new));
         }
         let (reply, ack) = self.write("create_many", &call).await?;
         if reply.len() != runs.len() {
@@ -1157,6 +1159,12 @@ fn journal_entry(reply: &Reply, i: usize, seq: u64) -> Result<JournalEntry> {
 
 /// A create's payload argument, as the scripts read it: `''` for none, else `'='` followed by
 /// the bytes (so an empty payload stays apart from none).
+/// A create's run_at argument: µs since the Unix epoch, or '' for none.
+fn run_at_arg(new: &NewRun) -> String {
+    new.run_at_micros()
+        .map_or_else(String::new, |us| us.to_string())
+}
+
 fn marked(new: &NewRun) -> Vec<u8> {
     match new.payload() {
         None => Vec::new(),

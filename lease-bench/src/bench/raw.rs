@@ -492,6 +492,7 @@ impl Raw {
                                 .arg(&id)
                                 .arg(0)
                                 .arg("")
+                                .arg("")
                                 .invoke_async(&mut conn)
                                 .await?;
                             ok("create", reply)?;

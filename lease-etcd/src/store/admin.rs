@@ -28,6 +28,14 @@ impl EtcdLeaseStore {
     /// `max_lease`), so no claim takes the run before it is over.
     pub(super) async fn create_batch(&self, runs: &[NewRun]) -> Result<Vec<Result<()>>> {
         check_new_runs(runs)?;
+        // etcd has no clock a client can compare a wall time with: it times delays with its
+        // leases. A run_at would have to trust this process's clock, so it is refused.
+        if runs.iter().any(|n| n.run_at().is_some()) {
+            return Err(lease_core::InvalidInput::Unsupported {
+                operation: "run_at on etcd (it has no server clock to compare with; use a delay)",
+            }
+            .into());
+        }
         let mut first = std::collections::HashMap::new();
         let mut dup = vec![false; runs.len()];
         for (i, new) in runs.iter().enumerate() {
