@@ -61,6 +61,11 @@ enum Command {
         /// a unit, ms, s, m, h or d; at most 30 days). Waiting uses no attempt.
         #[arg(long, value_name = "AGE", value_parser = ops::parse_age)]
         delay: Option<Duration>,
+        /// Not claimable before this time, on the store's clock (RFC 3339, for example
+        /// 2026-12-24T09:00:00Z or 2026-12-24T10:00:00+01:00; at most 30 days ahead). Not on
+        /// etcd, which has no server clock: use --delay there.
+        #[arg(long, value_name = "TIME", value_parser = ops::parse_time, conflicts_with = "delay")]
+        run_at: Option<std::time::SystemTime>,
         /// The run's payload, as this text (at most 64 KiB; handed to each claim's handler,
         /// never changed).
         #[arg(long, value_name = "TEXT", conflicts_with = "payload_file")]
@@ -224,6 +229,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Create {
             run,
             delay,
+            run_at,
             payload,
             payload_file,
             kind,
@@ -231,6 +237,9 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         } => {
             let mut new =
                 distribution::NewRun::new(run_id(&run)?).with_delay(delay.unwrap_or_default());
+            if let Some(at) = run_at {
+                new = new.with_run_at(at);
+            }
             if let Some(kind) = kind {
                 new = new.with_kind(distribution::Kind::new(kind)?);
             }

@@ -270,6 +270,13 @@ pub(crate) async fn purge(
     Ok(())
 }
 
+/// Parses `--run-at`: an RFC 3339 time with its offset (`2026-12-24T09:00:00Z`).
+pub(crate) fn parse_time(text: &str) -> Result<std::time::SystemTime, String> {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(std::time::SystemTime::from)
+        .map_err(|e| format!("{text:?} is not an RFC 3339 time such as 2026-12-24T09:00:00Z ({e})"))
+}
+
 /// Parses `7d`, `36h`, `90m`, `45s`, `500ms` (a whole number and a unit).
 pub(crate) fn parse_age(text: &str) -> Result<std::time::Duration, String> {
     let text = text.trim();

@@ -1369,3 +1369,59 @@ fn lease_create_and_list_take_a_kind() {
         .unwrap();
     assert_eq!(emails.len(), 2);
 }
+
+/// `lease create --run-at TIME` (RFC 3339) creates a run not claimable before that time on the
+/// store's clock (`inspect -o json` says when: `not_before_us`); a past time is claimable at
+/// once; a time that does not parse, or with --delay, is a usage error before the store.
+#[test]
+fn lease_create_takes_a_wall_clock_time() {
+    let Some((_server, url)) = postgres() else {
+        return;
+    };
+    let base = ["--store", url.as_str(), "--namespace", "cli_run_at"];
+    let with = |args: &[&str]| lease(&[&base[..], args].concat());
+    let ahead = std::time::SystemTime::now() + Duration::from_secs(3600);
+    let micros = ahead
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let text = format!("@{micros}");
+    // RFC 3339 text from the seconds, through the same crate the CLI uses.
+    let rfc = chrono::DateTime::<chrono::Utc>::from_timestamp(micros as i64, 0)
+        .unwrap()
+        .to_rfc3339();
+    assert_exit(&with(&["create", "later", "--run-at", &rfc]), 0);
+    let record: serde_json::Value =
+        serde_json::from_str(&stdout(&with(&["inspect", "later", "-o", "json"]))).unwrap();
+    assert_eq!(
+        record["not_before_us"].as_u64(),
+        Some(micros * 1_000_000),
+        "{record}"
+    );
+    assert_exit(
+        &with(&["create", "earlier", "--run-at", "2001-02-03T04:05:06+01:00"]),
+        0,
+    );
+    let (rt, store) = admin(&url, "cli_run_at");
+    let claimed = rt
+        .block_on(store.claim_next(&worker("w"), ttl(60_000), 10))
+        .unwrap();
+    assert_eq!(
+        claimed.iter().map(|l| l.run().as_str()).collect::<Vec<_>>(),
+        ["earlier"]
+    );
+    assert!(matches!(
+        rt.block_on(store.claim(&id("later"), &worker("w"), ttl(60_000))),
+        Err(distribution::Error::Delayed { .. })
+    ));
+    for bad in [
+        vec!["create", "bad", "--run-at", &text],
+        vec!["create", "bad", "--run-at", &rfc, "--delay", "1s"],
+    ] {
+        assert_exit(&with(&bad), USAGE);
+    }
+    assert!(matches!(
+        rt.block_on(store.inspect(&id("bad"))),
+        Err(distribution::Error::NotFound { .. })
+    ));
+}

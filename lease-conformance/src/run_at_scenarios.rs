@@ -7,7 +7,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use lease_core::{Error, InvalidInput, LeaseStore, NewRun, RunState, MAX_START_DELAY};
+use lease_core::{Error, InvalidInput, NewRun, RunState, MAX_START_DELAY};
 use tokio::time::Instant;
 
 use crate::scenarios::{long, run, worker};

@@ -552,7 +552,7 @@ pub enum InvalidInput {
     /// [`MAX_START_DELAY`](crate::MAX_START_DELAY).
     #[error("run_at is {ahead:?} ahead; the maximum is {max:?}")]
     RunAtTooFar {
-        /// How far ahead of this process's clock it is.
+        /// How far ahead of this process's clock it is, in whole seconds.
         ahead: Duration,
         /// The maximum.
         max: Duration,

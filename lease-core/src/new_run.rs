@@ -197,7 +197,7 @@ impl NewRun {
             let ahead = at.duration_since(SystemTime::now()).unwrap_or_default();
             if ahead > MAX_START_DELAY {
                 return Err(InvalidInput::RunAtTooFar {
-                    ahead,
+                    ahead: Duration::from_secs(ahead.as_secs()),
                     max: MAX_START_DELAY,
                 });
             }

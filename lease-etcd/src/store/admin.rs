@@ -9,13 +9,16 @@ use lease_core::{Error, NewRun, Result, RunId, RunRecord, RunState};
 use super::{now_micros, state_of, EtcdLeaseStore, Plan, Seen};
 use crate::codec::{prefix_end, Keys, Rec};
 
+/// A range of keys: from, and the end (exclusive).
+type KeyRange = (Vec<u8>, Vec<u8>);
+
 impl EtcdLeaseStore {
-    pub(super) fn purgeable_ranges(&self, older_than: Duration) -> [(Vec<u8>, Vec<u8>); 3] {
+    pub(super) fn purgeable_ranges(&self, older_than: Duration) -> [KeyRange; 3] {
         self.purgeable_families(older_than).map(|(_, range)| range)
     }
 
     /// Each ended state's index family, with its range of entries ended before `older_than`.
-    fn purgeable_families(&self, older_than: Duration) -> [(Vec<u8>, (Vec<u8>, Vec<u8>)); 3] {
+    fn purgeable_families(&self, older_than: Duration) -> [(Vec<u8>, KeyRange); 3] {
         let cutoff = now_micros().saturating_sub(older_than.as_micros() as u64);
         [RunState::Completed, RunState::Failed, RunState::Cancelled].map(|state| {
             let family = self.keys.index_family(state);
