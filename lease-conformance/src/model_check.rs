@@ -59,8 +59,9 @@ pub enum Step {
     Create(usize),
     /// `claim(run, worker, ttl)`; `true` for the short TTL.
     Claim(usize, usize, bool),
-    /// `claim_next(worker, ttl, max)`.
-    ClaimNext(usize, bool, usize),
+    /// `claim_next(worker, ttl, max)`; with `true` last, `claim_next_kind` of the other kind
+    /// (on a store that has kinds).
+    ClaimNext(usize, bool, usize, bool),
     /// `renew(lease)`.
     Renew(usize, Presented),
     /// `renew_many(leases)`.
@@ -111,7 +112,8 @@ fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         3 => run.clone().prop_map(Step::Create),
         4 => (run.clone(), worker.clone(), any::<bool>()).prop_map(|(r, w, s)| Step::Claim(r, w, s)),
-        2 => (worker, any::<bool>(), 1..4usize).prop_map(|(w, s, m)| Step::ClaimNext(w, s, m)),
+        2 => (worker, any::<bool>(), 1..4usize, any::<bool>())
+            .prop_map(|(w, s, m, k)| Step::ClaimNext(w, s, m, k)),
         3 => (any::<usize>(), presented()).prop_map(|(l, p)| Step::Renew(l, p)),
         1 => prop::collection::vec((any::<usize>(), presented()), 1..4).prop_map(Step::RenewMany),
         3 => (any::<usize>(), presented(), any::<u8>()).prop_map(|(l, p, b)| Step::Append(l, p, b)),
@@ -152,6 +154,8 @@ struct Run {
     journal: Vec<(u64, Vec<u8>)>,
     /// The payload it was created with (each life of an id its own).
     payload: Option<Vec<u8>>,
+    /// Of the other kind ([`OTHER_KIND`]), not the default.
+    other: bool,
 }
 
 impl Run {
@@ -167,7 +171,20 @@ impl Run {
             failure: None,
             journal: Vec::new(),
             payload: None,
+            other: false,
         }
+    }
+}
+
+/// The kind besides the default that runs of a store with kinds are created with.
+const OTHER_KIND: &str = "model-other";
+
+/// The default kind, or the other one.
+fn kind(other: bool) -> lease_core::Kind {
+    if other {
+        lease_core::Kind::new(OTHER_KIND).expect("a valid kind")
+    } else {
+        lease_core::Kind::default()
     }
 }
 
@@ -191,8 +208,11 @@ struct Model {
     /// Purged runs' last fences: a run created again starts there.
     tombstones: BTreeMap<RunId, u64>,
     /// Runs created by `Step::Create` so far: each gets a payload of its own (none, empty, or
-    /// text naming the life), so a payload left over from an earlier life of the id shows.
+    /// text naming the life), so a payload left over from an earlier life of the id shows;
+    /// and, on a store with kinds, every other life is of the other kind.
     lives: u64,
+    /// Whether the store has kinds (`claim_next_kind` of another kind is not refused).
+    kinds: bool,
 }
 
 impl Model {
@@ -334,13 +354,14 @@ pub async fn check_sequence_with(
         .iter()
         .map(|w| WorkerId::new(*w).expect("valid worker"))
         .collect();
-    sweep(store).await;
+    let kinds = sweep(store).await;
     let mut model = Model {
         timing,
         runs: BTreeMap::new(),
         leases: Vec::new(),
         tombstones: BTreeMap::new(),
         lives: 0,
+        kinds,
     };
     for (n, step) in steps.iter().enumerate() {
         let what = format!("step {n} {step:?}");
@@ -369,7 +390,8 @@ fn pick(model: &Model, index: usize, presented: Presented) -> Option<Lease> {
             lease.ttl(),
             StoreTime::from_micros(0),
         )
-        .expect("fence above 0"),
+        .expect("fence above 0")
+        .carrying(lease),
     )
 }
 
@@ -392,7 +414,8 @@ async fn apply(
                 1 => Some(Vec::new()),
                 _ => Some(format!("life {} of {id}", model.lives).into_bytes()),
             };
-            let mut new = lease_core::NewRun::new(id.clone());
+            let other = model.kinds && model.lives % 2 == 0;
+            let mut new = lease_core::NewRun::new(id.clone()).with_kind(kind(other));
             if let Some(p) = &payload {
                 new = new.with_payload(p.clone());
             }
@@ -407,7 +430,9 @@ async fn apply(
                 let mut run = model.created(id);
                 assert_eq!(record.fence.get(), run.fence, "{what}: a purged id's fence");
                 assert_eq!(record.payload, payload, "{what}: the created payload");
+                assert_eq!(record.kind, kind(other), "{what}: the created kind");
                 run.payload = payload;
+                run.other = other;
                 model.runs.insert(id.clone(), run);
             }
         }
@@ -462,20 +487,22 @@ async fn apply(
                     run.payload.as_deref(),
                     "{what}: the payload"
                 );
+                assert_eq!(lease.kind(), &kind(run.other), "{what}: the lease's kind");
                 claimed(run, &lease, sent, received);
                 model.leases.push(lease);
             }
         }
-        Step::ClaimNext(w, short, max) => {
+        Step::ClaimNext(w, short, max, other) => {
+            let other = *other && model.kinds;
             let got = store
-                .claim_next(&workers[*w], model.ttl(*short), *max)
+                .claim_next_kind(&kind(other), &workers[*w], model.ttl(*short), *max)
                 .await
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
             let received = Instant::now();
             let mut sure = Vec::new();
             let mut maybe = Vec::new();
             for (id, run) in &model.runs {
-                if run.state != RunState::Runnable {
+                if run.state != RunState::Runnable || run.other != other {
                     continue;
                 }
                 match model.live(run, sent, received) {
@@ -517,6 +544,7 @@ async fn apply(
                     run.payload.as_deref(),
                     "{what}: the payload"
                 );
+                assert_eq!(lease.kind(), &kind(run.other), "{what}: the lease's kind");
                 claimed(run, &lease, sent, received);
                 model.leases.push(lease);
             }
@@ -754,6 +782,7 @@ async fn apply(
                         "{what}: expiry"
                     );
                     assert_eq!(got.failure, run.failure, "{what}: failure reason");
+                    assert_eq!(got.kind, kind(run.other), "{what}: kind");
                     let delayed = run.state == RunState::Runnable
                         && run.owner.is_none()
                         && run.delay.is_some();
@@ -962,21 +991,33 @@ async fn retire(store: &dyn LeaseStore, model: &Model, ids: &[RunId]) {
 }
 
 /// Completes every claimable run left by an earlier sequence that failed before retiring its
-/// own (while a failure is being shrunk), so this sequence's `claim_next` sees only its runs.
-async fn sweep(store: &dyn LeaseStore) {
+/// own (while a failure is being shrunk), of both kinds, so this sequence's claims see only its
+/// runs. Returns whether the store has kinds.
+async fn sweep(store: &dyn LeaseStore) -> bool {
     let janitor = WorkerId::new("janitor").expect("valid worker");
-    loop {
-        let leftovers = store
-            .claim_next(&janitor, long_ttl(), 100)
-            .await
-            .expect("claim leftovers");
-        if leftovers.is_empty() {
-            return;
-        }
-        for lease in leftovers {
-            store.complete(&lease).await.expect("complete leftovers");
+    let mut kinds = true;
+    for other in [false, true] {
+        loop {
+            let leftovers = match store
+                .claim_next_kind(&kind(other), &janitor, long_ttl(), 100)
+                .await
+            {
+                Ok(leases) => leases,
+                Err(Error::InvalidInput(lease_core::InvalidInput::Unsupported { .. })) if other => {
+                    kinds = false;
+                    break;
+                }
+                Err(e) => panic!("claim leftovers: {e}"),
+            };
+            if leftovers.is_empty() {
+                break;
+            }
+            for lease in leftovers {
+                store.complete(&lease).await.expect("complete leftovers");
+            }
         }
     }
+    kinds
 }
 
 /// Runs `cases` random sequences (`LEASE_MODEL_CASES` overrides) against one store from
