@@ -69,6 +69,10 @@ pub(crate) struct BenchArgs {
     /// and checks (0: none).
     #[arg(long, value_name = "N", default_value_t = 0)]
     worker_payload: usize,
+    /// Kinds the runs of the worker rows are spread over, each served by its own handler of
+    /// one Worker (`run_kinds`), paired with the same drain of one kind (1: none).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    worker_kinds: usize,
     /// Runs held by the worker that shuts down in the handover test.
     #[arg(long, value_name = "N", default_value_t = 100)]
     handover_runs: usize,
@@ -527,6 +531,7 @@ pub(crate) async fn run(config: &Config, args: BenchArgs) -> Result<(), Failure>
                     jobs,
                     &args.worker_counts,
                     args.worker_payload,
+                    args.worker_kinds,
                     args.quick,
                 )
                 .await?,

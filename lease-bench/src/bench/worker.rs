@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distribution::{
-    BoxError, CancellationToken, End, LeaseStore, NewRun, RunContext, RunId, RunState, Ttl, Worker,
-    WorkerConfig, WorkerId, WorkerReport, MAX_BATCH,
+    BoxError, CancellationToken, End, Kind, Kinds, LeaseStore, NewRun, RunContext, RunId,
+    RunState, Ttl, Worker, WorkerConfig, WorkerId, WorkerReport, MAX_BATCH,
 };
 use serde_json::{json, Value};
 use sqlx::Row;
@@ -98,23 +98,39 @@ async fn durability(target: &Target) -> Result<String, BenchError> {
 }
 
 async fn create_backlog(lib: &Arc<dyn LeaseStore>, names: &[RunId]) -> Result<(), BenchError> {
-    create_backlog_with(lib, names, 0).await
+    create_backlog_with(lib, names, 0, &[Kind::default()]).await
 }
 
-/// The backlog, each run created with `payload` bytes (0: none).
+/// The kinds of a drain over `n` kinds: the default alone, or `kind-0` … `kind-{n-1}`.
+fn bench_kinds(n: usize) -> Result<Vec<Kind>, BenchError> {
+    if n <= 1 {
+        return Ok(vec![Kind::default()]);
+    }
+    Ok((0..n)
+        .map(|k| Kind::new(format!("kind-{k}")))
+        .collect::<Result<_, _>>()?)
+}
+
+/// The backlog, each run created with `payload` bytes (0: none), run `i` of `kinds[i % n]`.
 async fn create_backlog_with(
     lib: &Arc<dyn LeaseStore>,
     names: &[RunId],
     payload: usize,
+    kinds: &[Kind],
 ) -> Result<(), BenchError> {
     let mut tasks = Vec::new();
     for (t, chunk) in names.chunks(MAX_BATCH).enumerate() {
         let lib = lib.clone();
         let chunk: Vec<NewRun> = chunk
             .iter()
-            .map(|run| match payload {
-                0 => NewRun::new(run.clone()),
-                n => NewRun::new(run.clone()).with_payload(vec![b'p'; n]),
+            .enumerate()
+            .map(|(i, run)| {
+                let new = NewRun::new(run.clone())
+                    .with_kind(kinds[(t * MAX_BATCH + i) % kinds.len()].clone());
+                match payload {
+                    0 => new,
+                    n => new.with_payload(vec![b'p'; n]),
+                }
             })
             .collect();
         tasks.push((
@@ -144,20 +160,23 @@ fn effect(run: &RunId, fence: u64) -> Vec<u8> {
 }
 
 /// `workers` Worker instances drain `jobs` runs, each created with `payload` bytes that its
-/// handler checks; returns the row, validated.
+/// handler checks, spread over `kinds` kinds that each worker serves with a handler of its own;
+/// returns the row, validated.
 async fn drain(
     target: &Target,
     workers: usize,
     setting: Setting,
     jobs: usize,
     payload: usize,
+    kinds: usize,
 ) -> Result<Value, BenchError> {
+    let kinds = bench_kinds(kinds)?;
     let ns = target.namespace("worker");
     let lib = target.lib(&ns).await?;
     let names: Vec<RunId> = (0..jobs)
         .map(|i| RunId::new(format!("job-{i:07}")))
         .collect::<Result<_, _>>()?;
-    create_backlog_with(&lib, &names, payload).await?;
+    create_backlog_with(&lib, &names, payload, &kinds).await?;
 
     let completed = Arc::new(AtomicU64::new(0));
     let all_done = Arc::new(Notify::new());
@@ -181,19 +200,18 @@ async fn drain(
             }
         });
         let shutdown = shutdown.clone();
+        let handler = move |ctx: RunContext| async move {
+            let got = ctx.payload().map_or(0, <[u8]>::len);
+            if got != payload {
+                return Err(format!("payload of {got} bytes, not {payload}").into());
+            }
+            Ok::<_, BoxError>(End::CompleteWith(effect(ctx.run(), ctx.fence().get())))
+        };
+        let served = kinds
+            .iter()
+            .fold(Kinds::new(), |k, kind| k.handle(kind.clone(), handler));
         tasks.push(tokio::spawn(async move {
-            worker
-                .run(
-                    move |ctx: RunContext| async move {
-                        let got = ctx.payload().map_or(0, <[u8]>::len);
-                        if got != payload {
-                            return Err(format!("payload of {got} bytes, not {payload}").into());
-                        }
-                        Ok::<_, BoxError>(End::CompleteWith(effect(ctx.run(), ctx.fence().get())))
-                    },
-                    shutdown,
-                )
-                .await
+            worker.run_kinds(served, shutdown).await
         }));
     }
     let limit = Duration::from_secs(300);
@@ -225,6 +243,7 @@ async fn drain(
         "setting": setting.json(),
         "jobs": jobs,
         "payload_bytes": payload,
+        "kinds": kinds.len(),
         "secs": secs,
         "jobs_per_s": jobs as f64 / secs,
         "claimed": claimed,
@@ -311,6 +330,7 @@ pub(super) async fn throughput(
     jobs: usize,
     counts: &[usize],
     payload: usize,
+    kinds: usize,
     quick: bool,
 ) -> Result<Value, BenchError> {
     let durable = durability(target).await?;
@@ -322,7 +342,7 @@ pub(super) async fn throughput(
             "bench: {} worker setting {setting:?}, 4 instances, {trial_jobs} jobs",
             target.kind.name()
         );
-        let row = drain(target, 4, setting, trial_jobs, 0).await?;
+        let row = drain(target, 4, setting, trial_jobs, 0, 1).await?;
         let rate = row["jobs_per_s"].as_f64().unwrap_or(0.0);
         if best.is_none_or(|(b, _)| rate > b) {
             best = Some((rate, setting));
@@ -336,23 +356,34 @@ pub(super) async fn throughput(
             "bench: {} {workers} workers drain {jobs} jobs",
             target.kind.name()
         );
-        let plain = drain(target, workers, setting, jobs, 0).await?;
+        let plain = drain(target, workers, setting, jobs, 0, 1).await?;
+        let rate = |row: &Value| row["jobs_per_s"].as_f64().unwrap_or(0.0);
+        if payload == 0 && kinds <= 1 {
+            rows.push(plain);
+            continue;
+        }
+        let mut row = json!({"workers": workers});
         if payload > 0 {
             // The same drain with payloads, right after: the ratio is of one run.
             eprintln!(
                 "bench: {} {workers} workers drain {jobs} jobs of {payload} payload bytes",
                 target.kind.name()
             );
-            let with = drain(target, workers, setting, jobs, payload).await?;
-            let ratio = with["jobs_per_s"].as_f64().unwrap_or(0.0)
-                / plain["jobs_per_s"].as_f64().unwrap_or(f64::INFINITY);
-            rows.push(
-                json!({"workers": workers, "plain": plain, "with_payload": with,
-                "payload_over_plain": ratio}),
-            );
-        } else {
-            rows.push(plain);
+            let with = drain(target, workers, setting, jobs, payload, 1).await?;
+            row["payload_over_plain"] = json!(rate(&with) / rate(&plain));
+            row["with_payload"] = with;
         }
+        if kinds > 1 {
+            eprintln!(
+                "bench: {} {workers} workers drain {jobs} jobs of {kinds} kinds",
+                target.kind.name()
+            );
+            let with = drain(target, workers, setting, jobs, 0, kinds).await?;
+            row["kinds_over_plain"] = json!(rate(&with) / rate(&plain));
+            row["with_kinds"] = with;
+        }
+        row["plain"] = plain;
+        rows.push(row);
     }
     Ok(json!({
         "part": "worker",
@@ -360,6 +391,7 @@ pub(super) async fn throughput(
         "durability": durable,
         "ttl_s": TTL_S,
         "payload_bytes": payload,
+        "kinds": kinds,
         "trials": trials,
         "best_setting": setting.json(),
         "rows": rows,
@@ -562,18 +594,34 @@ pub(super) fn describe(v: &Value) -> String {
         );
     }
     out += &format!(
-        "\nwith the fastest setting ({}):\n| instances | jobs | jobs/s | ends per end_many | validated |\n|--:|--:|--:|--:|---|",
+        "\nwith the fastest setting ({}):\n| instances | runs | jobs | jobs/s | vs plain | ends per end_many | validated |\n|--:|---|--:|--:|--:|--:|---|",
         setting(&v["best_setting"])
     );
     for r in v["rows"].as_array().into_iter().flatten() {
-        out += &format!(
-            "\n| {} | {} | {:.0} | {:.1} | {} |",
-            r["workers"],
-            r["jobs"],
-            f(&r["jobs_per_s"]),
-            f(&r["ends_per_batch"]),
-            r["validated"].as_str().unwrap_or("")
-        );
+        // A plain row, or a plain row paired with the same drain with payloads or kinds.
+        let mut drains = vec![("plain", r.get("plain").unwrap_or(r), None)];
+        if let Some(with) = r.get("with_payload") {
+            let what = format!("{} B payloads", with["payload_bytes"]);
+            drains.push(("payload", with, Some((what, f(&r["payload_over_plain"])))));
+        }
+        if let Some(with) = r.get("with_kinds") {
+            let what = format!("{} kinds", with["kinds"]);
+            drains.push(("kinds", with, Some((what, f(&r["kinds_over_plain"])))));
+        }
+        for (_, d, vs) in drains {
+            let (what, ratio) = match vs {
+                Some((what, ratio)) => (what, format!("{ratio:.2}×")),
+                None => ("one kind, no payload".to_owned(), "1".to_owned()),
+            };
+            out += &format!(
+                "\n| {} | {what} | {} | {:.0} | {ratio} | {:.1} | {} |",
+                r["workers"],
+                d["jobs"],
+                f(&d["jobs_per_s"]),
+                f(&d["ends_per_batch"]),
+                d["validated"].as_str().unwrap_or("")
+            );
+        }
     }
     out
 }
