@@ -197,6 +197,17 @@ pub async fn runs_are_claimed_only_by_a_claim_of_their_kind(factory: &dyn StoreF
     let records = store.inspect_many(&[run("e3"), run("c2")]).await.unwrap();
     assert_eq!(records[0].as_ref().unwrap().kind, kind("email"));
     assert_eq!(records[1].as_ref().unwrap().kind, kind("charge"));
+
+    // Counts take every kind: held d1, e1-e3, c1, c2; claimable r1 and the probe.
+    match store.count().await {
+        Err(Error::InvalidInput(InvalidInput::Unsupported { .. })) => {}
+        Err(e) => panic!("count: {e}"),
+        Ok(counts) => assert_eq!(
+            (counts.held, counts.claimable, counts.delayed),
+            (6, 2, 0),
+            "{counts:?}"
+        ),
+    }
 }
 
 /// One Worker serving two kinds runs each kind's runs with that kind's handler only, holds a
