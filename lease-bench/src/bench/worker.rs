@@ -599,16 +599,16 @@ pub(super) fn describe(v: &Value) -> String {
     );
     for r in v["rows"].as_array().into_iter().flatten() {
         // A plain row, or a plain row paired with the same drain with payloads or kinds.
-        let mut drains = vec![("plain", r.get("plain").unwrap_or(r), None)];
+        let mut drains = vec![(r.get("plain").unwrap_or(r), None)];
         if let Some(with) = r.get("with_payload") {
             let what = format!("{} B payloads", with["payload_bytes"]);
-            drains.push(("payload", with, Some((what, f(&r["payload_over_plain"])))));
+            drains.push((with, Some((what, f(&r["payload_over_plain"])))));
         }
         if let Some(with) = r.get("with_kinds") {
             let what = format!("{} kinds", with["kinds"]);
-            drains.push(("kinds", with, Some((what, f(&r["kinds_over_plain"])))));
+            drains.push((with, Some((what, f(&r["kinds_over_plain"])))));
         }
-        for (_, d, vs) in drains {
+        for (d, vs) in drains {
             let (what, ratio) = match vs {
                 Some((what, ratio)) => (what, format!("{ratio:.2}×")),
                 None => ("one kind, no payload".to_owned(), "1".to_owned()),
