@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distribution::{
-    BoxError, CancellationToken, End, Kind, Kinds, LeaseStore, NewRun, RunContext, RunId,
-    RunState, Ttl, Worker, WorkerConfig, WorkerId, WorkerReport, MAX_BATCH,
+    BoxError, CancellationToken, End, Kind, Kinds, LeaseStore, NewRun, RunContext, RunId, RunState,
+    Ttl, Worker, WorkerConfig, WorkerId, WorkerReport, MAX_BATCH,
 };
 use serde_json::{json, Value};
 use sqlx::Row;
