@@ -25,6 +25,9 @@ pub(crate) struct ScheduleArgs {
     /// Each tick's run is created with this payload (at most 64 KiB).
     #[arg(long, value_name = "TEXT")]
     payload: Option<String>,
+    /// Each tick's run is of this kind (only a worker serving it claims the run).
+    #[arg(long, value_name = "KIND")]
+    kind: Option<String>,
     /// A scheduler that takes the lease over enqueues missed ticks this far back; default
     /// twice the TTL plus a minute. Keep ended tick runs longer than this.
     #[arg(long, value_name = "AGE", value_parser = parse_age)]
@@ -59,6 +62,11 @@ pub(crate) async fn schedule(config: &Config, args: ScheduleArgs) -> Result<(), 
         (None, None) => return Err(usage("give --every AGE or --cron EXPR")),
     };
     Scheduler::check_name(&args.name)?;
+    let kind = args
+        .kind
+        .as_deref()
+        .map(distribution::Kind::new)
+        .transpose()?;
     if let Some(payload) = &args.payload {
         // Refused before connecting, as `lease create` does.
         distribution::NewRun::new(lease_cli::run_id(&args.name)?)
@@ -72,6 +80,9 @@ pub(crate) async fn schedule(config: &Config, args: ScheduleArgs) -> Result<(), 
     let mut scheduler = Scheduler::new(runs, leases, &args.name, schedule, worker, ttl)?;
     if let Some(payload) = args.payload {
         scheduler = scheduler.with_payload(payload.into_bytes());
+    }
+    if let Some(kind) = kind {
+        scheduler = scheduler.with_kind(kind);
     }
     if let Some(window) = args.catch_up {
         scheduler = scheduler.with_catch_up(window);

@@ -149,6 +149,7 @@ pub struct Scheduler {
     ttl: Ttl,
     catch_up: Duration,
     payload: Option<Arc<[u8]>>,
+    kind: crate::Kind,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -159,6 +160,7 @@ impl std::fmt::Debug for Scheduler {
             .field("worker", &self.worker)
             .field("ttl", &self.ttl)
             .field("catch_up", &self.catch_up)
+            .field("kind", &self.kind)
             .finish_non_exhaustive()
     }
 }
@@ -188,6 +190,7 @@ impl Scheduler {
             ttl,
             catch_up: ttl.as_duration() * 2 + Duration::from_secs(60),
             payload: None,
+            kind: crate::Kind::default(),
         })
     }
 
@@ -216,6 +219,14 @@ impl Scheduler {
         self
     }
 
+    /// Each tick's run is of `kind` ([`NewRun::with_kind`]), so that a
+    /// [`Worker`](crate::Worker) serves the schedule's runs with that kind's handler
+    /// ([`Kinds`](crate::Kinds)).
+    pub fn with_kind(mut self, kind: crate::Kind) -> Scheduler {
+        self.kind = kind;
+        self
+    }
+
     /// A holder enqueues missed ticks at most this far back.
     pub fn with_catch_up(mut self, window: Duration) -> Scheduler {
         self.catch_up = window;
@@ -227,9 +238,12 @@ impl Scheduler {
         RunId::new(format!("{}@{tick}", self.name)).expect("the name leaves room for the tick")
     }
 
-    /// The run to create for `tick`: its id, and the schedule's payload (shared, not copied).
+    /// The run to create for `tick`: its id, the schedule's kind and payload (shared, not
+    /// copied).
     fn tick_new_run(&self, tick: u64) -> NewRun {
-        NewRun::new(self.tick_run(tick)).with_payload_shared(self.payload.clone())
+        NewRun::new(self.tick_run(tick))
+            .with_kind(self.kind.clone())
+            .with_payload_shared(self.payload.clone())
     }
 
     /// Takes turns at the lease and enqueues ticks while holding it, until `shutdown` (the
@@ -238,8 +252,9 @@ impl Scheduler {
     /// # Errors
     /// [`InvalidInput::RunPayloadTooLarge`] for a payload over the bound, before any I/O; a
     /// refusal that waiting does not cure: the schedule's lease run was cancelled,
-    /// completed, failed or suspended by an operator (that stops the schedule), or a store
-    /// error that is not retryable.
+    /// completed, failed or suspended by an operator (that stops the schedule), a store error
+    /// that is not retryable, or a tick's run the store refuses as bad input (a kind the
+    /// backend does not offer: [`InvalidInput::Unsupported`]; the lease is released first).
     pub async fn run(self, shutdown: CancellationToken) -> Result<SchedulerReport> {
         let lease_run = RunId::new(self.name.clone())?;
         // A payload over the bound would refuse every tick: refused here, before any I/O.
@@ -250,7 +265,12 @@ impl Scheduler {
                 Ok(scope) => {
                     report.held += 1;
                     tracing::info!(schedule = %self.name, fence = %scope.fence(), "schedule lease taken");
-                    self.hold(&scope, &shutdown, &mut report).await;
+                    if let Err(e) = self.hold(&scope, &shutdown, &mut report).await {
+                        // Every tick would be refused the same way: stop, and hand the lease
+                        // over at once.
+                        let _ = scope.release().await;
+                        return Err(e);
+                    }
                     if shutdown.is_cancelled() {
                         // Best effort: an unreleased lease expires by its TTL.
                         let _ = scope.release().await;
@@ -314,7 +334,7 @@ impl Scheduler {
         scope: &RunScope,
         shutdown: &CancellationToken,
         report: &mut SchedulerReport,
-    ) {
+    ) -> Result<()> {
         let catch_up = self.catch_up.as_secs();
         let started = loop {
             match self.started(scope).await {
@@ -322,7 +342,7 @@ impl Scheduler {
                 Err(e) => {
                     tracing::warn!(schedule = %self.name, error = %e, "schedule start not read");
                     if sleep_or_stop(scope, Duration::from_secs(1)).await {
-                        return;
+                        return Ok(());
                     }
                 }
             }
@@ -336,14 +356,14 @@ impl Scheduler {
             let ticks = self.schedule.ticks(after, now, MAX_BATCH);
             if !ticks.is_empty() {
                 if scope.is_cancelled() {
-                    return;
+                    return Ok(());
                 }
-                match self.enqueue(&ticks, report).await {
+                match self.enqueue(&ticks, report).await? {
                     Some(last) => done = Some(last),
                     None => {
                         // Not enqueued: tried again in a second, from the same tick.
                         if sleep_or_stop(scope, Duration::from_secs(1)).await {
-                            return;
+                            return Ok(());
                         }
                         continue;
                     }
@@ -356,7 +376,7 @@ impl Scheduler {
             let Some(next) = self.schedule.next_after(last.max(now)) else {
                 // The schedule has no tick left: hold until stopped.
                 scope.cancelled().await;
-                return;
+                return Ok(());
             };
             // To the start of the tick's second (at least a millisecond: no spinning while the
             // clock is still in the second before it).
@@ -364,20 +384,27 @@ impl Scheduler {
                 .saturating_sub(subsec())
                 .max(Duration::from_millis(1));
             if shutdown.is_cancelled() || sleep_or_stop(scope, wait).await {
-                return;
+                return Ok(());
             }
         }
     }
 
     /// Creates the runs of `ticks`; the last tick enqueued (created, or there already) of the
-    /// unbroken prefix, or `None` if the call failed.
-    async fn enqueue(&self, ticks: &[u64], report: &mut SchedulerReport) -> Option<u64> {
+    /// unbroken prefix, or `None` if the call failed and may succeed later.
+    ///
+    /// # Errors
+    /// The store refused the ticks' runs as bad input: no later call would take them.
+    async fn enqueue(&self, ticks: &[u64], report: &mut SchedulerReport) -> Result<Option<u64>> {
         let runs: Vec<NewRun> = ticks.iter().map(|&t| self.tick_new_run(t)).collect();
         let results = match self.runs.create_many_with(&runs).await {
             Ok(results) => results,
+            Err(e @ Error::InvalidInput(_)) => {
+                tracing::error!(schedule = %self.name, error = %e, "the store refuses the ticks' runs; the scheduler stops");
+                return Err(e);
+            }
             Err(e) => {
                 tracing::warn!(schedule = %self.name, error = %e, ticks = ticks.len(), "ticks not enqueued");
-                return None;
+                return Ok(None);
             }
         };
         let mut last = None;
@@ -387,12 +414,12 @@ impl Scheduler {
                 Err(Error::AlreadyExists { .. }) => report.existed += 1,
                 Err(e) => {
                     tracing::warn!(schedule = %self.name, tick, error = %e, "tick not enqueued");
-                    return last;
+                    return Ok(last);
                 }
             }
             last = Some(*tick);
         }
-        last
+        Ok(last)
     }
 }
 
