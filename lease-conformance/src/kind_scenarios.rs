@@ -210,6 +210,111 @@ pub async fn runs_are_claimed_only_by_a_claim_of_their_kind(factory: &dyn StoreF
     }
 }
 
+/// Calls by id (claim, resume, force-release, cancel), whose caller does not know the run's
+/// kind, and ends under a lease that names another kind than its run's (a lease built or
+/// changed by hand), all keep the run in its own kind: afterwards only a claim of that kind
+/// takes it, and the default kind's claim never does.
+pub async fn by_id_calls_and_mislabelled_leases_keep_a_run_in_its_kind(factory: &dyn StoreFactory) {
+    let store = factory.fresh().await;
+    if !offers_kinds(&*store).await {
+        return;
+    }
+    let alpha = kind("alpha");
+    let ids = ["k1", "k2", "k3"];
+    let batch: Vec<NewRun> = ids.iter().map(|id| of(id, "alpha")).collect();
+    let created = store.create_many_with(&batch).await.unwrap();
+    assert!(created.iter().all(Result::is_ok), "{created:?}");
+    let w = worker("w");
+    // Only the probe is of another kind, and only k-runs are alpha: the default kind has none.
+    let nothing_default = || async {
+        assert!(
+            store.claim_next(&w, long(), 100).await.unwrap().is_empty(),
+            "the default kind's claim took an alpha run"
+        );
+    };
+    let take_alpha = || async {
+        let mut taken: Vec<String> = store
+            .claim_next_kind(&alpha, &w, long(), 100)
+            .await
+            .unwrap()
+            .iter()
+            .map(|l| l.run().as_str().to_owned())
+            .collect();
+        taken.sort();
+        taken
+    };
+
+    // Claimed by id, released under a lease that names the default kind.
+    let k1 = store.claim(&run("k1"), &w, long()).await.unwrap();
+    assert_eq!(k1.kind(), &alpha);
+    store
+        .release(&k1.clone().with_kind(Kind::default()))
+        .await
+        .unwrap();
+    nothing_default().await;
+    let k1 = store.claim(&run("k1"), &w, long()).await.unwrap();
+    assert_eq!((k1.fence().get(), k1.kind()), (2, &alpha));
+
+    // A batch of ends, each item's lease naming a wrong kind: released and suspended runs stay
+    // alpha; a retry delay too.
+    let k2 = store.claim(&run("k2"), &w, long()).await.unwrap();
+    let k3 = store.claim(&run("k3"), &w, long()).await.unwrap();
+    let ends = [
+        lease_core::Ending::new(k1.clone().with_kind(kind("beta")), End::Release),
+        lease_core::Ending::new(k2.clone().with_kind(Kind::default()), End::Suspend),
+        lease_core::Ending::new(
+            k3.clone().with_kind(kind("gamma")),
+            End::RetryAfter(Duration::from_millis(1)),
+        ),
+    ];
+    let answers = store.end_many(&ends).await.unwrap();
+    assert!(answers.iter().all(Result::is_ok), "{answers:?}");
+    nothing_default().await;
+    // k3 comes back once its delay is over (a backend may time it coarsely: etcd's leases).
+    let mut taken = take_alpha().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !taken.contains(&"k3".to_owned()) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        nothing_default().await;
+        taken.extend(take_alpha().await);
+    }
+    taken.sort();
+    assert_eq!(taken, ["k1", "k3"]);
+
+    // Resumed by id: back in alpha.
+    assert_eq!(store.resume(&run("k2")).await.unwrap().kind, alpha);
+    nothing_default().await;
+    assert_eq!(take_alpha().await, ["k2"]);
+
+    // Force-released by id: back in alpha, claimable at once.
+    let released = store.force_release(&run("k1")).await.unwrap();
+    assert_eq!(released.kind, alpha);
+    nothing_default().await;
+    assert_eq!(take_alpha().await, ["k1"]);
+
+    // Cancelled by id while held: the holder is fenced out, and no claim of any kind takes it.
+    store.create_with(&of("k4", "alpha")).await.unwrap();
+    store.create_with(&of("k5", "alpha")).await.unwrap();
+    let k4 = store.claim(&run("k4"), &w, long()).await.unwrap();
+    let cancelled = store.cancel(&run("k4"), "not wanted").await.unwrap();
+    assert_eq!(
+        (cancelled.state, cancelled.kind),
+        (RunState::Cancelled, alpha.clone())
+    );
+    let renewal = store.renew(&k4).await;
+    assert!(
+        matches!(
+            renewal,
+            Err(Error::LeaseEnded { ended: lease_core::Ended::Cancelled, fence, .. })
+                if fence == k4.fence().get()
+        ),
+        "{renewal:?}"
+    );
+    nothing_default().await;
+    assert_eq!(take_alpha().await, ["k5"]);
+    assert!(take_alpha().await.is_empty());
+}
+
 /// One Worker serving two kinds runs each kind's runs with that kind's handler only, holds a
 /// kind to its own concurrency limit, never claims a kind it does not serve (that run waits,
 /// unclaimed), and takes the kinds in turn: a run of a kind with one run is handled while the

@@ -228,6 +228,7 @@ macro_rules! conformance_tests {
             a_payload_is_immutable_and_goes_with_its_run,
             a_worker_hands_each_handler_its_runs_payload,
             runs_are_claimed_only_by_a_claim_of_their_kind,
+            by_id_calls_and_mislabelled_leases_keep_a_run_in_its_kind,
             a_worker_serves_each_kind_with_its_handler_and_starves_none,
             worker_runs_at_most_its_concurrency_limit,
             worker_handler_ignoring_its_token_is_still_fenced,

@@ -1,9 +1,13 @@
 -- KEYS[1]: runs hash; KEYS[2]: claimable index (zset); KEYS[3]: failures hash (the reason of
 -- a failed or cancelled run); KEYS[4]: delayed runs (zset); KEYS[5]: suspended runs (zset);
--- KEYS[6]: ended runs (zset); KEYS[7]: cancelled runs (set, for count); KEYS[8]: attempts hash
--- ARGV[1]: encoded run id; ARGV[2]: the reason
--- Returns: {'none'}; {'refused', state} when completed; or {'ok', state, owner, expiry, fence,
--- heartbeats, reason, attempts, now}, for a run cancelled now or before (then unchanged, its
+-- KEYS[6]: ended runs (zset); KEYS[7]: cancelled runs (set, for count); KEYS[8]: attempts hash;
+-- KEYS[9]: kinds hash (id -> kind, for kinds other than the default). KEYS[2] is the index of
+-- the kind ARGV[3].
+-- ARGV[1]: encoded run id; ARGV[2]: the reason; ARGV[3]: the kind the client presumes ('' for
+-- the default)
+-- Returns: {'none'}; {'refused', state} when completed; {'kind', actual} (nothing written: send
+-- again with the index of the run's kind); or {'ok', state, owner, expiry, fence,
+-- heartbeats, reason, attempts, kind, now}, for a run cancelled now or before (then unchanged, its
 -- first reason kept). The fence stays and the state is no longer runnable, so a holder's
 -- fenced writes, ends and renewals fail as cancelled; the run leaves every live index and
 -- enters the ended one, for retention.
@@ -15,7 +19,11 @@ local now = now_micros()
 if r.s == 'completed' then
   return { 'refused', r.s }
 end
+local kind = kind_of(KEYS[9], r.id)
 if r.s ~= 'cancelled' then
+  if kind ~= ARGV[3] then
+    return { 'kind', kind }
+  end
   r.s = 'cancelled'
   r.o = ''
   r.e = ''
@@ -27,5 +35,4 @@ if r.s ~= 'cancelled' then
   redis.call('ZADD', KEYS[6], num(now), r.id)
   redis.call('SADD', KEYS[7], r.id)
 end
-local rec = record(r, KEYS[3], KEYS[8])
-return { 'ok', rec[1], rec[2], rec[3], rec[4], rec[5], rec[6], rec[7], num(now) }
+return record_reply('ok', record(r, KEYS[3], KEYS[8], KEYS[9]), now)

@@ -1,7 +1,9 @@
--- KEYS[1]: runs hash; KEYS[2]: claimable index (zset); KEYS[3]: attempts hash; KEYS[4]:
--- payloads hash
--- ARGV[1]: encoded run id; ARGV[2]: worker id; ARGV[3]: TTL in milliseconds
--- Returns: {'none'}; {'refused', state, owner, expiry, fence, now}; or {'ok', fence, expiry,
+-- KEYS[1]: runs hash; KEYS[2]: claimable index (zset) of the kind ARGV[4]; KEYS[3]: attempts
+-- hash; KEYS[4]: payloads hash; KEYS[5]: kinds hash (id -> kind, for kinds other than the default)
+-- ARGV[1]: encoded run id; ARGV[2]: worker id; ARGV[3]: TTL in milliseconds; ARGV[4]: the kind
+-- the client presumes the run is of ('' for the default)
+-- Returns: {'none'}; {'refused', state, owner, expiry, fence, now}; {'kind', actual} (nothing
+-- written: send again with the index of the run's actual kind); or {'ok', fence, expiry,
 -- attempts, payload} (every claim counts against the attempt budget; a voluntary end gives it
 -- back; the payload: its bytes, or nil for none)
 -- A hot script, run without the common.lua prelude (whose helpers every call would build
@@ -21,6 +23,10 @@ local now = t[1] * 1000000 + t[2] -- exact in a double until year 2255
 -- field), and not at the last fence (i64::MAX).
 if s ~= 'runnable' or (e ~= '' and tonumber(e) > now) or f == '9223372036854775807' then
   return { 'refused', s, o, e, f, string.format('%d', now) }
+end
+local kind = redis.call('HGET', KEYS[5], ARGV[1]) or ''
+if kind ~= ARGV[4] then
+  return { 'kind', kind }
 end
 -- The fence plus one, exactly: as a number while that is exact (below 2^53), else digit by digit.
 if #f < 16 then

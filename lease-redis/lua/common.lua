@@ -13,7 +13,12 @@
 -- from then), else empty; member is the run's member in the claimable index; owner is the
 -- holder's worker id, or empty, and comes last because it may contain ':'. A failed or
 -- cancelled run's reason is in the failures hash, field id; a cancelled run's id is also in
--- the cancelled set (count tells the two apart with it).
+-- the cancelled set (count tells the two apart with it). A run of a kind other than the
+-- default has its kind in the kinds hash (field id, the kind's name) and its index entry in
+-- that kind's claimable index; a script that writes a run's index entry is told the index the
+-- client presumes, with the kind it presumes ('' for the default), and answers
+-- {'kind', actual} without writing when the run is of another kind, so that the client sends
+-- the call again with the right index.
 local FENCE_MAX = '9223372036854775807'
 
 -- The server clock in microseconds since the Unix epoch (exact in a double until year 2255).
@@ -89,15 +94,32 @@ local function take(runs, zkey, r, worker, expires)
   return r.f
 end
 
+-- The run's kind as the kinds hash `kinds` keeps it: '' for the default kind (no field).
+local function kind_of(kinds, id)
+  return redis.call('HGET', kinds, id) or ''
+end
+
 -- The record as returned to Rust: state, owner, expiry (or retry delay's end), fence,
 -- heartbeats, failure reason ('' unless failed or cancelled; `failures` is the failures hash), attempts
--- (`attempts` is the attempts hash; absent is 0).
-local function record(r, failures, attempts)
+-- (`attempts` is the attempts hash; absent is 0), kind ('' for the default; `kinds` is the
+-- kinds hash).
+local function record(r, failures, attempts, kinds)
   local reason = ''
   if r.s == 'failed' or r.s == 'cancelled' then
     reason = redis.call('HGET', failures, r.id) or ''
   end
-  return { r.s, r.o, r.e, r.f, r.h, reason, redis.call('HGET', attempts, r.id) or '0' }
+  return { r.s, r.o, r.e, r.f, r.h, reason, redis.call('HGET', attempts, r.id) or '0',
+    kind_of(kinds, r.id) }
+end
+
+-- A reply of `status`, then the record's fields, then `now`.
+local function record_reply(status, rec, now)
+  local out = { status }
+  for _, field in ipairs(rec) do
+    out[#out + 1] = field
+  end
+  out[#out + 1] = num(now)
+  return out
 end
 
 -- A run's payload as a reply element: its bytes, or false (a nil reply) for none, so an empty

@@ -1,15 +1,30 @@
 -- KEYS[1]: claimable index (zset); KEYS[2]: delayed runs (zset); KEYS[3]: suspended runs
 -- (zset); KEYS[4]: ended runs (zset); KEYS[5]: failures hash (failed and cancelled runs);
--- KEYS[6]: cancelled runs (set)
--- ARGV: none
--- Returns: {claimable, held, delayed, suspended, completed, failed, cancelled}, each from an index's
--- size or a range count: O(log n), whatever the number of runs. The claimable index holds
+-- KEYS[6]: cancelled runs (set); KEYS[7]: every kind but the default (set); KEYS[8..]: the
+-- claimable index of each of those kinds
+-- ARGV[1]: how many kinds' indexes follow KEYS[7]
+-- Returns: {'kinds'} when the kinds set holds another number of kinds than ARGV[1] (a kind was
+-- added since the caller read it: read it again); else {claimable, held, delayed, suspended,
+-- completed, failed, cancelled}, each from an index's size or a range count: O(log n) per
+-- kind, whatever the number of runs. The claimable index holds
 -- every runnable run, scored by when it is claimable (now or before: claimable; later: held
 -- until its expiry, or delayed until its delay's end); a delayed run stays in the delayed set
 -- after its delay, with a score that no longer counts.
+if redis.call('SCARD', KEYS[7]) ~= tonumber(ARGV[1]) then
+  return { 'kinds' }
+end
 local now = num(now_micros())
-local claimable = redis.call('ZCOUNT', KEYS[1], '-inf', now)
-local later = redis.call('ZCARD', KEYS[1]) - claimable
+local claimable = 0
+local later = 0
+for i = 0, tonumber(ARGV[1]) do
+  local zkey = KEYS[1]
+  if i > 0 then
+    zkey = KEYS[7 + i]
+  end
+  local due = redis.call('ZCOUNT', zkey, '-inf', now)
+  claimable = claimable + due
+  later = later + redis.call('ZCARD', zkey) - due
+end
 local delayed = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')
 local cancelled = redis.call('SCARD', KEYS[6])
 local ended_with_reason = redis.call('HLEN', KEYS[5])

@@ -1,7 +1,9 @@
 -- KEYS[1]: runs hash; KEYS[2]: claimable index (zset); KEYS[3]: all run ids (zset, score 0,
 -- by encoded id); KEYS[4]: creation counter; KEYS[5]: tombstones (hash: purged id -> its
 -- last fence); KEYS[6]: attempts hash; KEYS[7]: delayed runs (zset: encoded id scored by its
--- delay's end; for count); KEYS[8]: payloads hash
+-- delay's end; for count); KEYS[8]: payloads hash; KEYS[9]: kinds hash (id -> kind, for
+-- kinds other than the default); KEYS[10]: every kind but the default (set, for count). KEYS[2]
+-- is the index of the run's kind.
 -- ARGV[1]: encoded run id; ARGV[2]: start delay in ms (0: claimable at once); ARGV[3]: the
 -- payload, '' for none or '=' followed by its bytes; ARGV[4]: run_at, µs since the Unix epoch
 -- ('' for none): claimable from the later of it and the delay's end, on this server's clock
@@ -27,5 +29,9 @@ write_run(KEYS[1], { id = ARGV[1], s = 'runnable', f = fence, h = '0', e = e, m 
 index(KEYS[2], { f = fence, m = member }, at)
 redis.call('ZADD', KEYS[3], 0, ARGV[1])
 store_payload(KEYS[8], ARGV[1], ARGV[3])
+if ARGV[5] ~= '' then
+  redis.call('HSET', KEYS[9], ARGV[1], ARGV[5])
+  redis.call('SADD', KEYS[10], ARGV[5])
+end
 redis.call('HDEL', KEYS[6], ARGV[1]) -- a fresh budget, also for a purged id created again
 return { 'ok', num(now), fence, e }

@@ -1,10 +1,13 @@
--- KEYS[1]: runs hash; KEYS[2]: claimable index (zset); KEYS[3]: all run ids (zset, score 0,
+-- KEYS[1]: runs hash; KEYS[2]: unused (the default kind's claimable index); KEYS[3]: all run ids (zset, score 0,
 -- by encoded id); KEYS[4]: creation counter; KEYS[5]: tombstones (hash: purged id -> its
 -- last fence, where a run created again starts); KEYS[6]: attempts hash; KEYS[7]: delayed
--- runs (zset: encoded id scored by its delay's end; for count); KEYS[8]: payloads hash
--- ARGV[4i-3]: encoded id of run i; ARGV[4i-2]: its start delay in ms (0: claimable at once);
--- ARGV[4i-1]: its payload, '' for none or '=' followed by its bytes; ARGV[4i]: its run_at in
--- µs since the Unix epoch ('' for none; the later of it and the delay's end holds)
+-- runs (zset: encoded id scored by its delay's end; for count); KEYS[8]: payloads hash;
+-- KEYS[9]: kinds hash (id -> kind, for kinds other than the default); KEYS[10]: every kind but
+-- the default (set, for count); KEYS[10+i]: the claimable index of run i's kind
+-- ARGV[5i-4]: encoded id of run i; ARGV[5i-3]: its start delay in ms (0: claimable at once);
+-- ARGV[5i-2]: its payload, '' for none or '=' followed by its bytes; ARGV[5i-1]: its run_at in
+-- µs since the Unix epoch ('' for none; the later of it and the delay's end holds); ARGV[5i]:
+-- its kind, '' for the default
 -- Returns: one string per run, in order: '1' if created, '0' if it existed (also for the
 -- second copy of an id repeated in the batch)
 -- The new runs take consecutive creation orders in input order and one claimable instant
@@ -16,16 +19,18 @@ local new = {}
 local delays = {}
 local payloads = {}
 local times = {}
-for i = 1, #ARGV / 4 do
-  local id = ARGV[4 * i - 3]
+local items = {}
+for i = 1, #ARGV / 5 do
+  local id = ARGV[5 * i - 4]
   if seen[id] or redis.call('HEXISTS', KEYS[1], id) == 1 then
     out[i] = '0'
   else
     seen[id] = true
     new[#new + 1] = id
-    delays[#new] = tonumber(ARGV[4 * i - 2])
-    payloads[#new] = ARGV[4 * i - 1]
-    times[#new] = ARGV[4 * i]
+    delays[#new] = tonumber(ARGV[5 * i - 3])
+    payloads[#new] = ARGV[5 * i - 2]
+    times[#new] = ARGV[5 * i - 1]
+    items[#new] = i
     out[i] = '1'
   end
 end
@@ -45,9 +50,14 @@ for n, id in ipairs(new) do
   local member = string.format('%016x', first + n) .. id
   local fence = redis.call('HGET', KEYS[5], id) or '0'
   write_run(KEYS[1], { id = id, s = 'runnable', f = fence, h = '0', e = e, m = member, o = '' })
-  index(KEYS[2], { f = fence, m = member }, at)
+  index(KEYS[10 + items[n]], { f = fence, m = member }, at)
   redis.call('ZADD', KEYS[3], 0, id)
   store_payload(KEYS[8], id, payloads[n])
+  local kind = ARGV[5 * items[n]]
+  if kind ~= '' then
+    redis.call('HSET', KEYS[9], id, kind)
+    redis.call('SADD', KEYS[10], kind)
+  end
   redis.call('HDEL', KEYS[6], id) -- a fresh budget
 end
 return out

@@ -2,12 +2,16 @@
 -- KEYS[4]: the run's applied calls (hash: 'f' = their fence, call id -> first result; appends);
 -- KEYS[5]: this call's record (string, expiring; ends); KEYS[6]: ended runs (zset: encoded
 -- id scored by when it completed, in µs; for retention); KEYS[7]: suspended runs (zset, for
--- count); KEYS[8]: attempts hash (a release or a suspend gives the attempt back)
+-- count); KEYS[8]: attempts hash (a release or a suspend gives the attempt back); KEYS[9]:
+-- kinds hash (id -> kind, for kinds other than the default). KEYS[3] is the index of the kind
+-- ARGV[7].
 -- ARGV[1]: operation: 'append', 'release', 'suspend' or 'complete'; ARGV[2]: encoded run id;
 -- ARGV[3]: presented fence; ARGV[4]: journal payload (append only; binary-safe); ARGV[5]:
--- this call's id; ARGV[6]: how long an end's record is kept, in ms
+-- this call's id; ARGV[6]: how long an end's record is kept, in ms; ARGV[7]: the kind the
+-- lease names ('' for the default)
 -- Returns: {'none'}; {'verdict', fence, state, owned ('1' or '0')}; {'ok', seq, now} for
--- append; {'ok'} otherwise. A call whose id is recorded under the presented fence was
+-- append; {'kind', actual} for an end whose lease names another kind than its run's (nothing
+-- written: send again with the right index); {'ok'} otherwise. A call whose id is recorded under the presented fence was
 -- applied already (a resend): it answers its first result and changes nothing.
 -- Journal entries are stored as '<fence>:<written_at>:<payload>'; seq is the list position.
 -- A hot script, run without the common.lua prelude (whose helpers every call would build
@@ -53,6 +57,10 @@ if op == 'append' then
   end
   redis.call('HSET', KEYS[4], 'f', f, ARGV[5], seq .. ':' .. now)
   return { 'ok', tostring(seq), now }
+end
+local kind = redis.call('HGET', KEYS[9], ARGV[2]) or ''
+if kind ~= ARGV[7] then
+  return { 'kind', kind }
 end
 if op == 'release' then
   if f == '9223372036854775807' then

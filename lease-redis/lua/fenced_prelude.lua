@@ -1,13 +1,16 @@
 -- KEYS[1]: runs hash; KEYS[2]: the run's applied calls (hash, as fenced.lua keeps them);
 -- KEYS[3]: claimable index (zset); KEYS[4]: the run's journal (list); KEYS[5]: ended runs
 -- (zset, for retention); KEYS[6]: suspended runs (zset, for count); KEYS[7]: attempts hash (a
--- release or a suspend gives the attempt back); KEYS[8..]: the caller's keys (all under the
--- namespace's hash tag)
+-- release or a suspend gives the attempt back); KEYS[8]: kinds hash (id -> kind, for kinds
+-- other than the default); KEYS[9..]: the caller's keys (all under the namespace's hash tag).
+-- KEYS[3] is the index of the kind ARGV[6].
 -- ARGV[1]: encoded run id; ARGV[2]: presented fence; ARGV[3]: this call's id; ARGV[4]: how the
 -- lease ends after the snippet: '' (it does not), 'complete', 'complete-with', 'release' or
--- 'suspend'; ARGV[5]: the journal payload of a 'complete-with', else ''; ARGV[6..]: the
--- caller's arguments
--- Returns: {'none'}; {'verdict', fence, state, owned ('1' or '0')}; or {'ok', result} where
+-- 'suspend'; ARGV[5]: the journal payload of a 'complete-with', else ''; ARGV[6]: the kind the
+-- lease names ('' for the default); ARGV[7..]: the caller's arguments
+-- Returns: {'none'}; {'verdict', fence, state, owned ('1' or '0')}; {'kind', actual} for an
+-- end whose lease names another kind than its run's (nothing run or written: send again with
+-- the right index); or {'ok', result} where
 -- result is what the caller's snippet returned (the caller's snippet follows this prelude,
 -- wrapped in a function that sees its own KEYS and ARGV, without the adapter's). A call whose
 -- id is recorded under the presented fence ran already (a resend): it answers the snippet's
@@ -33,6 +36,12 @@ local lease_op = ARGV[4]
 if lease_op ~= '' and lease_op ~= 'complete' and lease_op ~= 'complete-with'
   and lease_op ~= 'release' and lease_op ~= 'suspend' then
   return redis.error_reply('unknown end ' .. lease_op) -- before any write: nothing to undo
+end
+if lease_op ~= '' then
+  local kind = kind_of(KEYS[8], lease_run.id)
+  if kind ~= ARGV[6] then
+    return { 'kind', kind }
+  end
 end
 -- Ends the lease as ARGV[4] says, after the snippet, and records this call's result: the calls
 -- of the lease are replaced by this one when it ended the lease (nothing else can be applied

@@ -1,9 +1,10 @@
 -- KEYS[1]: all run ids (zset, score 0, member = encoded id, so lexicographic = run id order);
--- KEYS[2]: runs hash; KEYS[3]: failures hash; KEYS[4]: attempts hash
+-- KEYS[2]: runs hash; KEYS[3]: failures hash; KEYS[4]: attempts hash; KEYS[5]: kinds hash
 -- ARGV[1]: encoded id to start after, or ''; ARGV[2]: most records to return; ARGV[3]: state
--- to keep, or ''; ARGV[4]: '1' to keep only expired leases; ARGV[5]: most ids to examine
+-- to keep, or ''; ARGV[4]: '1' to keep only expired leases; ARGV[5]: most ids to examine;
+-- ARGV[6]: '' to keep every kind, else '=' followed by the kind to keep ('=' alone: the default)
 -- Returns: flat {now, cursor, id, state, owner, expiry, fence, heartbeats, failure, attempts,
--- id, ...} ordered by
+-- kind, id, ...} ordered by
 -- id, where cursor is the last id examined (continue after it) or '' when the end was reached.
 -- The work of one call is bounded by ARGV[5], whatever the filter keeps, so a long filtered
 -- listing never blocks the server for long; the caller pages with the cursor.
@@ -21,9 +22,10 @@ for i, id in ipairs(ids) do
   local r = read_run(KEYS[2], id)
   if r
     and (ARGV[3] == '' or r.s == ARGV[3])
-    and (ARGV[4] ~= '1' or (r.o ~= '' and r.e ~= '' and tonumber(r.e) <= now)) then
+    and (ARGV[4] ~= '1' or (r.o ~= '' and r.e ~= '' and tonumber(r.e) <= now))
+    and (ARGV[6] == '' or '=' .. kind_of(KEYS[5], id) == ARGV[6]) then
     out[#out + 1] = id
-    for _, field in ipairs(record(r, KEYS[3], KEYS[4])) do
+    for _, field in ipairs(record(r, KEYS[3], KEYS[4], KEYS[5])) do
       out[#out + 1] = field
     end
     n = n + 1

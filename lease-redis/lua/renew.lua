@@ -1,11 +1,12 @@
--- KEYS[1]: runs hash; KEYS[2]: claimable index (zset)
+-- KEYS[1]: runs hash; KEYS[i+1]: the claimable index (zset) of lease i's kind
 -- ARGV[3i-2]: encoded run id of lease i; ARGV[3i-1]: its presented fence; ARGV[3i]: its TTL
 -- in milliseconds
 -- Returns: one array per lease, in order: {'ok', expiry}; {'none'}; or
 -- {'verdict', fence, state, owned ('1' or '0')}
 -- The run's entry in the claimable index moves to the new expiry (ZADD XX: a run at the last
 -- fence has no entry and gets none), so the index never lags behind a renewal and claim_next
--- never walks held leases to find a claimable run.
+-- never walks held leases to find a claimable run. (A lease that names another kind than its
+-- run's moves no entry: its run's entry lags, and claim_next moves it when it comes due.)
 -- A hot script, run without the common.lua prelude (whose helpers every call would build
 -- again): it reads and writes the record format common.lua describes; keep them in step.
 local now
@@ -43,7 +44,7 @@ for i = 1, #ARGV, 3 do
         end
       end
       redis.call('HSET', KEYS[1], id, 'runnable:' .. f .. ':' .. h .. ':' .. e .. ':' .. m .. ':' .. o)
-      redis.call('ZADD', KEYS[2], 'XX', e, m)
+      redis.call('ZADD', KEYS[(i + 2) / 3 + 1], 'XX', e, m)
       out[#out + 1] = { 'ok', e }
     end
   end

@@ -7,7 +7,10 @@
 //! |---|---|---|
 //! | `{lease:ns}:runs` | hash | every run record, field `<id>`: state, fence, heartbeats, expiry, index member, owner |
 //! | `{lease:ns}:j:<id>` | list | the run's journal, one entry per element |
-//! | `{lease:ns}:claimable` | zset | runnable runs scored by the instant (µs) they become claimable |
+//! | `{lease:ns}:claimable` | zset | runnable runs of the default kind scored by the instant (µs) they become claimable |
+//! | `{lease:ns}:claimable:<kind>` | zset | the same for the runs of another [kind](lease_core::Kind), its name hex-encoded |
+//! | `{lease:ns}:kind` | hash | the kinds of runs not of the default kind: `<id>` → the kind's name; written by create, removed by purge |
+//! | `{lease:ns}:kinds` | set | every kind but the default that a run was created with, for `count` (never shrinks) |
 //! | `{lease:ns}:ids` | zset | every run id, score 0, so members sort by id |
 //! | `{lease:ns}:seq` | string | the creation counter (claimable-index tiebreak) |
 //! | `{lease:ns}:k:<id>` | hash | the run's applied fenced writes under its latest fence: `f` = that fence, then call id → first result, so a resent write answers its first result |
@@ -31,7 +34,7 @@
 //! run id can neither move a key to another slot nor collide with another run's keys, and hex
 //! preserves byte order, so `:runs` sorts exactly as [`RunId`]'s `Ord` does.
 
-use lease_core::RunId;
+use lease_core::{Kind, RunId};
 
 use crate::error::RedisError;
 
@@ -52,6 +55,15 @@ pub(crate) fn check_namespace(ns: &str) -> Result<(), RedisError> {
             "namespace {ns:?} is invalid: it must be 1 to {MAX_NAMESPACE_BYTES} ASCII letters, \
              digits, '_', '-' or '.'"
         )))
+    }
+}
+
+/// A kind as the scripts take it: `""` for the default kind, else its name.
+pub(crate) fn kind_arg(kind: &Kind) -> &str {
+    if kind.is_default() {
+        ""
+    } else {
+        kind.as_str()
     }
 }
 
@@ -110,8 +122,28 @@ impl Keys {
         format!("{}:j:{}", self.tag, encode(run.as_str()))
     }
 
+    /// The default kind's claimable index.
     pub(crate) fn claimable(&self) -> String {
         format!("{}:claimable", self.tag)
+    }
+
+    /// `kind`'s claimable index: the default kind's keeps the key it had before kinds.
+    pub(crate) fn claimable_of(&self, kind: &Kind) -> String {
+        if kind.is_default() {
+            self.claimable()
+        } else {
+            format!("{}:claimable:{}", self.tag, encode(kind.as_str()))
+        }
+    }
+
+    /// The kinds of runs not of the default kind (hash: encoded id → kind).
+    pub(crate) fn kinds(&self) -> String {
+        format!("{}:kind", self.tag)
+    }
+
+    /// Every kind but the default that a run was created with (set of names).
+    pub(crate) fn kind_set(&self) -> String {
+        format!("{}:kinds", self.tag)
     }
 
     /// Every run id, for listing in id order.
@@ -231,6 +263,9 @@ mod tests {
             keys.runs(),
             keys.journal(&run),
             keys.claimable(),
+            keys.claimable_of(&Kind::new("{x}:y").unwrap()),
+            keys.kinds(),
+            keys.kind_set(),
             keys.ids(),
             keys.counter(),
             keys.failures(),

@@ -3,7 +3,7 @@
 use std::str::FromStr;
 use std::sync::Arc;
 
-use lease_core::{Fence, RunId, RunRecord, RunState, StoreTime, WorkerId};
+use lease_core::{Fence, Kind, RunId, RunRecord, RunState, StoreTime, WorkerId};
 use redis::Value;
 
 use crate::error::RedisError;
@@ -98,8 +98,17 @@ impl Reply {
             .map_err(|e| self.bad(e.to_string()))
     }
 
-    /// The seven record fields (state, owner, expiry, fence, heartbeats, failure, attempts)
-    /// from `i`.
+    /// A kind as the scripts write it: `''` for the default kind, else its name.
+    pub(crate) fn kind(&self, i: usize) -> Result<Kind, RedisError> {
+        let s = self.str(i)?;
+        if s.is_empty() {
+            return Ok(Kind::default());
+        }
+        Kind::new(s).map_err(|e| self.bad(format!("element {i}: {e}")))
+    }
+
+    /// The eight record fields (state, owner, expiry, fence, heartbeats, failure, attempts,
+    /// kind) from `i`.
     /// The expiry field of an unowned runnable run is the end of its retry delay.
     pub(crate) fn record(
         &self,
@@ -119,14 +128,15 @@ impl Reply {
             .with_failure(
                 matches!(state, RunState::Failed | RunState::Cancelled).then(|| failure.to_owned()),
             )
-            .with_attempts(self.parse(i + 6)?);
+            .with_attempts(self.parse(i + 6)?)
+            .with_kind(self.kind(i + 7)?);
         record.expires_at = if owner.is_some() { at } else { None };
         record.owner = owner;
         Ok(record)
     }
 
     /// Fields in one record.
-    pub(crate) const RECORD_FIELDS: usize = 7;
+    pub(crate) const RECORD_FIELDS: usize = 8;
 
     /// The nested reply at `i`.
     pub(crate) fn nested(&self, i: usize) -> Result<Reply, RedisError> {

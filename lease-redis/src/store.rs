@@ -1,5 +1,6 @@
 //! `RedisLeaseStore`: the `LeaseStore` contract as Lua scripts run atomically by Redis.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -9,7 +10,7 @@ use lease_core::backend::{
     check_payload, check_purge, check_renew_batch, claim_refusal, fenced_verdict,
 };
 use lease_core::{
-    End, Ending, Error, IdempotencyKey, JournalEntry, Lease, LeaseStore, ListFilter, NewRun,
+    End, Ending, Error, IdempotencyKey, JournalEntry, Kind, Lease, LeaseStore, ListFilter, NewRun,
     Result, RunId, RunRecord, RunState, StoreTime, Ttl, WorkerId,
 };
 use redis::{FromRedisValue, ToRedisArgs, Value};
@@ -40,6 +41,11 @@ const CALL_RECORD_MS: u64 = 60_000;
 /// How many payload bytes one `journal` script call returns at most (beyond its last entry):
 /// the bound on one call's copy of a long journal.
 const JOURNAL_PAGE_BYTES: usize = 4 << 20;
+
+/// How many times a call is sent again with a run's actual kind, after a script answered that
+/// the run is of another kind than the call presumed (only if the id was purged and created
+/// again with yet another kind in between would a second resend be needed).
+const KIND_RESENDS: usize = 3;
 
 macro_rules! lua {
     ($file:literal) => {
@@ -79,6 +85,7 @@ struct Scripts {
     purge: Lua,
     count_purgeable: Lua,
     count: Lua,
+    kinds: Lua,
 }
 
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -101,6 +108,7 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     purge: Lua::new(lua!("purge.lua")),
     count_purgeable: Lua::new(lua!("count_purgeable.lua")),
     count: Lua::new(lua!("count.lua")),
+    kinds: Lua::new(lua!("kinds.lua")),
 });
 
 /// A caller's Lua snippet that [`RedisLeaseStore::fenced_script`] runs atomically after the
@@ -131,7 +139,7 @@ impl FencedScript {
     /// Wraps `lua`, the snippet to run after the fence check.
     pub fn new(lua: &str) -> FencedScript {
         let source = format!(
-            "{}{}{lua}\nend)({{unpack(KEYS, 8)}}, {{unpack(ARGV, 6)}})\n{}",
+            "{}{}{lua}\nend)({{unpack(KEYS, 9)}}, {{unpack(ARGV, 7)}})\n{}",
             include_str!("../lua/common.lua"),
             include_str!("../lua/fenced_prelude.lua"),
             include_str!("../lua/fenced_epilogue.lua"),
@@ -347,26 +355,33 @@ impl RedisLeaseStore {
             Some(End::CompleteWith(payload)) => ("complete-with", payload),
             Some(other) => (other.as_str(), b""),
         };
-        let mut call = Call::new(&script.script);
-        call.key(self.keys.runs())
-            .key(self.keys.calls(run))
-            .key(self.keys.claimable())
-            .key(self.keys.journal(run))
-            .key(self.keys.ended())
-            .key(self.keys.suspended())
-            .key(self.keys.attempts())
-            .arg(keys::encode(run.as_str()))
-            .arg(lease.fence().get())
-            .arg(call_id())
-            .arg(op)
-            .arg(payload);
-        for key in keys {
-            call.key(key.as_ref());
-        }
-        for arg in args {
-            call.arg(arg);
-        }
-        let (reply, ack) = self.write("fenced script", &call).await?;
+        let id = call_id();
+        let (reply, ack, _) = self
+            .write_kinded("fenced script", lease.kind(), |kind| {
+                let mut call = Call::new(&script.script);
+                call.key(self.keys.runs())
+                    .key(self.keys.calls(run))
+                    .key(self.keys.claimable_of(kind))
+                    .key(self.keys.journal(run))
+                    .key(self.keys.ended())
+                    .key(self.keys.suspended())
+                    .key(self.keys.attempts())
+                    .key(self.keys.kinds())
+                    .arg(keys::encode(run.as_str()))
+                    .arg(lease.fence().get())
+                    .arg(&id)
+                    .arg(op)
+                    .arg(payload)
+                    .arg(keys::kind_arg(kind));
+                for key in keys {
+                    call.key(key.as_ref());
+                }
+                for arg in args {
+                    call.arg(arg);
+                }
+                call
+            })
+            .await?;
         self.confirmed(self.status(lease, &reply), &ack)?;
         let value = reply.into_items().into_iter().nth(1).unwrap_or(Value::Nil);
         T::from_redis_value(value).map_err(|e| Error::backend(crate::error::BACKEND, e.to_string()))
@@ -375,6 +390,29 @@ impl RedisLeaseStore {
     /// Runs a script that writes nothing (or nothing replicas must confirm).
     async fn read(&self, script: &'static str, call: &Call<'_>) -> Result<Reply, RedisError> {
         Reply::new(script, self.link.read(call).await?)
+    }
+
+    /// Runs the writing script `build` makes for `kind`, the kind the caller presumes its run
+    /// is of, and again for the run's actual kind while the script answers `{'kind', actual}`
+    /// (written nothing). Returns the reply, what the replicas acknowledged and the run's kind.
+    async fn write_kinded<'a>(
+        &self,
+        script: &'static str,
+        kind: &Kind,
+        build: impl Fn(&Kind) -> Call<'a>,
+    ) -> Result<(Reply, Ack, Kind)> {
+        let mut kind = kind.clone();
+        for _ in 0..=KIND_RESENDS {
+            let (reply, ack) = self.write(script, &build(&kind)).await?;
+            if reply.status().ok() != Some("kind") {
+                return Ok((reply, ack, kind));
+            }
+            kind = reply.kind(1)?;
+        }
+        Err(Error::backend(
+            crate::error::BACKEND,
+            format!("{script}: the run's kind changed {KIND_RESENDS} times during the call"),
+        ))
     }
 
     /// Runs a writing script; returns its reply and what the replicas acknowledged, to
@@ -447,22 +485,28 @@ impl RedisLeaseStore {
     async fn fenced(&self, lease: &Lease, op: &str, payload: &[u8]) -> Result<Reply> {
         let run = lease.run();
         let id = call_id();
-        let mut call = Call::new(&SCRIPTS.fenced);
-        call.key(self.keys.runs())
-            .key(self.keys.journal(run))
-            .key(self.keys.claimable())
-            .key(self.keys.calls(run))
-            .key(self.keys.call(&id))
-            .key(self.keys.ended())
-            .key(self.keys.suspended())
-            .key(self.keys.attempts())
-            .arg(op)
-            .arg(keys::encode(run.as_str()))
-            .arg(lease.fence().get())
-            .arg(payload)
-            .arg(&id)
-            .arg(lease.ttl().as_millis().max(CALL_RECORD_MS));
-        let (reply, ack) = self.write("fenced", &call).await?;
+        let (reply, ack, _) = self
+            .write_kinded("fenced", lease.kind(), |kind| {
+                let mut call = Call::new(&SCRIPTS.fenced);
+                call.key(self.keys.runs())
+                    .key(self.keys.journal(run))
+                    .key(self.keys.claimable_of(kind))
+                    .key(self.keys.calls(run))
+                    .key(self.keys.call(&id))
+                    .key(self.keys.ended())
+                    .key(self.keys.suspended())
+                    .key(self.keys.attempts())
+                    .key(self.keys.kinds())
+                    .arg(op)
+                    .arg(keys::encode(run.as_str()))
+                    .arg(lease.fence().get())
+                    .arg(payload)
+                    .arg(&id)
+                    .arg(lease.ttl().as_millis().max(CALL_RECORD_MS))
+                    .arg(keys::kind_arg(kind));
+                call
+            })
+            .await?;
         self.confirmed(self.status(lease, &reply), &ack)?;
         Ok(reply)
     }
@@ -511,21 +555,23 @@ impl LeaseStore for RedisLeaseStore {
 
     async fn create_with(&self, new: &NewRun) -> Result<RunRecord> {
         new.check()?;
-        lease_core::refuse_kinds([new.kind()])?;
         let run = new.run();
         let mut call = Call::new(&SCRIPTS.create);
         call.key(self.keys.runs())
-            .key(self.keys.claimable())
+            .key(self.keys.claimable_of(new.kind()))
             .key(self.keys.ids())
             .key(self.keys.counter())
             .key(self.keys.tombstones())
             .key(self.keys.attempts())
             .key(self.keys.delayed())
             .key(self.keys.payloads())
+            .key(self.keys.kinds())
+            .key(self.keys.kind_set())
             .arg(keys::encode(run.as_str()))
             .arg(new.delay_millis())
             .arg(marked(new))
-            .arg(run_at_arg(new));
+            .arg(run_at_arg(new))
+            .arg(keys::kind_arg(new.kind()));
         let (reply, ack) = self.write("create", &call).await?;
         match reply.status()? {
             "ok" => {
@@ -537,7 +583,8 @@ impl LeaseStore for RedisLeaseStore {
                     reply.time(1)?,
                 )
                 .with_not_before(reply.opt_time(3)?)
-                .with_payload(new.payload().map(<[u8]>::to_vec)))
+                .with_payload(new.payload().map(<[u8]>::to_vec))
+                .with_kind(new.kind().clone()))
             }
             "exists" => {
                 // A retried create takes "already exists" for its own commit: the run must be
@@ -550,18 +597,27 @@ impl LeaseStore for RedisLeaseStore {
     }
 
     async fn claim(&self, run: &RunId, worker: &WorkerId, ttl: Ttl) -> Result<Lease> {
-        let mut call = Call::new(&SCRIPTS.claim);
-        call.key(self.keys.runs())
-            .key(self.keys.claimable())
-            .key(self.keys.attempts())
-            .key(self.keys.payloads())
-            .arg(keys::encode(run.as_str()))
-            .arg(worker.as_str())
-            .arg(ttl.as_millis());
-        let (reply, ack) = self.write("claim", &call).await?;
+        let encoded = keys::encode(run.as_str());
+        let (reply, ack, kind) = self
+            .write_kinded("claim", &Kind::default(), |kind| {
+                let mut call = Call::new(&SCRIPTS.claim);
+                call.key(self.keys.runs())
+                    .key(self.keys.claimable_of(kind))
+                    .key(self.keys.attempts())
+                    .key(self.keys.payloads())
+                    .key(self.keys.kinds())
+                    .arg(&encoded)
+                    .arg(worker.as_str())
+                    .arg(ttl.as_millis())
+                    .arg(keys::kind_arg(kind));
+                call
+            })
+            .await?;
         match reply.status()? {
             "ok" => {
-                let lease = self.lease(run.clone(), worker, ttl, &reply, 1)?;
+                let lease = self
+                    .lease(run.clone(), worker, ttl, &reply, 1)?
+                    .with_kind(kind);
                 ack.confirm()?;
                 Ok(lease)
             }
@@ -594,14 +650,26 @@ impl LeaseStore for RedisLeaseStore {
     }
 
     async fn claim_next(&self, worker: &WorkerId, ttl: Ttl, max: usize) -> Result<Vec<Lease>> {
+        self.claim_next_kind(&Kind::default(), worker, ttl, max)
+            .await
+    }
+
+    async fn claim_next_kind(
+        &self,
+        kind: &Kind,
+        worker: &WorkerId,
+        ttl: Ttl,
+        max: usize,
+    ) -> Result<Vec<Lease>> {
         check_claim_max(max)?;
+        let index = self.keys.claimable_of(kind);
         let mut leases = Vec::new();
         // Each script call examines a bounded number of stale index entries; calls continue
         // while one ran out of that budget, so a claimable run is never missed.
         loop {
             let mut call = Call::new(&SCRIPTS.claim_next);
             call.key(self.keys.runs())
-                .key(self.keys.claimable())
+                .key(&index)
                 .key(self.keys.attempts())
                 .key(self.keys.payloads())
                 .arg(worker.as_str())
@@ -619,7 +687,9 @@ impl LeaseStore for RedisLeaseStore {
                 .step_by(5)
                 .map(|i| {
                     let run = keys::decode(reply.str(i)?)?;
-                    self.lease(run, worker, ttl, &reply, i + 1)
+                    Ok(self
+                        .lease(run, worker, ttl, &reply, i + 1)?
+                        .with_kind(kind.clone()))
                 })
                 .collect::<Result<Vec<Lease>>>()?;
             if !claimed.is_empty() {
@@ -647,7 +717,12 @@ impl LeaseStore for RedisLeaseStore {
             return Ok(Vec::new());
         }
         let mut call = Call::new(&SCRIPTS.renew);
-        call.key(self.keys.runs()).key(self.keys.claimable());
+        call.key(self.keys.runs());
+        for lease in leases {
+            // The index of the kind the lease names: a wrong one only lets the run's entry
+            // lag, which claim_next repairs (renew.lua).
+            call.key(self.keys.claimable_of(lease.kind()));
+        }
         for lease in leases {
             call.arg(keys::encode(lease.run().as_str()))
                 .arg(lease.fence().get())
@@ -763,27 +838,18 @@ impl LeaseStore for RedisLeaseStore {
             .max()
             .unwrap_or(0)
             .max(CALL_RECORD_MS);
-        let mut call = Call::new(&SCRIPTS.end_many);
-        call.key(self.keys.runs())
-            .key(self.keys.claimable())
-            .key(self.keys.call(&id))
-            .key(self.keys.failures())
-            .key(self.keys.ended())
-            .key(self.keys.delayed())
-            .key(self.keys.suspended())
-            .key(self.keys.attempts())
-            .arg(keep);
-        for Ending { lease, end, .. } in ends {
-            let delay;
-            let payload: &[u8] = match end {
-                End::CompleteWith(payload) => payload,
+        let mut payloads: Vec<Cow<'_, [u8]>> = Vec::with_capacity(ends.len());
+        for Ending { end, .. } in ends {
+            payloads.push(match end {
+                End::CompleteWith(payload) => Cow::Borrowed(payload),
                 End::RetryAfter(_) | End::AttemptFailed { .. } => {
-                    delay = end.delay_millis().to_string();
-                    delay.as_bytes()
+                    Cow::Owned(end.delay_millis().to_string().into_bytes())
                 }
-                End::Fail(reason) => reason.as_bytes(),
+                End::Fail(reason) => Cow::Borrowed(reason.as_bytes()),
                 // check_end_batch refused Committed above.
-                End::Complete | End::Release | End::Suspend | End::Committed(_) => b"",
+                End::Complete | End::Release | End::Suspend | End::Committed(_) => {
+                    Cow::Borrowed(&[])
+                }
                 // An end added to the contract after this adapter: refused before any write.
                 _ => {
                     return Err(lease_core::InvalidInput::Unsupported {
@@ -791,16 +857,56 @@ impl LeaseStore for RedisLeaseStore {
                     }
                     .into())
                 }
-            };
-            // Declared, like every key a script touches, even if the item is refused.
-            call.key(self.keys.calls(lease.run()))
-                .key(self.keys.journal(lease.run()))
-                .arg(end.as_str())
-                .arg(keys::encode(lease.run().as_str()))
-                .arg(lease.fence().get())
-                .arg(payload);
+            });
         }
-        let (reply, ack) = self.write("end_many", &call).await?;
+        // The kinds the leases name; an item whose run is of another kind is sent again with
+        // its run's (end_many.lua then writes nothing).
+        let mut kinds: Vec<Kind> = ends.iter().map(|e| e.lease.kind().clone()).collect();
+        let mut resends = 0;
+        let (reply, ack) = loop {
+            let mut call = Call::new(&SCRIPTS.end_many);
+            call.key(self.keys.runs())
+                .key(self.keys.claimable())
+                .key(self.keys.call(&id))
+                .key(self.keys.failures())
+                .key(self.keys.ended())
+                .key(self.keys.delayed())
+                .key(self.keys.suspended())
+                .key(self.keys.attempts())
+                .key(self.keys.kinds())
+                .arg(keep);
+            for ((Ending { lease, end, .. }, payload), kind) in
+                ends.iter().zip(&payloads).zip(&kinds)
+            {
+                // Declared, like every key a script touches, even if the item is refused.
+                call.key(self.keys.calls(lease.run()))
+                    .key(self.keys.journal(lease.run()))
+                    .key(self.keys.claimable_of(kind))
+                    .arg(end.as_str())
+                    .arg(keys::encode(lease.run().as_str()))
+                    .arg(lease.fence().get())
+                    .arg(payload.as_ref())
+                    .arg(keys::kind_arg(kind));
+            }
+            let (reply, ack) = self.write("end_many", &call).await?;
+            if reply.str(0).ok() != Some("kind") {
+                break (reply, ack);
+            }
+            if resends == KIND_RESENDS || reply.len() % 2 != 1 {
+                return Err(reply
+                    .bad("the runs' kinds kept changing, or a malformed kind reply")
+                    .into());
+            }
+            resends += 1;
+            for i in (1..reply.len()).step_by(2) {
+                let item: usize = reply.parse(i)?;
+                let slot = item
+                    .checked_sub(1)
+                    .and_then(|k| kinds.get_mut(k))
+                    .ok_or_else(|| reply.bad(format!("no item {item}")))?;
+                *slot = reply.kind(i + 1)?;
+            }
+        };
         if reply.len() != ends.len() {
             return Err(reply.bad("expected one result per item").into());
         }
@@ -824,7 +930,6 @@ impl LeaseStore for RedisLeaseStore {
 
     async fn create_many_with(&self, runs: &[NewRun]) -> Result<Vec<Result<()>>> {
         check_new_runs(runs)?;
-        lease_core::refuse_kinds(runs.iter().map(NewRun::kind))?;
         if runs.is_empty() {
             return Ok(Vec::new());
         }
@@ -836,12 +941,16 @@ impl LeaseStore for RedisLeaseStore {
             .key(self.keys.tombstones())
             .key(self.keys.attempts())
             .key(self.keys.delayed())
-            .key(self.keys.payloads());
+            .key(self.keys.payloads())
+            .key(self.keys.kinds())
+            .key(self.keys.kind_set());
         for new in runs {
-            call.arg(keys::encode(new.run().as_str()))
+            call.key(self.keys.claimable_of(new.kind()))
+                .arg(keys::encode(new.run().as_str()))
                 .arg(new.delay_millis())
                 .arg(marked(new))
-                .arg(run_at_arg(new));
+                .arg(run_at_arg(new))
+                .arg(keys::kind_arg(new.kind()));
         }
         let (reply, ack) = self.write("create_many", &call).await?;
         if reply.len() != runs.len() {
@@ -865,15 +974,22 @@ impl LeaseStore for RedisLeaseStore {
     }
 
     async fn resume(&self, run: &RunId) -> Result<RunRecord> {
-        let mut call = Call::new(&SCRIPTS.resume);
-        call.key(self.keys.runs())
-            .key(self.keys.claimable())
-            .key(self.keys.failures())
-            .key(self.keys.ended())
-            .key(self.keys.suspended())
-            .key(self.keys.attempts())
-            .arg(keys::encode(run.as_str()));
-        let (reply, ack) = self.write("resume", &call).await?;
+        let encoded = keys::encode(run.as_str());
+        let (reply, ack, _) = self
+            .write_kinded("resume", &Kind::default(), |kind| {
+                let mut call = Call::new(&SCRIPTS.resume);
+                call.key(self.keys.runs())
+                    .key(self.keys.claimable_of(kind))
+                    .key(self.keys.failures())
+                    .key(self.keys.ended())
+                    .key(self.keys.suspended())
+                    .key(self.keys.attempts())
+                    .key(self.keys.kinds())
+                    .arg(&encoded)
+                    .arg(keys::kind_arg(kind));
+                call
+            })
+            .await?;
         match reply.status()? {
             "ok" => {
                 ack.confirm()?;
@@ -898,6 +1014,7 @@ impl LeaseStore for RedisLeaseStore {
             .key(self.keys.failures())
             .key(self.keys.attempts())
             .key(self.keys.payloads())
+            .key(self.keys.kinds())
             .arg(keys::encode(run.as_str()));
         let reply = self.read("inspect", &call).await?;
         match reply.status()? {
@@ -918,7 +1035,8 @@ impl LeaseStore for RedisLeaseStore {
         call.key(self.keys.runs())
             .key(self.keys.failures())
             .key(self.keys.attempts())
-            .key(self.keys.payloads());
+            .key(self.keys.payloads())
+            .key(self.keys.kinds());
         for run in runs {
             call.arg(keys::encode(run.as_str()));
         }
@@ -944,7 +1062,11 @@ impl LeaseStore for RedisLeaseStore {
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<RunRecord>> {
         check_list(filter)?;
-        lease_core::refuse_kinds(&filter.kind)?;
+        let kind = filter
+            .kind
+            .as_ref()
+            .map(|kind| format!("={}", keys::kind_arg(kind)))
+            .unwrap_or_default();
         let mut after = filter
             .after
             .as_ref()
@@ -959,17 +1081,19 @@ impl LeaseStore for RedisLeaseStore {
                 .key(self.keys.runs())
                 .key(self.keys.failures())
                 .key(self.keys.attempts())
+                .key(self.keys.kinds())
                 .arg(&after)
                 .arg(filter.limit - out.len())
                 .arg(filter.state.map_or("", RunState::as_str))
                 .arg(if filter.expired { "1" } else { "0" })
-                .arg(LIST_SCAN);
+                .arg(LIST_SCAN)
+                .arg(&kind);
             let reply = self.read("list", &call).await?;
             let now = reply.time(0)?;
             let stride = 1 + Reply::RECORD_FIELDS; // the id, then the record
             if reply.len() < 2 || (reply.len() - 2) % stride != 0 {
                 return Err(reply
-                    .bad("expected a cursor and records of an id and seven fields")
+                    .bad("expected a cursor and records of an id and eight fields")
                     .into());
             }
             for i in (2..reply.len()).step_by(stride) {
@@ -1010,6 +1134,7 @@ impl LeaseStore for RedisLeaseStore {
                 .key(self.keys.attempts())
                 .key(self.keys.cancelled())
                 .key(self.keys.payloads())
+                .key(self.keys.kinds())
                 .arg(age_ms);
             for i in 0..candidates.len() {
                 let encoded = candidates.str(i)?;
@@ -1035,14 +1160,34 @@ impl LeaseStore for RedisLeaseStore {
     }
 
     async fn count(&self) -> Result<lease_core::RunCounts> {
-        let mut call = Call::new(&SCRIPTS.count);
-        call.key(self.keys.claimable())
-            .key(self.keys.delayed())
-            .key(self.keys.suspended())
-            .key(self.keys.ended())
-            .key(self.keys.failures())
-            .key(self.keys.cancelled());
-        let reply = self.read("count", &call).await?;
+        // The kinds first, then one count over every kind's index, which checks that no kind
+        // was added in between (else it is read again).
+        let mut tries = 0;
+        let reply = loop {
+            let mut names = Call::new(&SCRIPTS.kinds);
+            names.key(self.keys.kind_set());
+            let names = self.read("kinds", &names).await?;
+            let mut call = Call::new(&SCRIPTS.count);
+            call.key(self.keys.claimable())
+                .key(self.keys.delayed())
+                .key(self.keys.suspended())
+                .key(self.keys.ended())
+                .key(self.keys.failures())
+                .key(self.keys.cancelled())
+                .key(self.keys.kind_set())
+                .arg(names.len());
+            for i in 0..names.len() {
+                call.key(self.keys.claimable_of(&names.kind(i)?));
+            }
+            let reply = self.read("count", &call).await?;
+            if reply.str(0).ok() != Some("kinds") {
+                break reply;
+            }
+            tries += 1;
+            if tries > KIND_RESENDS {
+                return Err(reply.bad("kinds kept being added during the count").into());
+            }
+        };
         let figure =
             |i: usize| -> Result<u64> { Ok(reply.parse::<u64>(i)?.min(lease_core::MAX_COUNT)) };
         let mut counts = lease_core::RunCounts::default();
@@ -1066,14 +1211,21 @@ impl LeaseStore for RedisLeaseStore {
     }
 
     async fn force_release(&self, run: &RunId) -> Result<RunRecord> {
-        let mut call = Call::new(&SCRIPTS.force_release);
-        call.key(self.keys.runs())
-            .key(self.keys.claimable())
-            .key(self.keys.failures())
-            .key(self.keys.delayed())
-            .key(self.keys.attempts())
-            .arg(keys::encode(run.as_str()));
-        let (reply, ack) = self.write("force_release", &call).await?;
+        let encoded = keys::encode(run.as_str());
+        let (reply, ack, _) = self
+            .write_kinded("force_release", &Kind::default(), |kind| {
+                let mut call = Call::new(&SCRIPTS.force_release);
+                call.key(self.keys.runs())
+                    .key(self.keys.claimable_of(kind))
+                    .key(self.keys.failures())
+                    .key(self.keys.delayed())
+                    .key(self.keys.attempts())
+                    .key(self.keys.kinds())
+                    .arg(&encoded)
+                    .arg(keys::kind_arg(kind));
+                call
+            })
+            .await?;
         match reply.status()? {
             "ok" => {
                 ack.confirm()?;
@@ -1093,18 +1245,25 @@ impl LeaseStore for RedisLeaseStore {
 
     async fn cancel(&self, run: &RunId, reason: &str) -> Result<RunRecord> {
         lease_core::backend::check_reason(reason)?;
-        let mut call = Call::new(&SCRIPTS.cancel);
-        call.key(self.keys.runs())
-            .key(self.keys.claimable())
-            .key(self.keys.failures())
-            .key(self.keys.delayed())
-            .key(self.keys.suspended())
-            .key(self.keys.ended())
-            .key(self.keys.cancelled())
-            .key(self.keys.attempts())
-            .arg(keys::encode(run.as_str()))
-            .arg(reason);
-        let (reply, ack) = self.write("cancel", &call).await?;
+        let encoded = keys::encode(run.as_str());
+        let (reply, ack, _) = self
+            .write_kinded("cancel", &Kind::default(), |kind| {
+                let mut call = Call::new(&SCRIPTS.cancel);
+                call.key(self.keys.runs())
+                    .key(self.keys.claimable_of(kind))
+                    .key(self.keys.failures())
+                    .key(self.keys.delayed())
+                    .key(self.keys.suspended())
+                    .key(self.keys.ended())
+                    .key(self.keys.cancelled())
+                    .key(self.keys.attempts())
+                    .key(self.keys.kinds())
+                    .arg(&encoded)
+                    .arg(reason)
+                    .arg(keys::kind_arg(kind));
+                call
+            })
+            .await?;
         match reply.status()? {
             "ok" => {
                 // Also for a run cancelled before (a retried cancel): it must be on the
