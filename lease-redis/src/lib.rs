@@ -1,8 +1,10 @@
 #![doc = include_str!("../README.md")]
 
+mod admin;
 mod call;
 mod config;
 mod error;
+mod fenced;
 #[cfg(test)]
 mod fuzz_url;
 mod guard;
@@ -12,8 +14,9 @@ mod reply;
 mod store;
 
 pub use config::RedisConfig;
+pub use fenced::FencedScript;
 pub use keys::MAX_NAMESPACE_BYTES;
-pub use store::{FencedScript, RedisLeaseStore};
+pub use store::RedisLeaseStore;
 
 /// The redis-rs this crate is built on, so callers of [`RedisLeaseStore::from_client`] and
 /// [`RedisLeaseStore::fenced_script`] name the same types.

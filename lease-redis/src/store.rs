@@ -6,14 +6,13 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use lease_core::backend::{
-    check_claim_max, check_create_batch, check_end_batch, check_list, check_new_runs,
-    check_payload, check_purge, check_renew_batch, claim_refusal, fenced_verdict,
+    check_claim_max, check_create_batch, check_end_batch, check_new_runs, check_payload,
+    check_renew_batch, claim_refusal, fenced_verdict,
 };
 use lease_core::{
     End, Ending, Error, IdempotencyKey, JournalEntry, Kind, Lease, LeaseStore, ListFilter, NewRun,
     Result, RunId, RunRecord, RunState, StoreTime, Ttl, WorkerId,
 };
-use redis::{FromRedisValue, ToRedisArgs, Value};
 
 use crate::call::{call_id, Ack, Call, Lua};
 use crate::config::RedisConfig;
@@ -25,18 +24,18 @@ use crate::reply::Reply;
 
 /// How many run ids one `list` script call examines at most, whatever its filter keeps: the
 /// bound on the work one call asks of the server.
-const LIST_SCAN: usize = 1000;
+pub(crate) const LIST_SCAN: usize = 1000;
 
 /// How many index entries one `claim_next` script call may examine that turn out not to be
 /// claimable (stale entries it removes or moves): the bound on one call's extra work.
 const CLAIM_NEXT_SCAN: usize = 128;
 
 /// The most runs one purge script call removes: the bound on its server time (a few ms).
-const PURGE_SCRIPT_RUNS: usize = 100;
+pub(crate) const PURGE_SCRIPT_RUNS: usize = 100;
 
 /// The least time a call's record of the ends it applied is kept (`{lease:ns}:c:<call>`), so
 /// a resend of the call learns its first answer.
-const CALL_RECORD_MS: u64 = 60_000;
+pub(crate) const CALL_RECORD_MS: u64 = 60_000;
 
 /// How many payload bytes one `journal` script call returns at most (beyond its last entry):
 /// the bound on one call's copy of a long journal.
@@ -45,7 +44,7 @@ const JOURNAL_PAGE_BYTES: usize = 4 << 20;
 /// How many times a call is sent again with a run's actual kind, after a script answered that
 /// the run is of another kind than the call presumed (only if the id was purged and created
 /// again with yet another kind in between would a second resend be needed).
-const KIND_RESENDS: usize = 3;
+pub(crate) const KIND_RESENDS: usize = 3;
 
 macro_rules! lua {
     ($file:literal) => {
@@ -65,30 +64,30 @@ macro_rules! lua_alone {
 }
 
 /// Every script, built once per process; a call runs EVALSHA and loads it on NOSCRIPT.
-struct Scripts {
-    create: Lua,
-    create_many: Lua,
-    claim: Lua,
-    claim_next: Lua,
-    renew: Lua,
-    fenced: Lua,
-    end_many: Lua,
-    append_keyed: Lua,
-    resume: Lua,
-    force_release: Lua,
-    cancel: Lua,
-    inspect: Lua,
-    inspect_many: Lua,
-    journal: Lua,
-    list: Lua,
-    purge_due: Lua,
-    purge: Lua,
-    count_purgeable: Lua,
-    count: Lua,
-    kinds: Lua,
+pub(crate) struct Scripts {
+    pub(crate) create: Lua,
+    pub(crate) create_many: Lua,
+    pub(crate) claim: Lua,
+    pub(crate) claim_next: Lua,
+    pub(crate) renew: Lua,
+    pub(crate) fenced: Lua,
+    pub(crate) end_many: Lua,
+    pub(crate) append_keyed: Lua,
+    pub(crate) resume: Lua,
+    pub(crate) force_release: Lua,
+    pub(crate) cancel: Lua,
+    pub(crate) inspect: Lua,
+    pub(crate) inspect_many: Lua,
+    pub(crate) journal: Lua,
+    pub(crate) list: Lua,
+    pub(crate) purge_due: Lua,
+    pub(crate) purge: Lua,
+    pub(crate) count_purgeable: Lua,
+    pub(crate) count: Lua,
+    pub(crate) kinds: Lua,
 }
 
-static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     create: Lua::new(lua!("create.lua")),
     create_many: Lua::new(lua!("create_many.lua")),
     claim: Lua::new(lua_alone!("claim.lua")),
@@ -111,53 +110,6 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     kinds: Lua::new(lua!("kinds.lua")),
 });
 
-/// A caller's Lua snippet that [`RedisLeaseStore::fenced_script`] runs atomically after the
-/// fence check, so the caller's own Redis writes land only under the current fence.
-///
-/// The snippet is the body of a function: it sees `KEYS` and `ARGV` as the caller passed them
-/// (the run hash and fence the adapter adds are hidden) and its `return` value becomes the
-/// call's result. Build it once and reuse it: its SHA is cached by Redis.
-///
-/// Redis does not roll back a script that raises an error half-way, so check before writing.
-/// A snippet that raises an error or returns one (`redis.error_reply`) fails the call, and
-/// [`fenced_script_with_end`](RedisLeaseStore::fenced_script_with_end) then does not end the
-/// lease.
-///
-/// A resend of the same call (after a lost reply) does not run the snippet again: the
-/// adapter records each call's result with the run, under the lease's fence, until the lease
-/// ends, and answers a resend with it. The result is kept with `cmsgpack`, so keep it small.
-///
-/// ```
-/// use lease_redis::FencedScript;
-/// let push = FencedScript::new("return redis.call('RPUSH', KEYS[1], ARGV[1])");
-/// ```
-pub struct FencedScript {
-    script: Lua,
-}
-
-impl FencedScript {
-    /// Wraps `lua`, the snippet to run after the fence check.
-    pub fn new(lua: &str) -> FencedScript {
-        let source = format!(
-            "{}{}{lua}\nend)({{unpack(KEYS, 9)}}, {{unpack(ARGV, 7)}})\n{}",
-            include_str!("../lua/common.lua"),
-            include_str!("../lua/fenced_prelude.lua"),
-            include_str!("../lua/fenced_epilogue.lua"),
-        );
-        FencedScript {
-            script: Lua::new(source),
-        }
-    }
-}
-
-impl fmt::Debug for FencedScript {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FencedScript")
-            .field("sha", &self.script.hash())
-            .finish()
-    }
-}
-
 /// A [`LeaseStore`] on Redis: each operation is one Lua script, judged on the server's clock
 /// (`TIME`), with fences incremented inside the claim script.
 ///
@@ -169,8 +121,8 @@ impl fmt::Debug for FencedScript {
 /// ([`Error::Unavailable`]) rather than hangs.
 #[derive(Clone)]
 pub struct RedisLeaseStore {
-    link: Arc<Link>,
-    keys: Keys,
+    pub(crate) link: Arc<Link>,
+    pub(crate) keys: Keys,
     config: RedisConfig,
 }
 
@@ -258,144 +210,24 @@ impl RedisLeaseStore {
     }
 
     /// A key for the caller's own data about `run`, named `name`, in the run's hash slot: the
-    /// keys a [`FencedScript`] may touch. Distinct runs and names give distinct keys.
+    /// keys a [`FencedScript`](crate::FencedScript) may touch. Distinct runs and names give distinct keys.
     pub fn script_key(&self, run: &RunId, name: &str) -> String {
         self.keys.user(run, name)
     }
 
-    /// Runs `script` atomically after the fence check on `lease`: the snippet runs, with
-    /// `keys` and `args` as its `KEYS` and `ARGV`, only if the lease's fence is the run's
-    /// current fence and the lease is held; otherwise nothing is written. Returns the
-    /// snippet's return value.
-    ///
-    /// # Errors
-    /// The fenced-write verdicts of the [`LeaseStore`] contract ([`Error::StaleFence`] and so
-    /// on); [`Error::Backend`] if a key is not under this store's hash tag (build keys with
-    /// [`script_key`](RedisLeaseStore::script_key)), the snippet fails, or its result does not
-    /// convert to `T`.
-    pub async fn fenced_script<T: FromRedisValue, K: AsRef<str>, A: ToRedisArgs>(
-        &self,
-        lease: &Lease,
-        script: &FencedScript,
-        keys: &[K],
-        args: &[A],
-    ) -> Result<T> {
-        self.run_fenced_script(lease, script, keys, args, None)
-            .await
-    }
-
-    /// [`fenced_script`](RedisLeaseStore::fenced_script) that also **ends the lease** as `end`
-    /// says (complete, complete with a journaled effect, release, suspend), in the same
-    /// script: the caller's keys and the run's end change atomically, so a job's effect in its
-    /// own keys and the run's completion happen together, and a reclaim after them finds the
-    /// run completed — the effect is never applied twice.
-    ///
-    /// The adapter's part comes first and last: the fence check before the snippet (a refused
-    /// fence runs nothing and changes nothing), the end after it. Redis never rolls a script
-    /// back: if the snippet raises an error, the lease is not ended, but what the snippet wrote
-    /// before the error stays. Check before writing, or write last.
-    ///
-    /// A resend of the call (after a lost reply) answers the snippet's first result and runs
-    /// nothing again.
-    ///
-    /// # Errors
-    /// As [`fenced_script`](RedisLeaseStore::fenced_script), and [`Error::InvalidInput`] for a
-    /// payload over the limit or [`End::Committed`], and as
-    /// [`InvalidInput::Unsupported`](lease_core::InvalidInput::Unsupported) for
-    /// [`End::RetryAfter`] and [`End::Fail`] (end the lease with
-    /// [`end_many`](LeaseStore::end_many) for those: a script that gives up has no effect to
-    /// commit with its end).
-    pub async fn fenced_script_with_end<T: FromRedisValue, K: AsRef<str>, A: ToRedisArgs>(
-        &self,
-        lease: &Lease,
-        script: &FencedScript,
-        keys: &[K],
-        args: &[A],
-        end: End,
-    ) -> Result<T> {
-        check_end_batch(std::slice::from_ref(&Ending::new(
-            lease.clone(),
-            end.clone(),
-        )))?;
-        if matches!(
-            end,
-            End::RetryAfter(_) | End::AttemptFailed { .. } | End::Fail(_)
-        ) {
-            return Err(lease_core::InvalidInput::Unsupported {
-                operation: "fenced_script_with_end with a retry delay or a failure",
-            }
-            .into());
-        }
-        self.run_fenced_script(lease, script, keys, args, Some(end))
-            .await
-    }
-
-    async fn run_fenced_script<T: FromRedisValue, K: AsRef<str>, A: ToRedisArgs>(
-        &self,
-        lease: &Lease,
-        script: &FencedScript,
-        keys: &[K],
-        args: &[A],
-        end: Option<End>,
-    ) -> Result<T> {
-        if let Some(key) = keys
-            .iter()
-            .map(AsRef::as_ref)
-            .find(|k| !k.starts_with(self.keys.tag()))
-        {
-            return Err(RedisError::Config(format!(
-                "fenced script key {key:?} is outside this store's hash slot; build keys with \
-                 RedisLeaseStore::script_key"
-            ))
-            .into());
-        }
-        let run = lease.run();
-        let (op, payload): (&str, &[u8]) = match &end {
-            None => ("", b""),
-            Some(End::CompleteWith(payload)) => ("complete-with", payload),
-            Some(other) => (other.as_str(), b""),
-        };
-        let id = call_id();
-        let (reply, ack, _) = self
-            .write_kinded("fenced script", lease.kind(), |kind| {
-                let mut call = Call::new(&script.script);
-                call.key(self.keys.runs())
-                    .key(self.keys.calls(run))
-                    .key(self.keys.claimable_of(kind))
-                    .key(self.keys.journal(run))
-                    .key(self.keys.ended())
-                    .key(self.keys.suspended())
-                    .key(self.keys.attempts())
-                    .key(self.keys.kinds())
-                    .arg(keys::encode(run.as_str()))
-                    .arg(lease.fence().get())
-                    .arg(&id)
-                    .arg(op)
-                    .arg(payload)
-                    .arg(keys::kind_arg(kind));
-                for key in keys {
-                    call.key(key.as_ref());
-                }
-                for arg in args {
-                    call.arg(arg);
-                }
-                call
-            })
-            .await?;
-        self.confirmed(self.status(lease, &reply), &ack)?;
-        let value = reply.into_items().into_iter().nth(1).unwrap_or(Value::Nil);
-        T::from_redis_value(value).map_err(|e| Error::backend(crate::error::BACKEND, e.to_string()))
-    }
-
     /// Runs a script that writes nothing (or nothing replicas must confirm).
-    async fn read(&self, script: &'static str, call: &Call<'_>) -> Result<Reply, RedisError> {
+    pub(crate) async fn read(
+        &self,
+        script: &'static str,
+        call: &Call<'_>,
+    ) -> Result<Reply, RedisError> {
         Reply::new(script, self.link.read(call).await?)
     }
 
     /// Runs the writing script `build` makes for `kind`, the kind the caller presumes its run
     /// is of, and again for the run's actual kind while the script answers `{'kind', actual}`
     /// (written nothing). Returns the reply, what the replicas acknowledged and the run's kind.
-    async fn write_kinded<'a>(
+    pub(crate) async fn write_kinded<'a>(
         &self,
         script: &'static str,
         kind: &Kind,
@@ -417,7 +249,7 @@ impl RedisLeaseStore {
 
     /// Runs a writing script; returns its reply and what the replicas acknowledged, to
     /// [`confirm`](Ack::confirm) before any answer is reported.
-    async fn write(
+    pub(crate) async fn write(
         &self,
         script: &'static str,
         call: &Call<'_>,
@@ -427,7 +259,7 @@ impl RedisLeaseStore {
     }
 
     /// Turns a fenced script's `ok` / `none` / `verdict` reply into the contract's answer.
-    fn status(&self, lease: &Lease, reply: &Reply) -> Result<()> {
+    pub(crate) fn status(&self, lease: &Lease, reply: &Reply) -> Result<()> {
         match reply.status()? {
             "ok" => Ok(()),
             "none" => Err(Error::NotFound {
@@ -454,7 +286,7 @@ impl RedisLeaseStore {
     /// caller's own fence: a write applied (now, or by an earlier attempt whose reply was
     /// lost) or a lease ended under that fence, which a retrying caller takes as its own
     /// commit. A retry never confirms less than the first attempt.
-    fn confirmed<T>(&self, answer: Result<T>, ack: &Ack) -> Result<T> {
+    pub(crate) fn confirmed<T>(&self, answer: Result<T>, ack: &Ack) -> Result<T> {
         if needs_ack(&answer) {
             ack.confirm()?;
         }
@@ -513,7 +345,7 @@ impl RedisLeaseStore {
 
     /// A record reply (`ok` or `refused`, then state, owner, expiry, fence, heartbeats,
     /// failure, now).
-    fn record(&self, run: &RunId, reply: &Reply) -> Result<RunRecord> {
+    pub(crate) fn record(&self, run: &RunId, reply: &Reply) -> Result<RunRecord> {
         let now = reply.time(1 + Reply::RECORD_FIELDS)?;
         Ok(reply.record(run.clone(), 1, now)?)
     }
@@ -973,313 +805,44 @@ impl LeaseStore for RedisLeaseStore {
         Ok(results)
     }
 
-    async fn resume(&self, run: &RunId) -> Result<RunRecord> {
-        let encoded = keys::encode(run.as_str());
-        let (reply, ack, _) = self
-            .write_kinded("resume", &Kind::default(), |kind| {
-                let mut call = Call::new(&SCRIPTS.resume);
-                call.key(self.keys.runs())
-                    .key(self.keys.claimable_of(kind))
-                    .key(self.keys.failures())
-                    .key(self.keys.ended())
-                    .key(self.keys.suspended())
-                    .key(self.keys.attempts())
-                    .key(self.keys.kinds())
-                    .arg(&encoded)
-                    .arg(keys::kind_arg(kind));
-                call
-            })
-            .await?;
-        match reply.status()? {
-            "ok" => {
-                ack.confirm()?;
-                self.record(run, &reply)
-            }
-            "none" => Err(Error::NotFound { run: run.clone() }),
-            "refused" => Err(Error::NotSuspended {
-                run: run.clone(),
-                state: reply.state(1)?,
-            }),
-            other => Err(reply.bad(format!("unknown status {other:?}")).into()),
-        }
-    }
-
     async fn complete(&self, lease: &Lease) -> Result<()> {
         self.fenced(lease, "complete", b"").await.map(drop)
     }
 
+    async fn resume(&self, run: &RunId) -> Result<RunRecord> {
+        self.resume_run(run).await
+    }
+
     async fn inspect(&self, run: &RunId) -> Result<RunRecord> {
-        let mut call = Call::new(&SCRIPTS.inspect);
-        call.key(self.keys.runs())
-            .key(self.keys.failures())
-            .key(self.keys.attempts())
-            .key(self.keys.payloads())
-            .key(self.keys.kinds())
-            .arg(keys::encode(run.as_str()));
-        let reply = self.read("inspect", &call).await?;
-        match reply.status()? {
-            "ok" => Ok(self
-                .record(run, &reply)?
-                .with_payload(reply.payload(2 + Reply::RECORD_FIELDS)?.map(|p| p.to_vec()))),
-            "none" => Err(Error::NotFound { run: run.clone() }),
-            other => Err(reply.bad(format!("unknown status {other:?}")).into()),
-        }
+        self.inspect_run(run).await
     }
 
     async fn inspect_many(&self, runs: &[RunId]) -> Result<Vec<Result<RunRecord>>> {
-        check_create_batch(runs)?; // the batch rule: at most MAX_BATCH ids
-        if runs.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut call = Call::new(&SCRIPTS.inspect_many);
-        call.key(self.keys.runs())
-            .key(self.keys.failures())
-            .key(self.keys.attempts())
-            .key(self.keys.payloads())
-            .key(self.keys.kinds());
-        for run in runs {
-            call.arg(keys::encode(run.as_str()));
-        }
-        let reply = self.read("inspect_many", &call).await?;
-        if reply.len() != runs.len() + 1 {
-            return Err(reply.bad("expected the time and one record per run").into());
-        }
-        let now = reply.time(0)?;
-        runs.iter()
-            .enumerate()
-            .map(|(i, run)| {
-                let one = reply.nested(i + 1)?;
-                Ok(if one.len() == 0 {
-                    Err(Error::NotFound { run: run.clone() })
-                } else {
-                    Ok(one
-                        .record(run.clone(), 0, now)?
-                        .with_payload(one.payload(Reply::RECORD_FIELDS)?.map(|p| p.to_vec())))
-                })
-            })
-            .collect()
+        self.inspect_runs(runs).await
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<RunRecord>> {
-        check_list(filter)?;
-        let kind = filter
-            .kind
-            .as_ref()
-            .map(|kind| format!("={}", keys::kind_arg(kind)))
-            .unwrap_or_default();
-        let mut after = filter
-            .after
-            .as_ref()
-            .map(|run| keys::encode(run.as_str()))
-            .unwrap_or_default();
-        let mut out = Vec::new();
-        // Page through the ids, LIST_SCAN at a time, so no one script call scans the whole
-        // namespace however selective the filter is.
-        while out.len() < filter.limit {
-            let mut call = Call::new(&SCRIPTS.list);
-            call.key(self.keys.ids())
-                .key(self.keys.runs())
-                .key(self.keys.failures())
-                .key(self.keys.attempts())
-                .key(self.keys.kinds())
-                .arg(&after)
-                .arg(filter.limit - out.len())
-                .arg(filter.state.map_or("", RunState::as_str))
-                .arg(if filter.expired { "1" } else { "0" })
-                .arg(LIST_SCAN)
-                .arg(&kind);
-            let reply = self.read("list", &call).await?;
-            let now = reply.time(0)?;
-            let stride = 1 + Reply::RECORD_FIELDS; // the id, then the record
-            if reply.len() < 2 || (reply.len() - 2) % stride != 0 {
-                return Err(reply
-                    .bad("expected a cursor and records of an id and eight fields")
-                    .into());
-            }
-            for i in (2..reply.len()).step_by(stride) {
-                out.push(reply.record(keys::decode(reply.str(i)?)?, i + 1, now)?);
-            }
-            let cursor = reply.str(1)?;
-            if cursor.is_empty() {
-                break;
-            }
-            after = cursor.to_owned();
-        }
-        Ok(out)
+        self.list_runs(filter).await
     }
 
     async fn purge(&self, older_than: Duration, max: usize) -> Result<Vec<RunId>> {
-        check_purge(older_than, max)?;
-        let age_ms = older_than.as_millis() as u64; // at most MAX_PURGE_AGE, checked
-        let mut purged = Vec::new();
-        // Script calls of at most PURGE_SCRIPT_RUNS runs, so one never holds the server for
-        // more than a few milliseconds whatever `max` is.
-        while purged.len() < max {
-            let chunk = (max - purged.len()).min(PURGE_SCRIPT_RUNS);
-            // Two calls: the candidates (a read), then their removal with every key declared
-            // (a Cluster checks declared keys), each run checked again under the write.
-            let mut due = Call::new(&SCRIPTS.purge_due);
-            due.key(self.keys.ended()).arg(age_ms).arg(chunk);
-            let candidates = self.read("purge_due", &due).await?;
-            if candidates.len() == 0 {
-                break;
-            }
-            let mut call = Call::new(&SCRIPTS.purge);
-            call.key(self.keys.runs())
-                .key(self.keys.ended())
-                .key(self.keys.ids())
-                .key(self.keys.tombstones())
-                .key(self.keys.failures())
-                .key(self.keys.claimable())
-                .key(self.keys.attempts())
-                .key(self.keys.cancelled())
-                .key(self.keys.payloads())
-                .key(self.keys.kinds())
-                .arg(age_ms);
-            for i in 0..candidates.len() {
-                let encoded = candidates.str(i)?;
-                let run = keys::decode(encoded)?;
-                call.key(self.keys.journal(&run))
-                    .key(self.keys.calls(&run))
-                    .key(self.keys.journal_keys(&run))
-                    .arg(encoded);
-            }
-            let (reply, ack) = self.write("purge", &call).await?;
-            let removed = (0..reply.len())
-                .map(|i| Ok(keys::decode(reply.str(i)?)?))
-                .collect::<Result<Vec<RunId>>>()?;
-            if !removed.is_empty() {
-                ack.confirm()?;
-            }
-            purged.extend(removed);
-            if candidates.len() < chunk {
-                break;
-            }
-        }
-        Ok(purged)
+        self.purge_runs(older_than, max).await
     }
 
     async fn count(&self) -> Result<lease_core::RunCounts> {
-        // The kinds first, then one count over every kind's index, which checks that no kind
-        // was added in between (else it is read again).
-        let mut tries = 0;
-        let reply = loop {
-            let mut names = Call::new(&SCRIPTS.kinds);
-            names.key(self.keys.kind_set());
-            let names = self.read("kinds", &names).await?;
-            let mut call = Call::new(&SCRIPTS.count);
-            call.key(self.keys.claimable())
-                .key(self.keys.delayed())
-                .key(self.keys.suspended())
-                .key(self.keys.ended())
-                .key(self.keys.failures())
-                .key(self.keys.cancelled())
-                .key(self.keys.kind_set())
-                .arg(names.len());
-            for i in 0..names.len() {
-                call.key(self.keys.claimable_of(&names.kind(i)?));
-            }
-            let reply = self.read("count", &call).await?;
-            if reply.str(0).ok() != Some("kinds") {
-                break reply;
-            }
-            tries += 1;
-            if tries > KIND_RESENDS {
-                return Err(reply.bad("kinds kept being added during the count").into());
-            }
-        };
-        let figure =
-            |i: usize| -> Result<u64> { Ok(reply.parse::<u64>(i)?.min(lease_core::MAX_COUNT)) };
-        let mut counts = lease_core::RunCounts::default();
-        counts.claimable = figure(0)?;
-        counts.held = figure(1)?;
-        counts.delayed = figure(2)?;
-        counts.suspended = figure(3)?;
-        counts.completed = figure(4)?;
-        counts.failed = figure(5)?;
-        counts.cancelled = figure(6)?;
-        Ok(counts)
+        self.count_runs().await
     }
 
     async fn count_purgeable(&self, older_than: Duration) -> Result<u64> {
-        check_purge(older_than, 1)?;
-        let mut call = Call::new(&SCRIPTS.count_purgeable);
-        call.key(self.keys.ended())
-            .arg(older_than.as_millis() as u64);
-        let reply = self.read("count_purgeable", &call).await?;
-        Ok(reply.parse(0)?)
+        self.count_purgeable_runs(older_than).await
     }
 
     async fn force_release(&self, run: &RunId) -> Result<RunRecord> {
-        let encoded = keys::encode(run.as_str());
-        let (reply, ack, _) = self
-            .write_kinded("force_release", &Kind::default(), |kind| {
-                let mut call = Call::new(&SCRIPTS.force_release);
-                call.key(self.keys.runs())
-                    .key(self.keys.claimable_of(kind))
-                    .key(self.keys.failures())
-                    .key(self.keys.delayed())
-                    .key(self.keys.attempts())
-                    .key(self.keys.kinds())
-                    .arg(&encoded)
-                    .arg(keys::kind_arg(kind));
-                call
-            })
-            .await?;
-        match reply.status()? {
-            "ok" => {
-                ack.confirm()?;
-                self.record(run, &reply)
-            }
-            "none" => Err(Error::NotFound { run: run.clone() }),
-            "refused" => match reply.state(1)? {
-                RunState::Suspended => Err(Error::Suspended { run: run.clone() }),
-                RunState::Completed => Err(Error::Completed { run: run.clone() }),
-                RunState::Failed => Err(Error::Failed { run: run.clone() }),
-                RunState::Cancelled => Err(Error::Cancelled { run: run.clone() }),
-                state => Err(reply.bad(format!("refused a run in state {state}")).into()),
-            },
-            other => Err(reply.bad(format!("unknown status {other:?}")).into()),
-        }
+        self.force_release_run(run).await
     }
 
     async fn cancel(&self, run: &RunId, reason: &str) -> Result<RunRecord> {
-        lease_core::backend::check_reason(reason)?;
-        let encoded = keys::encode(run.as_str());
-        let (reply, ack, _) = self
-            .write_kinded("cancel", &Kind::default(), |kind| {
-                let mut call = Call::new(&SCRIPTS.cancel);
-                call.key(self.keys.runs())
-                    .key(self.keys.claimable_of(kind))
-                    .key(self.keys.failures())
-                    .key(self.keys.delayed())
-                    .key(self.keys.suspended())
-                    .key(self.keys.ended())
-                    .key(self.keys.cancelled())
-                    .key(self.keys.attempts())
-                    .key(self.keys.kinds())
-                    .arg(&encoded)
-                    .arg(reason)
-                    .arg(keys::kind_arg(kind));
-                call
-            })
-            .await?;
-        match reply.status()? {
-            "ok" => {
-                // Also for a run cancelled before (a retried cancel): it must be on the
-                // replicas as if this call had cancelled it.
-                ack.confirm()?;
-                self.record(run, &reply)
-            }
-            "none" => Err(Error::NotFound { run: run.clone() }),
-            "refused" => match reply.state(1)? {
-                RunState::Completed => Err(Error::Completed { run: run.clone() }),
-                state => Err(reply
-                    .bad(format!("refused to cancel a run in state {state}"))
-                    .into()),
-            },
-            other => Err(reply.bad(format!("unknown status {other:?}")).into()),
-        }
+        self.cancel_run(run, reason).await
     }
 }
 

@@ -261,9 +261,12 @@ async fn a_sentinel_store_follows_the_new_primary_after_a_failover() {
     )
     .await
     .unwrap();
-    replica
-        .wait_synced_to(&primary, Duration::from_secs(10))
-        .unwrap();
+    // Both replicas hold every write before the kill, whichever one Sentinel promotes
+    // (replicas=1 makes only one of them acknowledge each write; promoting the other, behind,
+    // would lose them: the risk replicas=N with N below the replica count accepts).
+    for r in [&replica, &second] {
+        r.wait_synced_to(&primary, Duration::from_secs(10)).unwrap();
+    }
 
     primary.stop(); // SIGKILL
     let killed = Instant::now();

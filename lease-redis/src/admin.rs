@@ -1,0 +1,320 @@
+//! The operator's calls by run id (resume, force-release, cancel), and the reads (inspect,
+//! list, count) and retention (purge) of [`RedisLeaseStore`]: its [`LeaseStore`] methods call
+//! these.
+
+use std::time::Duration;
+
+use lease_core::backend::{check_create_batch, check_list, check_purge};
+use lease_core::{Error, Kind, ListFilter, Result, RunId, RunRecord, RunState};
+
+use crate::call::Call;
+use crate::keys;
+use crate::reply::Reply;
+use crate::store::{RedisLeaseStore, KIND_RESENDS, LIST_SCAN, PURGE_SCRIPT_RUNS, SCRIPTS};
+
+impl RedisLeaseStore {
+    pub(crate) async fn resume_run(&self, run: &RunId) -> Result<RunRecord> {
+        let encoded = keys::encode(run.as_str());
+        let (reply, ack, _) = self
+            .write_kinded("resume", &Kind::default(), |kind| {
+                let mut call = Call::new(&SCRIPTS.resume);
+                call.key(self.keys.runs())
+                    .key(self.keys.claimable_of(kind))
+                    .key(self.keys.failures())
+                    .key(self.keys.ended())
+                    .key(self.keys.suspended())
+                    .key(self.keys.attempts())
+                    .key(self.keys.kinds())
+                    .arg(&encoded)
+                    .arg(keys::kind_arg(kind));
+                call
+            })
+            .await?;
+        match reply.status()? {
+            "ok" => {
+                ack.confirm()?;
+                self.record(run, &reply)
+            }
+            "none" => Err(Error::NotFound { run: run.clone() }),
+            "refused" => Err(Error::NotSuspended {
+                run: run.clone(),
+                state: reply.state(1)?,
+            }),
+            other => Err(reply.bad(format!("unknown status {other:?}")).into()),
+        }
+    }
+
+    pub(crate) async fn inspect_run(&self, run: &RunId) -> Result<RunRecord> {
+        let mut call = Call::new(&SCRIPTS.inspect);
+        call.key(self.keys.runs())
+            .key(self.keys.failures())
+            .key(self.keys.attempts())
+            .key(self.keys.payloads())
+            .key(self.keys.kinds())
+            .arg(keys::encode(run.as_str()));
+        let reply = self.read("inspect", &call).await?;
+        match reply.status()? {
+            "ok" => Ok(self
+                .record(run, &reply)?
+                .with_payload(reply.payload(2 + Reply::RECORD_FIELDS)?.map(|p| p.to_vec()))),
+            "none" => Err(Error::NotFound { run: run.clone() }),
+            other => Err(reply.bad(format!("unknown status {other:?}")).into()),
+        }
+    }
+
+    pub(crate) async fn inspect_runs(&self, runs: &[RunId]) -> Result<Vec<Result<RunRecord>>> {
+        check_create_batch(runs)?; // the batch rule: at most MAX_BATCH ids
+        if runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut call = Call::new(&SCRIPTS.inspect_many);
+        call.key(self.keys.runs())
+            .key(self.keys.failures())
+            .key(self.keys.attempts())
+            .key(self.keys.payloads())
+            .key(self.keys.kinds());
+        for run in runs {
+            call.arg(keys::encode(run.as_str()));
+        }
+        let reply = self.read("inspect_many", &call).await?;
+        if reply.len() != runs.len() + 1 {
+            return Err(reply.bad("expected the time and one record per run").into());
+        }
+        let now = reply.time(0)?;
+        runs.iter()
+            .enumerate()
+            .map(|(i, run)| {
+                let one = reply.nested(i + 1)?;
+                Ok(if one.len() == 0 {
+                    Err(Error::NotFound { run: run.clone() })
+                } else {
+                    Ok(one
+                        .record(run.clone(), 0, now)?
+                        .with_payload(one.payload(Reply::RECORD_FIELDS)?.map(|p| p.to_vec())))
+                })
+            })
+            .collect()
+    }
+
+    pub(crate) async fn list_runs(&self, filter: &ListFilter) -> Result<Vec<RunRecord>> {
+        check_list(filter)?;
+        let kind = filter
+            .kind
+            .as_ref()
+            .map(|kind| format!("={}", keys::kind_arg(kind)))
+            .unwrap_or_default();
+        let mut after = filter
+            .after
+            .as_ref()
+            .map(|run| keys::encode(run.as_str()))
+            .unwrap_or_default();
+        let mut out = Vec::new();
+        // Page through the ids, LIST_SCAN at a time, so no one script call scans the whole
+        // namespace however selective the filter is.
+        while out.len() < filter.limit {
+            let mut call = Call::new(&SCRIPTS.list);
+            call.key(self.keys.ids())
+                .key(self.keys.runs())
+                .key(self.keys.failures())
+                .key(self.keys.attempts())
+                .key(self.keys.kinds())
+                .arg(&after)
+                .arg(filter.limit - out.len())
+                .arg(filter.state.map_or("", RunState::as_str))
+                .arg(if filter.expired { "1" } else { "0" })
+                .arg(LIST_SCAN)
+                .arg(&kind);
+            let reply = self.read("list", &call).await?;
+            let now = reply.time(0)?;
+            let stride = 1 + Reply::RECORD_FIELDS; // the id, then the record
+            if reply.len() < 2 || (reply.len() - 2) % stride != 0 {
+                return Err(reply
+                    .bad("expected a cursor and records of an id and eight fields")
+                    .into());
+            }
+            for i in (2..reply.len()).step_by(stride) {
+                out.push(reply.record(keys::decode(reply.str(i)?)?, i + 1, now)?);
+            }
+            let cursor = reply.str(1)?;
+            if cursor.is_empty() {
+                break;
+            }
+            after = cursor.to_owned();
+        }
+        Ok(out)
+    }
+
+    pub(crate) async fn purge_runs(&self, older_than: Duration, max: usize) -> Result<Vec<RunId>> {
+        check_purge(older_than, max)?;
+        let age_ms = older_than.as_millis() as u64; // at most MAX_PURGE_AGE, checked
+        let mut purged = Vec::new();
+        // Script calls of at most PURGE_SCRIPT_RUNS runs, so one never holds the server for
+        // more than a few milliseconds whatever `max` is.
+        while purged.len() < max {
+            let chunk = (max - purged.len()).min(PURGE_SCRIPT_RUNS);
+            // Two calls: the candidates (a read), then their removal with every key declared
+            // (a Cluster checks declared keys), each run checked again under the write.
+            let mut due = Call::new(&SCRIPTS.purge_due);
+            due.key(self.keys.ended()).arg(age_ms).arg(chunk);
+            let candidates = self.read("purge_due", &due).await?;
+            if candidates.len() == 0 {
+                break;
+            }
+            let mut call = Call::new(&SCRIPTS.purge);
+            call.key(self.keys.runs())
+                .key(self.keys.ended())
+                .key(self.keys.ids())
+                .key(self.keys.tombstones())
+                .key(self.keys.failures())
+                .key(self.keys.claimable())
+                .key(self.keys.attempts())
+                .key(self.keys.cancelled())
+                .key(self.keys.payloads())
+                .key(self.keys.kinds())
+                .arg(age_ms);
+            for i in 0..candidates.len() {
+                let encoded = candidates.str(i)?;
+                let run = keys::decode(encoded)?;
+                call.key(self.keys.journal(&run))
+                    .key(self.keys.calls(&run))
+                    .key(self.keys.journal_keys(&run))
+                    .arg(encoded);
+            }
+            let (reply, ack) = self.write("purge", &call).await?;
+            let removed = (0..reply.len())
+                .map(|i| Ok(keys::decode(reply.str(i)?)?))
+                .collect::<Result<Vec<RunId>>>()?;
+            if !removed.is_empty() {
+                ack.confirm()?;
+            }
+            purged.extend(removed);
+            if candidates.len() < chunk {
+                break;
+            }
+        }
+        Ok(purged)
+    }
+
+    pub(crate) async fn count_runs(&self) -> Result<lease_core::RunCounts> {
+        // The kinds first, then one count over every kind's index, which checks that no kind
+        // was added in between (else it is read again).
+        let mut tries = 0;
+        let reply = loop {
+            let mut names = Call::new(&SCRIPTS.kinds);
+            names.key(self.keys.kind_set());
+            let names = self.read("kinds", &names).await?;
+            let mut call = Call::new(&SCRIPTS.count);
+            call.key(self.keys.claimable())
+                .key(self.keys.delayed())
+                .key(self.keys.suspended())
+                .key(self.keys.ended())
+                .key(self.keys.failures())
+                .key(self.keys.cancelled())
+                .key(self.keys.kind_set())
+                .arg(names.len());
+            for i in 0..names.len() {
+                call.key(self.keys.claimable_of(&names.kind(i)?));
+            }
+            let reply = self.read("count", &call).await?;
+            if reply.str(0).ok() != Some("kinds") {
+                break reply;
+            }
+            tries += 1;
+            if tries > KIND_RESENDS {
+                return Err(reply.bad("kinds kept being added during the count").into());
+            }
+        };
+        let figure =
+            |i: usize| -> Result<u64> { Ok(reply.parse::<u64>(i)?.min(lease_core::MAX_COUNT)) };
+        let mut counts = lease_core::RunCounts::default();
+        counts.claimable = figure(0)?;
+        counts.held = figure(1)?;
+        counts.delayed = figure(2)?;
+        counts.suspended = figure(3)?;
+        counts.completed = figure(4)?;
+        counts.failed = figure(5)?;
+        counts.cancelled = figure(6)?;
+        Ok(counts)
+    }
+
+    pub(crate) async fn count_purgeable_runs(&self, older_than: Duration) -> Result<u64> {
+        check_purge(older_than, 1)?;
+        let mut call = Call::new(&SCRIPTS.count_purgeable);
+        call.key(self.keys.ended())
+            .arg(older_than.as_millis() as u64);
+        let reply = self.read("count_purgeable", &call).await?;
+        Ok(reply.parse(0)?)
+    }
+
+    pub(crate) async fn force_release_run(&self, run: &RunId) -> Result<RunRecord> {
+        let encoded = keys::encode(run.as_str());
+        let (reply, ack, _) = self
+            .write_kinded("force_release", &Kind::default(), |kind| {
+                let mut call = Call::new(&SCRIPTS.force_release);
+                call.key(self.keys.runs())
+                    .key(self.keys.claimable_of(kind))
+                    .key(self.keys.failures())
+                    .key(self.keys.delayed())
+                    .key(self.keys.attempts())
+                    .key(self.keys.kinds())
+                    .arg(&encoded)
+                    .arg(keys::kind_arg(kind));
+                call
+            })
+            .await?;
+        match reply.status()? {
+            "ok" => {
+                ack.confirm()?;
+                self.record(run, &reply)
+            }
+            "none" => Err(Error::NotFound { run: run.clone() }),
+            "refused" => match reply.state(1)? {
+                RunState::Suspended => Err(Error::Suspended { run: run.clone() }),
+                RunState::Completed => Err(Error::Completed { run: run.clone() }),
+                RunState::Failed => Err(Error::Failed { run: run.clone() }),
+                RunState::Cancelled => Err(Error::Cancelled { run: run.clone() }),
+                state => Err(reply.bad(format!("refused a run in state {state}")).into()),
+            },
+            other => Err(reply.bad(format!("unknown status {other:?}")).into()),
+        }
+    }
+
+    pub(crate) async fn cancel_run(&self, run: &RunId, reason: &str) -> Result<RunRecord> {
+        lease_core::backend::check_reason(reason)?;
+        let encoded = keys::encode(run.as_str());
+        let (reply, ack, _) = self
+            .write_kinded("cancel", &Kind::default(), |kind| {
+                let mut call = Call::new(&SCRIPTS.cancel);
+                call.key(self.keys.runs())
+                    .key(self.keys.claimable_of(kind))
+                    .key(self.keys.failures())
+                    .key(self.keys.delayed())
+                    .key(self.keys.suspended())
+                    .key(self.keys.ended())
+                    .key(self.keys.cancelled())
+                    .key(self.keys.attempts())
+                    .key(self.keys.kinds())
+                    .arg(&encoded)
+                    .arg(reason)
+                    .arg(keys::kind_arg(kind));
+                call
+            })
+            .await?;
+        match reply.status()? {
+            "ok" => {
+                // Also for a run cancelled before (a retried cancel): it must be on the
+                // replicas as if this call had cancelled it.
+                ack.confirm()?;
+                self.record(run, &reply)
+            }
+            "none" => Err(Error::NotFound { run: run.clone() }),
+            "refused" => match reply.state(1)? {
+                RunState::Completed => Err(Error::Completed { run: run.clone() }),
+                state => Err(reply
+                    .bad(format!("refused to cancel a run in state {state}"))
+                    .into()),
+            },
+            other => Err(reply.bad(format!("unknown status {other:?}")).into()),
+        }
+    }
+}
