@@ -27,6 +27,7 @@ mod kind_scenarios;
 mod life_scenarios;
 pub mod model_check;
 mod payload_scenarios;
+mod priority_scenarios;
 mod run_at_scenarios;
 mod safety_scenarios;
 mod scenarios;
@@ -42,6 +43,7 @@ pub use job_scenarios::*;
 pub use kind_scenarios::*;
 pub use life_scenarios::*;
 pub use payload_scenarios::*;
+pub use priority_scenarios::*;
 pub use run_at_scenarios::*;
 pub use safety_scenarios::*;
 pub use scenarios::*;
@@ -229,6 +231,7 @@ macro_rules! conformance_tests {
             a_worker_hands_each_handler_its_runs_payload,
             runs_are_claimed_only_by_a_claim_of_their_kind,
             by_id_calls_and_mislabelled_leases_keep_a_run_in_its_kind,
+            higher_priorities_are_claimed_first_and_the_oldest_first_within_one,
             a_worker_serves_each_kind_with_its_handler_and_starves_none,
             worker_runs_at_most_its_concurrency_limit,
             worker_handler_ignoring_its_token_is_still_fenced,

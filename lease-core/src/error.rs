@@ -389,6 +389,15 @@ pub enum InvalidInput {
         /// The limit.
         max: usize,
     },
+    /// A priority over [`MAX_PRIORITY`](crate::MAX_PRIORITY)
+    /// ([`NewRun::with_priority`](crate::NewRun::with_priority)).
+    #[error("priority {priority} is too high; priorities are 0 to {max}, higher claimed first")]
+    PriorityTooHigh {
+        /// The priority asked for.
+        priority: u8,
+        /// The highest priority.
+        max: u8,
+    },
     /// A run or worker id containing a control character.
     #[error("{what} contains a control character at byte {at}; ids must be printable")]
     ControlCharacter {

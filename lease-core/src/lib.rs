@@ -55,7 +55,7 @@ pub use heartbeats::{HeartbeatStats, Heartbeats, TickReport};
 pub use id::{IdempotencyKey, RunId, WorkerId, MAX_ID_BYTES};
 pub use kind::{refuse_kinds, Kind, DEFAULT_KIND, MAX_KIND_BYTES};
 pub use memory::{MemoryLeaseStore, MemoryTransaction};
-pub use new_run::{NewRun, MAX_START_DELAY};
+pub use new_run::{refuse_priorities, NewRun, MAX_PRIORITY, MAX_START_DELAY};
 pub use observe::Instrumented;
 pub use redact::{redact_url, REDACTED, UNPARSEABLE_URL};
 pub use schedule::{Schedule, Scheduler, SchedulerReport, MAX_INTERVAL, MAX_SCHEDULE_NAME_BYTES};

@@ -1,5 +1,6 @@
 //! The embedded, in-process reference implementation of `LeaseStore`.
 
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::{Mutex, MutexGuard};
@@ -70,6 +71,8 @@ struct Slot {
     payload: Option<std::sync::Arc<[u8]>>,
     /// Its kind.
     kind: Kind,
+    /// Its priority.
+    priority: u8,
 }
 
 /// The store's part of a [`MemoryLeaseStore::fenced_with`] closure: journal entries to append
@@ -175,6 +178,7 @@ impl MemoryLeaseStore {
             attempts: 0,
             payload: new.payload_shared(),
             kind: new.kind().clone(),
+            priority: new.priority(),
         };
         let record = self.record_with_payload(run, &slot, now);
         state.runs.insert(run.clone(), slot);
@@ -200,6 +204,7 @@ impl MemoryLeaseStore {
             attempts: slot.attempts,
             payload: None,
             kind: slot.kind.clone(),
+            priority: slot.priority,
             observed_at: self.store_time(now),
         }
     }
@@ -236,6 +241,7 @@ impl MemoryLeaseStore {
             .with_attempt(slot.attempts)
             .with_payload(slot.payload.clone())
             .with_kind(slot.kind.clone())
+            .with_priority(slot.priority)
     }
 
     /// Takes the slot for `worker` if the claim rules allow it.
@@ -491,14 +497,18 @@ impl LeaseStore for MemoryLeaseStore {
         check_claim_max(max)?;
         let now = Instant::now();
         let mut state = self.lock();
-        let mut due: BTreeMap<(Instant, u64), RunId> = BTreeMap::new();
+        // The highest priority first, then the longest claimable.
+        let mut due: BTreeMap<(Reverse<u8>, Instant, u64), RunId> = BTreeMap::new();
         for (run, slot) in &state.runs {
             if slot.state == RunState::Runnable
                 && slot.kind == *kind
                 && slot.claimable_at <= now
                 && slot.fence < Fence::MAX
             {
-                due.insert((slot.claimable_at, slot.order), run.clone());
+                due.insert(
+                    (Reverse(slot.priority), slot.claimable_at, slot.order),
+                    run.clone(),
+                );
                 if due.len() > max {
                     due.pop_last();
                 }

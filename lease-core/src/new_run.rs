@@ -13,6 +13,10 @@ use crate::types::{check_batch, PayloadSize, MAX_RUN_PAYLOAD_BYTES};
 /// [`MAX_RETRY_DELAY`](crate::MAX_RETRY_DELAY).
 pub const MAX_START_DELAY: Duration = Duration::from_secs(30 * 86_400);
 
+/// The highest priority a run can be created with ([`NewRun::with_priority`]); priorities are
+/// 0 (the default, the lowest) to this, and higher ones are claimed first.
+pub const MAX_PRIORITY: u8 = 9;
+
 /// A run to create ([`LeaseStore::create_with`](crate::LeaseStore::create_with),
 /// [`create_many_with`](crate::LeaseStore::create_many_with)): its id and how it starts.
 ///
@@ -46,6 +50,7 @@ pub struct NewRun {
     payload: Option<Arc<[u8]>>,
     kind: Kind,
     run_at: Option<SystemTime>,
+    priority: u8,
 }
 
 impl fmt::Debug for NewRun {
@@ -53,6 +58,7 @@ impl fmt::Debug for NewRun {
         f.debug_struct("NewRun")
             .field("run", &self.run)
             .field("kind", &self.kind)
+            .field("priority", &self.priority)
             .field("delay", &self.delay)
             .field("run_at", &self.run_at)
             .field(
@@ -72,7 +78,24 @@ impl NewRun {
             payload: None,
             kind: Kind::default(),
             run_at: None,
+            priority: 0,
         }
+    }
+
+    /// Of priority `priority`, 0 (the default, the lowest) to [`MAX_PRIORITY`]: within its
+    /// kind, a claim takes the claimable runs of the highest priority first, and the longest
+    /// waiting first within a priority. A kind's priorities never hold back another kind's
+    /// runs: each kind is claimed on its own ([`claim_next_kind`](crate::LeaseStore::claim_next_kind)).
+    /// Checked by [`check`](NewRun::check) before any I/O. The etcd backend refuses a
+    /// priority above 0 ([`InvalidInput::Unsupported`]).
+    pub fn with_priority(mut self, priority: u8) -> NewRun {
+        self.priority = priority;
+        self
+    }
+
+    /// The run's priority (0 without one).
+    pub fn priority(&self) -> u8 {
+        self.priority
     }
 
     /// Not claimable before `at`, a wall-clock time compared with the **store's** clock (on
@@ -173,14 +196,21 @@ impl NewRun {
             && self.payload.is_none()
             && self.kind.is_default()
             && self.run_at.is_none()
+            && self.priority == 0
     }
 
     /// Validates it. Backends call it (or [`check_new_runs`]) before any I/O.
     ///
     /// # Errors
     /// [`InvalidInput::StartDelayTooLong`], [`InvalidInput::RunPayloadTooLarge`],
-    /// [`InvalidInput::RunAtTooFar`].
+    /// [`InvalidInput::RunAtTooFar`], [`InvalidInput::PriorityTooHigh`].
     pub fn check(&self) -> Result<(), InvalidInput> {
+        if self.priority > MAX_PRIORITY {
+            return Err(InvalidInput::PriorityTooHigh {
+                priority: self.priority,
+                max: MAX_PRIORITY,
+            });
+        }
         if self.payload_len() > MAX_RUN_PAYLOAD_BYTES {
             return Err(InvalidInput::RunPayloadTooLarge {
                 len: self.payload_len(),
@@ -210,6 +240,22 @@ impl From<RunId> for NewRun {
     fn from(run: RunId) -> NewRun {
         NewRun::new(run)
     }
+}
+
+/// Refuses runs with a priority above 0, for a backend that keeps no priorities, with
+/// [`InvalidInput::Unsupported`] (before any I/O).
+///
+/// # Errors
+/// [`InvalidInput::Unsupported`] if any of `runs` has a priority.
+pub fn refuse_priorities<'a>(
+    runs: impl IntoIterator<Item = &'a NewRun>,
+) -> Result<(), InvalidInput> {
+    if runs.into_iter().any(|n| n.priority > 0) {
+        return Err(InvalidInput::Unsupported {
+            operation: "run priorities",
+        });
+    }
+    Ok(())
 }
 
 /// Validates a [`create_many_with`](crate::LeaseStore::create_many_with) batch: 0 to

@@ -232,6 +232,7 @@ pub struct Lease {
     attempt: u64,
     payload: Option<Arc<[u8]>>,
     kind: Kind,
+    priority: u8,
 }
 
 impl Lease {
@@ -258,7 +259,20 @@ impl Lease {
             attempt: fence.get(),
             payload: None,
             kind: Kind::default(),
+            priority: 0,
         })
+    }
+
+    /// The same lease, of its run's priority ([`NewRun::with_priority`](crate::NewRun::with_priority)),
+    /// as a backend sets it on the leases its claims hand out.
+    pub fn with_priority(mut self, priority: u8) -> Lease {
+        self.priority = priority;
+        self
+    }
+
+    /// The run's priority: 0 for a run created without one. Fixed for the run's life.
+    pub fn priority(&self) -> u8 {
+        self.priority
     }
 
     /// The same lease, of its run's kind ([`NewRun::with_kind`](crate::NewRun::with_kind)),
@@ -275,11 +289,12 @@ impl Lease {
     }
 
     /// The same lease, carrying what `from` (a lease of the same run) says of the run itself:
-    /// its payload and kind, which never change. A backend's renewal builds its new lease
-    /// from the store's answer and carries these from the lease it renewed.
+    /// its payload, kind and priority, which never change. A backend's renewal builds its new
+    /// lease from the store's answer and carries these from the lease it renewed.
     pub fn carrying(mut self, from: &Lease) -> Lease {
         self.payload = from.payload.clone();
         self.kind = from.kind.clone();
+        self.priority = from.priority;
         self
     }
 
@@ -368,6 +383,7 @@ impl fmt::Debug for Lease {
             .field("expires_at", &self.expires_at)
             .field("attempt", &self.attempt)
             .field("kind", &self.kind)
+            .field("priority", &self.priority)
             .field(
                 "payload",
                 &PayloadSize(self.payload.as_ref().map(|p| p.len())),
@@ -416,6 +432,9 @@ pub struct RunRecord {
     /// The run's kind ([`NewRun::with_kind`](crate::NewRun::with_kind)): the
     /// [`DEFAULT_KIND`](crate::DEFAULT_KIND) for a run created without one.
     pub kind: Kind,
+    /// The run's priority ([`NewRun::with_priority`](crate::NewRun::with_priority)): 0 for a
+    /// run created without one.
+    pub priority: u8,
     /// The store's clock when this record was read.
     pub observed_at: StoreTime,
 }
@@ -447,8 +466,15 @@ impl RunRecord {
             attempts: 0,
             payload: None,
             kind: Kind::default(),
+            priority: 0,
             observed_at,
         }
+    }
+
+    /// Of priority `priority` (see [`RunRecord::priority`]).
+    pub fn with_priority(mut self, priority: u8) -> RunRecord {
+        self.priority = priority;
+        self
     }
 
     /// Of kind `kind` (see [`RunRecord::kind`]).
@@ -526,6 +552,7 @@ impl fmt::Debug for RunRecord {
             .field("failure", &self.failure)
             .field("attempts", &self.attempts)
             .field("kind", &self.kind)
+            .field("priority", &self.priority)
             .field("payload", &PayloadSize(self.payload.as_ref().map(Vec::len)))
             .field("observed_at", &self.observed_at)
             .finish()

@@ -1,37 +1,57 @@
 -- $1 worker_id, $2 ttl_ms, $3 max, $4 most lagging index entries to move forward, $5 kind
--- Returns: the claimed runs with their fences, expiries, attempt counts (each claim counts) and
--- payloads (read by primary key, only for the runs claimed),
--- those claimable longest first.
+-- Returns: the claimed runs with their fences, expiries, attempt counts (each claim counts),
+-- priorities and payloads (read by primary key, only for the runs claimed), the highest
+-- priority first, then those claimable longest first.
 --
--- The pick walks the kind's part of the runs_claimable index (kind, claimable_at, created_seq):
--- other kinds' runs are neither claimed nor walked past. Renewals do not move
--- claimable_at forward (so they stay HOT updates), so a held run's entry keeps the expiry of its
--- claim and, once that instant passes, lags: it sits at the head of the index while the lease is still
--- held. The pick checks the lease in the scan's own filter, before LIMIT, so lagging entries are
--- walked past and never cost a claimable run its place; and the statement moves up to $4 of the
--- lagging entries the pick walked past (found through runs_held) to claimable_at =
--- lease_expires_at, so they do not pile up at the head.
+-- The pick walks the kind's part of the runs_claimable index (kind, priority, claimable_at,
+-- created_seq), a priority at a time from the highest down: the priorities that have runnable
+-- runs are found by skipping through the index (one probe each, at most ten: a loose index
+-- scan, evaluated only as far as the pick reads it), and each priority's claimable range is
+-- walked in claimable order until $3 runs are picked. Other kinds' runs are neither claimed nor
+-- walked past. Renewals do not move claimable_at forward (so they stay HOT updates), so a held
+-- run's entry keeps the expiry of its claim and, once that instant passes, lags: it sits at the
+-- head of its priority's range while the lease is still held. The pick checks the lease in the
+-- scan's own filter, before LIMIT, so lagging entries are walked past and never cost a
+-- claimable run its place; and the statement moves up to $4 of the kind's lagging entries
+-- (found through runs_held) to claimable_at = lease_expires_at, so they do not pile up.
 --
--- Order: index order, which is for an unowned run the instant it became claimable and for an
--- expired run the expiry of its claim or, if its entry was moved since, the expiry as of that
--- move: earlier than its true expiry if it was renewed after, by at most about one TTL plus the
--- time between claim_next calls. Within the batch the runs are returned by when each became
--- claimable in truth: the expiry for an expired run, else claimable_at.
+-- Order: by priority, then index order, which is for an unowned run the instant it became
+-- claimable and for an expired run the expiry of its claim or, if its entry was moved since,
+-- the expiry as of that move: earlier than its true expiry if it was renewed after, by at most
+-- about one TTL plus the time between claim_next calls. Within the batch the runs are returned
+-- by priority, then by when each became claimable in truth: the expiry for an expired run,
+-- else claimable_at.
 --
 -- The updates find their rows by primary key (= ANY of an array), whatever the planner
 -- estimates for LIMIT $3, and the answer is assembled by grouping, not by joining the CTEs.
-WITH picked AS (
-    SELECT run_id, claimable_at, created_seq,
-           coalesce(lease_expires_at, claimable_at) AS claimable_since
-    FROM {schema}.runs
-    WHERE state = 'runnable'
-      AND kind = $5
-      AND claimable_at <= now()
-      AND (lease_owner IS NULL OR lease_expires_at <= now())
-      AND fence < 9223372036854775807
-    ORDER BY kind, claimable_at, created_seq
+WITH RECURSIVE levels(priority) AS (
+    (SELECT priority FROM {schema}.runs
+     WHERE state = 'runnable' AND kind = $5
+     ORDER BY kind DESC, priority DESC LIMIT 1)
+  UNION ALL
+    SELECT (SELECT r.priority FROM {schema}.runs r
+            WHERE r.state = 'runnable' AND r.kind = $5 AND r.priority < levels.priority
+            ORDER BY r.kind DESC, r.priority DESC LIMIT 1)
+    FROM levels
+    WHERE levels.priority IS NOT NULL
+), picked AS (
+    SELECT level.*
+    FROM levels CROSS JOIN LATERAL (
+        SELECT run_id, claimable_at, created_seq, priority,
+               coalesce(lease_expires_at, claimable_at) AS claimable_since
+        FROM {schema}.runs
+        WHERE state = 'runnable'
+          AND kind = $5
+          AND priority = levels.priority
+          AND claimable_at <= now()
+          AND (lease_owner IS NULL OR lease_expires_at <= now())
+          AND fence < 9223372036854775807
+        ORDER BY kind, priority, claimable_at, created_seq
+        LIMIT $3
+        FOR UPDATE SKIP LOCKED
+    ) AS level
+    WHERE levels.priority IS NOT NULL
     LIMIT $3
-    FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE {schema}.runs r
     SET lease_owner = $1,
@@ -40,17 +60,16 @@ WITH picked AS (
         fence = r.fence + 1,
         attempts = r.attempts + 1
     WHERE r.run_id = ANY ((SELECT array_agg(picked.run_id) FROM picked)::text[])
-    RETURNING r.run_id, r.fence, r.lease_expires_at, r.attempts
+    RETURNING r.run_id, r.fence, r.lease_expires_at, r.attempts, r.priority
 ), lagging AS (
-    -- Held runs whose entry lies within what the pick walked: up to the last entry it took, or
-    -- the whole claimable range when it took fewer than $3.
+    -- Held runs of the kind whose entry lags (claimable_at passed, lease still held), of any
+    -- priority.
     SELECT run_id
     FROM {schema}.runs
     WHERE state = 'runnable'
       AND lease_owner IS NOT NULL
       AND kind = $5
-      AND claimable_at <= (SELECT CASE WHEN count(*) < $3 THEN now() ELSE max(claimable_at) END
-                           FROM picked)
+      AND claimable_at <= now()
       AND lease_expires_at > now()
     ORDER BY kind, claimable_at
     LIMIT $4
@@ -63,18 +82,18 @@ WITH picked AS (
       AND r.lease_expires_at IS NOT NULL
 )
 SELECT part.run_id, max(part.fence) AS fence, max(part.expires_us) AS expires_us,
-       max(part.attempts) AS attempts,
+       max(part.attempts) AS attempts, max(part.priority) AS priority,
        (SELECT p.payload FROM {schema}.run_payloads p WHERE p.run_id = part.run_id) AS payload
 FROM (
     SELECT claimed.run_id, claimed.fence,
            (extract(epoch FROM claimed.lease_expires_at) * 1000000)::bigint AS expires_us,
-           claimed.attempts,
+           claimed.attempts, claimed.priority,
            NULL::timestamptz AS claimable_since, NULL::bigint AS created_seq
     FROM claimed
     UNION ALL
-    SELECT picked.run_id, NULL, NULL, NULL, picked.claimable_since, picked.created_seq
+    SELECT picked.run_id, NULL, NULL, NULL, NULL, picked.claimable_since, picked.created_seq
     FROM picked
 ) AS part
 GROUP BY part.run_id
 HAVING count(part.fence) = 1
-ORDER BY max(part.claimable_since), max(part.created_seq)
+ORDER BY max(part.priority) DESC, max(part.claimable_since), max(part.created_seq)

@@ -3,24 +3,29 @@
 -- partial index that holds it, so one call's work is bounded by $1 per figure (per kind for the
 -- runnable figures, plus the held runs the delayed count walks past in runs_claimable).
 --
--- runs_claimable and runs_held are led by the kind, so the runnable figures are counted kind by
--- kind: the kinds with runnable runs are found by skipping through runs_claimable (one probe per
--- kind: a loose index scan), then each kind's range is counted up to $1, and the sum is capped
--- at $1.
-WITH RECURSIVE kinds(kind) AS (
-    (SELECT kind FROM {schema}.runs WHERE state = 'runnable' ORDER BY kind LIMIT 1)
+-- runs_claimable is led by (kind, priority) and runs_held by the kind, so the runnable figures
+-- are counted part by part: the (kind, priority) pairs with runnable runs are found by skipping
+-- through runs_claimable (one probe per pair: a loose index scan; at most ten pairs per kind),
+-- then each pair's range (for held runs, each kind's) is counted up to $1, and the sum is
+-- capped at $1.
+WITH RECURSIVE parts(kind, priority) AS (
+    (SELECT kind, priority FROM {schema}.runs WHERE state = 'runnable'
+     ORDER BY kind, priority LIMIT 1)
   UNION ALL
-    SELECT (SELECT r.kind FROM {schema}.runs r
-            WHERE r.state = 'runnable' AND r.kind > kinds.kind
-            ORDER BY r.kind LIMIT 1)
-    FROM kinds
-    WHERE kinds.kind IS NOT NULL
+    SELECT later.kind, later.priority
+    FROM parts, LATERAL (
+        SELECT r.kind, r.priority FROM {schema}.runs r
+        WHERE r.state = 'runnable' AND (r.kind, r.priority) > (parts.kind, parts.priority)
+        ORDER BY r.kind, r.priority LIMIT 1) AS later
+), kinds AS (
+    SELECT DISTINCT kind FROM parts
 )
 SELECT
-  (SELECT least(coalesce(sum(n), 0), $1)::bigint FROM kinds, LATERAL (
+  (SELECT least(coalesce(sum(n), 0), $1)::bigint FROM parts, LATERAL (
      SELECT count(*) AS n FROM (
        SELECT 1 FROM {schema}.runs r
-       WHERE r.state = 'runnable' AND r.kind = kinds.kind AND r.claimable_at <= now()
+       WHERE r.state = 'runnable' AND r.kind = parts.kind AND r.priority = parts.priority
+         AND r.claimable_at <= now()
          AND (r.lease_owner IS NULL OR r.lease_expires_at <= now())
        LIMIT $1) c) k) AS claimable,
   (SELECT least(coalesce(sum(n), 0), $1)::bigint FROM kinds, LATERAL (
@@ -29,11 +34,11 @@ SELECT
        WHERE r.state = 'runnable' AND r.kind = kinds.kind AND r.lease_owner IS NOT NULL
          AND r.lease_expires_at > now()
        LIMIT $1) c) k) AS held,
-  (SELECT least(coalesce(sum(n), 0), $1)::bigint FROM kinds, LATERAL (
+  (SELECT least(coalesce(sum(n), 0), $1)::bigint FROM parts, LATERAL (
      SELECT count(*) AS n FROM (
        SELECT 1 FROM {schema}.runs r
-       WHERE r.state = 'runnable' AND r.kind = kinds.kind AND r.lease_owner IS NULL
-         AND r.claimable_at > now()
+       WHERE r.state = 'runnable' AND r.kind = parts.kind AND r.priority = parts.priority
+         AND r.lease_owner IS NULL AND r.claimable_at > now()
        LIMIT $1) c) k) AS delayed,
   (SELECT count(*) FROM (
      SELECT 1 FROM {schema}.runs WHERE state = 'suspended' LIMIT $1) c) AS suspended,

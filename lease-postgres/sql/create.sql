@@ -1,6 +1,6 @@
 -- $1 run_id, $2 start delay in ms (0: claimable at once), $3 payload (bytea; NULL: none), $4 kind,
 -- $5 run_at in µs since the Unix epoch (NULL: none): claimable from the later of the delay's end
--- and run_at, both on the database clock
+-- and run_at, both on the database clock; $6 priority (0 to 9)
 -- Returns: the new record, or no row if the run exists. A delayed run is runnable and unowned
 -- with claimable_at in the future, as after a retry delay: claim and claim_next wait for it,
 -- on the database clock.
@@ -19,13 +19,13 @@ WITH revived AS (
         claimable_at = greatest(now() + $2::bigint * interval '1 millisecond',
                                 'epoch'::timestamptz + $5::bigint * interval '1 microsecond'),
         journal_len = 0, failure = NULL, attempts = 0,
-        created_seq = DEFAULT, kind = $4
+        created_seq = DEFAULT, kind = $4, priority = $6
     WHERE run_id = $1 AND state = 'purged'
     RETURNING *
 ), inserted AS (
-    INSERT INTO {schema}.runs (run_id, claimable_at, kind)
+    INSERT INTO {schema}.runs (run_id, claimable_at, kind, priority)
     SELECT $1, greatest(now() + $2::bigint * interval '1 millisecond',
-                        'epoch'::timestamptz + $5::bigint * interval '1 microsecond'), $4
+                        'epoch'::timestamptz + $5::bigint * interval '1 microsecond'), $4, $6
     WHERE NOT EXISTS (SELECT 1 FROM revived)
     ON CONFLICT (run_id) DO NOTHING
     RETURNING *
@@ -42,5 +42,5 @@ WITH revived AS (
 SELECT run_id, state, lease_owner, (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS expires_us, fence, heartbeats, (extract(epoch FROM now()) * 1000000)::bigint AS observed_us,
        CASE WHEN state = 'runnable' AND lease_owner IS NULL AND claimable_at > now()
             THEN (extract(epoch FROM claimable_at) * 1000000)::bigint END AS not_before_us,
-       failure, attempts, $3::bytea AS payload, kind
+       failure, attempts, $3::bytea AS payload, kind, priority
 FROM (SELECT * FROM revived UNION ALL SELECT * FROM inserted) AS r, durable

@@ -6,7 +6,7 @@ SELECT i.ord, r.run_id, r.state, r.lease_owner,
        r.heartbeats, (extract(epoch FROM now()) * 1000000)::bigint AS observed_us,
        CASE WHEN r.state = 'runnable' AND r.lease_owner IS NULL AND r.claimable_at > now()
             THEN (extract(epoch FROM r.claimable_at) * 1000000)::bigint END AS not_before_us,
-       r.failure, r.attempts, r.kind,
+       r.failure, r.attempts, r.kind, r.priority,
        (SELECT p.payload FROM {schema}.run_payloads p WHERE p.run_id = r.run_id) AS payload
 FROM unnest($1::text[]) WITH ORDINALITY AS i(run_id, ord)
 LEFT JOIN {schema}.runs r ON r.run_id = i.run_id COLLATE "C" AND r.state <> 'purged'

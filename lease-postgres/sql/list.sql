@@ -4,7 +4,7 @@
 SELECT run_id, state, lease_owner, (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS expires_us, fence, heartbeats, (extract(epoch FROM now()) * 1000000)::bigint AS observed_us,
        CASE WHEN state = 'runnable' AND lease_owner IS NULL AND claimable_at > now()
             THEN (extract(epoch FROM claimable_at) * 1000000)::bigint END AS not_before_us,
-       failure, attempts, kind
+       failure, attempts, kind, priority
 FROM {schema}.runs
 WHERE state <> 'purged'
   AND ($1::text IS NULL OR state = $1::text)

@@ -75,13 +75,15 @@ impl PostgresLeaseStore {
         conn: &mut PgConnection,
         runs: &[NewRun],
     ) -> Result<Vec<Result<()>>> {
-        let (ids, delays, payloads, kinds, run_at) = crate::store::create_many_columns(runs);
+        let (ids, delays, payloads, kinds, run_at, priorities) =
+            crate::store::create_many_columns(runs);
         let query = sqlx::query(&self.sql.create_many)
             .bind(&ids)
             .bind(&delays)
             .bind(&payloads)
             .bind(&kinds)
-            .bind(&run_at);
+            .bind(&run_at)
+            .bind(&priorities);
         // One row per created run, none for the others.
         let rows = self
             .write_batch(conn, query, 0, "create_many", |_| Ok(true))

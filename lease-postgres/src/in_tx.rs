@@ -182,7 +182,8 @@ impl PostgresLeaseStore {
             .bind(crate::store::millis(new))
             .bind(new.payload())
             .bind(new.kind().as_str())
-            .bind(new.run_at_micros());
+            .bind(new.run_at_micros())
+            .bind(i16::from(new.priority()));
         let row = self
             .in_time(async {
                 query
@@ -244,13 +245,15 @@ impl PostgresLeaseStore {
         if runs.is_empty() {
             return Ok(Vec::new());
         }
-        let (ids, delays, payloads, kinds, run_at) = crate::store::create_many_columns(runs);
+        let (ids, delays, payloads, kinds, run_at, priorities) =
+            crate::store::create_many_columns(runs);
         let query = sqlx::query(&self.sql.create_many)
             .bind(&ids)
             .bind(&delays)
             .bind(&payloads)
             .bind(&kinds)
-            .bind(&run_at);
+            .bind(&run_at)
+            .bind(&priorities);
         let rows = self
             .in_time(async {
                 query.fetch_all(&mut *conn).await.map_err(|e| {

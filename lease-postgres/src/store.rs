@@ -688,7 +688,8 @@ impl PostgresLeaseStore {
                     .bind(millis(new))
                     .bind(new.payload())
                     .bind(new.kind().as_str())
-                    .bind(new.run_at_micros());
+                    .bind(new.run_at_micros())
+                    .bind(i16::from(new.priority()));
             }
             let row = self.write_opt(conn, query).await?;
             if let Some(row) = row {
@@ -835,7 +836,19 @@ pub(crate) fn record(row: &PgRow) -> Result<RunRecord, PgError> {
     if row.try_column("kind").is_ok() {
         record.kind = kind(row)?;
     }
+    if row.try_column("priority").is_ok() {
+        record.priority = priority(row)?;
+    }
     Ok(record)
+}
+
+/// The row's `priority` column.
+fn priority(row: &PgRow) -> Result<u8, PgError> {
+    let p: i16 = get(row, "priority")?;
+    u8::try_from(p)
+        .ok()
+        .filter(|p| *p <= lease_core::MAX_PRIORITY)
+        .ok_or_else(|| corrupt(format!("priority {p} out of range")))
 }
 
 /// The row's `kind` column.
@@ -955,7 +968,8 @@ impl LeaseStore for PostgresLeaseStore {
                     let attempt = count(get(&row, "attempts")?)?;
                     return Ok(leased(run, worker, fence, ttl, expires_at, attempt)?
                         .with_payload(payload(&row)?)
-                        .with_kind(kind(&row)?));
+                        .with_kind(kind(&row)?)
+                        .with_priority(priority(&row)?));
                 }
                 // The read only explains the refusal; if the row now allows a claim (the
                 // lease expired in between), the claim itself is tried again.
@@ -1010,7 +1024,8 @@ impl LeaseStore for PostgresLeaseStore {
                 let attempt = count(get(row, "attempts")?)?;
                 Ok(leased(&run, worker, fence, ttl, expires_at, attempt)?
                     .with_payload(payload(row)?)
-                    .with_kind(kind.clone()))
+                    .with_kind(kind.clone())
+                    .with_priority(priority(row)?))
             })
             .collect()
     }
@@ -1344,14 +1359,15 @@ pub(crate) fn millis(new: &NewRun) -> i64 {
     i64::try_from(new.delay_millis()).unwrap_or(i64::MAX)
 }
 
-/// The columns `sql/create_many.sql` takes for a batch: ids, start delays, payloads, kinds and
-/// run_at times.
+/// The columns `sql/create_many.sql` takes for a batch: ids, start delays, payloads, kinds,
+/// run_at times and priorities.
 pub(crate) type CreateColumns<'a> = (
     Vec<&'a str>,
     Vec<i64>,
     Vec<Option<&'a [u8]>>,
     Vec<&'a str>,
     Vec<Option<i64>>,
+    Vec<i16>,
 );
 
 /// The columns of `runs` for `sql/create_many.sql`.
@@ -1362,5 +1378,6 @@ pub(crate) fn create_many_columns(runs: &[NewRun]) -> CreateColumns<'_> {
         runs.iter().map(NewRun::payload).collect(),
         runs.iter().map(|n| n.kind().as_str()).collect(),
         runs.iter().map(NewRun::run_at_micros).collect(),
+        runs.iter().map(|n| i16::from(n.priority())).collect(),
     )
 }

@@ -387,6 +387,7 @@ impl LeaseStore for RedisLeaseStore {
 
     async fn create_with(&self, new: &NewRun) -> Result<RunRecord> {
         new.check()?;
+        lease_core::refuse_priorities([new])?;
         let run = new.run();
         let mut call = Call::new(&SCRIPTS.create);
         call.key(self.keys.runs())
@@ -762,6 +763,7 @@ impl LeaseStore for RedisLeaseStore {
 
     async fn create_many_with(&self, runs: &[NewRun]) -> Result<Vec<Result<()>>> {
         check_new_runs(runs)?;
+        lease_core::refuse_priorities(runs)?;
         if runs.is_empty() {
             return Ok(Vec::new());
         }
