@@ -98,6 +98,9 @@ pub async fn higher_priorities_are_claimed_first_and_the_oldest_first_within_one
     assert_eq!(again[0].priority(), 9);
     let renewed = store.renew(&again[0]).await.unwrap();
     assert_eq!(renewed.priority(), 9, "a renewal keeps the priority");
+    // Released under a lease that names another priority (changed by hand): back at its own.
+    store.release(&renewed.with_priority(0)).await.unwrap();
+    assert_eq!(next(&*store, 1).await, ["d-9"]);
     // The rest, one at a time: no run of priority 9 of this kind is claimable (late-9 is
     // delayed, other-9 is of another kind).
     let mut rest = Vec::new();

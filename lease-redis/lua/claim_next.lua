@@ -1,11 +1,12 @@
--- KEYS[1]: runs hash; KEYS[2]: claimable index (zset, score = instant claimable in
--- microseconds, member = 16 hex digits of creation order followed by the encoded run id);
--- KEYS[3]: attempts hash; KEYS[4]: payloads hash
+-- KEYS[1]: runs hash; KEYS[2]: the kind's claimable index at priority 0 (zset, score =
+-- instant claimable in microseconds, member = 16 hex digits of creation order followed by the
+-- encoded run id); KEYS[3]: attempts hash; KEYS[4]: payloads hash; KEYS[4+p]: the kind's
+-- claimable index at priority p, for p from 1 to 9
 -- ARGV[1]: worker id; ARGV[2]: TTL in milliseconds; ARGV[3]: most runs to claim; ARGV[4]:
 -- most index entries to examine that turn out not to be claimable
 -- Returns: flat {more, encoded id, fence, expiry, attempts, payload (as payload_of gives
--- it), encoded id, ...}, longest
--- claimable first (each claim counts against its run's attempt budget), where more is '1' if the examination budget ran out before `max` runs were
+-- it), priority, encoded id, ...}, the highest priority first, then the longest claimable
+-- first (each claim counts against its run's attempt budget), where more is '1' if the examination budget ran out before `max` runs were
 -- claimed or the due entries ran out (call again), else '0'.
 -- Claims, renewals and ends keep the index exact, so a due entry is normally claimable. An
 -- entry that is not (its run gone or ended, or held: an index written by an older version of
@@ -17,34 +18,42 @@ local max = tonumber(ARGV[3])
 local budget = tonumber(ARGV[4])
 local out = { '0' }
 local taken = 0
-while taken < max do
-  local members = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', num(now), 'LIMIT', 0, max - taken)
-  if #members == 0 then
-    break
+-- The priorities from the highest down; each index's claimable range in order.
+for priority = 9, 0, -1 do
+  local zkey = KEYS[2]
+  if priority > 0 then
+    zkey = KEYS[4 + priority]
   end
-  for _, m in ipairs(members) do
-    if budget <= 0 then
-      out[1] = '1'
-      return out
+  while taken < max do
+    local members = redis.call('ZRANGEBYSCORE', zkey, '-inf', num(now), 'LIMIT', 0, max - taken)
+    if #members == 0 then
+      break
     end
-    local r = read_run(KEYS[1], string.sub(m, 17))
-    if r and r.m == m and claimable(r, now) then
-      local fence = take(KEYS[1], KEYS[2], r, ARGV[1], expires)
-      out[#out + 1] = r.id
-      out[#out + 1] = fence
-      out[#out + 1] = num(expires)
-      out[#out + 1] = tostring(redis.call('HINCRBY', KEYS[3], r.id, 1))
-      out[#out + 1] = payload_of(KEYS[4], r.id)
-      taken = taken + 1
-    else
-      budget = budget - 1
-      if r and r.m == m and r.s == 'runnable' and r.f ~= FENCE_MAX and r.e ~= '' then
-        -- Held and not expired (the index lagged behind a renewal), or delayed: move it to the
-        -- expiry or the delay's end.
-        redis.call('ZADD', KEYS[2], r.e, m)
+    for _, m in ipairs(members) do
+      if budget <= 0 then
+        out[1] = '1'
+        return out
+      end
+      local r = read_run(KEYS[1], string.sub(m, 17))
+      if r and r.m == m and claimable(r, now) then
+        local fence = take(KEYS[1], zkey, r, ARGV[1], expires)
+        out[#out + 1] = r.id
+        out[#out + 1] = fence
+        out[#out + 1] = num(expires)
+        out[#out + 1] = tostring(redis.call('HINCRBY', KEYS[3], r.id, 1))
+        out[#out + 1] = payload_of(KEYS[4], r.id)
+        out[#out + 1] = tostring(priority)
+        taken = taken + 1
       else
-        -- Gone, ended or exhausted: never claimable from the index.
-        redis.call('ZREM', KEYS[2], m)
+        budget = budget - 1
+        if r and r.m == m and r.s == 'runnable' and r.f ~= FENCE_MAX and r.e ~= '' then
+          -- Held and not expired (the index lagged behind a renewal), or delayed: move it to
+          -- the expiry or the delay's end.
+          redis.call('ZADD', zkey, r.e, m)
+        else
+          -- Gone, ended or exhausted: never claimable from the index.
+          redis.call('ZREM', zkey, m)
+        end
       end
     end
   end

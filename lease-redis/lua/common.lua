@@ -13,12 +13,13 @@
 -- from then), else empty; member is the run's member in the claimable index; owner is the
 -- holder's worker id, or empty, and comes last because it may contain ':'. A failed or
 -- cancelled run's reason is in the failures hash, field id; a cancelled run's id is also in
--- the cancelled set (count tells the two apart with it). A run of a kind other than the
--- default has its kind in the kinds hash (field id, the kind's name) and its index entry in
--- that kind's claimable index; a script that writes a run's index entry is told the index the
--- client presumes, with the kind it presumes ('' for the default), and answers
--- {'kind', actual} without writing when the run is of another kind, so that the client sends
--- the call again with the right index.
+-- the cancelled set (count tells the two apart with it). A run's class is its kind and
+-- priority: '' for the default kind at priority 0, else the kind's name ('' for the default)
+-- followed, for a priority above 0, by a newline and the priority. A run of another class than
+-- '' has it in the kinds hash (field id), and its index entry in that class's claimable index;
+-- a script that writes a run's index entry is told the index the client presumes, with the
+-- class it presumes, and answers {'kind', actual class} without writing when the run is of
+-- another class, so that the client sends the call again with the right index.
 local FENCE_MAX = '9223372036854775807'
 
 -- The server clock in microseconds since the Unix epoch (exact in a double until year 2255).
@@ -94,15 +95,16 @@ local function take(runs, zkey, r, worker, expires)
   return r.f
 end
 
--- The run's kind as the kinds hash `kinds` keeps it: '' for the default kind (no field).
+-- The run's class as the kinds hash `kinds` keeps it: '' for the default kind at priority 0
+-- (no field).
 local function kind_of(kinds, id)
   return redis.call('HGET', kinds, id) or ''
 end
 
 -- The record as returned to Rust: state, owner, expiry (or retry delay's end), fence,
 -- heartbeats, failure reason ('' unless failed or cancelled; `failures` is the failures hash), attempts
--- (`attempts` is the attempts hash; absent is 0), kind ('' for the default; `kinds` is the
--- kinds hash).
+-- (`attempts` is the attempts hash; absent is 0), class ('' for the default kind at priority
+-- 0; `kinds` is the kinds hash).
 local function record(r, failures, attempts, kinds)
   local reason = ''
   if r.s == 'failed' or r.s == 'cancelled' then

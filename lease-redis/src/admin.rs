@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use lease_core::backend::{check_create_batch, check_list, check_purge};
-use lease_core::{Error, Kind, ListFilter, Result, RunId, RunRecord, RunState};
+use lease_core::{Error, ListFilter, Result, RunId, RunRecord, RunState};
 
 use crate::call::Call;
-use crate::keys;
+use crate::keys::{self, Class};
 use crate::reply::Reply;
 use crate::store::{RedisLeaseStore, KIND_RESENDS, LIST_SCAN, PURGE_SCRIPT_RUNS, SCRIPTS};
 
@@ -16,7 +16,7 @@ impl RedisLeaseStore {
     pub(crate) async fn resume_run(&self, run: &RunId) -> Result<RunRecord> {
         let encoded = keys::encode(run.as_str());
         let (reply, ack, _) = self
-            .write_kinded("resume", &Kind::default(), |kind| {
+            .write_kinded("resume", &Class::default(), |kind| {
                 let mut call = Call::new(&SCRIPTS.resume);
                 call.key(self.keys.runs())
                     .key(self.keys.claimable_of(kind))
@@ -26,7 +26,7 @@ impl RedisLeaseStore {
                     .key(self.keys.attempts())
                     .key(self.keys.kinds())
                     .arg(&encoded)
-                    .arg(keys::kind_arg(kind));
+                    .arg(kind.arg());
                 call
             })
             .await?;
@@ -213,7 +213,7 @@ impl RedisLeaseStore {
                 .key(self.keys.kind_set())
                 .arg(names.len());
             for i in 0..names.len() {
-                call.key(self.keys.claimable_of(&names.kind(i)?));
+                call.key(self.keys.claimable_of(&names.class(i)?));
             }
             let reply = self.read("count", &call).await?;
             if reply.str(0).ok() != Some("kinds") {
@@ -249,7 +249,7 @@ impl RedisLeaseStore {
     pub(crate) async fn force_release_run(&self, run: &RunId) -> Result<RunRecord> {
         let encoded = keys::encode(run.as_str());
         let (reply, ack, _) = self
-            .write_kinded("force_release", &Kind::default(), |kind| {
+            .write_kinded("force_release", &Class::default(), |kind| {
                 let mut call = Call::new(&SCRIPTS.force_release);
                 call.key(self.keys.runs())
                     .key(self.keys.claimable_of(kind))
@@ -258,7 +258,7 @@ impl RedisLeaseStore {
                     .key(self.keys.attempts())
                     .key(self.keys.kinds())
                     .arg(&encoded)
-                    .arg(keys::kind_arg(kind));
+                    .arg(kind.arg());
                 call
             })
             .await?;
@@ -283,7 +283,7 @@ impl RedisLeaseStore {
         lease_core::backend::check_reason(reason)?;
         let encoded = keys::encode(run.as_str());
         let (reply, ack, _) = self
-            .write_kinded("cancel", &Kind::default(), |kind| {
+            .write_kinded("cancel", &Class::default(), |kind| {
                 let mut call = Call::new(&SCRIPTS.cancel);
                 call.key(self.keys.runs())
                     .key(self.keys.claimable_of(kind))
@@ -296,7 +296,7 @@ impl RedisLeaseStore {
                     .key(self.keys.kinds())
                     .arg(&encoded)
                     .arg(reason)
-                    .arg(keys::kind_arg(kind));
+                    .arg(kind.arg());
                 call
             })
             .await?;

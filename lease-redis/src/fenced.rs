@@ -9,7 +9,7 @@ use redis::{FromRedisValue, ToRedisArgs, Value};
 
 use crate::call::{call_id, Call, Lua};
 use crate::error::RedisError;
-use crate::keys;
+use crate::keys::{self, Class};
 use crate::store::RedisLeaseStore;
 
 /// A caller's Lua snippet that [`RedisLeaseStore::fenced_script`] runs atomically after the
@@ -154,7 +154,7 @@ impl RedisLeaseStore {
         };
         let id = call_id();
         let (reply, ack, _) = self
-            .write_kinded("fenced script", lease.kind(), |kind| {
+            .write_kinded("fenced script", &Class::of_lease(lease), |kind| {
                 let mut call = Call::new(&script.script);
                 call.key(self.keys.runs())
                     .key(self.keys.calls(run))
@@ -169,7 +169,7 @@ impl RedisLeaseStore {
                     .arg(&id)
                     .arg(op)
                     .arg(payload)
-                    .arg(keys::kind_arg(kind));
+                    .arg(kind.arg());
                 for key in keys {
                     call.key(key.as_ref());
                 }

@@ -34,7 +34,7 @@
 //! run id can neither move a key to another slot nor collide with another run's keys, and hex
 //! preserves byte order, so `:runs` sorts exactly as [`RunId`]'s `Ord` does.
 
-use lease_core::{Kind, RunId};
+use lease_core::{Kind, Lease, NewRun, RunId, MAX_PRIORITY};
 
 use crate::error::RedisError;
 
@@ -55,6 +55,59 @@ pub(crate) fn check_namespace(ns: &str) -> Result<(), RedisError> {
             "namespace {ns:?} is invalid: it must be 1 to {MAX_NAMESPACE_BYTES} ASCII letters, \
              digits, '_', '-' or '.'"
         )))
+    }
+}
+
+/// A run's kind and priority: which claimable index holds it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Class {
+    pub(crate) kind: Kind,
+    pub(crate) priority: u8,
+}
+
+impl Class {
+    pub(crate) fn of_lease(lease: &Lease) -> Class {
+        Class {
+            kind: lease.kind().clone(),
+            priority: lease.priority(),
+        }
+    }
+
+    pub(crate) fn of_new(new: &NewRun) -> Class {
+        Class {
+            kind: new.kind().clone(),
+            priority: new.priority(),
+        }
+    }
+
+    /// As the scripts keep it (in the kinds hash, for a run that is not of the default kind
+    /// and priority 0): `""` for the default kind at priority 0, else the kind's name (`""`
+    /// for the default), then a newline and the priority if it is above 0. A kind has no
+    /// control characters, so the newline is unambiguous.
+    pub(crate) fn arg(&self) -> String {
+        let kind = kind_arg(&self.kind);
+        if self.priority == 0 {
+            kind.to_owned()
+        } else {
+            format!("{kind}\n{}", self.priority)
+        }
+    }
+
+    /// The class `arg` wrote.
+    pub(crate) fn parse(s: &str) -> Result<Class, String> {
+        let (kind, priority) = match s.split_once('\n') {
+            None => (s, 0),
+            Some((kind, p)) => match p.parse::<u8>() {
+                Ok(p) if (1..=MAX_PRIORITY).contains(&p) => (kind, p),
+                _ => return Err(format!("not a run class: {s:?}")),
+            },
+        };
+        let kind = if kind.is_empty() {
+            Kind::default()
+        } else {
+            Kind::new(kind).map_err(|e| e.to_string())?
+        };
+        Ok(Class { kind, priority })
     }
 }
 
@@ -127,13 +180,19 @@ impl Keys {
         format!("{}:claimable", self.tag)
     }
 
-    /// `kind`'s claimable index: the default kind's keeps the key it had before kinds.
-    pub(crate) fn claimable_of(&self, kind: &Kind) -> String {
-        if kind.is_default() {
+    /// The claimable index of `class`'s kind and priority: the default kind's at priority 0
+    /// keeps the key it had before kinds; another kind's has its name in hex; a priority
+    /// above 0 adds `:p<priority>` (hex has no `p`, so no two classes share a key).
+    pub(crate) fn claimable_of(&self, class: &Class) -> String {
+        let mut key = if class.kind.is_default() {
             self.claimable()
         } else {
-            format!("{}:claimable:{}", self.tag, encode(kind.as_str()))
+            format!("{}:claimable:{}", self.tag, encode(class.kind.as_str()))
+        };
+        if class.priority > 0 {
+            key.push_str(&format!(":p{}", class.priority));
         }
+        key
     }
 
     /// The kinds of runs not of the default kind (hash: encoded id → kind).
@@ -263,7 +322,10 @@ mod tests {
             keys.runs(),
             keys.journal(&run),
             keys.claimable(),
-            keys.claimable_of(&Kind::new("{x}:y").unwrap()),
+            keys.claimable_of(&Class {
+                kind: Kind::new("{x}:y").unwrap(),
+                priority: 9,
+            }),
             keys.kinds(),
             keys.kind_set(),
             keys.ids(),

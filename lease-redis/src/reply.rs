@@ -3,10 +3,11 @@
 use std::str::FromStr;
 use std::sync::Arc;
 
-use lease_core::{Fence, Kind, RunId, RunRecord, RunState, StoreTime, WorkerId};
+use lease_core::{Fence, RunId, RunRecord, RunState, StoreTime, WorkerId};
 use redis::Value;
 
 use crate::error::RedisError;
+use crate::keys::Class;
 
 /// A script's reply as its elements.
 pub(crate) struct Reply {
@@ -98,13 +99,9 @@ impl Reply {
             .map_err(|e| self.bad(e.to_string()))
     }
 
-    /// A kind as the scripts write it: `''` for the default kind, else its name.
-    pub(crate) fn kind(&self, i: usize) -> Result<Kind, RedisError> {
-        let s = self.str(i)?;
-        if s.is_empty() {
-            return Ok(Kind::default());
-        }
-        Kind::new(s).map_err(|e| self.bad(format!("element {i}: {e}")))
+    /// A run's class (kind and priority) as the scripts write it ([`Class::arg`]).
+    pub(crate) fn class(&self, i: usize) -> Result<Class, RedisError> {
+        Class::parse(self.str(i)?).map_err(|e| self.bad(format!("element {i}: {e}")))
     }
 
     /// The eight record fields (state, owner, expiry, fence, heartbeats, failure, attempts,
@@ -129,7 +126,8 @@ impl Reply {
                 matches!(state, RunState::Failed | RunState::Cancelled).then(|| failure.to_owned()),
             )
             .with_attempts(self.parse(i + 6)?)
-            .with_kind(self.kind(i + 7)?);
+            .with_kind(self.class(i + 7)?.kind)
+            .with_priority(self.class(i + 7)?.priority);
         record.expires_at = if owner.is_some() { at } else { None };
         record.owner = owner;
         Ok(record)

@@ -18,7 +18,7 @@ use crate::call::{call_id, Ack, Call, Lua};
 use crate::config::RedisConfig;
 use crate::error::RedisError;
 use crate::guard::Guard;
-use crate::keys::{self, Keys};
+use crate::keys::{self, Class, Keys};
 use crate::link::Link;
 use crate::reply::Reply;
 
@@ -230,16 +230,16 @@ impl RedisLeaseStore {
     pub(crate) async fn write_kinded<'a>(
         &self,
         script: &'static str,
-        kind: &Kind,
-        build: impl Fn(&Kind) -> Call<'a>,
-    ) -> Result<(Reply, Ack, Kind)> {
+        kind: &Class,
+        build: impl Fn(&Class) -> Call<'a>,
+    ) -> Result<(Reply, Ack, Class)> {
         let mut kind = kind.clone();
         for _ in 0..=KIND_RESENDS {
             let (reply, ack) = self.write(script, &build(&kind)).await?;
             if reply.status().ok() != Some("kind") {
                 return Ok((reply, ack, kind));
             }
-            kind = reply.kind(1)?;
+            kind = reply.class(1)?;
         }
         Err(Error::backend(
             crate::error::BACKEND,
@@ -318,7 +318,7 @@ impl RedisLeaseStore {
         let run = lease.run();
         let id = call_id();
         let (reply, ack, _) = self
-            .write_kinded("fenced", lease.kind(), |kind| {
+            .write_kinded("fenced", &Class::of_lease(lease), |kind| {
                 let mut call = Call::new(&SCRIPTS.fenced);
                 call.key(self.keys.runs())
                     .key(self.keys.journal(run))
@@ -335,7 +335,7 @@ impl RedisLeaseStore {
                     .arg(payload)
                     .arg(&id)
                     .arg(lease.ttl().as_millis().max(CALL_RECORD_MS))
-                    .arg(keys::kind_arg(kind));
+                    .arg(kind.arg());
                 call
             })
             .await?;
@@ -387,11 +387,10 @@ impl LeaseStore for RedisLeaseStore {
 
     async fn create_with(&self, new: &NewRun) -> Result<RunRecord> {
         new.check()?;
-        lease_core::refuse_priorities([new])?;
         let run = new.run();
         let mut call = Call::new(&SCRIPTS.create);
         call.key(self.keys.runs())
-            .key(self.keys.claimable_of(new.kind()))
+            .key(self.keys.claimable_of(&Class::of_new(new)))
             .key(self.keys.ids())
             .key(self.keys.counter())
             .key(self.keys.tombstones())
@@ -404,7 +403,7 @@ impl LeaseStore for RedisLeaseStore {
             .arg(new.delay_millis())
             .arg(marked(new))
             .arg(run_at_arg(new))
-            .arg(keys::kind_arg(new.kind()));
+            .arg(Class::of_new(new).arg());
         let (reply, ack) = self.write("create", &call).await?;
         match reply.status()? {
             "ok" => {
@@ -417,7 +416,8 @@ impl LeaseStore for RedisLeaseStore {
                 )
                 .with_not_before(reply.opt_time(3)?)
                 .with_payload(new.payload().map(<[u8]>::to_vec))
-                .with_kind(new.kind().clone()))
+                .with_kind(new.kind().clone())
+                .with_priority(new.priority()))
             }
             "exists" => {
                 // A retried create takes "already exists" for its own commit: the run must be
@@ -432,7 +432,7 @@ impl LeaseStore for RedisLeaseStore {
     async fn claim(&self, run: &RunId, worker: &WorkerId, ttl: Ttl) -> Result<Lease> {
         let encoded = keys::encode(run.as_str());
         let (reply, ack, kind) = self
-            .write_kinded("claim", &Kind::default(), |kind| {
+            .write_kinded("claim", &Class::default(), |kind| {
                 let mut call = Call::new(&SCRIPTS.claim);
                 call.key(self.keys.runs())
                     .key(self.keys.claimable_of(kind))
@@ -442,7 +442,7 @@ impl LeaseStore for RedisLeaseStore {
                     .arg(&encoded)
                     .arg(worker.as_str())
                     .arg(ttl.as_millis())
-                    .arg(keys::kind_arg(kind));
+                    .arg(kind.arg());
                 call
             })
             .await?;
@@ -450,7 +450,8 @@ impl LeaseStore for RedisLeaseStore {
             "ok" => {
                 let lease = self
                     .lease(run.clone(), worker, ttl, &reply, 1)?
-                    .with_kind(kind);
+                    .with_kind(kind.kind)
+                    .with_priority(kind.priority);
                 ack.confirm()?;
                 Ok(lease)
             }
@@ -495,34 +496,50 @@ impl LeaseStore for RedisLeaseStore {
         max: usize,
     ) -> Result<Vec<Lease>> {
         check_claim_max(max)?;
-        let index = self.keys.claimable_of(kind);
+        // The kind's indexes, priority 0 to MAX_PRIORITY.
+        let indexes: Vec<String> = (0..=lease_core::MAX_PRIORITY)
+            .map(|priority| {
+                self.keys.claimable_of(&Class {
+                    kind: kind.clone(),
+                    priority,
+                })
+            })
+            .collect();
         let mut leases = Vec::new();
         // Each script call examines a bounded number of stale index entries; calls continue
         // while one ran out of that budget, so a claimable run is never missed.
         loop {
             let mut call = Call::new(&SCRIPTS.claim_next);
             call.key(self.keys.runs())
-                .key(&index)
+                .key(&indexes[0])
                 .key(self.keys.attempts())
-                .key(self.keys.payloads())
-                .arg(worker.as_str())
+                .key(self.keys.payloads());
+            for index in &indexes[1..] {
+                call.key(index);
+            }
+            call.arg(worker.as_str())
                 .arg(ttl.as_millis())
                 .arg(max - leases.len())
                 .arg(CLAIM_NEXT_SCAN);
             let (reply, ack) = self.write("claim_next", &call).await?;
-            if reply.len() % 5 != 1 {
+            if reply.len() % 6 != 1 {
                 return Err(reply
-                    .bad("expected a flag, then groups of id, fence, expiry, attempts, payload")
+                    .bad(
+                        "expected a flag, then groups of id, fence, expiry, attempts, payload, \
+                         priority",
+                    )
                     .into());
             }
             let more = reply.str(0)? == "1";
             let claimed = (1..reply.len())
-                .step_by(5)
+                .step_by(6)
                 .map(|i| {
                     let run = keys::decode(reply.str(i)?)?;
+                    let priority: u8 = reply.parse(i + 5)?;
                     Ok(self
                         .lease(run, worker, ttl, &reply, i + 1)?
-                        .with_kind(kind.clone()))
+                        .with_kind(kind.clone())
+                        .with_priority(priority))
                 })
                 .collect::<Result<Vec<Lease>>>()?;
             if !claimed.is_empty() {
@@ -554,7 +571,7 @@ impl LeaseStore for RedisLeaseStore {
         for lease in leases {
             // The index of the kind the lease names: a wrong one only lets the run's entry
             // lag, which claim_next repairs (renew.lua).
-            call.key(self.keys.claimable_of(lease.kind()));
+            call.key(self.keys.claimable_of(&Class::of_lease(lease)));
         }
         for lease in leases {
             call.arg(keys::encode(lease.run().as_str()))
@@ -694,7 +711,7 @@ impl LeaseStore for RedisLeaseStore {
         }
         // The kinds the leases name; an item whose run is of another kind is sent again with
         // its run's (end_many.lua then writes nothing).
-        let mut kinds: Vec<Kind> = ends.iter().map(|e| e.lease.kind().clone()).collect();
+        let mut kinds: Vec<Class> = ends.iter().map(|e| Class::of_lease(&e.lease)).collect();
         let mut resends = 0;
         let (reply, ack) = loop {
             let mut call = Call::new(&SCRIPTS.end_many);
@@ -719,7 +736,7 @@ impl LeaseStore for RedisLeaseStore {
                     .arg(keys::encode(lease.run().as_str()))
                     .arg(lease.fence().get())
                     .arg(payload.as_ref())
-                    .arg(keys::kind_arg(kind));
+                    .arg(kind.arg());
             }
             let (reply, ack) = self.write("end_many", &call).await?;
             if reply.str(0).ok() != Some("kind") {
@@ -737,7 +754,7 @@ impl LeaseStore for RedisLeaseStore {
                     .checked_sub(1)
                     .and_then(|k| kinds.get_mut(k))
                     .ok_or_else(|| reply.bad(format!("no item {item}")))?;
-                *slot = reply.kind(i + 1)?;
+                *slot = reply.class(i + 1)?;
             }
         };
         if reply.len() != ends.len() {
@@ -763,7 +780,6 @@ impl LeaseStore for RedisLeaseStore {
 
     async fn create_many_with(&self, runs: &[NewRun]) -> Result<Vec<Result<()>>> {
         check_new_runs(runs)?;
-        lease_core::refuse_priorities(runs)?;
         if runs.is_empty() {
             return Ok(Vec::new());
         }
@@ -779,12 +795,12 @@ impl LeaseStore for RedisLeaseStore {
             .key(self.keys.kinds())
             .key(self.keys.kind_set());
         for new in runs {
-            call.key(self.keys.claimable_of(new.kind()))
+            call.key(self.keys.claimable_of(&Class::of_new(new)))
                 .arg(keys::encode(new.run().as_str()))
                 .arg(new.delay_millis())
                 .arg(marked(new))
                 .arg(run_at_arg(new))
-                .arg(keys::kind_arg(new.kind()));
+                .arg(Class::of_new(new).arg());
         }
         let (reply, ack) = self.write("create_many", &call).await?;
         if reply.len() != runs.len() {

@@ -251,9 +251,11 @@ impl Raw {
                     .key(format!("{tag}:claimable"))
                     .key(format!("{tag}:attempts"))
                     .key(format!("{tag}:payload"))
+                    .key(format!("{tag}:kind"))
                     .arg(hex(run))
                     .arg(worker)
                     .arg(ttl_ms)
+                    .arg("")
                     .invoke_async(&mut conn.clone())
                     .await?;
                 let items = ok("claim", reply)?;
@@ -290,24 +292,28 @@ impl Raw {
                     .collect()
             }
             Raw::Redis { conn, tag, scripts } => {
-                let reply: Value = scripts
-                    .claim_next
-                    .key(format!("{tag}:runs"))
-                    .key(format!("{tag}:claimable"))
+                let mut call = scripts.claim_next.key(format!("{tag}:runs"));
+                call.key(format!("{tag}:claimable"))
                     .key(format!("{tag}:attempts"))
-                    .key(format!("{tag}:payload"))
+                    .key(format!("{tag}:payload"));
+                // The default kind's indexes at priorities 1 to 9.
+                for priority in 1..=9 {
+                    call.key(format!("{tag}:claimable:p{priority}"));
+                }
+                let reply: Value = call
                     .arg(worker)
                     .arg(ttl_ms)
                     .arg(max)
                     .arg(CLAIM_NEXT_SCAN)
                     .invoke_async(&mut conn.clone())
                     .await?;
-                // A flag (more to examine), then id, fence, expiry, attempts, payload per run.
+                // A flag (more to examine), then id, fence, expiry, attempts, payload, priority
+                // per run.
                 let items = items(reply)?;
                 items
                     .get(1..)
                     .unwrap_or_default()
-                    .chunks(5)
+                    .chunks(6)
                     .map(|t| Ok((unhex(text(&t[0])?)?, int(&t[1])?)))
                     .collect()
             }
@@ -357,7 +363,9 @@ impl Raw {
             }
             Raw::Redis { conn, tag, scripts } => {
                 let mut call = scripts.renew.key(format!("{tag}:runs"));
-                call.key(format!("{tag}:claimable"));
+                for _ in leases {
+                    call.key(format!("{tag}:claimable"));
+                }
                 for (run, fence, ttl) in leases {
                     call.arg(hex(run)).arg(*fence).arg(*ttl);
                 }
@@ -446,12 +454,14 @@ impl Raw {
             .key(format!("{tag}:ended"))
             .key(format!("{tag}:suspended"))
             .key(format!("{tag}:attempts"))
+            .key(format!("{tag}:kind"))
             .arg(op)
             .arg(&id)
             .arg(fence)
             .arg(payload)
             .arg(&call)
             .arg(60_000)
+            .arg("")
             .invoke_async(&mut conn.clone())
             .await?;
         ok(op, reply)
@@ -489,8 +499,11 @@ impl Raw {
                                 .key(format!("{tag}:attempts"))
                                 .key(format!("{tag}:delayed"))
                                 .key(format!("{tag}:payload"))
+                                .key(format!("{tag}:kind"))
+                                .key(format!("{tag}:kinds"))
                                 .arg(&id)
                                 .arg(0)
+                                .arg("")
                                 .arg("")
                                 .arg("")
                                 .invoke_async(&mut conn)
