@@ -118,18 +118,35 @@ impl Keys {
         k
     }
 
-    /// The index family of the runnable runs of `kind` (`None`: the default kind, whose
-    /// family is the runnable state's). A kind holds no NUL, so the NUL after it ends it.
-    pub(crate) fn runnable_family(&self, kind: Option<&str>) -> Vec<u8> {
-        match kind {
-            None => self.index_family(RunState::Runnable),
-            Some(kind) => {
+    /// The index family of the runnable runs of `kind` (`None`: the default kind) at
+    /// `priority`. The default kind at priority 0 has the runnable state's family; another
+    /// kind at priority 0 has `i\0K{kind}\0`; a priority above 0 has `i\0P{priority}{kind}\0`
+    /// (the default kind's name empty: a kind is never empty). A kind holds no NUL, so the NUL
+    /// after it ends it.
+    pub(crate) fn runnable_family(&self, kind: Option<&str>, priority: u8) -> Vec<u8> {
+        match (kind, priority) {
+            (None, 0) => self.index_family(RunState::Runnable),
+            (Some(kind), 0) => {
                 let mut k = self.kinds_family();
                 k.extend_from_slice(kind.as_bytes());
                 k.push(0);
                 k
             }
+            (kind, priority) => {
+                let mut k = self.priorities_family();
+                k.push(priority);
+                k.extend_from_slice(kind.unwrap_or_default().as_bytes());
+                k.push(0);
+                k
+            }
         }
+    }
+
+    /// Every runnable family of a priority above 0 (for counts).
+    pub(crate) fn priorities_family(&self) -> Vec<u8> {
+        let mut k = self.kind(b'i');
+        k.push(b'P');
+        k
     }
 
     /// Every runnable family of a kind other than the default (for counts).
@@ -139,16 +156,18 @@ impl Keys {
         k
     }
 
-    /// A run's index key: in `state`'s family, or for a runnable run in its kind's.
+    /// A run's index key: in `state`'s family, or for a runnable run in its kind's and
+    /// priority's.
     pub(crate) fn index(
         &self,
         state: RunState,
         kind: Option<&str>,
+        priority: u8,
         since: u64,
         run: &str,
     ) -> Vec<u8> {
         let mut k = if state == RunState::Runnable {
-            self.runnable_family(kind)
+            self.runnable_family(kind, priority)
         } else {
             self.index_family(state)
         };
@@ -248,6 +267,8 @@ pub(crate) struct Rec {
     pub(crate) payload: bool,
     /// The run's kind, `None` for the default kind (and for records written before kinds).
     pub(crate) kind: Option<String>,
+    /// The run's priority (0 for records written before priorities).
+    pub(crate) priority: u8,
 }
 
 const VERSION: u8 = 1;
@@ -270,6 +291,7 @@ impl Rec {
             rest: 0,
             payload: false,
             kind: None,
+            priority: 0,
         }
     }
 
@@ -301,8 +323,12 @@ impl Rec {
         out.extend_from_slice(&self.attempts.to_be_bytes());
         out.extend_from_slice(&self.rest.to_be_bytes());
         out.extend_from_slice(&u64::from(self.payload).to_be_bytes());
-        if self.kind.is_some() {
+        // Trailing and optional, so records of the default kind at priority 0 are as before.
+        if self.kind.is_some() || self.priority > 0 {
             put_text(&mut out, self.kind.as_deref());
+        }
+        if self.priority > 0 {
+            out.push(self.priority);
         }
         out
     }
@@ -352,6 +378,12 @@ impl Rec {
         } else {
             r.text().ok_or_else(corrupt)?
         };
+        // Absent from records of priority 0, and from those written before priorities.
+        let priority = if r.0.is_empty() {
+            0
+        } else {
+            r.byte().ok_or_else(corrupt)?
+        };
         Ok(Rec {
             state,
             fence: n[0],
@@ -367,6 +399,7 @@ impl Rec {
             rest,
             payload,
             kind,
+            priority,
         })
     }
 }
@@ -447,6 +480,10 @@ mod tests {
         rec.kind = Some("email".into());
         rec.payload = true;
         assert_eq!(Rec::decode(&rec.encode()).unwrap(), rec);
+        rec.priority = 7;
+        assert_eq!(Rec::decode(&rec.encode()).unwrap(), rec);
+        rec.kind = None;
+        assert_eq!(Rec::decode(&rec.encode()).unwrap(), rec);
         assert_eq!(Rec::decode(&Rec::tombstone(3).encode()).unwrap().fence, 3);
         for bad in [&b""[..], b"\x02r", b"\x01r\0\0"] {
             assert!(matches!(Rec::decode(bad), Err(Error::Backend { .. })));
@@ -458,28 +495,50 @@ mod tests {
         let k = Keys::new("p");
         let (a, ab) = (k.journal_prefix("a"), k.entry("a/b", 1));
         assert!(!ab.starts_with(&a));
-        let i = k.index(RunState::Runnable, None, 5, "x/y");
-        let runnable = k.runnable_family(None);
+        let i = k.index(RunState::Runnable, None, 0, 5, "x/y");
+        let runnable = k.runnable_family(None, 0);
         assert_eq!(Keys::parse_index(&runnable, &i), Some((5, "x/y")));
         assert!(i < Keys::family_bound(&runnable, 5));
         assert!(i >= Keys::family_bound(&runnable, 4));
         // A kind's family: apart from the default's and from every other kind's, even one
         // that the kind's name starts.
         let (email, emails) = (
-            k.runnable_family(Some("email")),
-            k.runnable_family(Some("emails")),
+            k.runnable_family(Some("email"), 0),
+            k.runnable_family(Some("emails"), 0),
         );
-        let e = k.index(RunState::Runnable, Some("email"), 5, "x/y");
+        let e = k.index(RunState::Runnable, Some("email"), 0, 5, "x/y");
         assert!(e.starts_with(&email) && !e.starts_with(&emails) && !e.starts_with(&runnable));
         assert!(e.starts_with(&k.kinds_family()) && !i.starts_with(&k.kinds_family()));
         assert_eq!(Keys::parse_index(&email, &e), Some((5, "x/y")));
         assert_eq!(Keys::parse_index(&emails, &e), None);
-        let done = k.index(RunState::Completed, Some("email"), 5, "x/y");
+        let done = k.index(RunState::Completed, Some("email"), 3, 5, "x/y");
         assert_eq!(
             done,
-            k.index(RunState::Completed, None, 5, "x/y"),
-            "only runnable runs are by kind"
+            k.index(RunState::Completed, None, 0, 5, "x/y"),
+            "only runnable runs are by kind and priority"
         );
+        // A priority's family: apart from priority 0's, from the other priorities', and from
+        // the other kinds' at the same priority; the default kind's too.
+        let (p3, p3_default, p4) = (
+            k.runnable_family(Some("email"), 3),
+            k.runnable_family(None, 3),
+            k.runnable_family(Some("email"), 4),
+        );
+        let e3 = k.index(RunState::Runnable, Some("email"), 3, 5, "x/y");
+        assert!(e3.starts_with(&p3) && e3.starts_with(&k.priorities_family()));
+        for other in [
+            &p3_default,
+            &p4,
+            &email,
+            &emails,
+            &runnable,
+            &k.kinds_family(),
+        ] {
+            assert!(!e3.starts_with(other), "{other:?}");
+        }
+        let d3 = k.index(RunState::Runnable, None, 3, 5, "x/y");
+        assert!(d3.starts_with(&p3_default) && !d3.starts_with(&p3));
+        assert_eq!(Keys::parse_index(&p3, &e3), Some((5, "x/y")));
         assert_eq!(k.run_of_record(&k.record("r-1")), Some("r-1"));
         assert_eq!(prefix_end(b"a\xff"), b"b");
     }

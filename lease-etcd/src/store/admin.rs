@@ -31,8 +31,6 @@ impl EtcdLeaseStore {
     /// `max_lease`), so no claim takes the run before it is over.
     pub(super) async fn create_batch(&self, runs: &[NewRun]) -> Result<Vec<Result<()>>> {
         check_new_runs(runs)?;
-        // Priorities need an index family per priority of each kind: not built on etcd yet.
-        lease_core::refuse_priorities(runs)?;
         // etcd has no clock a client can compare a wall time with: it times delays with its
         // leases. A run_at would have to trust this process's clock, so it is refused.
         if runs.iter().any(|n| n.run_at().is_some()) {
@@ -108,6 +106,7 @@ impl EtcdLeaseStore {
                 if !unique[i].kind().is_default() {
                     rec.kind = Some(unique[i].kind().as_str().to_owned());
                 }
+                rec.priority = unique[i].priority();
                 let payload = unique[i].payload();
                 if let Some(bytes) = payload {
                     rec.payload = true;

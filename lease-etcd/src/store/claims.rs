@@ -4,10 +4,11 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp};
+use etcd_client::{Compare, CompareOp, Txn};
 use lease_core::backend::{check_claim_max, check_renew_batch, claim_refusal};
 use lease_core::{Error, Fence, Kind, Lease, LeaseStore, Result, RunId, StoreTime, Ttl, WorkerId};
 
+use super::decide::counted;
 use super::{
     lease_seconds, now_micros, shuffle, state_of, ClaimPage, EtcdLeaseStore, Plan, Seen, ROUNDS,
     SWEEP, SWEEP_EVERY,
@@ -82,7 +83,8 @@ impl EtcdLeaseStore {
         .with_kind(match &rec.kind {
             Some(kind) => Kind::new(kind)?,
             None => Kind::default(),
-        });
+        })
+        .with_priority(rec.priority);
         let mut plan = self.plan(
             run.as_str(),
             seen,
@@ -376,10 +378,10 @@ impl EtcdLeaseStore {
         ))
     }
 
-    /// `claim_next`: the runnable index from its start, in pages that grow, until `max` runs
-    /// are claimed, the index up to now is exhausted, or [`SCAN_BUDGET`] entries were looked
-    /// at. Entries held past their recorded times are moved out of the way as they are met,
-    /// so the next call does not meet them again.
+    /// `claim_next`: the kind's runnable families from the highest priority down (one
+    /// transaction first tells which of its priorities above 0 have entries at all: a count
+    /// of each family, no key read), each as [`claim_in_family`](Self::claim_in_family)
+    /// claims, until `max` runs are claimed. Other kinds' runs are neither claimed nor read.
     pub(super) async fn claim_next_runs(
         &self,
         kind: &Kind,
@@ -390,10 +392,51 @@ impl EtcdLeaseStore {
         check_claim_max(max)?;
         let (secs, ttl) = lease_seconds(ttl)?;
         let secs = self.link(secs);
-        // The kind's own family: other kinds' runs are neither claimed nor read.
-        let family = self
-            .keys
-            .runnable_family((!kind.is_default()).then(|| kind.as_str()));
+        let name = (!kind.is_default()).then(|| kind.as_str());
+        let families: Vec<(u8, Vec<u8>)> = (1..=lease_core::MAX_PRIORITY)
+            .rev()
+            .map(|p| (p, self.keys.runnable_family(name, p)))
+            .collect();
+        let ops: Vec<etcd_client::TxnOp> = families
+            .iter()
+            .map(|(_, family)| Self::count_op(family.clone(), prefix_end(family)))
+            .collect();
+        let response = self.txn(Txn::new().and_then(ops)).await?;
+        let mut got: Vec<Lease> = Vec::new();
+        let used = families
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| counted(&response, *i) > 0)
+            .map(|(_, level)| level)
+            .chain([(0, self.keys.runnable_family(name, 0))]);
+        for (priority, family) in used {
+            if got.len() >= max {
+                break;
+            }
+            let mut leases = self
+                .claim_in_family(family, worker, ttl, secs, max - got.len())
+                .await?;
+            for lease in &mut leases {
+                *lease = lease.clone().with_priority(priority);
+            }
+            got.extend(leases);
+        }
+        Ok(got)
+    }
+
+    /// Claims up to `max` runs of one runnable family: its index from its start, in pages
+    /// that grow, until `max` runs are claimed, the index up to now is exhausted, or
+    /// [`SCAN_BUDGET`] entries were looked at. Entries held past their recorded times are
+    /// moved out of the way as they are met, so the next call does not meet them again.
+    /// Returned in the order their leases expire.
+    async fn claim_in_family(
+        &self,
+        family: Vec<u8>,
+        worker: &WorkerId,
+        ttl: Ttl,
+        secs: i64,
+        max: usize,
+    ) -> Result<Vec<Lease>> {
         let mut got: Vec<Lease> = Vec::new();
         let mut from = family.clone();
         // The index in order, up to now: fresh and released runs, and held runs whose

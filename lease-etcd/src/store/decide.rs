@@ -178,8 +178,10 @@ impl EtcdLeaseStore {
     pub(super) fn rewrite(&self, run: &str, old: Option<&Rec>, new: &Rec) -> Vec<TxnOp> {
         let mut ops = vec![TxnOp::put(self.keys.record(run), new.encode(), None)];
         let position = |rec: &Rec| {
-            rec.state
-                .map(|s| self.keys.index(s, rec.kind.as_deref(), rec.since, run))
+            rec.state.map(|s| {
+                self.keys
+                    .index(s, rec.kind.as_deref(), rec.priority, rec.since, run)
+            })
         };
         let (from, to) = (old.and_then(position), position(new));
         if from != to {

@@ -85,6 +85,7 @@ impl EtcdLeaseStore {
         if let Some(kind) = &rec.kind {
             record = record.with_kind(Kind::new(kind)?);
         }
+        record = record.with_priority(rec.priority);
         if let Some(owner) = &rec.owner {
             let expires_at = if seen.block == Some(true) || seen.lapsed() {
                 rec.expires_at.max(now + 1)
@@ -297,6 +298,7 @@ impl EtcdLeaseStore {
             self.keys.blocks(),
             self.keys.delays(),
             self.keys.kinds_family(),
+            self.keys.priorities_family(),
         ] {
             ops.push(Self::count_op(family.clone(), prefix_end(&family)));
         }
@@ -304,7 +306,7 @@ impl EtcdLeaseStore {
         let blocks = counted(&response, 5);
         let delayed = counted(&response, 6).min(blocks);
         let held = blocks - delayed;
-        let runnable = counted(&response, 0) + counted(&response, 7);
+        let runnable = counted(&response, 0) + counted(&response, 7) + counted(&response, 8);
         let cap = |n: u64| n.min(MAX_COUNT);
         let mut counts = RunCounts::default();
         counts.claimable = cap(runnable.saturating_sub(held + delayed));
