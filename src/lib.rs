@@ -17,8 +17,8 @@ pub use lease_core::{
     RetryPolicy, RunContext, RunCounts, RunId, RunRecord, RunScope, RunState, Schedule, Scheduler,
     SchedulerReport, ScopeConfig, StoreTime, TickReport, Ttl, Worker, WorkerConfig, WorkerId,
     WorkerReport, DEFAULT_KIND, MAX_BATCH, MAX_BATCH_PAYLOAD_BYTES, MAX_COUNT, MAX_ID_BYTES,
-    MAX_KIND_BYTES, MAX_LIST, MAX_PAYLOAD_BYTES, MAX_PURGE_AGE, MAX_REASON_BYTES, MAX_RETRY_DELAY,
-    MAX_RUN_PAYLOAD_BYTES, MAX_START_DELAY,
+    MAX_KIND_BYTES, MAX_LIST, MAX_PAYLOAD_BYTES, MAX_PRIORITY, MAX_PURGE_AGE, MAX_REASON_BYTES,
+    MAX_RETRY_DELAY, MAX_RUN_PAYLOAD_BYTES, MAX_START_DELAY,
 };
 
 /// Why a run's payload could not be read as a handler's arguments (the `serde` feature).

@@ -77,6 +77,10 @@ enum Command {
         /// it, the run is of the kind `default`.
         #[arg(long, value_name = "KIND")]
         kind: Option<String>,
+        /// The run's priority within its kind, 0 (the default, the lowest) to 9: a claim takes
+        /// the claimable runs of the highest priority first.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=9))]
+        priority: Option<u8>,
         #[command(flatten)]
         json: JsonAlias,
     },
@@ -233,6 +237,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
             payload,
             payload_file,
             kind,
+            priority,
             json,
         } => {
             let mut new =
@@ -242,6 +247,9 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
             }
             if let Some(kind) = kind {
                 new = new.with_kind(distribution::Kind::new(kind)?);
+            }
+            if let Some(priority) = priority {
+                new = new.with_priority(priority);
             }
             if let Some(bytes) = ops::payload_arg(payload, payload_file.as_deref())? {
                 new = new.with_payload(bytes);

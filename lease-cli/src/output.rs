@@ -36,6 +36,8 @@ pub(crate) struct RecordView {
     payload_bytes: Option<usize>,
     /// The run's kind (`default` for a run created without one).
     kind: String,
+    /// The run's priority within its kind (0 for a run created without one).
+    priority: u8,
     /// The store's clock when read, microseconds.
     observed_at_us: u64,
 }
@@ -77,6 +79,7 @@ impl From<&RunRecord> for RecordView {
             payload_hex: shown_payload(r.payload.as_deref()).1,
             payload_bytes: r.payload.as_ref().map(Vec::len),
             kind: r.kind.to_string(),
+            priority: r.priority,
             observed_at_us: r.observed_at.as_micros(),
         }
     }
@@ -112,12 +115,15 @@ pub(crate) fn print_record(record: &RunRecord, format: Format) {
     }
 }
 
-/// The kind under a single record's table, unless it is the default.
+/// The kind and priority under a single record's table, unless they are the defaults.
 fn kind_line(out: &mut impl Write, record: &RunRecord) -> io::Result<()> {
-    if record.kind.is_default() {
-        return Ok(());
+    if !record.kind.is_default() {
+        writeln!(out, "kind: {}", record.kind)?;
     }
-    writeln!(out, "kind: {}", record.kind)
+    if record.priority > 0 {
+        writeln!(out, "priority: {}", record.priority)?;
+    }
+    Ok(())
 }
 
 /// The payload under a single record's table: its size, then the text quoted with control

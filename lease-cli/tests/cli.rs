@@ -1370,6 +1370,60 @@ fn lease_create_and_list_take_a_kind() {
     assert_eq!(emails.len(), 2);
 }
 
+/// `lease create --priority N` creates a run of that priority (`inspect` shows it, text and
+/// JSON), claimed before the runs of lower priorities, on Postgres and on Redis; a priority
+/// over 9 is a usage error before the store.
+#[test]
+fn lease_create_takes_a_priority() {
+    let Some((_pg, url)) = postgres() else {
+        return;
+    };
+    let Some(redis) = redis() else {
+        return;
+    };
+    let rurl = format!("redis://127.0.0.1:{}", redis.port());
+    for url in [url.as_str(), rurl.as_str()] {
+        let base = ["--store", url, "--namespace", "cli_priority"];
+        let with = |args: &[&str]| lease(&[&base[..], args].concat());
+        assert_exit(&with(&["create", "low"]), 0);
+        assert_exit(&with(&["create", "high", "--priority", "7"]), 0);
+        let record: serde_json::Value =
+            serde_json::from_str(&stdout(&with(&["inspect", "high", "-o", "json"]))).unwrap();
+        assert_eq!(record["priority"], 7, "{record}");
+        let record: serde_json::Value =
+            serde_json::from_str(&stdout(&with(&["inspect", "low", "-o", "json"]))).unwrap();
+        assert_eq!(record["priority"], 0, "{record}");
+        let table = stdout(&with(&["inspect", "high"]));
+        assert!(table.contains("priority: 7"), "{table}");
+        assert!(!stdout(&with(&["inspect", "low"])).contains("priority:"));
+
+        let out = with(&["create", "too-high", "--priority", "10"]);
+        assert_exit(&out, USAGE);
+        assert!(
+            stderr(&out).contains("10 is not in 0..=9"),
+            "{}",
+            stderr(&out)
+        );
+
+        let (rt, store) = admin(url, "cli_priority");
+        assert!(matches!(
+            rt.block_on(store.inspect(&id("too-high"))),
+            Err(distribution::Error::NotFound { .. })
+        ));
+        let claimed = rt
+            .block_on(store.claim_next(&worker("w"), ttl(60_000), 10))
+            .unwrap();
+        assert_eq!(
+            claimed
+                .iter()
+                .map(|l| (l.run().as_str(), l.priority()))
+                .collect::<Vec<_>>(),
+            [("high", 7), ("low", 0)],
+            "{url}"
+        );
+    }
+}
+
 /// `lease create --run-at TIME` (RFC 3339) creates a run not claimable before that time on the
 /// store's clock (`inspect -o json` says when: `not_before_us`); a past time is claimable at
 /// once; a time that does not parse, or with --delay, is a usage error before the store.

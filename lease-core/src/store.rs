@@ -32,12 +32,15 @@ use crate::types::{End, Ending, Fence, JournalEntry, Lease, ListFilter, RunRecor
 /// someone reclaims the run, which moves the fence. [`fenced_verdict`](crate::backend::fenced_verdict) implements these rules
 /// for backends that must explain a conditional write that matched nothing.
 ///
-/// # Kinds and start times
+/// # Kinds, priorities and start times
 ///
-/// A run's [kind](crate::Kind) and payload are fixed by its create. A claim of a kind
+/// A run's [kind](crate::Kind), priority and payload are fixed by its create. A claim of a kind
 /// ([`claim_next_kind`](LeaseStore::claim_next_kind); [`claim_next`](LeaseStore::claim_next) for
-/// the default kind) hands out only runs of that kind, and reads only that kind's index. Every
-/// lease and record says its run's kind. A run created with a delay or a `run_at`
+/// the default kind) hands out only runs of that kind, and reads only that kind's indexes; it
+/// takes the claimable runs of the highest priority first
+/// ([`NewRun::with_priority`](crate::NewRun::with_priority)), the longest waiting first within
+/// a priority, and returns them in that order. Every lease and record says its run's kind and
+/// priority. A run created with a delay or a `run_at`
 /// ([`NewRun`](crate::NewRun)) is not claimable before it has passed on the store's clock. A
 /// backend that cannot keep one of these refuses the create with
 /// [`InvalidInput::Unsupported`](crate::InvalidInput::Unsupported) before any I/O, rather than

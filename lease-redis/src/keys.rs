@@ -9,8 +9,9 @@
 //! | `{lease:ns}:j:<id>` | list | the run's journal, one entry per element |
 //! | `{lease:ns}:claimable` | zset | runnable runs of the default kind scored by the instant (µs) they become claimable |
 //! | `{lease:ns}:claimable:<kind>` | zset | the same for the runs of another [kind](lease_core::Kind), its name hex-encoded |
-//! | `{lease:ns}:kind` | hash | the kinds of runs not of the default kind: `<id>` → the kind's name; written by create, removed by purge |
-//! | `{lease:ns}:kinds` | set | every kind but the default that a run was created with, for `count` (never shrinks) |
+//! | `{lease:ns}:claimable[:<kind>]:p<N>` | zset | the same for a kind's runs of priority N, 1 to 9 |
+//! | `{lease:ns}:kind` | hash | the classes (kind and priority, [`Class::arg`]) of runs not of the default kind at priority 0; written by create, removed by purge |
+//! | `{lease:ns}:kinds` | set | every class but the default that a run was created with, for `count` (never shrinks) |
 //! | `{lease:ns}:ids` | zset | every run id, score 0, so members sort by id |
 //! | `{lease:ns}:seq` | string | the creation counter (claimable-index tiebreak) |
 //! | `{lease:ns}:k:<id>` | hash | the run's applied fenced writes under its latest fence: `f` = that fence, then call id → first result, so a resent write answers its first result |
