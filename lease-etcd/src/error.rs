@@ -96,6 +96,18 @@ pub(crate) fn is_stale_token(err: &etcd_client::Error) -> bool {
     }
 }
 
+/// Whether etcd refused a request before applying anything, in a way a new attempt can get
+/// past: "no leader" (the member has none: the client asks for one on every request, and etcd
+/// refuses in its interceptor before the handler runs) and "leader changed" (a linearizable
+/// read cut while it waited for the read index; etcd answers it only on that path, before
+/// reading anything).
+pub(crate) fn is_refused_unapplied(err: &etcd_client::Error) -> bool {
+    matches!(err, etcd_client::Error::GRpcStatus(status)
+        if status.code() == tonic::Code::Unavailable
+            && (status.message() == "etcdserver: no leader"
+                || status.message() == "etcdserver: leader changed"))
+}
+
 /// A call that did not finish within the client-side bound: it may or may not have been applied.
 pub(crate) fn timed_out(what: &str, bound: std::time::Duration) -> Error {
     Error::unavailable(

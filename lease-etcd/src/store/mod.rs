@@ -336,51 +336,77 @@ impl EtcdLeaseStore {
     /// Runs one call on the current endpoint under the client-side bound. When it fails as
     /// unavailable (the member is down, cut off, or has no leader), later calls go to the next
     /// endpoint: the client fails over to the members that can answer.
+    ///
+    /// A request etcd refused before applying anything (the member has no leader, or a
+    /// linearizable read was cut by a leader change) is sent again on the next endpoint after
+    /// a short pause, within the same bound: an election reads as a slower call, not as an
+    /// error. A request that timed out or failed otherwise is never sent again here: it may
+    /// have been applied.
     async fn call<T, F, Fut>(&self, what: &str, make: F) -> Result<T>
     where
         F: Fn(Link) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
     {
-        let at = self.current.load(Ordering::Relaxed) % self.links.len();
         let bound = self.config.timeout();
-        let link = &self.links[at];
-        let mut answer = match tokio::time::timeout(bound, make(link.clone())).await {
-            Ok(result) => result,
-            Err(_) => return self.failed_over(at, Err(timed_out(what, bound))),
-        };
-        // A token etcd no longer takes (expired, or issued before a user or role changed:
-        // etcd refuses such a request before applying it) is refreshed and the request sent
-        // once more. The client refreshes an expired token by itself; this covers the old
-        // auth revision, and a refresh that raced another.
-        if matches!(&answer, Err(e) if crate::error::is_stale_token(e)) {
-            tracing::debug!(endpoint = %self.config.endpoints()[at], "etcd refused the auth token; refreshing it");
-            answer = match tokio::time::timeout(bound, async {
-                link.client.refresh_token().await?;
-                make(link.clone()).await
-            })
-            .await
-            {
+        let started = tokio::time::Instant::now();
+        let mut pause = Duration::from_millis(20);
+        loop {
+            let at = self.current.load(Ordering::Relaxed) % self.links.len();
+            let link = &self.links[at];
+            let left = bound.saturating_sub(started.elapsed());
+            let mut answer = match tokio::time::timeout(left, make(link.clone())).await {
                 Ok(result) => result,
                 Err(_) => return self.failed_over(at, Err(timed_out(what, bound))),
             };
+            // A token etcd no longer takes (expired, or issued before a user or role changed:
+            // etcd refuses such a request before applying it) is refreshed and the request
+            // sent once more. The client refreshes an expired token by itself; this covers the
+            // old auth revision, and a refresh that raced another.
+            if matches!(&answer, Err(e) if crate::error::is_stale_token(e)) {
+                tracing::debug!(endpoint = %self.config.endpoints()[at], "etcd refused the auth token; refreshing it");
+                let left = bound.saturating_sub(started.elapsed());
+                answer = match tokio::time::timeout(left, async {
+                    link.client.refresh_token().await?;
+                    make(link.clone()).await
+                })
+                .await
+                {
+                    Ok(result) => result,
+                    Err(_) => return self.failed_over(at, Err(timed_out(what, bound))),
+                };
+            }
+            let unapplied = matches!(&answer, Err(e) if crate::error::is_refused_unapplied(e));
+            if !unapplied || bound.saturating_sub(started.elapsed()) <= pause * 2 {
+                return self.failed_over(at, answer.map_err(classify));
+            }
+            if let Err(e) = &answer {
+                tracing::debug!(endpoint = %self.config.endpoints()[at], error = %e, "etcd refused the request before applying it; sending it again");
+            }
+            self.fail_over_from(at);
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(200));
         }
-        self.failed_over(at, answer.map_err(classify))
     }
 
     /// Moves later calls to the next endpoint when `answer` says this one is unavailable.
     fn failed_over<T>(&self, at: usize, answer: Result<T>) -> Result<T> {
         if let Err(Error::Unavailable { .. }) = &answer {
-            let next = (at + 1) % self.links.len();
-            if self
-                .current
-                .compare_exchange(at, next, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-                && self.links.len() > 1
-            {
-                tracing::debug!(from = %self.config.endpoints()[at], to = %self.config.endpoints()[next], "etcd endpoint unavailable; failing over");
-            }
+            self.fail_over_from(at);
         }
         answer
+    }
+
+    /// Moves later calls from endpoint `at` to the next one (unless another call already did).
+    fn fail_over_from(&self, at: usize) {
+        let next = (at + 1) % self.links.len();
+        if self
+            .current
+            .compare_exchange(at, next, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+            && self.links.len() > 1
+        {
+            tracing::debug!(from = %self.config.endpoints()[at], to = %self.config.endpoints()[next], "etcd endpoint unavailable; failing over");
+        }
     }
 
     /// Fails closed when an answer comes from another cluster or from below a revision an
