@@ -70,7 +70,8 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     worker_payload: usize,
     /// Kinds the runs of the worker rows are spread over, each served by its own handler of
-    /// one Worker (`run_kinds`), paired with the same drain of one kind (1: none).
+    /// one Worker (`run_kinds`), paired with the same drain of one kind (1: none). With a
+    /// payload too, a third drain has both.
     #[arg(long, value_name = "N", default_value_t = 1)]
     worker_kinds: usize,
     /// Runs held by the worker that shuts down in the handover test.

@@ -382,6 +382,16 @@ pub(super) async fn throughput(
             row["kinds_over_plain"] = json!(rate(&with) / rate(&plain));
             row["with_kinds"] = with;
         }
+        if payload > 0 && kinds > 1 {
+            // Both at once, as a job queue uses them: the pairing.
+            eprintln!(
+                "bench: {} {workers} workers drain {jobs} jobs of {payload} payload bytes and {kinds} kinds",
+                target.kind.name()
+            );
+            let with = drain(target, workers, setting, jobs, payload, kinds).await?;
+            row["both_over_plain"] = json!(rate(&with) / rate(&plain));
+            row["with_both"] = with;
+        }
         row["plain"] = plain;
         rows.push(row);
     }
