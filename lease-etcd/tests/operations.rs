@@ -292,7 +292,7 @@ async fn leader_changes_delay_a_long_hold_by_at_most_a_link() {
                     claimed.push((lease.run().clone(), started.elapsed()));
                 }
             }
-            Err(e @ lease_core::Error::Unavailable { .. }) => {
+            Err(e @ Error::Unavailable { .. }) => {
                 assert!(
                     !e.to_string().contains("leader changed"),
                     "a read cut by a leader change reached the caller: {e}"

@@ -375,12 +375,14 @@ impl EtcdLeaseStore {
                     Err(_) => return self.failed_over(at, Err(timed_out(what, bound))),
                 };
             }
-            let unapplied = matches!(&answer, Err(e) if crate::error::is_refused_unapplied(e));
-            if !unapplied || bound.saturating_sub(started.elapsed()) <= pause * 2 {
-                return self.failed_over(at, answer.map_err(classify));
-            }
-            if let Err(e) = &answer {
-                tracing::debug!(endpoint = %self.config.endpoints()[at], error = %e, "etcd refused the request before applying it; sending it again");
+            match answer {
+                Err(e)
+                    if crate::error::is_refused_unapplied(&e)
+                        && bound.saturating_sub(started.elapsed()) > pause * 2 =>
+                {
+                    tracing::debug!(endpoint = %self.config.endpoints()[at], error = %e, "etcd refused the request before applying it; sending it again");
+                }
+                answer => return self.failed_over(at, answer.map_err(classify)),
             }
             self.fail_over_from(at);
             tokio::time::sleep(pause).await;
