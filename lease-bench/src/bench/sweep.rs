@@ -241,7 +241,7 @@ fn quoted(ns: &str) -> String {
 }
 
 /// Frees the case's data: the schema, or the namespace's keys.
-async fn drop_namespace(target: &Target, ns: &str) -> Result<(), BenchError> {
+pub(super) async fn drop_namespace(target: &Target, ns: &str) -> Result<(), BenchError> {
     match &target.raw {
         RawConn::Pg(pool) => {
             sqlx::query(&format!("DROP SCHEMA {} CASCADE", quoted(ns)))

@@ -20,6 +20,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::raw::RawConn;
+use super::sweep::drop_namespace;
 use super::{BenchError, Target};
 
 /// Lease TTL of the worker rows.
@@ -312,18 +313,6 @@ async fn checked_store(
     Ok(())
 }
 
-async fn drop_namespace(target: &Target, ns: &str) -> Result<(), BenchError> {
-    if let RawConn::Pg(pool) = &target.raw {
-        sqlx::query(&format!(
-            "DROP SCHEMA \"{}\" CASCADE",
-            ns.replace('"', "\"\"")
-        ))
-        .execute(pool)
-        .await?;
-    }
-    Ok(())
-}
-
 /// The settings trial at 4 instances, then 1/4/16 instances with the fastest setting.
 pub(super) async fn throughput(
     target: &Target,
@@ -363,34 +352,24 @@ pub(super) async fn throughput(
             continue;
         }
         let mut row = json!({"workers": workers});
-        if payload > 0 {
-            // The same drain with payloads, right after: the ratio is of one run.
+        // The same drain with payloads, with kinds, and with both (as a job queue uses them),
+        // each right after the plain one: each ratio is of one run.
+        let variants = [
+            ("payload", payload > 0, payload, 1),
+            ("kinds", kinds > 1, 0, kinds),
+            ("both", payload > 0 && kinds > 1, payload, kinds),
+        ];
+        for (name, wanted, payload, kinds) in variants {
+            if !wanted {
+                continue;
+            }
             eprintln!(
-                "bench: {} {workers} workers drain {jobs} jobs of {payload} payload bytes",
-                target.kind.name()
-            );
-            let with = drain(target, workers, setting, jobs, payload, 1).await?;
-            row["payload_over_plain"] = json!(rate(&with) / rate(&plain));
-            row["with_payload"] = with;
-        }
-        if kinds > 1 {
-            eprintln!(
-                "bench: {} {workers} workers drain {jobs} jobs of {kinds} kinds",
-                target.kind.name()
-            );
-            let with = drain(target, workers, setting, jobs, 0, kinds).await?;
-            row["kinds_over_plain"] = json!(rate(&with) / rate(&plain));
-            row["with_kinds"] = with;
-        }
-        if payload > 0 && kinds > 1 {
-            // Both at once, as a job queue uses them: the issue's pairing.
-            eprintln!(
-                "bench: {} {workers} workers drain {jobs} jobs of {payload} payload bytes and {kinds} kinds",
+                "bench: {} {workers} workers drain {jobs} jobs with {name} ({payload} payload bytes, {kinds} kinds)",
                 target.kind.name()
             );
             let with = drain(target, workers, setting, jobs, payload, kinds).await?;
-            row["both_over_plain"] = json!(rate(&with) / rate(&plain));
-            row["with_both"] = with;
+            row[format!("{name}_over_plain")] = json!(rate(&with) / rate(&plain));
+            row[format!("with_{name}")] = with;
         }
         row["plain"] = plain;
         rows.push(row);
@@ -608,15 +587,18 @@ pub(super) fn describe(v: &Value) -> String {
         setting(&v["best_setting"])
     );
     for r in v["rows"].as_array().into_iter().flatten() {
-        // A plain row, or a plain row paired with the same drain with payloads or kinds.
+        // A plain row, or a plain row paired with the same drain with payloads, kinds or both.
         let mut drains = vec![(r.get("plain").unwrap_or(r), None)];
-        if let Some(with) = r.get("with_payload") {
-            let what = format!("{} B payloads", with["payload_bytes"]);
-            drains.push((with, Some((what, f(&r["payload_over_plain"])))));
-        }
-        if let Some(with) = r.get("with_kinds") {
-            let what = format!("{} kinds", with["kinds"]);
-            drains.push((with, Some((what, f(&r["kinds_over_plain"])))));
+        for name in ["payload", "kinds", "both"] {
+            if let Some(with) = r.get(format!("with_{name}").as_str()) {
+                let what = match (f(&with["payload_bytes"]) as u64, f(&with["kinds"]) as u64) {
+                    (0, k) => format!("{k} kinds"),
+                    (b, 1) => format!("{b} B payloads"),
+                    (b, k) => format!("{b} B payloads, {k} kinds"),
+                };
+                let ratio = f(&r[format!("{name}_over_plain").as_str()]);
+                drains.push((with, Some((what, ratio))));
+            }
         }
         for (d, vs) in drains {
             let (what, ratio) = match vs {
