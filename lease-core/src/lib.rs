@@ -43,6 +43,7 @@ mod memory;
 mod new_run;
 pub mod observe;
 mod redact;
+mod retention;
 mod schedule;
 mod scope;
 mod store;
@@ -58,6 +59,10 @@ pub use memory::{MemoryLeaseStore, MemoryTransaction};
 pub use new_run::{refuse_priorities, NewRun, MAX_PRIORITY, MAX_START_DELAY};
 pub use observe::Instrumented;
 pub use redact::{redact_url, REDACTED, UNPARSEABLE_URL};
+pub use retention::{
+    Purger, PurgerReport, DEFAULT_PURGER_NAME, DEFAULT_PURGE_BATCH, DEFAULT_PURGE_EVERY,
+    DEFAULT_RETENTION_AGE,
+};
 pub use schedule::{Schedule, Scheduler, SchedulerReport, MAX_INTERVAL, MAX_SCHEDULE_NAME_BYTES};
 pub use scope::{min_margin, CancelReason, RunScope, ScopeConfig};
 pub use store::{LeaseStore, LeaseStoreExt};
