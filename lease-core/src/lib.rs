@@ -61,7 +61,7 @@ pub use observe::Instrumented;
 pub use redact::{redact_url, REDACTED, UNPARSEABLE_URL};
 pub use retention::{
     Purger, PurgerReport, DEFAULT_PURGER_NAME, DEFAULT_PURGE_BATCH, DEFAULT_PURGE_EVERY,
-    DEFAULT_RETENTION_AGE,
+    DEFAULT_RETENTION_AGE, PURGER_KIND,
 };
 pub use schedule::{Schedule, Scheduler, SchedulerReport, MAX_INTERVAL, MAX_SCHEDULE_NAME_BYTES};
 pub use scope::{min_margin, CancelReason, RunScope, ScopeConfig};

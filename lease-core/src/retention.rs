@@ -12,6 +12,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, InvalidInput, Result};
 use crate::id::{RunId, WorkerId};
+use crate::kind::Kind;
+use crate::new_run::NewRun;
 use crate::scope::{RunScope, ScopeConfig};
 use crate::store::LeaseStore;
 use crate::types::{check_purge, Ttl};
@@ -28,6 +30,11 @@ pub const DEFAULT_PURGE_BATCH: usize = 500;
 
 /// The name of a [`Purger`]'s lease run unless told otherwise.
 pub const DEFAULT_PURGER_NAME: &str = "lease-purger";
+
+/// The kind of a [`Worker`](crate::Worker)'s purge lease run (see
+/// [`WorkerConfig::with_retention`](crate::WorkerConfig::with_retention)): serve no runs of
+/// this kind.
+pub const PURGER_KIND: &str = "lease-purger";
 
 /// What a [`Purger::run`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -89,6 +96,7 @@ pub struct Purger {
     age: Duration,
     every: Duration,
     batch: usize,
+    lease_kind: Kind,
 }
 
 impl std::fmt::Debug for Purger {
@@ -100,6 +108,7 @@ impl std::fmt::Debug for Purger {
             .field("age", &self.age)
             .field("every", &self.every)
             .field("batch", &self.batch)
+            .field("lease_kind", &self.lease_kind)
             .finish_non_exhaustive()
     }
 }
@@ -123,6 +132,7 @@ impl Purger {
             age: DEFAULT_RETENTION_AGE,
             every: DEFAULT_PURGE_EVERY,
             batch: DEFAULT_PURGE_BATCH,
+            lease_kind: Kind::default(),
         }
     }
 
@@ -166,6 +176,15 @@ impl Purger {
     /// purgers).
     pub fn with_name(mut self, name: RunId) -> Purger {
         self.name = name;
+        self
+    }
+
+    /// The purge lease's run is of `kind`: with a kind no worker serves (such as
+    /// [`PURGER_KIND`]), the lease run can live in the store the workers claim from, and no
+    /// worker takes it for a job. This is how a [`Worker`](crate::Worker) with
+    /// [retention](crate::WorkerConfig::with_retention) keeps its purge lease.
+    pub fn with_lease_kind(mut self, kind: Kind) -> Purger {
+        self.lease_kind = kind;
         self
     }
 
@@ -218,19 +237,30 @@ impl Purger {
     }
 
     async fn take(&self, shutdown: &CancellationToken) -> Result<RunScope> {
-        match self.leases.create(&self.name).await {
+        let new = NewRun::new(self.name.clone()).with_kind(self.lease_kind.clone());
+        match self.leases.create_with(&new).await {
             Ok(_) | Err(Error::AlreadyExists { .. }) => {}
             Err(e) => return Err(e),
         }
         let config = ScopeConfig::default().with_parent(shutdown.clone());
-        RunScope::claim(
+        let scope = RunScope::claim(
             self.leases.clone(),
             &self.name,
             &self.worker,
             self.ttl,
             config,
         )
-        .await
+        .await?;
+        // A fenced write naming the holder: the lease run's journal is the purge lease's
+        // history, one entry per takeover, each under its holder's fence.
+        if let Err(e) = scope
+            .append(format!("{} holds the purge lease", self.worker).as_bytes())
+            .await
+        {
+            let _ = scope.release().await;
+            return Err(e);
+        }
+        Ok(scope)
     }
 
     /// Purges every period while `scope` holds the lease; returns when it does not.

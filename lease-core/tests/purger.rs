@@ -233,3 +233,140 @@ async fn a_purger_cut_off_stands_down_and_another_takes_over() {
     assert_eq!(runs.count().await.unwrap().completed, 0);
     eprintln!("B purged every run {took:?} after A was cut off");
 }
+
+/// Three workers with retention on one store (the memory store behind a pass-through
+/// `FaultyStore`: retention is off on `memory:` itself): one purges at a time, ended runs are
+/// gone within two periods, and no worker takes the purge lease's run for a job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_with_retention_purge_ended_runs_one_at_a_time() {
+    use lease_core::{End, Kind, RunContext, Worker, WorkerConfig, PURGER_KIND};
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    let store: Arc<dyn LeaseStore> = Arc::new(FaultyStore::new(Arc::new(MemoryLeaseStore::new())));
+    completed(&store, "old", 10).await;
+    for i in 0..5 {
+        store.create(&id(&format!("new-{i}"))).await.unwrap();
+    }
+    let handled = Arc::new(AtomicU64::new(0));
+    let shutdown = CancellationToken::new();
+    let mut tasks = Vec::new();
+    for w in ["w1", "w2", "w3"] {
+        let config = WorkerConfig::new(Ttl::from_secs(3).unwrap())
+            .with_retention(Duration::ZERO)
+            .with_retention_every(Duration::from_secs(1));
+        let worker = Worker::new(store.clone(), WorkerId::new(w).unwrap(), config).unwrap();
+        let handled = handled.clone();
+        let stop = shutdown.clone();
+        tasks.push(tokio::spawn(async move {
+            worker
+                .run(
+                    move |ctx: RunContext| {
+                        assert_ne!(ctx.run().as_str(), DEFAULT_PURGER_NAME);
+                        handled.fetch_add(1, Ordering::Relaxed);
+                        async { Ok::<_, lease_core::BoxError>(End::Complete) }
+                    },
+                    stop,
+                )
+                .await
+        }));
+    }
+    // The 5 new runs are handled and, with the 10 old ones, purged within two periods of
+    // their end (2 s), with a margin.
+    let t0 = Instant::now();
+    while handled.load(Ordering::Relaxed) < 5 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(3),
+            "the workers did not run the new runs"
+        );
+        sleep(Duration::from_millis(10)).await;
+    }
+    let took = until_no_completed(&store, Duration::from_secs(3)).await;
+    shutdown.cancel();
+    let mut purged = 0;
+    for t in tasks {
+        purged += t.await.unwrap().unwrap().purged;
+    }
+    assert_eq!(purged, 15, "every ended run purged once");
+    assert_eq!(handled.load(Ordering::Relaxed), 5);
+    let lease_run = store.inspect(&id(DEFAULT_PURGER_NAME)).await.unwrap();
+    assert_eq!(
+        lease_run.kind,
+        Kind::new(PURGER_KIND).unwrap(),
+        "{lease_run:?}"
+    );
+    assert_eq!(lease_run.state, RunState::Runnable, "released at shutdown");
+    let journal = store.journal(&id(DEFAULT_PURGER_NAME)).await.unwrap();
+    assert_eq!(journal.len(), 1, "one holder all along: {journal:?}");
+    let entry = String::from_utf8(journal[0].payload.clone()).unwrap();
+    assert!(
+        ["w1", "w2", "w3"]
+            .iter()
+            .any(|w| entry == format!("{w} holds the purge lease")),
+        "{entry}"
+    );
+    assert_eq!(journal[0].fence, lease_run.fence);
+    eprintln!("ended runs purged {took:?} after the last one ended");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_is_off_on_the_memory_store_and_the_purge_kind_is_not_served() {
+    use lease_core::{
+        End, Error, InvalidInput, Kind, Kinds, RunContext, Worker, WorkerConfig, PURGER_KIND,
+    };
+
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+    completed(&store, "old", 3).await;
+    let config = WorkerConfig::new(Ttl::from_secs(3).unwrap())
+        .with_retention(Duration::ZERO)
+        .with_retention_every(Duration::from_secs(1));
+    let worker = Worker::new(store.clone(), WorkerId::new("w").unwrap(), config.clone()).unwrap();
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    let task = tokio::spawn(async move {
+        worker
+            .run(
+                |_ctx: RunContext| async { Ok::<_, lease_core::BoxError>(End::Complete) },
+                stop,
+            )
+            .await
+    });
+    sleep(Duration::from_millis(1_500)).await;
+    shutdown.cancel();
+    assert_eq!(task.await.unwrap().unwrap().purged, 0);
+    assert_eq!(store.count().await.unwrap().completed, 3);
+    assert!(matches!(
+        store.inspect(&id(DEFAULT_PURGER_NAME)).await,
+        Err(Error::NotFound { .. })
+    ));
+
+    let worker = Worker::new(store.clone(), WorkerId::new("w").unwrap(), config).unwrap();
+    let kinds = Kinds::new().handle(Kind::new(PURGER_KIND).unwrap(), |_ctx: RunContext| async {
+        Ok::<_, lease_core::BoxError>(End::Complete)
+    });
+    let e = worker
+        .run_kinds(kinds, CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidInput(InvalidInput::WorkerSetting { setting: "kinds", value, .. }) if value == PURGER_KIND),
+        "{e}"
+    );
+
+    let e = Worker::new(
+        store,
+        WorkerId::new("w").unwrap(),
+        WorkerConfig::new(Ttl::from_secs(3).unwrap())
+            .with_retention_every(Duration::from_millis(10)),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            InvalidInput::WorkerSetting {
+                setting: "retention every",
+                ..
+            }
+        ),
+        "{e}"
+    );
+}

@@ -36,6 +36,8 @@ pub struct WorkerConfig {
     pub(super) margin: Option<Duration>,
     pub(super) retry: RetryPolicy,
     pub(super) attempt_timeout: Option<Duration>,
+    pub(super) retention: Option<Duration>,
+    pub(super) retention_every: Duration,
 }
 
 /// What a [`Worker`](crate::Worker) does with a run whose attempt failed (its handler returned
@@ -152,7 +154,36 @@ impl WorkerConfig {
             margin: None,
             retry: RetryPolicy::default(),
             attempt_timeout: None,
+            retention: None,
+            retention_every: crate::retention::DEFAULT_PURGE_EVERY,
         }
+    }
+
+    /// Retention by the fleet: while it runs, the worker takes turns with the other workers of
+    /// the store at a [`Purger`](crate::Purger), which removes ended runs (completed, failed,
+    /// cancelled) that ended more than `age` ago on the store's clock, in batches of
+    /// [`DEFAULT_PURGE_BATCH`](crate::DEFAULT_PURGE_BATCH), every
+    /// [period](WorkerConfig::with_retention_every). One worker of the fleet purges at a time:
+    /// they hold the purge lease in turn, as the run [`DEFAULT_PURGER_NAME`](crate::DEFAULT_PURGER_NAME) of kind
+    /// [`PURGER_KIND`](crate::PURGER_KIND) in the store itself (serve no runs of that kind;
+    /// `list` and `count` show that run, held while a purger runs).
+    ///
+    /// Off by default: a worker removes nothing unless told to. A common choice is
+    /// [`DEFAULT_RETENTION_AGE`](crate::DEFAULT_RETENTION_AGE), seven days. Keep ended runs at
+    /// least as long as a [`Scheduler`](crate::Scheduler)'s catch-up window and as long as
+    /// anyone reads their journals. Ignored on the `memory:` store (one process, no fleet).
+    /// `age` must be at most [`MAX_PURGE_AGE`](crate::MAX_PURGE_AGE).
+    pub fn with_retention(mut self, age: Duration) -> WorkerConfig {
+        self.retention = Some(age);
+        self
+    }
+
+    /// How often the purging worker looks for ended runs to remove (1 s to a day; default
+    /// [`DEFAULT_PURGE_EVERY`](crate::DEFAULT_PURGE_EVERY), a minute). Only with
+    /// [retention](WorkerConfig::with_retention).
+    pub fn with_retention_every(mut self, every: Duration) -> WorkerConfig {
+        self.retention_every = every;
+        self
     }
 
     /// Each attempt's deadline, apart from the lease's heartbeat: a handler still running `d`
@@ -286,6 +317,24 @@ impl WorkerConfig {
                 "grace",
                 format!("{:?}", self.grace),
                 "it must be at most a day (the shutdown waits that long for running handlers)",
+            );
+        }
+        if let Some(age) = self.retention {
+            if age > crate::types::MAX_PURGE_AGE {
+                return bad(
+                    "retention",
+                    format!("{age:?}"),
+                    "it must be at most MAX_PURGE_AGE (100 years)",
+                );
+            }
+        }
+        if self.retention_every < Duration::from_secs(1)
+            || self.retention_every > Duration::from_secs(86_400)
+        {
+            return bad(
+                "retention every",
+                format!("{:?}", self.retention_every),
+                "it must be 1 s to a day",
             );
         }
         if retry.max_attempts == Some(0) {

@@ -220,6 +220,9 @@ pub struct WorkerReport {
     pub empty_polls: u64,
     /// `end_many` round trips.
     pub batches: u64,
+    /// Ended runs this worker purged while it held the purge lease
+    /// ([retention](crate::WorkerConfig::with_retention)).
+    pub purged: u64,
 }
 
 #[derive(Default)]
@@ -260,6 +263,7 @@ impl Counters {
             timed_out: get(&self.timed_out),
             empty_polls: get(&self.empty_polls),
             batches: get(&self.batches),
+            purged: 0,
         }
     }
 }

@@ -8,6 +8,7 @@ mod batcher;
 mod config;
 mod context;
 mod kinds;
+mod purging;
 
 use std::fmt;
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use crate::heartbeats::Heartbeats;
 use crate::id::WorkerId;
 use crate::kind::Kind;
 use crate::observe;
+use crate::retention::PURGER_KIND;
 use crate::scope::{CancelReason, RunScope, ScopeConfig};
 use crate::store::LeaseStore;
 use crate::types::{End, Ending, MAX_BATCH};
@@ -36,6 +38,7 @@ use context::{bump, Counters, Observer};
 pub use context::{EndReport, Handler, HandlerFuture, RunContext, WorkerReport};
 pub use kinds::Kinds;
 use kinds::{Lane, Slot};
+use purging::stop_purger;
 
 /// Runs a handler for every run it can claim, up to a concurrency limit, and ends each lease
 /// as its handler says, in group-committed batches.
@@ -217,6 +220,16 @@ impl Worker {
         shutdown: CancellationToken,
     ) -> Result<WorkerReport> {
         kinds.check(self.config.concurrency)?;
+        if self.config.retention.is_some() {
+            if let Some(route) = kinds.routes.iter().find(|r| r.kind.as_str() == PURGER_KIND) {
+                return Err(InvalidInput::WorkerSetting {
+                    setting: "kinds",
+                    value: route.kind.to_string(),
+                    rule: "with retention, a worker does not serve PURGER_KIND: its run is the purge lease",
+                }
+                .into());
+            }
+        }
         let span = tracing::info_span!("worker", worker = %self.id, store = %self.store);
         self.run_in_span(Lane::from_routes(kinds.routes), shutdown)
             .instrument(span)
@@ -229,6 +242,7 @@ impl Worker {
         shutdown: CancellationToken,
     ) -> Result<WorkerReport> {
         let counters = Arc::new(Counters::default());
+        let purging = self.start_purger(&shutdown);
         let hub = Heartbeats::new(self.store.clone(), self.config.heartbeat())?;
         let mut scope_config = ScopeConfig::default().with_heartbeats(hub.clone());
         if let Some(margin) = self.config.margin {
@@ -451,7 +465,10 @@ impl Worker {
             tracing::error!(error = %e, "the batcher task failed");
         }
         drop(hub);
-        let report = counters.report();
+        let mut report = counters.report();
+        if let Some(purging) = purging {
+            report.purged = stop_purger(purging).await;
+        }
         tracing::info!(?report, "worker stopped");
         match fatal {
             Some(e) => Err(e),
