@@ -13,6 +13,7 @@ use output::Format;
 mod demo;
 mod ops;
 mod output;
+mod purger;
 mod run;
 mod schedule;
 
@@ -158,8 +159,16 @@ enum Command {
         #[arg(long, value_name = "AGE", value_parser = ops::parse_age)]
         older_than: Duration,
         /// Only count what would be removed.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "every")]
         dry_run: bool,
+        /// Keep purging every AGE until SIGINT or SIGTERM, taking turns with the other
+        /// purgers of the store (other `lease purge --every` and workers with retention)
+        /// under one lease: the run lease-purger, of kind lease-purger.
+        #[arg(long, value_name = "AGE", value_parser = ops::parse_age)]
+        every: Option<Duration>,
+        /// With --every: the worker id recorded as the purge lease's owner; default HOST:PID.
+        #[arg(long = "id", value_name = "WORKER", requires = "every")]
+        id: Option<String>,
         #[command(flatten)]
         json: JsonAlias,
     },
@@ -292,8 +301,15 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         }
         Command::Purge {
             older_than,
+            every: Some(every),
+            id,
+            ..
+        } => purger::purge_every(&config, older_than, every, id).await,
+        Command::Purge {
+            older_than,
             dry_run,
             json,
+            ..
         } => ops::purge(&config, older_than, dry_run, format(out, &json)).await,
         Command::Migrate => ops::migrate(&config, out).await,
         Command::EtcdRebind => ops::etcd_rebind(&config, out).await,

@@ -87,6 +87,18 @@ pub(crate) async fn schedule(config: &Config, args: ScheduleArgs) -> Result<(), 
     if let Some(window) = args.catch_up {
         scheduler = scheduler.with_catch_up(window);
     }
+    let shutdown = shutdown_on_signals()?;
+    tracing::info!(schedule = %args.name, "scheduler started");
+    let report = scheduler.run(shutdown).await?;
+    eprintln!(
+        "lease: schedule {} stopped: held its lease {} times, created {} tick runs ({} found created already)",
+        args.name, report.held, report.created, report.existed
+    );
+    Ok(())
+}
+
+/// A token cancelled at the first SIGINT or SIGTERM.
+pub(crate) fn shutdown_on_signals() -> Result<CancellationToken, Failure> {
     let shutdown = CancellationToken::new();
     let on = |kind: SignalKind| {
         signal(kind).map_err(|e| Failure {
@@ -103,11 +115,5 @@ pub(crate) async fn schedule(config: &Config, args: ScheduleArgs) -> Result<(), 
         }
         stop.cancel();
     });
-    tracing::info!(schedule = %args.name, "scheduler started");
-    let report = scheduler.run(shutdown).await?;
-    eprintln!(
-        "lease: schedule {} stopped: held its lease {} times, created {} tick runs ({} found created already)",
-        args.name, report.held, report.created, report.existed
-    );
-    Ok(())
+    Ok(shutdown)
 }

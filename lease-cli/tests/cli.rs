@@ -1066,6 +1066,54 @@ fn lease_schedule_refuses_bad_schedules_and_the_memory_store() {
     );
 }
 
+/// `lease purge --every` refuses a bad period, flags that do not go together and the memory
+/// store, each before connecting (the Redis URL is never reached).
+#[test]
+fn lease_purge_every_refuses_bad_input_before_connecting() {
+    let redis = "redis://127.0.0.1:1";
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--older-than", "7d", "--every", "500ms"],
+            "worker setting every is 500ms; a purger's period must be 1 s to a day",
+        ),
+        (
+            &["--older-than", "7d", "--every", "2d"],
+            "a purger's period must be 1 s to a day",
+        ),
+        (
+            &["--older-than", "7d", "--every", "1m", "--dry-run"],
+            "cannot be used with",
+        ),
+        (&["--older-than", "7d", "--id", "host-a"], "--every <AGE>"),
+        (
+            &["--older-than", "7d", "--every", "1m", "--id", ""],
+            "empty",
+        ),
+    ];
+    for (flags, says) in cases {
+        let mut args = vec!["--store", redis, "purge"];
+        args.extend_from_slice(flags);
+        let out = lease(&args);
+        assert_exit(&out, USAGE);
+        assert!(stderr(&out).contains(says), "{flags:?}: {}", stderr(&out));
+    }
+    let out = lease(&[
+        "--store",
+        "memory:",
+        "purge",
+        "--older-than",
+        "7d",
+        "--every",
+        "1m",
+    ]);
+    assert_exit(&out, USAGE);
+    assert!(
+        stderr(&out).contains("memory: lives inside this one process"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 /// `lease completions bash` prints a bash completion script for `lease` and its commands.
 #[test]
 fn completions_print_a_script_for_the_shell() {

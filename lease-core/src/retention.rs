@@ -151,6 +151,20 @@ impl Purger {
     /// # Errors
     /// [`InvalidInput::WorkerSetting`] naming `every`.
     pub fn with_every(mut self, every: Duration) -> Result<Purger, InvalidInput> {
+        Purger::check(self.age, every, self.batch)?;
+        self.every = every;
+        Ok(self)
+    }
+
+    /// Checks a purger's settings as the `with_` calls do, for a caller that wants to refuse
+    /// them before connecting to anything: `age` at most
+    /// [`MAX_PURGE_AGE`](crate::MAX_PURGE_AGE), `every` 1 s to a day, `batch` 1 to
+    /// [`MAX_BATCH`](crate::MAX_BATCH).
+    ///
+    /// # Errors
+    /// The [`InvalidInput`] of the first setting out of range.
+    pub fn check(age: Duration, every: Duration, batch: usize) -> Result<(), InvalidInput> {
+        check_purge(age, batch)?;
         if every < Duration::from_secs(1) || every > Duration::from_secs(86_400) {
             return Err(InvalidInput::WorkerSetting {
                 setting: "every",
@@ -158,8 +172,7 @@ impl Purger {
                 rule: "a purger's period must be 1 s to a day",
             });
         }
-        self.every = every;
-        Ok(self)
+        Ok(())
     }
 
     /// Removes at most `batch` runs per purge call: 1 to [`MAX_BATCH`](crate::MAX_BATCH).

@@ -1,0 +1,228 @@
+//! Whole-system test of retention by the fleet: three `lease purge --every 1s` processes on one
+//! store take turns at the purge lease. Ended runs go within two periods of their end; the
+//! holder is SIGSTOPped and another takes over within the TTL and purges what ends after; when
+//! the stopped one is continued, its lease is gone and it does not take the purge back. Every
+//! ended run is purged exactly once (the processes' own counts add up), and the purge lease's
+//! journal names one holder per fence, in fence order.
+//!
+//! Run with the other whole-system tests, one at a time
+//! (`cargo test -p distribution --test it_retention -- --test-threads=1`).
+
+#[allow(dead_code)]
+mod support;
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use distribution::{
+    connect, Config, LeaseStore, RunId, Ttl, WorkerId, DEFAULT_PURGER_NAME, PURGER_KIND,
+};
+use support::partition::B_HOST;
+use support::servers::{Kind, Server};
+use support::worker::lease_bin;
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+const TTL_MS: u64 = 2_000;
+const SECS: fn(u64) -> Duration = Duration::from_secs;
+
+fn spawn(id: &str, url: &str, ns: &str, log: &std::path::Path) -> Child {
+    let log = std::fs::File::create(log).expect("create the purger's log");
+    Command::new(lease_bin())
+        .args(["--store", url, "--namespace", ns])
+        .args(["--ttl-ms", &TTL_MS.to_string()])
+        .args(["purge", "--older-than", "0s", "--every", "1s", "--id", id])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn lease purge --every")
+}
+
+fn signal(child: &Child, sig: &str) {
+    let pid = child.id().expect("running").to_string();
+    let sent = std::process::Command::new("kill")
+        .args([sig, &pid])
+        .status()
+        .expect("run kill");
+    assert!(sent.success(), "{sig} to {pid}");
+}
+
+/// Creates the runs `{prefix}-{i}`, each claimed and completed.
+async fn completed(store: &Arc<dyn LeaseStore>, prefix: &str, n: usize) {
+    let w = WorkerId::new("test").unwrap();
+    for i in 0..n {
+        let run = RunId::new(format!("{prefix}-{i}")).unwrap();
+        store.create(&run).await.expect("create");
+        let lease = store
+            .claim(&run, &w, Ttl::from_secs(30).unwrap())
+            .await
+            .expect("claim");
+        store.complete(&lease).await.expect("complete");
+    }
+}
+
+/// The holder of the purge lease, waiting up to `within` for one other than `not`.
+async fn holder(store: &dyn LeaseStore, not: Option<&str>, within: Duration) -> String {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Ok(record) = store
+            .inspect(&RunId::new(DEFAULT_PURGER_NAME).unwrap())
+            .await
+        {
+            assert_eq!(record.kind.as_str(), PURGER_KIND);
+            if let Some(owner) = record.owner.as_ref().filter(|_| !record.is_expired()) {
+                if Some(owner.as_str()) != not {
+                    return owner.as_str().to_owned();
+                }
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no purger other than {not:?} held the purge lease within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until no completed run is left, at most `within`; how long that took.
+async fn until_purged(store: &dyn LeaseStore, within: Duration) -> Duration {
+    let t0 = Instant::now();
+    loop {
+        let left = store.count().await.expect("count").completed;
+        if left == 0 {
+            return t0.elapsed();
+        }
+        assert!(
+            t0.elapsed() < within,
+            "{left} completed runs left after {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The runs a purger process says it purged, from its last line.
+fn purged_by(log: &std::path::Path) -> u64 {
+    let text = std::fs::read_to_string(log).expect("read the purger's log");
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("lease: purger stopped:"))
+        .unwrap_or_else(|| panic!("no summary line in {}:\n{text}", log.display()));
+    line.split("purged ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {line:?}"))
+}
+
+async fn three_purgers_take_turns_through_a_sigstop(kind: Kind) {
+    let Some(server) = Server::start(kind) else {
+        return;
+    };
+    let ns = server.namespace("retention");
+    let url = server.url_via(B_HOST);
+    let store = connect(
+        &Config::default()
+            .with_store(url.clone())
+            .with_namespace(ns.clone()),
+    )
+    .await
+    .expect("admin connection");
+    completed(&store, "early", 40).await;
+
+    let _ = lease_bin(); // built before the clock starts
+    let dir = std::env::temp_dir().join(format!(
+        "lease-it-retention-{}-{kind:?}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).expect("a log directory");
+    let names = ["p1", "p2", "p3"];
+    let logs: Vec<_> = names.iter().map(|n| dir.join(format!("{n}.log"))).collect();
+    let mut children: Vec<Child> = names
+        .iter()
+        .zip(&logs)
+        .map(|(n, log)| spawn(n, &url, &ns, log))
+        .collect();
+
+    let first = holder(&*store, None, SECS(30)).await;
+    let took = until_purged(&*store, SECS(10)).await;
+    eprintln!(
+        "{kind:?}: {first} holds the purge lease; the first 40 runs were gone {took:?} after"
+    );
+
+    // The holder stops (SIGSTOP) between two purges; runs end meanwhile.
+    let stopped = names.iter().position(|n| *n == first).unwrap();
+    signal(&children[stopped], "-STOP");
+    let cut = Instant::now();
+    completed(&store, "late", 20).await;
+    let second = holder(&*store, Some(&first), SECS(10)).await;
+    // The TTL for the stopped holder's lease to run out, then two periods, and a margin.
+    let gone = until_purged(&*store, SECS(8).saturating_sub(cut.elapsed())).await;
+    eprintln!(
+        "{kind:?}: {first} stopped; {second} took over; 20 more runs gone {:?} after the stop",
+        cut.elapsed()
+    );
+    let _ = gone;
+
+    // Continued, the old holder finds its lease gone and does not take the purge back.
+    signal(&children[stopped], "-CONT");
+    tokio::time::sleep(SECS(3)).await;
+    assert_eq!(
+        holder(&*store, None, SECS(1)).await,
+        second,
+        "the continued purger took the lease back from a live holder"
+    );
+    completed(&store, "after", 5).await;
+    until_purged(&*store, SECS(4)).await;
+
+    for child in &children {
+        signal(child, "-TERM");
+    }
+    for (name, child) in names.iter().zip(&mut children) {
+        let status = tokio::time::timeout(SECS(20), child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("{name} did not exit within 20 s of SIGTERM"))
+            .expect("wait");
+        assert_eq!(status.code(), Some(0), "{name} exits 0 on SIGTERM");
+    }
+    let purged: u64 = logs.iter().map(|l| purged_by(l)).sum();
+    assert_eq!(purged, 65, "each ended run purged exactly once");
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // One holder per fence, in fence order: first, then second, then whoever took the lease
+    // as the others stopped.
+    let journal = store
+        .journal(&RunId::new(DEFAULT_PURGER_NAME).unwrap())
+        .await
+        .expect("the purge lease's journal");
+    let holders: Vec<(u64, String)> = journal
+        .iter()
+        .map(|e| {
+            let text = String::from_utf8(e.payload.clone()).expect("UTF-8");
+            let who = text
+                .strip_suffix(" holds the purge lease")
+                .unwrap_or_else(|| panic!("unexpected journal entry {text:?}"));
+            (e.fence.get(), who.to_owned())
+        })
+        .collect();
+    eprintln!("{kind:?}: purge lease history {holders:?}");
+    assert!(
+        holders.windows(2).all(|w| w[0].0 < w[1].0),
+        "one takeover per fence: {holders:?}"
+    );
+    assert_eq!(holders[0].1, first, "{holders:?}");
+    assert_eq!(holders[1].1, second, "{holders:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_purgers_take_turns_through_a_sigstop_on_postgres() {
+    three_purgers_take_turns_through_a_sigstop(Kind::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_purgers_take_turns_through_a_sigstop_on_redis() {
+    three_purgers_take_turns_through_a_sigstop(Kind::Redis).await;
+}
