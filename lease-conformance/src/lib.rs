@@ -28,6 +28,7 @@ mod life_scenarios;
 pub mod model_check;
 mod payload_scenarios;
 mod priority_scenarios;
+mod retention_scenarios;
 mod run_at_scenarios;
 mod safety_scenarios;
 mod scenarios;
@@ -44,6 +45,7 @@ pub use kind_scenarios::*;
 pub use life_scenarios::*;
 pub use payload_scenarios::*;
 pub use priority_scenarios::*;
+pub use retention_scenarios::*;
 pub use run_at_scenarios::*;
 pub use safety_scenarios::*;
 pub use scenarios::*;
@@ -237,6 +239,7 @@ macro_rules! conformance_tests {
             worker_handler_ignoring_its_token_is_still_fenced,
             worker_shutdown_hands_runs_over_within_one_poll,
             worker_reports_no_end_before_its_batch_commits,
+            workers_with_retention_purge_ended_runs_under_one_lease,
             scope_heartbeats_keep_a_lease_past_its_ttl,
             scope_over_a_hanging_store_cancels_at_its_local_deadline_before_store_expiry,
             scope_whose_renewal_is_rejected_cancels_with_the_rejection,

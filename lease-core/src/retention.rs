@@ -201,8 +201,9 @@ impl Purger {
         self
     }
 
-    /// Takes turns at the purge lease and purges while holding it, until `shutdown` (the lease
-    /// is then released, so another purger takes over at once).
+    /// Takes turns at the purge lease and purges while holding it, until `shutdown`: a batch
+    /// out then is waited for (each store call is bounded), and the lease is released, so
+    /// another purger takes over at once.
     ///
     /// # Errors
     /// A refusal that waiting does not cure: the purge lease run was cancelled, completed,
@@ -215,13 +216,13 @@ impl Purger {
             // A call that hangs (a partition) must not keep the purger from stopping.
             let taken = tokio::select! {
                 () = shutdown.cancelled() => break,
-                taken = self.take(&shutdown) => taken,
+                taken = self.take() => taken,
             };
             let wait = match taken {
                 Ok(scope) => {
                     report.held += 1;
                     tracing::info!(purger = %self.name, fence = %scope.fence(), "purge lease taken");
-                    if let Err(e) = self.hold(&scope, &mut report).await {
+                    if let Err(e) = self.hold(&scope, &shutdown, &mut report).await {
                         let _ = scope.release().await;
                         return Err(e);
                     }
@@ -249,13 +250,15 @@ impl Purger {
         Ok(report)
     }
 
-    async fn take(&self, shutdown: &CancellationToken) -> Result<RunScope> {
+    async fn take(&self) -> Result<RunScope> {
         let new = NewRun::new(self.name.clone()).with_kind(self.lease_kind.clone());
         match self.leases.create_with(&new).await {
             Ok(_) | Err(Error::AlreadyExists { .. }) => {}
             Err(e) => return Err(e),
         }
-        let config = ScopeConfig::default().with_parent(shutdown.clone());
+        // Not a child of the shutdown: the scope's cancellation means the lease is lost, and a
+        // batch out at shutdown is waited for (so that it is counted), then the lease released.
+        let config = ScopeConfig::default();
         let scope = RunScope::claim(
             self.leases.clone(),
             &self.name,
@@ -277,9 +280,17 @@ impl Purger {
     }
 
     /// Purges every period while `scope` holds the lease; returns when it does not.
-    async fn hold(&self, scope: &RunScope, report: &mut PurgerReport) -> Result<()> {
+    async fn hold(
+        &self,
+        scope: &RunScope,
+        shutdown: &CancellationToken,
+        report: &mut PurgerReport,
+    ) -> Result<()> {
         loop {
             loop {
+                if shutdown.is_cancelled() {
+                    return Ok(());
+                }
                 if !self.may_start(scope) {
                     report.stood_down += 1;
                     tracing::warn!(purger = %self.name, fence = %scope.fence(), "purge lease ended or about to: no batch started");
@@ -318,6 +329,7 @@ impl Purger {
             }
             tokio::select! {
                 () = scope.cancelled() => return Ok(()),
+                () = shutdown.cancelled() => return Ok(()),
                 () = tokio::time::sleep(self.every) => {}
             }
         }
