@@ -43,6 +43,7 @@ mod memory;
 mod new_run;
 pub mod observe;
 mod redact;
+mod refresh;
 mod retention;
 mod schedule;
 mod scope;

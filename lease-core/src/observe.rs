@@ -17,6 +17,8 @@ use crate::id::{IdempotencyKey, RunId, WorkerId};
 use crate::store::LeaseStore;
 use crate::types::{Ending, JournalEntry, Lease, ListFilter, RunRecord, Ttl};
 
+pub use crate::refresh::{spawn_counts, CountsRefresher, MIN_COUNTS_EVERY};
+
 /// Counter: store calls, by `backend`, `operation` and `outcome` (`ok`, or [`reason`] of the
 /// error).
 pub const STORE_OPERATIONS: &str = "lease_store_operations_total";
@@ -51,9 +53,9 @@ pub const WORKER_BATCH_SIZE: &str = "lease_worker_batch_size";
 pub const WORKER_HANDLER_DURATION: &str = "lease_worker_handler_duration_seconds";
 /// Gauge: handlers running in this process's [`Worker`](crate::Worker)s.
 pub const WORKER_IN_FLIGHT: &str = "lease_worker_jobs_in_flight";
-/// Gauge: runs by `state` (`claimable`, `held`, `delayed`, `suspended`, `completed`,
-/// `failed`), as the last [`record_counts`] set them from a store's
-/// [`count`](crate::LeaseStore::count).
+/// Gauge: runs by `state` (`claimable`, `held`, `delayed`, `suspended`, `completed`, `failed`,
+/// `cancelled`), as the last [`record_counts`] set them from a store's
+/// [`count`](crate::LeaseStore::count); [`spawn_counts`] refreshes it.
 pub const RUNS: &str = "lease_runs";
 /// Counter: handlers that failed, by `outcome` (`error`, `panic`) and what the
 /// [`Worker`](crate::Worker) did with the run (`then`: `retry`, `fail`, `release`).

@@ -139,3 +139,88 @@ fn stale_writes_lost_leases_and_empty_claims_are_counted() {
         }
     }
 }
+
+#[allow(dead_code)]
+mod common;
+
+fn gauge(snapshot: &Snapshot, state: &str) -> Option<f64> {
+    match value(snapshot, lease_core::observe::RUNS, &[("state", state)]) {
+        Some(DebugValue::Gauge(g)) => Some(g.into_inner()),
+        None => None,
+        Some(other) => panic!("lease_runs is not a gauge: {other:?}"),
+    }
+}
+
+/// `spawn_counts` sets the runs gauge at once and again every period, stops when its handle is
+/// dropped, and ends by itself on a store that cannot count.
+#[test]
+fn spawn_counts_keeps_the_runs_gauge_fresh_until_dropped() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+            let w = WorkerId::new("w").unwrap();
+            for id in ["a", "b", "c"] {
+                store.create(&RunId::new(id).unwrap()).await.unwrap();
+            }
+            let lease = store
+                .claim(&RunId::new("a").unwrap(), &w, Ttl::from_secs(30).unwrap())
+                .await
+                .unwrap();
+            store.complete(&lease).await.unwrap();
+
+            let refresher =
+                lease_core::observe::spawn_counts(store.clone(), Duration::from_secs(1));
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let now: Snapshot = snapshotter.snapshot().into_vec();
+            assert_eq!(gauge(&now, "claimable"), Some(2.0), "set at once");
+            assert_eq!(gauge(&now, "completed"), Some(1.0));
+            assert_eq!(gauge(&now, "cancelled"), Some(0.0));
+
+            let lease = store
+                .claim(&RunId::new("b").unwrap(), &w, Ttl::from_secs(30).unwrap())
+                .await
+                .unwrap();
+            store.complete(&lease).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(1_300)).await;
+            let now: Snapshot = snapshotter.snapshot().into_vec();
+            assert_eq!(
+                gauge(&now, "claimable"),
+                Some(1.0),
+                "refreshed after a period"
+            );
+            assert_eq!(gauge(&now, "completed"), Some(2.0));
+
+            drop(refresher);
+            let lease = store
+                .claim(&RunId::new("c").unwrap(), &w, Ttl::from_secs(30).unwrap())
+                .await
+                .unwrap();
+            store.complete(&lease).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(1_300)).await;
+            let now: Snapshot = snapshotter.snapshot().into_vec();
+            // (The debugging recorder's snapshot resets what it read; a refresh would have set
+            // the 3 completed runs the store now has.)
+            assert_ne!(
+                gauge(&now, "completed"),
+                Some(3.0),
+                "refreshed after it was dropped"
+            );
+            assert_eq!(store.count().await.unwrap().completed, 3);
+
+            // A store with only the required calls cannot count: the task ends by itself.
+            let plain: Arc<dyn LeaseStore> = common::gated(|_| None);
+            let refresher = lease_core::observe::spawn_counts(plain, Duration::from_secs(1));
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert!(
+                refresher.is_finished(),
+                "a store that cannot count ends the refresh"
+            );
+        });
+    });
+}

@@ -251,27 +251,21 @@ async fn claim(
 
 pub(crate) async fn run(config: &Config, args: WorkerArgs) -> Result<(), Failure> {
     let worker = WorkerId::new(&args.id)?;
+    // The lease_runs gauge, every 5 s, on a connection of its own (a memory: store would be
+    // another, empty store, so none there); refreshed while this function runs.
+    let mut _counts = None;
     if let Some(addr) = &args.metrics {
         let bound = crate::metrics::serve(addr).await?;
         Events::stdout().emit(
             "metrics",
             json!({"addr": bound.to_string(), "path": "/metrics"}),
         );
-        // The lease_runs gauge, every 5 s, on a connection of its own (a memory: store would
-        // be another, empty store, so none there).
         if config.backend()? != distribution::Backend::Memory {
             let counter = connect_store(config).await?.as_dyn();
-            tokio::spawn(async move {
-                loop {
-                    match counter.count().await {
-                        Ok(counts) => distribution::observe::record_counts(&counts),
-                        Err(e) => {
-                            tracing::warn!(error = %e, "count for the lease_runs gauge failed")
-                        }
-                    }
-                    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
-                }
-            });
+            _counts = Some(distribution::observe::spawn_counts(
+                counter,
+                std::time::Duration::from_secs(5),
+            ));
         }
     }
     if let Some(n) = args.pool {

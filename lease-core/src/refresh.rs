@@ -1,0 +1,80 @@
+//! [`spawn_counts`]: the [`RUNS`](crate::observe::RUNS) gauge kept fresh by the library.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+use crate::error::Error;
+use crate::observe::record_counts;
+use crate::store::LeaseStore;
+
+/// The shortest period of [`spawn_counts`]: a second (each refresh is one `count` call, whose
+/// server work is bounded but not free).
+pub const MIN_COUNTS_EVERY: Duration = Duration::from_secs(1);
+
+/// The task [`spawn_counts`] started; it stops when this is dropped (or [`stop`](Self::stop)ped).
+#[derive(Debug)]
+#[must_use = "the refresh stops when this is dropped"]
+pub struct CountsRefresher {
+    task: JoinHandle<()>,
+}
+
+impl CountsRefresher {
+    /// Stops the refresh.
+    pub fn stop(self) {
+        drop(self);
+    }
+
+    /// Whether the task has ended (it ends by itself only for a store that cannot count).
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+}
+
+impl Drop for CountsRefresher {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Sets the [`RUNS`](crate::observe::RUNS) gauge from `store`'s
+/// [`count`](LeaseStore::count) now and then every `every` (at least [`MIN_COUNTS_EVERY`]),
+/// until the returned [`CountsRefresher`] is dropped. One process of the fleet is enough: the
+/// gauge says what is in the store, not what this process did. A failed count is logged and
+/// tried again at the next period, the gauge keeping its last figures; a store that cannot
+/// count (`Unsupported`) is logged once and the task ends. Call it inside a Tokio runtime.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use lease_core::{observe, LeaseStore, MemoryLeaseStore};
+///
+/// let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+/// let counts = observe::spawn_counts(store, Duration::from_secs(15));
+/// // ... serve; the gauge lease_runs{state=...} follows the store ...
+/// counts.stop();
+/// # Ok(()) }
+/// ```
+pub fn spawn_counts(store: Arc<dyn LeaseStore>, every: Duration) -> CountsRefresher {
+    let every = every.max(MIN_COUNTS_EVERY);
+    let task = tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            match store.count().await {
+                Ok(counts) => record_counts(&counts),
+                Err(e @ Error::InvalidInput(_)) => {
+                    tracing::error!(store = %store, error = %e, "the store cannot count; the lease_runs gauge is not refreshed");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(store = %store, error = %e, "count failed; the lease_runs gauge keeps its last figures");
+                }
+            }
+        }
+    });
+    CountsRefresher { task }
+}
