@@ -50,6 +50,10 @@ pub struct Capabilities {
     /// 500 ms) may be this late. Scenarios wait this much longer before they expect expiry,
     /// and the model check accepts either answer for this much longer.
     pub max_expiry_lag: Duration,
+    /// Whether [`count`](lease_core::LeaseStore::count) reports the queue's lag
+    /// ([`RunCounts::oldest_claimable_age`](lease_core::RunCounts::oldest_claimable_age)); a
+    /// store that times no instants of its own (etcd) reports `None`.
+    pub queue_lag: bool,
 }
 
 impl Default for Capabilities {
@@ -58,6 +62,7 @@ impl Default for Capabilities {
             min_ttl: Duration::from_millis(1),
             ttl_granularity: Duration::from_millis(1),
             max_expiry_lag: Duration::ZERO,
+            queue_lag: true,
         }
     }
 }
@@ -103,6 +108,13 @@ impl Capabilities {
             "max_expiry_lag must be whole milliseconds up to {MAX_MIN_TTL:?}, got {lag:?}"
         );
         self.max_expiry_lag = lag;
+        self
+    }
+
+    /// The store does not report the queue's lag.
+    #[must_use]
+    pub fn without_queue_lag(mut self) -> Self {
+        self.queue_lag = false;
         self
     }
 

@@ -24,6 +24,7 @@ pub mod fuzz;
 mod hub_scenarios;
 mod job_scenarios;
 mod kind_scenarios;
+mod lag_scenarios;
 mod life_scenarios;
 pub mod model_check;
 mod payload_scenarios;
@@ -42,6 +43,7 @@ pub use fault_scenarios::*;
 pub use hub_scenarios::*;
 pub use job_scenarios::*;
 pub use kind_scenarios::*;
+pub use lag_scenarios::*;
 pub use life_scenarios::*;
 pub use payload_scenarios::*;
 pub use priority_scenarios::*;
@@ -222,6 +224,7 @@ macro_rules! conformance_tests {
             an_end_the_handler_committed_is_reported_once_after_a_renewal_met_it,
             a_scope_fails_a_run_claimed_past_its_budget,
             count_tells_how_many_runs_are_in_each_state,
+            count_tells_the_queue_lag_on_the_store_clock,
             cancel_ends_a_run_in_every_state_but_completed,
             cancel_fences_out_the_holder_with_a_verdict_naming_it,
             a_cancel_racing_the_holders_end_has_exactly_one_winner,

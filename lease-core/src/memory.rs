@@ -742,7 +742,15 @@ impl LeaseStore for MemoryLeaseStore {
         let now = Instant::now();
         let state = self.lock();
         let mut counts = crate::RunCounts::default();
+        let mut oldest: Option<Instant> = None;
         for slot in state.runs.values() {
+            if slot.state == RunState::Runnable {
+                // Claimable since the expiry of its lease, or since claimable_at.
+                let since = slot.expires_at.unwrap_or(slot.claimable_at);
+                if since <= now && oldest.is_none_or(|o| since < o) {
+                    oldest = Some(since);
+                }
+            }
             let figure = match slot.state {
                 RunState::Suspended => &mut counts.suspended,
                 RunState::Completed => &mut counts.completed,
@@ -757,6 +765,7 @@ impl LeaseStore for MemoryLeaseStore {
             };
             *figure = (*figure + 1).min(crate::MAX_COUNT);
         }
+        counts.oldest_claimable_age = oldest.map(|since| now - since);
         Ok(counts)
     }
 

@@ -57,6 +57,11 @@ pub const WORKER_IN_FLIGHT: &str = "lease_worker_jobs_in_flight";
 /// `cancelled`), as the last [`record_counts`] set them from a store's
 /// [`count`](crate::LeaseStore::count); [`spawn_counts`] refreshes it.
 pub const RUNS: &str = "lease_runs";
+/// Gauge (seconds): the queue's lag, how long the run that has waited longest has been
+/// claimable, on the store's clock (0 when no run is claimable), as the last
+/// [`record_counts`] set it ([`RunCounts::oldest_claimable_age`](crate::RunCounts::oldest_claimable_age)).
+/// Not set from a store that cannot tell (etcd).
+pub const QUEUE_LAG: &str = "lease_queue_lag_seconds";
 /// Counter: handlers that failed, by `outcome` (`error`, `panic`) and what the
 /// [`Worker`](crate::Worker) did with the run (`then`: `retry`, `fail`, `release`).
 pub const WORKER_HANDLER_ERRORS: &str = "lease_worker_handler_errors_total";
@@ -160,7 +165,14 @@ pub const SERIES: &[(&str, &str, &str, &str, &str)] = &[
         "gauge",
         "runs",
         "state",
-        "runs by state, from the store's count (lease-test-worker worker --metrics refreshes it every 5 s)",
+        "runs by state, from the store's count (spawn_counts refreshes it)",
+    ),
+    (
+        QUEUE_LAG,
+        "gauge",
+        "seconds",
+        "",
+        "how long the longest-waiting claimable run has waited, on the store's clock; 0 when none waits",
     ),
     (
         WORKER_HANDLER_ERRORS,
@@ -211,7 +223,7 @@ pub fn reason(e: &Error) -> &'static str {
     }
 }
 
-/// Sets the [`RUNS`] gauge, one series per state, from `counts`.
+/// Sets the [`RUNS`] gauge, one series per state, and the [`QUEUE_LAG`] gauge from `counts`.
 pub fn record_counts(counts: &crate::RunCounts) {
     for (state, n) in [
         ("claimable", counts.claimable),
@@ -223,6 +235,11 @@ pub fn record_counts(counts: &crate::RunCounts) {
         ("cancelled", counts.cancelled),
     ] {
         metrics::gauge!(RUNS, "state" => state).set(n as f64);
+    }
+    match counts.oldest_claimable_age {
+        Some(age) => metrics::gauge!(QUEUE_LAG).set(age.as_secs_f64()),
+        None if counts.claimable == 0 => metrics::gauge!(QUEUE_LAG).set(0.0),
+        None => {} // runs wait, but the store cannot tell for how long
     }
 }
 

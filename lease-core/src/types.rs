@@ -654,6 +654,11 @@ pub struct RunCounts {
     pub failed: u64,
     /// Cancelled.
     pub cancelled: u64,
+    /// The queue's lag: how long the run that has waited longest has been claimable, on the
+    /// store's clock (since its creation, the end of its delay or retry delay, its release, or
+    /// the expiry of its last lease). `None` when no run is claimable, or when the backend
+    /// cannot tell (etcd times no instants of its own).
+    pub oldest_claimable_age: Option<Duration>,
 }
 
 /// The largest figure [`count`](crate::LeaseStore::count) reports: one million per state.

@@ -181,6 +181,16 @@ fn spawn_counts_keeps_the_runs_gauge_fresh_until_dropped() {
             assert_eq!(gauge(&now, "claimable"), Some(2.0), "set at once");
             assert_eq!(gauge(&now, "completed"), Some(1.0));
             assert_eq!(gauge(&now, "cancelled"), Some(0.0));
+            match value(&now, lease_core::observe::QUEUE_LAG, &[]) {
+                Some(DebugValue::Gauge(lag)) => {
+                    let lag = lag.into_inner();
+                    assert!(
+                        lag > 0.0 && lag < 10.0,
+                        "b and c have waited since their create: {lag}"
+                    );
+                }
+                other => panic!("no queue lag gauge: {other:?}"),
+            }
 
             let lease = store
                 .claim(&RunId::new("b").unwrap(), &w, Ttl::from_secs(30).unwrap())

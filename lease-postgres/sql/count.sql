@@ -1,5 +1,5 @@
 -- $1 the most to count per figure
--- Returns: one row, a figure per part of a run's life, each counted up to $1 through the
+-- Returns: one row, a figure per part of a run's life (and the queue's lag), each counted up to $1 through the
 -- partial index that holds it, so one call's work is bounded by $1 per figure (per kind for the
 -- runnable figures, plus the held runs the delayed count walks past in runs_claimable).
 --
@@ -47,4 +47,21 @@ SELECT
   (SELECT count(*) FROM (
      SELECT 1 FROM {schema}.runs WHERE state = 'failed' LIMIT $1) c) AS failed,
   (SELECT count(*) FROM (
-     SELECT 1 FROM {schema}.runs WHERE state = 'cancelled' LIMIT $1) c) AS cancelled
+     SELECT 1 FROM {schema}.runs WHERE state = 'cancelled' LIMIT $1) c) AS cancelled,
+  -- The queue's lag in microseconds (NULL: nothing claimable): the earliest instant a
+  -- claimable run became so. An unowned run's is its claimable_at (the first of each part's
+  -- range, read from runs_claimable, walking past held runs' entries); an expired lease's is
+  -- its expiry (runs_held, at most $1 per kind, as the held figure walks).
+  (SELECT (extract(epoch FROM now() - min(since)) * 1000000)::bigint FROM (
+     SELECT (SELECT r.claimable_at FROM {schema}.runs r
+             WHERE r.state = 'runnable' AND r.kind = parts.kind AND r.priority = parts.priority
+               AND r.lease_owner IS NULL AND r.claimable_at <= now()
+             ORDER BY r.claimable_at LIMIT 1) AS since
+     FROM parts
+     UNION ALL
+     SELECT (SELECT min(h.lease_expires_at) FROM (
+               SELECT r.lease_expires_at FROM {schema}.runs r
+               WHERE r.state = 'runnable' AND r.kind = kinds.kind AND r.lease_owner IS NOT NULL
+                 AND r.lease_expires_at <= now()
+               LIMIT $1) h) AS since
+     FROM kinds) s) AS oldest_claimable_us

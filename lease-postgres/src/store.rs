@@ -1279,6 +1279,9 @@ impl LeaseStore for PostgresLeaseStore {
         counts.completed = figure("completed")?;
         counts.failed = figure("failed")?;
         counts.cancelled = figure("cancelled")?;
+        let oldest: Option<i64> = get(&row, "oldest_claimable_us")?;
+        counts.oldest_claimable_age =
+            oldest.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0)));
         Ok(counts)
     }
 

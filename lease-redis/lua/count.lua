@@ -5,17 +5,19 @@
 -- ARGV[1]: how many kinds' indexes follow KEYS[7]
 -- Returns: {'kinds'} when the kinds set holds another number of kinds than ARGV[1] (a kind was
 -- added since the caller read it: read it again); else {claimable, held, delayed, suspended,
--- completed, failed, cancelled}, each from an index's size or a range count: O(log n) per
+-- completed, failed, cancelled, lag}, each from an index's size or a range count: O(log n) per
 -- kind, whatever the number of runs. The claimable index holds
 -- every runnable run, scored by when it is claimable (now or before: claimable; later: held
 -- until its expiry, or delayed until its delay's end); a delayed run stays in the delayed set
--- after its delay, with a score that no longer counts.
+-- after its delay, with a score that no longer counts. lag is how long ago, in microseconds,
+-- the longest-waiting claimable run became claimable (the lowest due score), or '' for none.
 if redis.call('SCARD', KEYS[7]) ~= tonumber(ARGV[1]) then
   return { 'kinds' }
 end
 local now = num(now_micros())
 local claimable = 0
 local later = 0
+local oldest = nil -- the lowest due score: when the longest-waiting claimable run became so
 for i = 0, tonumber(ARGV[1]) do
   local zkey = KEYS[1]
   if i > 0 then
@@ -23,6 +25,13 @@ for i = 0, tonumber(ARGV[1]) do
   end
   local due = redis.call('ZCOUNT', zkey, '-inf', now)
   claimable = claimable + due
+  if due > 0 then
+    local first = redis.call('ZRANGE', zkey, 0, 0, 'WITHSCORES')
+    local score = tonumber(first[2])
+    if oldest == nil or score < oldest then
+      oldest = score
+    end
+  end
   later = later + redis.call('ZCARD', zkey) - due
 end
 local delayed = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')
@@ -34,6 +43,10 @@ local held = later - delayed
 if held < 0 then held = 0 end
 local completed = redis.call('ZCARD', KEYS[4]) - ended_with_reason
 if completed < 0 then completed = 0 end
+local lag = ''
+if oldest ~= nil then
+  lag = num(tonumber(now) - oldest)
+end
 return { tostring(claimable), tostring(held), tostring(delayed),
   tostring(redis.call('ZCARD', KEYS[3])), tostring(completed), tostring(failed),
-  tostring(cancelled) }
+  tostring(cancelled), lag }

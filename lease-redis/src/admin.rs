@@ -234,6 +234,10 @@ impl RedisLeaseStore {
         counts.completed = figure(4)?;
         counts.failed = figure(5)?;
         counts.cancelled = figure(6)?;
+        counts.oldest_claimable_age = match reply.str(7)? {
+            "" => None,
+            _ => Some(Duration::from_micros(reply.parse::<u64>(7)?)),
+        };
         Ok(counts)
     }
 
