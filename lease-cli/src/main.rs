@@ -172,6 +172,13 @@ enum Command {
         #[command(flatten)]
         json: JsonAlias,
     },
+    /// How many runs are in each state, and the queue's lag: how long the run that has waited
+    /// longest has been claimable, on the store's clock (etcd cannot tell). Bounded work: each
+    /// figure counts up to a million.
+    Stats {
+        #[command(flatten)]
+        json: JsonAlias,
+    },
     /// Create or upgrade the Postgres schema.
     Migrate,
     /// Bind an etcd:// store's prefix to the cluster its endpoints reach now, at its current
@@ -311,6 +318,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
             json,
             ..
         } => ops::purge(&config, older_than, dry_run, format(out, &json)).await,
+        Command::Stats { json } => ops::stats(&config, format(out, &json)).await,
         Command::Migrate => ops::migrate(&config, out).await,
         Command::EtcdRebind => ops::etcd_rebind(&config, out).await,
         Command::Schedule(args) => {

@@ -270,6 +270,51 @@ pub(crate) async fn purge(
     Ok(())
 }
 
+/// `lease stats`: the runs in each state and the queue's lag, from one `count`.
+pub(crate) async fn stats(config: &Config, format: Format) -> Result<(), Failure> {
+    let store = connect(config).await?;
+    let counts = store.count().await?;
+    let figures = [
+        ("claimable", counts.claimable),
+        ("held", counts.held),
+        ("delayed", counts.delayed),
+        ("suspended", counts.suspended),
+        ("completed", counts.completed),
+        ("failed", counts.failed),
+        ("cancelled", counts.cancelled),
+    ];
+    let lag_us = counts
+        .oldest_claimable_age
+        .map(|age| u64::try_from(age.as_micros()).unwrap_or(u64::MAX));
+    if format == Format::Json {
+        let mut json = serde_json::Map::new();
+        for (state, n) in figures {
+            json.insert(state.to_owned(), n.into());
+        }
+        json.insert("oldest_claimable_age_us".to_owned(), lag_us.into());
+        json.insert("max_count".to_owned(), distribution::MAX_COUNT.into());
+        println!("{}", serde_json::Value::Object(json));
+        return Ok(());
+    }
+    for (state, n) in figures {
+        let at_least = if n >= distribution::MAX_COUNT {
+            " (at least)"
+        } else {
+            ""
+        };
+        println!("{state:<10} {n}{at_least}");
+    }
+    match (counts.oldest_claimable_age, counts.claimable) {
+        (_, 0) => println!("no run waits to be claimed"),
+        (Some(age), _) => println!(
+            "the longest-waiting claimable run has waited {:.3} s",
+            age.as_secs_f64()
+        ),
+        (None, _) => println!("this store cannot tell how long runs have waited"),
+    }
+    Ok(())
+}
+
 /// Parses `--run-at`: an RFC 3339 time with its offset (`2026-12-24T09:00:00Z`).
 pub(crate) fn parse_time(text: &str) -> Result<std::time::SystemTime, String> {
     chrono::DateTime::parse_from_rfc3339(text)

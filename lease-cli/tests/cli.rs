@@ -1584,3 +1584,59 @@ fn lease_schedule_takes_a_kind() {
         );
     }
 }
+
+/// `lease stats` prints the runs in each state and the queue's lag (JSON and text), on
+/// Postgres and on Redis; the lag runs from when the waiting run became claimable.
+#[test]
+fn lease_stats_counts_runs_and_the_queue_lag() {
+    let Some((_pg, url)) = postgres() else {
+        return;
+    };
+    let Some(redis) = redis() else {
+        return;
+    };
+    let rurl = format!("redis://127.0.0.1:{}", redis.port());
+    for url in [url.as_str(), rurl.as_str()] {
+        let base = ["--store", url, "--namespace", "cli_stats"];
+        let with = |args: &[&str]| lease(&[&base[..], args].concat());
+        let stats = |args: &[&str]| -> serde_json::Value {
+            let out = with(args);
+            assert_exit(&out, 0);
+            serde_json::from_str(&stdout(&out)).unwrap()
+        };
+        let empty = stats(&["stats", "-o", "json"]);
+        assert_eq!(empty["claimable"], 0, "{empty}");
+        assert!(empty["oldest_claimable_age_us"].is_null(), "{empty}");
+
+        let t0 = std::time::Instant::now();
+        for run in ["a", "b", "c"] {
+            assert_exit(&with(&["create", run]), 0);
+        }
+        let (rt, store) = admin(url, "cli_stats");
+        let lease = rt
+            .block_on(store.claim(&id("c"), &worker("w"), ttl(60_000)))
+            .unwrap();
+        rt.block_on(store.complete(&lease)).unwrap();
+        rt.block_on(store.claim(&id("b"), &worker("w"), ttl(60_000)))
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let now = stats(&["stats", "-o", "json"]);
+        let bound = t0.elapsed().as_micros() as u64;
+        assert_eq!(
+            (&now["claimable"], &now["held"], &now["completed"]),
+            (&1.into(), &1.into(), &1.into()),
+            "{now}"
+        );
+        let lag = now["oldest_claimable_age_us"].as_u64().unwrap();
+        assert!(
+            (300_000..=bound).contains(&lag),
+            "a has waited since its create: {lag} µs, at most {bound}"
+        );
+        let text = stdout(&with(&["stats"]));
+        assert!(text.contains("claimable  1"), "{text}");
+        assert!(
+            text.contains("the longest-waiting claimable run has waited"),
+            "{text}"
+        );
+    }
+}
