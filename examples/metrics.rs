@@ -10,12 +10,13 @@
 //!
 //! 1. installs the `metrics-exporter-prometheus` recorder and describes every series
 //!    ([`observe::describe`]: help text and units);
-//! 2. serves the exposition on `/metrics` on a free loopback port, from a few lines of tokio
-//!    (the exporter's own `http-listener` feature would do too, at the cost of an HTTP stack);
+//! 2. serves the exposition on `/metrics` on a free loopback port, with the exporter's own
+//!    HTTP listener (its `http-listener` feature);
 //! 3. connects the store from a [`Config`] (`LEASE_STORE`; this example alone falls back to
 //!    `memory:`, written out: the library has no default store); stores from
 //!    `connect` are [`Instrumented`](distribution::Instrumented), so every call is counted;
-//! 4. runs a [`Worker`] over a few runs until they are completed;
+//! 4. runs a [`Worker`] over a few runs until they are completed, with the `lease_runs` and
+//!    `lease_queue_lag_seconds` gauges refreshed by [`observe::spawn_counts`];
 //! 5. scrapes its own endpoint over TCP, prints the `lease_*` samples, and checks that the
 //!    worker series (`lease_worker_*`) and the store series (`lease_store_*`) are there,
 //!    with the completions counted. It exits non-zero if they are not.
@@ -30,9 +31,9 @@ use distribution::{
     connect, observe, CancellationToken, Config, End, RunContext, RunId, Worker, WorkerConfig,
     WorkerId,
 };
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::PrometheusBuilder;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 /// Runs the worker completes.
 const RUNS: u64 = 20;
@@ -51,14 +52,13 @@ async fn main() -> ExitCode {
 }
 
 async fn run() -> Result<(), BoxError> {
-    // 1. The recorder: every `metrics::counter!` in the library now lands in it.
-    let handle = PrometheusBuilder::new().install_recorder()?;
+    // 1. and 2. The recorder and its endpoint. The exporter binds the address it is given and
+    // does not say which port 0 became, so a free loopback port is found first.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .install()?;
     observe::describe();
-
-    // 2. The endpoint. Port 0: the system picks a free port.
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    tokio::spawn(serve(listener, handle));
     println!("serving http://{addr}/metrics");
 
     // 3. The store, instrumented by `connect`.
@@ -74,6 +74,8 @@ async fn run() -> Result<(), BoxError> {
     for created in store.create_many(&ids).await? {
         created?;
     }
+    // The runs gauges, from the store, every second while this program runs.
+    let counts = observe::spawn_counts(store.clone(), Duration::from_secs(1));
 
     // 4. A worker, stopped once it completed the runs.
     let shutdown = CancellationToken::new();
@@ -106,8 +108,10 @@ async fn run() -> Result<(), BoxError> {
         report.completed, report.batches
     );
 
-    // 5. Scrape ourselves, as Prometheus would.
+    // 5. Scrape ourselves, as Prometheus would (after the gauges' next refresh).
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
     let body = scrape(addr).await?;
+    counts.stop();
     let samples: Vec<&str> = body
         .lines()
         .filter(|line| line.starts_with("lease_"))
@@ -123,6 +127,8 @@ async fn run() -> Result<(), BoxError> {
         observe::WORKER_HANDLER_DURATION,
         observe::STORE_OPERATIONS,
         observe::STORE_DURATION,
+        observe::RUNS,
+        observe::QUEUE_LAG,
     ] {
         if !has(prefix) {
             return Err(format!("/metrics has no {prefix} series").into());
@@ -148,30 +154,6 @@ async fn run() -> Result<(), BoxError> {
         samples.len()
     );
     Ok(())
-}
-
-/// Answers every connection with the current exposition, whatever the path.
-async fn serve(listener: TcpListener, handle: PrometheusHandle) {
-    loop {
-        let Ok((mut conn, _)) = listener.accept().await else {
-            continue;
-        };
-        let handle = handle.clone();
-        tokio::spawn(async move {
-            // Read the request (its content does not matter here), then answer.
-            let mut request = [0u8; 1024];
-            let _ = tokio::time::timeout(Duration::from_secs(1), conn.read(&mut request)).await;
-            let body = handle.render();
-            let head = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\n\
-                 content-length: {}\r\nconnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = conn.write_all(head.as_bytes()).await;
-            let _ = conn.write_all(body.as_bytes()).await;
-            let _ = conn.shutdown().await;
-        });
-    }
 }
 
 /// `GET /metrics` over a plain TCP connection; returns the body of a 200 answer.

@@ -135,7 +135,7 @@ fn scrape(worker: &Worker) -> String {
         .to_string();
     let mut conn = std::net::TcpStream::connect(&addr).expect("connect to the metrics endpoint");
     conn.set_read_timeout(Some(SECS(10))).unwrap();
-    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: worker\r\n\r\n")
+    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: worker\r\nConnection: close\r\n\r\n")
         .unwrap();
     let mut response = String::new();
     conn.read_to_string(&mut response).expect("read the scrape");
