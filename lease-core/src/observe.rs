@@ -51,6 +51,10 @@ pub const WORKER_BATCH_SIZE: &str = "lease_worker_batch_size";
 /// Histogram: how long a [`Worker`](crate::Worker)'s handlers ran, by `outcome` (`ok`,
 /// `error`, `panic`, `abandoned`).
 pub const WORKER_HANDLER_DURATION: &str = "lease_worker_handler_duration_seconds";
+/// Histogram: the attempt on which each run a [`Worker`](crate::Worker) completed was
+/// completed (1: the first claim did it), recorded once its batch committed. A rise means runs
+/// fail and are retried before they complete.
+pub const ATTEMPTS_PER_COMPLETION: &str = "lease_worker_attempts_per_completed_run";
 /// Gauge: handlers running in this process's [`Worker`](crate::Worker)s.
 pub const WORKER_IN_FLIGHT: &str = "lease_worker_jobs_in_flight";
 /// Gauge: runs by `state` (`claimable`, `held`, `delayed`, `suspended`, `completed`, `failed`,
@@ -166,6 +170,13 @@ pub const SERIES: &[(&str, &str, &str, &str, &str)] = &[
         "runs",
         "state",
         "runs by state, from the store's count (spawn_counts refreshes it)",
+    ),
+    (
+        ATTEMPTS_PER_COMPLETION,
+        "histogram",
+        "attempts",
+        "",
+        "the attempt on which each completed run was completed, after its batch committed",
     ),
     (
         QUEUE_LAG,

@@ -234,3 +234,66 @@ fn spawn_counts_keeps_the_runs_gauge_fresh_until_dropped() {
         });
     });
 }
+
+/// A worker records, for each run it completes, the attempt that completed it: 1 for a run
+/// done at once, 2 for one whose first attempt failed.
+#[test]
+fn completions_record_their_attempt() {
+    use lease_core::{End, RetryPolicy, RunContext, RunState, Worker, WorkerConfig};
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+            for id in ["steady", "flaky"] {
+                store.create(&RunId::new(id).unwrap()).await.unwrap();
+            }
+            let config = WorkerConfig::new(Ttl::from_secs(30).unwrap()).with_retry(
+                RetryPolicy::default()
+                    .with_backoff(Duration::from_millis(10), Duration::from_millis(10)),
+            );
+            let worker = Worker::new(store.clone(), WorkerId::new("w").unwrap(), config).unwrap();
+            let shutdown = lease_core::CancellationToken::new();
+            let stop = shutdown.clone();
+            let watcher = store.clone();
+            let run = tokio::spawn(async move {
+                worker
+                    .run(
+                        |ctx: RunContext| async move {
+                            if ctx.run().as_str() == "flaky" && ctx.lease().attempt() == 1 {
+                                return Err("the first attempt fails".into());
+                            }
+                            Ok::<_, lease_core::BoxError>(End::Complete)
+                        },
+                        stop,
+                    )
+                    .await
+            });
+            let t0 = std::time::Instant::now();
+            while watcher.count().await.unwrap().completed < 2 {
+                assert!(t0.elapsed() < Duration::from_secs(5), "both runs completed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            shutdown.cancel();
+            run.await.unwrap().unwrap();
+            let flaky = watcher
+                .inspect(&RunId::new("flaky").unwrap())
+                .await
+                .unwrap();
+            assert_eq!(flaky.state, RunState::Completed);
+        });
+    });
+    let snapshot: Snapshot = snapshotter.snapshot().into_vec();
+    match value(&snapshot, lease_core::observe::ATTEMPTS_PER_COMPLETION, &[]) {
+        Some(DebugValue::Histogram(values)) => {
+            let mut got: Vec<f64> = values.iter().map(|v| v.into_inner()).collect();
+            got.sort_by(f64::total_cmp);
+            assert_eq!(got, vec![1.0, 2.0]);
+        }
+        other => panic!("no attempts histogram: {other:?}"),
+    }
+}

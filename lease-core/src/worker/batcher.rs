@@ -449,7 +449,11 @@ fn decided(b: &Shared, p: Pending, result: Result<()>) {
         .increment(1);
     match &result {
         Ok(()) => match p.ending.end.state() {
-            crate::RunState::Completed => bump(&c.completed),
+            crate::RunState::Completed => {
+                bump(&c.completed);
+                metrics::histogram!(crate::observe::ATTEMPTS_PER_COMPLETION)
+                    .record(p.ending.lease.attempt() as f64);
+            }
             crate::RunState::Suspended => bump(&c.suspended),
             crate::RunState::Runnable => bump(&c.released),
             crate::RunState::Failed | crate::RunState::Cancelled => bump(&c.gave_up),
