@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use lease_core::LeaseStore;
+use lease_core::{LeaseStore, LeaseStoreExt};
 use tokio::time::{sleep, Instant};
 
 use crate::scenarios::{run, worker};
@@ -69,4 +69,68 @@ pub async fn count_tells_the_queue_lag_on_the_store_clock(factory: &dyn StoreFac
         "lag {age:?} outside {low:?}..={high:?} (since the expiry, not the creation)"
     );
     store.complete(&held).await.unwrap();
+}
+
+/// A benchmark, not a scenario: `count` (with the queue's lag) over 1,000,000 claimable runs,
+/// 1,000 held and 1,000 completed. Returns a line with the figures and the median and worst
+/// of five calls' times.
+pub async fn count_at_scale(store: std::sync::Arc<dyn LeaseStore>) -> String {
+    const RUNS: usize = 1_000_000;
+    let ids: Vec<lease_core::RunId> = (0..RUNS)
+        .map(|i| lease_core::RunId::new(format!("r-{i:07}")).unwrap())
+        .collect();
+    let t0 = Instant::now();
+    let mut chunks = ids.chunks(lease_core::MAX_BATCH);
+    loop {
+        let calls: Vec<_> = chunks
+            .by_ref()
+            .take(4)
+            .map(|chunk| {
+                let (store, chunk) = (store.clone(), chunk.to_vec());
+                tokio::spawn(async move { store.create_many(&chunk).await.unwrap() })
+            })
+            .collect();
+        if calls.is_empty() {
+            break;
+        }
+        for call in calls {
+            for result in call.await.unwrap() {
+                result.unwrap();
+            }
+        }
+    }
+    let created = t0.elapsed();
+    let w = worker("scale");
+    let held = store
+        .claim_next(&w, lease_core::Ttl::from_secs(600).unwrap(), 1_000)
+        .await
+        .unwrap();
+    assert_eq!(held.len(), 1_000);
+    let done = store
+        .claim_next(&w, lease_core::Ttl::from_secs(600).unwrap(), 1_000)
+        .await
+        .unwrap();
+    for result in store.complete_many(&done).await.unwrap() {
+        result.unwrap();
+    }
+    let mut times = Vec::new();
+    let mut last = None;
+    for _ in 0..5 {
+        let sent = Instant::now();
+        last = Some(store.count().await.unwrap());
+        times.push(sent.elapsed());
+    }
+    times.sort();
+    let counts = last.unwrap();
+    assert_eq!(
+        (counts.claimable, counts.held, counts.completed),
+        (RUNS as u64 - 2_000, 1_000, 1_000),
+        "{counts:?}"
+    );
+    let lag = counts.oldest_claimable_age.expect("runs wait");
+    format!(
+        "{RUNS} runs created in {created:.1?}; count over 998,000 claimable, 1,000 held and \
+         1,000 completed: median {:.1?}, worst {:.1?} of 5 calls; lag {lag:.1?}",
+        times[2], times[4]
+    )
 }

@@ -90,7 +90,8 @@ pub(crate) fn timing(factory: &dyn StoreFactory) -> Timing {
 }
 
 /// Expands to the ignored benchmark tests of a run's life against a store from `$factory` (as
-/// for [`conformance_tests!`]): the purge under renewals ([`purge_under_load`]) and a poison
+/// for [`conformance_tests!`]): the purge under renewals ([`purge_under_load`]), `count` over a
+/// million runs ([`count_at_scale`]) and a poison
 /// run's claim rate ([`poison_claim_rate`]). Run with `--release -- --ignored --nocapture`.
 #[macro_export]
 macro_rules! life_benchmarks {
@@ -103,6 +104,16 @@ macro_rules! life_benchmarks {
             };
             let line = $crate::purge_under_load(factory.fresh().await).await;
             eprintln!("purge_load: {line}");
+        }
+        /// `count` with the queue's lag over a million runs ([`count_at_scale`]).
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        #[ignore = "a benchmark: run with --ignored --release"]
+        async fn count_with_the_queue_lag_on_a_million_runs() {
+            let Some(factory) = $factory.await else {
+                return;
+            };
+            let line = $crate::count_at_scale(factory.fresh().await).await;
+            eprintln!("count_scale: {line}");
         }
 
         /// A run whose handler crashes its process on every claim, and one whose handler
