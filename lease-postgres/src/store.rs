@@ -1264,7 +1264,7 @@ impl LeaseStore for PostgresLeaseStore {
         let row = call!(self, |conn| {
             // Without JIT: compiling count.sql took 200 to 360 ms on a million runs, three
             // times what running it takes (BENCHMARKS.md). Off for this transaction only.
-            let fail = |e| PgError::from(self.route.fail(e));
+            let fail = |e| self.route.fail(e);
             let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(fail)?;
             sqlx::query(&self.sql.no_jit)
                 .execute(&mut *tx)
