@@ -5,6 +5,9 @@
 //! ended run is purged exactly once (the processes' own counts add up), and the purge lease's
 //! journal names one holder per fence, in fence order.
 //!
+//! The same with three pool workers (`lease-test-worker worker --pool`, the library's `Worker`
+//! with `with_retention`), which also run the jobs whose runs they then purge.
+//!
 //! Run with the other whole-system tests, one at a time
 //! (`cargo test -p distribution --test it_retention -- --test-threads=1`).
 
@@ -20,7 +23,7 @@ use distribution::{
 };
 use support::partition::B_HOST;
 use support::servers::{Kind, Server};
-use support::worker::lease_bin;
+use support::worker::{lease_bin, Worker};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
@@ -215,6 +218,144 @@ async fn three_purgers_take_turns_through_a_sigstop(kind: Kind) {
     );
     assert_eq!(holders[0].1, first, "{holders:?}");
     assert_eq!(holders[1].1, second, "{holders:?}");
+}
+
+/// The purge lease's history: (fence, holder) per entry, checked one takeover per fence.
+async fn purge_history(store: &dyn LeaseStore) -> Vec<(u64, String)> {
+    let journal = store
+        .journal(&RunId::new(DEFAULT_PURGER_NAME).unwrap())
+        .await
+        .expect("the purge lease's journal");
+    let holders: Vec<(u64, String)> = journal
+        .iter()
+        .map(|e| {
+            let text = String::from_utf8(e.payload.clone()).expect("UTF-8");
+            let who = text
+                .strip_suffix(" holds the purge lease")
+                .unwrap_or_else(|| panic!("unexpected journal entry {text:?}"));
+            (e.fence.get(), who.to_owned())
+        })
+        .collect();
+    assert!(
+        holders.windows(2).all(|w| w[0].0 < w[1].0),
+        "one takeover per fence: {holders:?}"
+    );
+    holders
+}
+
+/// Waits until every run is gone: none left but the purge lease's own run.
+async fn until_all_gone(store: &dyn LeaseStore, within: Duration) -> Duration {
+    let t0 = Instant::now();
+    loop {
+        let c = store.count().await.expect("count");
+        let left = c.claimable + c.held + c.delayed + c.completed + c.failed;
+        // The purge lease's run is held (or claimable between holders).
+        if left <= 1 && c.completed == 0 {
+            return t0.elapsed();
+        }
+        assert!(t0.elapsed() < within, "runs left after {within:?}: {c:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn create(store: &Arc<dyn LeaseStore>, prefix: &str, n: usize) {
+    let ids: Vec<RunId> = (0..n)
+        .map(|i| RunId::new(format!("{prefix}-{i}")).unwrap())
+        .collect();
+    for result in store.create_many(&ids).await.expect("create_many") {
+        result.expect("create");
+    }
+}
+
+async fn three_workers_with_retention_take_turns_through_a_sigstop(kind: Kind) {
+    let Some(server) = Server::start(kind) else {
+        return;
+    };
+    let ns = server.namespace("worker_retention");
+    let url = server.url_via(B_HOST);
+    let store = connect(
+        &Config::default()
+            .with_store(url.clone())
+            .with_namespace(ns.clone()),
+    )
+    .await
+    .expect("admin connection");
+    create(&store, "early", 40).await;
+    let names = ["w1", "w2", "w3"];
+    let mut workers: Vec<Worker> = names
+        .iter()
+        .map(|n| {
+            Worker::spawn(
+                n,
+                &url,
+                &ns,
+                TTL_MS,
+                None,
+                &[
+                    "--id",
+                    n,
+                    "--pool",
+                    "4",
+                    "--retention-ms",
+                    "0",
+                    "--retention-every-ms",
+                    "1000",
+                ],
+            )
+        })
+        .collect();
+    for w in &mut workers {
+        w.expect("pool_started", SECS(30)).await;
+    }
+    let first = holder(&*store, None, SECS(10)).await;
+    let took = until_all_gone(&*store, SECS(10)).await;
+    eprintln!(
+        "{kind:?}: {first} holds the purge lease; the 40 runs were run and purged within {took:?}"
+    );
+
+    let stopped = names.iter().position(|n| *n == first).unwrap();
+    workers[stopped].signal("STOP");
+    let cut = Instant::now();
+    create(&store, "late", 20).await;
+    let second = holder(&*store, Some(&first), SECS(10)).await;
+    // The other two run the 20 runs; the new holder purges them: the TTL, two periods, margin.
+    until_all_gone(&*store, SECS(8).saturating_sub(cut.elapsed())).await;
+    eprintln!(
+        "{kind:?}: {first} stopped; {second} took over; 20 more runs run and purged {:?} after the stop",
+        cut.elapsed()
+    );
+    workers[stopped].signal("CONT");
+    tokio::time::sleep(SECS(3)).await;
+    assert_eq!(
+        holder(&*store, None, SECS(1)).await,
+        second,
+        "the continued worker took the purge lease back from a live holder"
+    );
+
+    let mut purged = 0;
+    for mut w in workers {
+        w.signal("TERM");
+        let stopped = w.expect("stopped", SECS(30)).await;
+        purged += stopped["purged"]
+            .as_u64()
+            .expect("purged in the stopped event");
+        w.finish().await;
+    }
+    assert_eq!(purged, 60, "each ended run purged exactly once");
+    let holders = purge_history(&*store).await;
+    eprintln!("{kind:?}: purge lease history {holders:?}");
+    assert_eq!(holders[0].1, first, "{holders:?}");
+    assert_eq!(holders[1].1, second, "{holders:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_workers_with_retention_take_turns_through_a_sigstop_on_postgres() {
+    three_workers_with_retention_take_turns_through_a_sigstop(Kind::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_workers_with_retention_take_turns_through_a_sigstop_on_redis() {
+    three_workers_with_retention_take_turns_through_a_sigstop(Kind::Redis).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -33,6 +33,18 @@ pub(crate) struct PoolArgs {
     /// Pool: how long each job works before its effect (it stops early if its lease is lost).
     #[arg(long, value_name = "MS", default_value_t = 0)]
     job_ms: u64,
+    /// Pool: retention by the fleet, purging ended runs older than this
+    /// (`WorkerConfig::with_retention`).
+    #[arg(long, value_name = "MS")]
+    retention_ms: Option<u64>,
+    /// Pool: with --retention-ms, look for runs to purge this often.
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 60_000,
+        requires = "retention_ms"
+    )]
+    retention_every_ms: u64,
 }
 
 pub(crate) async fn run(
@@ -52,6 +64,11 @@ pub(crate) async fn run(
     }
     if let Some(ms) = margin_ms {
         settings = settings.with_margin(Duration::from_millis(ms));
+    }
+    if let Some(ms) = args.retention_ms {
+        settings = settings
+            .with_retention(Duration::from_millis(ms))
+            .with_retention_every(Duration::from_millis(args.retention_every_ms));
     }
     let events = Events::stdout();
     let store = connect_store(config).await?.as_dyn();
@@ -106,6 +123,7 @@ pub(crate) async fn run(
             "claimed": report.claimed, "completed": report.completed, "released": report.released,
             "refused": report.refused, "failed": report.failed, "abandoned": report.abandoned,
             "handler_errors": report.handler_errors, "gave_up": report.gave_up, "batches": report.batches,
+            "purged": report.purged,
         }),
     );
     Ok(())
