@@ -53,6 +53,13 @@ fn signal(child: &Child, sig: &str) {
     assert!(sent.success(), "{sig} to {pid}");
 }
 
+/// A store over `ns` of the server at `url`, for the test's own reads and writes.
+async fn admin(url: &str, ns: &str) -> Arc<dyn LeaseStore> {
+    connect(&Config::default().with_store(url).with_namespace(ns))
+        .await
+        .expect("admin connection")
+}
+
 /// Creates the runs `{prefix}-{i}`, each claimed and completed.
 async fn completed(store: &Arc<dyn LeaseStore>, prefix: &str, n: usize) {
     let w = WorkerId::new("test").unwrap();
@@ -127,13 +134,7 @@ async fn three_purgers_take_turns_through_a_sigstop(kind: Kind) {
     };
     let ns = server.namespace("retention");
     let url = server.url_via(B_HOST);
-    let store = connect(
-        &Config::default()
-            .with_store(url.clone())
-            .with_namespace(ns.clone()),
-    )
-    .await
-    .expect("admin connection");
+    let store = admin(&url, &ns).await;
     completed(&store, "early", 40).await;
 
     let _ = lease_bin(); // built before the clock starts
@@ -197,25 +198,8 @@ async fn three_purgers_take_turns_through_a_sigstop(kind: Kind) {
 
     // One holder per fence, in fence order: first, then second, then whoever took the lease
     // as the others stopped.
-    let journal = store
-        .journal(&RunId::new(DEFAULT_PURGER_NAME).unwrap())
-        .await
-        .expect("the purge lease's journal");
-    let holders: Vec<(u64, String)> = journal
-        .iter()
-        .map(|e| {
-            let text = String::from_utf8(e.payload.clone()).expect("UTF-8");
-            let who = text
-                .strip_suffix(" holds the purge lease")
-                .unwrap_or_else(|| panic!("unexpected journal entry {text:?}"));
-            (e.fence.get(), who.to_owned())
-        })
-        .collect();
+    let holders = purge_history(&*store).await;
     eprintln!("{kind:?}: purge lease history {holders:?}");
-    assert!(
-        holders.windows(2).all(|w| w[0].0 < w[1].0),
-        "one takeover per fence: {holders:?}"
-    );
     assert_eq!(holders[0].1, first, "{holders:?}");
     assert_eq!(holders[1].1, second, "{holders:?}");
 }
@@ -273,13 +257,7 @@ async fn three_workers_with_retention_take_turns_through_a_sigstop(kind: Kind) {
     };
     let ns = server.namespace("worker_retention");
     let url = server.url_via(B_HOST);
-    let store = connect(
-        &Config::default()
-            .with_store(url.clone())
-            .with_namespace(ns.clone()),
-    )
-    .await
-    .expect("admin connection");
+    let store = admin(&url, &ns).await;
     create(&store, "early", 40).await;
     let names = ["w1", "w2", "w3"];
     let mut workers: Vec<Worker> = names

@@ -274,15 +274,7 @@ pub(crate) async fn purge(
 pub(crate) async fn stats(config: &Config, format: Format) -> Result<(), Failure> {
     let store = connect(config).await?;
     let counts = store.count().await?;
-    let figures = [
-        ("claimable", counts.claimable),
-        ("held", counts.held),
-        ("delayed", counts.delayed),
-        ("suspended", counts.suspended),
-        ("completed", counts.completed),
-        ("failed", counts.failed),
-        ("cancelled", counts.cancelled),
-    ];
+    let figures = counts.by_state();
     let lag_us = counts
         .oldest_claimable_age
         .map(|age| u64::try_from(age.as_micros()).unwrap_or(u64::MAX));

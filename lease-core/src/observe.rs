@@ -236,15 +236,7 @@ pub fn reason(e: &Error) -> &'static str {
 
 /// Sets the [`RUNS`] gauge, one series per state, and the [`QUEUE_LAG`] gauge from `counts`.
 pub fn record_counts(counts: &crate::RunCounts) {
-    for (state, n) in [
-        ("claimable", counts.claimable),
-        ("held", counts.held),
-        ("delayed", counts.delayed),
-        ("suspended", counts.suspended),
-        ("completed", counts.completed),
-        ("failed", counts.failed),
-        ("cancelled", counts.cancelled),
-    ] {
+    for (state, n) in counts.by_state() {
         metrics::gauge!(RUNS, "state" => state).set(n as f64);
     }
     match counts.oldest_claimable_age {

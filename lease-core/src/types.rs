@@ -661,6 +661,23 @@ pub struct RunCounts {
     pub oldest_claimable_age: Option<Duration>,
 }
 
+impl RunCounts {
+    /// Each state's figure under its name (`claimable`, `held`, `delayed`, `suspended`,
+    /// `completed`, `failed`, `cancelled`), in that order: the names the
+    /// [`lease_runs`](crate::observe::RUNS) gauge and `lease stats` use.
+    pub fn by_state(&self) -> [(&'static str, u64); 7] {
+        [
+            ("claimable", self.claimable),
+            ("held", self.held),
+            ("delayed", self.delayed),
+            ("suspended", self.suspended),
+            ("completed", self.completed),
+            ("failed", self.failed),
+            ("cancelled", self.cancelled),
+        ]
+    }
+}
+
 /// The largest figure [`count`](crate::LeaseStore::count) reports: one million per state.
 pub const MAX_COUNT: u64 = 1_000_000;
 
