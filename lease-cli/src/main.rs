@@ -16,6 +16,7 @@ mod output;
 mod purger;
 mod run;
 mod schedule;
+mod ui;
 
 #[derive(Parser)]
 #[command(
@@ -196,6 +197,11 @@ enum Command {
     /// several hosts and they take turns, each tick enqueued once. Runs until SIGINT or
     /// SIGTERM, then hands the lease over.
     Schedule(schedule::ScheduleArgs),
+    /// Serve a web dashboard of the store: runs by state and the queue's lag, the held runs
+    /// (holder, fence, expiry on the store's clock), failed runs with their reasons, and each
+    /// run's record and journal; pages refresh themselves. Read-only unless --allow-actions.
+    /// Runs until SIGINT or SIGTERM.
+    Ui(ui::UiArgs),
     /// Print a shell completion script (for example `lease completions bash >
     /// /etc/bash_completion.d/lease`).
     Completions {
@@ -324,6 +330,10 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Schedule(args) => {
             text_only("schedule", out)?;
             return schedule::schedule(&config, args).await.map(|()| 0);
+        }
+        Command::Ui(args) => {
+            text_only("ui", out)?;
+            ui::ui(&config, args).await
         }
         Command::Run(args) => {
             text_only("run", out)?;
