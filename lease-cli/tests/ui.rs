@@ -253,12 +253,25 @@ fn count(dom: &str, state: &str) -> u64 {
     dom[at..at + dom[at..].find('<').unwrap()].parse().unwrap()
 }
 
-/// One HTTP/1.1 POST of a form; the status code and the body.
+/// One HTTP/1.1 POST of a form; the status code and the whole answer.
 fn post(port: u16, path: &str, form: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    let host = format!("127.0.0.1:{port}");
+    send(port, "POST", &host, path, form, headers)
+}
+
+/// One HTTP/1.1 request naming `host`; the status code and the whole answer.
+fn send(
+    port: u16,
+    method: &str,
+    host: &str,
+    path: &str,
+    form: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let mut request = format!(
-        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\
          Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n",
         form.len()
     );
@@ -399,6 +412,12 @@ fn the_dashboard_shows_every_state_in_a_browser_and_guards_its_actions() {
         "screenshot {} ({size} bytes)",
         shots.join("run.png").display()
     );
+    // A page of another site rebound to this address (DNS rebinding) names its own host.
+    let (status, body) = send(ui.port(), "GET", "evil.example", "/", "", &[]);
+    assert_eq!(status, 421, "{body}");
+    assert!(body.contains("--allow-host") && !body.contains("held-1"), "{body}");
+    let (status, body) = send(ui.port(), "GET", "localhost", "/runs/held-1", "", &[]);
+    assert_eq!(status, 200, "{body}");
     let (status, body) = post(ui.port(), "/runs/held-1/cancel", "reason=x", &[]);
     assert_eq!(status, 403, "{body}");
     assert!(body.contains("without --allow-actions"), "{body}");

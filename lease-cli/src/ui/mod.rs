@@ -41,6 +41,11 @@ pub(crate) struct UiArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 5,
           value_parser = clap::value_parser!(u32).range(0..=3600))]
     refresh: u32,
+    /// A host name the dashboard answers to besides `localhost` and IP addresses (repeat for
+    /// several). A request naming another host is refused, so that a web page whose name
+    /// was pointed at this address (DNS rebinding) cannot read the dashboard.
+    #[arg(long = "allow-host", value_name = "NAME")]
+    allow_hosts: Vec<String>,
 }
 
 /// The secret a page's action forms carry. Never logged: its `Debug` shows nothing of it.
@@ -76,6 +81,8 @@ struct Ui {
     /// The action token, when actions are on.
     actions: Option<Token>,
     refresh: u32,
+    /// The host names answered besides `localhost` and IP literals, in lower case.
+    hosts: Vec<String>,
 }
 
 type Shared = Arc<Ui>;
@@ -102,6 +109,11 @@ pub(crate) async fn ui(config: &Config, args: UiArgs) -> Result<(), Failure> {
         name,
         actions,
         refresh: args.refresh,
+        hosts: args
+            .allow_hosts
+            .iter()
+            .map(|h| h.trim().to_ascii_lowercase())
+            .collect(),
     });
     let app = Router::new()
         .route("/", get(overview))
@@ -109,6 +121,10 @@ pub(crate) async fn ui(config: &Config, args: UiArgs) -> Result<(), Failure> {
         .route("/runs/{run}", get(run_page))
         .route("/runs/{run}/{action}", post(act))
         .fallback(|| async { refused(StatusCode::NOT_FOUND, "No such page.") })
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            known_host,
+        ))
         .with_state(state);
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -139,6 +155,45 @@ pub(crate) async fn ui(config: &Config, args: UiArgs) -> Result<(), Failure> {
         code: exit::FAILURE,
         message: format!("the dashboard's server stopped: {e}"),
     })
+}
+
+/// Refuses a request whose `Host` is not `localhost`, an IP address, or a name given with
+/// `--allow-host` (with any port): a browser sends the name it resolved, so a page of another
+/// site rebound to this address names its own and is refused before any store read.
+async fn known_host(
+    State(ui): State<Shared>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if host_allowed(host, &ui.hosts) {
+        return next.run(request).await;
+    }
+    refused(
+        StatusCode::MISDIRECTED_REQUEST,
+        "This dashboard does not answer to that host name: start lease ui with --allow-host NAME to use it.",
+    )
+}
+
+/// Whether `host` (a `Host` header: a name or address, and maybe a port) names this server.
+fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        // [v6]:port
+        return rest
+            .split_once(']')
+            .is_some_and(|(ip, _)| ip.parse::<std::net::Ipv6Addr>().is_ok());
+    } else {
+        host.rsplit_once(':').map_or(host, |(name, _)| name)
+    };
+    let name = name.to_ascii_lowercase();
+    !name.is_empty()
+        && (name == "localhost"
+            || name.parse::<std::net::Ipv4Addr>().is_ok()
+            || allowed.iter().any(|a| *a == name))
 }
 
 /// A page with the headers every answer carries: no caching, no framing, no script, forms
@@ -347,5 +402,70 @@ async fn act(
             audit(peer, &run, &action, &format!("refused by the store: {e}"));
             store_error(&ui, &e)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_to_loopback_names_addresses_and_allowed_hosts_only() {
+        let allowed = vec!["dash.internal".to_owned()];
+        for host in [
+            "127.0.0.1:7070",
+            "localhost:7070",
+            "LOCALHOST",
+            "[::1]:7070",
+            "10.0.0.5:80",
+            "dash.internal:7070",
+            "Dash.Internal",
+        ] {
+            assert!(host_allowed(host, &allowed), "{host}");
+        }
+        for host in [
+            "",
+            "evil.example:7070",
+            "localhost.evil.example",
+            "127.0.0.1.nip.io:7070",
+            "[evil]:7070",
+            ":7070",
+        ] {
+            assert!(!host_allowed(host, &allowed), "{host}");
+        }
+    }
+
+    #[test]
+    fn the_token_compares_whole_and_never_prints() {
+        let token = Token("ab".repeat(32));
+        assert!(token.matches(&"ab".repeat(32)));
+        assert!(!token.matches(&"ab".repeat(31)));
+        assert!(!token.matches(&format!("{}ac", "ab".repeat(31))));
+        assert!(!token.matches(""));
+        assert_eq!(format!("{token:?}"), "Token(******)");
+    }
+
+    #[test]
+    fn cross_site_requests_are_told_apart() {
+        let headers = |pairs: &[(&'static str, &'static str)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.insert(*k, HeaderValue::from_static(v));
+            }
+            h
+        };
+        assert!(!cross_site(&headers(&[])));
+        assert!(!cross_site(&headers(&[
+            ("host", "127.0.0.1:9"),
+            ("origin", "http://127.0.0.1:9")
+        ])));
+        assert!(!cross_site(&headers(&[("sec-fetch-site", "same-origin")])));
+        assert!(cross_site(&headers(&[
+            ("host", "127.0.0.1:9"),
+            ("origin", "http://evil.example")
+        ])));
+        assert!(cross_site(&headers(&[("sec-fetch-site", "cross-site")])));
+        assert!(cross_site(&headers(&[("sec-fetch-site", "same-site")])));
+        assert!(cross_site(&headers(&[("origin", "null")])));
     }
 }
