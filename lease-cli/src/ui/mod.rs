@@ -193,7 +193,7 @@ fn host_allowed(host: &str, allowed: &[String]) -> bool {
     !name.is_empty()
         && (name == "localhost"
             || name.parse::<std::net::Ipv4Addr>().is_ok()
-            || allowed.iter().any(|a| *a == name))
+            || allowed.contains(&name))
 }
 
 /// A page with the headers every answer carries: no caching, no framing, no script, forms
