@@ -15,11 +15,12 @@ pub use lease_core::{
     Heartbeats, IdempotencyKey, Instrumented, InvalidInput, JournalEntry, Kind, Kinds, Lease,
     LeaseStore, LeaseStoreExt, ListFilter, MemoryLeaseStore, MemoryTransaction, NewRun, Purger,
     PurgerReport, Result, RetryPolicy, RunContext, RunCounts, RunId, RunRecord, RunScope, RunState,
-    Schedule, Scheduler, SchedulerReport, ScopeConfig, StoreTime, TickReport, Ttl, Worker,
-    WorkerConfig, WorkerId, WorkerReport, DEFAULT_KIND, DEFAULT_PURGER_NAME, DEFAULT_PURGE_BATCH,
-    DEFAULT_PURGE_EVERY, DEFAULT_RETENTION_AGE, MAX_BATCH, MAX_BATCH_PAYLOAD_BYTES, MAX_COUNT,
-    MAX_ID_BYTES, MAX_KIND_BYTES, MAX_LIST, MAX_PAYLOAD_BYTES, MAX_PRIORITY, MAX_PURGE_AGE,
-    MAX_REASON_BYTES, MAX_RETRY_DELAY, MAX_RUN_PAYLOAD_BYTES, MAX_START_DELAY, PURGER_KIND,
+    RunTimes, Schedule, Scheduler, SchedulerReport, ScopeConfig, StoreTime, TickReport, Ttl,
+    Worker, WorkerConfig, WorkerId, WorkerReport, DEFAULT_KIND, DEFAULT_PURGER_NAME,
+    DEFAULT_PURGE_BATCH, DEFAULT_PURGE_EVERY, DEFAULT_RETENTION_AGE, MAX_BATCH,
+    MAX_BATCH_PAYLOAD_BYTES, MAX_COUNT, MAX_ID_BYTES, MAX_KIND_BYTES, MAX_LIST, MAX_PAYLOAD_BYTES,
+    MAX_PRIORITY, MAX_PURGE_AGE, MAX_REASON_BYTES, MAX_RETRY_DELAY, MAX_RUN_PAYLOAD_BYTES,
+    MAX_START_DELAY, PURGER_KIND,
 };
 
 /// Why a run's payload could not be read as a handler's arguments (the `serde` feature).

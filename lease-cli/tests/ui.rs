@@ -415,7 +415,10 @@ fn the_dashboard_shows_every_state_in_a_browser_and_guards_its_actions() {
     // A page of another site rebound to this address (DNS rebinding) names its own host.
     let (status, body) = send(ui.port(), "GET", "evil.example", "/", "", &[]);
     assert_eq!(status, 421, "{body}");
-    assert!(body.contains("--allow-host") && !body.contains("held-1"), "{body}");
+    assert!(
+        body.contains("--allow-host") && !body.contains("held-1"),
+        "{body}"
+    );
     let (status, body) = send(ui.port(), "GET", "localhost", "/runs/held-1", "", &[]);
     assert_eq!(status, 200, "{body}");
     let (status, body) = post(ui.port(), "/runs/held-1/cancel", "reason=x", &[]);

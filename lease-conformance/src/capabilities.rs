@@ -54,6 +54,10 @@ pub struct Capabilities {
     /// ([`RunCounts::oldest_claimable_age`](lease_core::RunCounts::oldest_claimable_age)); a
     /// store that times no instants of its own (etcd) reports `None`.
     pub queue_lag: bool,
+    /// Whether records carry the run's times ([`RunRecord::created_at`] and the others).
+    ///
+    /// [`RunRecord::created_at`]: lease_core::RunRecord::created_at
+    pub record_times: bool,
 }
 
 impl Default for Capabilities {
@@ -63,6 +67,7 @@ impl Default for Capabilities {
             ttl_granularity: Duration::from_millis(1),
             max_expiry_lag: Duration::ZERO,
             queue_lag: true,
+            record_times: true,
         }
     }
 }
@@ -115,6 +120,13 @@ impl Capabilities {
     #[must_use]
     pub fn without_queue_lag(mut self) -> Self {
         self.queue_lag = false;
+        self
+    }
+
+    /// The store's records carry no times.
+    #[must_use]
+    pub fn without_record_times(mut self) -> Self {
+        self.record_times = false;
         self
     }
 

@@ -34,6 +34,7 @@ mod run_at_scenarios;
 mod safety_scenarios;
 mod scenarios;
 mod scope_scenarios;
+mod time_scenarios;
 mod worker_scenarios;
 
 pub use batch_scenarios::*;
@@ -52,6 +53,7 @@ pub use run_at_scenarios::*;
 pub use safety_scenarios::*;
 pub use scenarios::*;
 pub use scope_scenarios::*;
+pub use time_scenarios::*;
 pub use worker_scenarios::*;
 
 /// Asserts `err` says the `backend` server could not be reached: [`Error::Unavailable`] from
@@ -236,6 +238,7 @@ macro_rules! conformance_tests {
             a_scope_fails_a_run_claimed_past_its_budget,
             count_tells_how_many_runs_are_in_each_state,
             count_tells_the_queue_lag_on_the_store_clock,
+            times_on_the_record_follow_the_life_on_the_store_clock,
             cancel_ends_a_run_in_every_state_but_completed,
             cancel_fences_out_the_holder_with_a_verdict_naming_it,
             a_cancel_racing_the_holders_end_has_exactly_one_winner,

@@ -69,7 +69,7 @@ pub use scope::{min_margin, CancelReason, RunScope, ScopeConfig};
 pub use store::{LeaseStore, LeaseStoreExt};
 pub use types::{
     sanitize_reason, End, Ending, Fence, JournalEntry, Lease, ListFilter, RunCounts, RunRecord,
-    RunState, StoreTime, Ttl, MAX_BATCH, MAX_BATCH_PAYLOAD_BYTES, MAX_COUNT, MAX_LIST,
+    RunState, RunTimes, StoreTime, Ttl, MAX_BATCH, MAX_BATCH_PAYLOAD_BYTES, MAX_COUNT, MAX_LIST,
     MAX_PAYLOAD_BYTES, MAX_PURGE_AGE, MAX_REASON_BYTES, MAX_RETRY_DELAY, MAX_RUN_PAYLOAD_BYTES,
 };
 #[cfg(feature = "serde")]

@@ -73,6 +73,12 @@ struct Slot {
     kind: Kind,
     /// Its priority.
     priority: u8,
+    /// When it was created.
+    created_at: Instant,
+    /// When its latest claim took it.
+    claimed_at: Option<Instant>,
+    /// When its latest claim's lease was last renewed.
+    renewed_at: Option<Instant>,
 }
 
 /// The store's part of a [`MemoryLeaseStore::fenced_with`] closure: journal entries to append
@@ -179,6 +185,9 @@ impl MemoryLeaseStore {
             payload: new.payload_shared(),
             kind: new.kind().clone(),
             priority: new.priority(),
+            created_at: now,
+            claimed_at: None,
+            renewed_at: None,
         };
         let record = self.record_with_payload(run, &slot, now);
         state.runs.insert(run.clone(), slot);
@@ -205,6 +214,15 @@ impl MemoryLeaseStore {
             payload: None,
             kind: slot.kind.clone(),
             priority: slot.priority,
+            created_at: Some(self.store_time(slot.created_at)),
+            claimed_at: slot.claimed_at.map(|at| self.store_time(at)),
+            renewed_at: slot.renewed_at.map(|at| self.store_time(at)),
+            // For an ended run, `claimable_at` is when it ended.
+            ended_at: matches!(
+                slot.state,
+                RunState::Completed | RunState::Failed | RunState::Cancelled
+            )
+            .then(|| self.store_time(slot.claimable_at)),
             observed_at: self.store_time(now),
         }
     }
@@ -271,6 +289,8 @@ impl MemoryLeaseStore {
         slot.owner = Some(worker.clone());
         slot.expires_at = Some(expires_at);
         slot.claimable_at = expires_at;
+        slot.claimed_at = Some(now);
+        slot.renewed_at = None;
         Ok(self.lease(run, slot, ttl))
     }
 
@@ -390,6 +410,7 @@ impl MemoryLeaseStore {
             let expires_at = now + lease.ttl().as_duration();
             slot.expires_at = Some(expires_at);
             slot.claimable_at = expires_at;
+            slot.renewed_at = Some(now);
             slot.heartbeats += 1;
             self.lease(lease.run(), slot, lease.ttl())
         })

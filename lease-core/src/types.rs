@@ -392,6 +392,20 @@ impl fmt::Debug for Lease {
     }
 }
 
+/// A run's times on the store's clock, as a backend reads them with its record (see
+/// [`RunRecord::with_times`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunTimes {
+    /// See [`RunRecord::created_at`].
+    pub created_at: Option<StoreTime>,
+    /// See [`RunRecord::claimed_at`].
+    pub claimed_at: Option<StoreTime>,
+    /// See [`RunRecord::renewed_at`].
+    pub renewed_at: Option<StoreTime>,
+    /// See [`RunRecord::ended_at`].
+    pub ended_at: Option<StoreTime>,
+}
+
 /// A run's record as the store holds it, read at [`RunRecord::observed_at`].
 #[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -435,6 +449,22 @@ pub struct RunRecord {
     /// The run's priority ([`NewRun::with_priority`](crate::NewRun::with_priority)): 0 for a
     /// run created without one.
     pub priority: u8,
+    /// When the run was created (or created again after a purge), on the store's clock.
+    /// `None` where the store does not know: a run created before its backend kept times (a
+    /// Postgres schema migrated from an earlier release), or a backend that keeps none (see
+    /// [`RunRecord::times_kept`]).
+    pub created_at: Option<StoreTime>,
+    /// When the run's latest claim took it, on the store's clock; `None` if it was never
+    /// claimed (since it was created). Kept after the lease ends: with
+    /// [`ended_at`](RunRecord::ended_at) it tells how long the last attempt ran.
+    pub claimed_at: Option<StoreTime>,
+    /// When the latest claim's lease was last renewed, on the store's clock; `None` if that
+    /// lease was never renewed (or the run never claimed). A claim clears it.
+    pub renewed_at: Option<StoreTime>,
+    /// When the run ended ([completed](RunState::Completed), [failed](RunState::Failed) or
+    /// [cancelled](RunState::Cancelled)), on the store's clock: the instant retention's age
+    /// counts from. `None` for a run that has not ended; a resume clears it.
+    pub ended_at: Option<StoreTime>,
     /// The store's clock when this record was read.
     pub observed_at: StoreTime,
 }
@@ -467,8 +497,49 @@ impl RunRecord {
             payload: None,
             kind: Kind::default(),
             priority: 0,
+            created_at: None,
+            claimed_at: None,
+            renewed_at: None,
+            ended_at: None,
             observed_at,
         }
+    }
+
+    /// With its times (see [`RunRecord::created_at`], [`claimed_at`](RunRecord::claimed_at),
+    /// [`renewed_at`](RunRecord::renewed_at) and [`ended_at`](RunRecord::ended_at)).
+    pub fn with_times(mut self, times: RunTimes) -> RunRecord {
+        self.created_at = times.created_at;
+        self.claimed_at = times.claimed_at;
+        self.renewed_at = times.renewed_at;
+        self.ended_at = times.ended_at;
+        self
+    }
+
+    /// Whether the record carries the store's times: a backend that keeps them always sets
+    /// [`created_at`](RunRecord::created_at) for a run created since it did.
+    pub fn times_kept(&self) -> bool {
+        self.created_at.is_some()
+    }
+
+    /// How long the current holder has held the run, on the store's clock, when the record
+    /// was read: from its claim to [`observed_at`](RunRecord::observed_at). `None` unless the
+    /// run is held (owned, the lease not expired) and its claim time is known.
+    ///
+    /// ```
+    /// use lease_core::{Fence, RunId, RunRecord, RunState, RunTimes, StoreTime, WorkerId};
+    /// let at = StoreTime::from_micros;
+    /// let record = RunRecord::new(RunId::new("r")?, RunState::Runnable, Fence::new(1)?, at(70_000_000))
+    ///     .with_lease(WorkerId::new("w")?, at(90_000_000))
+    ///     .with_times(RunTimes { claimed_at: Some(at(10_000_000)), ..RunTimes::default() });
+    /// assert_eq!(record.held_for(), Some(std::time::Duration::from_secs(60)));
+    /// # Ok::<(), lease_core::InvalidInput>(())
+    /// ```
+    pub fn held_for(&self) -> Option<Duration> {
+        if self.state != RunState::Runnable || self.owner.is_none() || self.is_expired() {
+            return None;
+        }
+        self.claimed_at
+            .map(|at| self.observed_at.saturating_since(at))
     }
 
     /// Of priority `priority` (see [`RunRecord::priority`]).
@@ -554,6 +625,10 @@ impl fmt::Debug for RunRecord {
             .field("kind", &self.kind)
             .field("priority", &self.priority)
             .field("payload", &PayloadSize(self.payload.as_ref().map(Vec::len)))
+            .field("created_at", &self.created_at)
+            .field("claimed_at", &self.claimed_at)
+            .field("renewed_at", &self.renewed_at)
+            .field("ended_at", &self.ended_at)
             .field("observed_at", &self.observed_at)
             .finish()
     }

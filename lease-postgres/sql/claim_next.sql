@@ -58,7 +58,9 @@ WITH RECURSIVE levels(priority) AS (
         lease_expires_at = now() + $2::bigint * interval '1 millisecond',
         claimable_at = now() + $2::bigint * interval '1 millisecond',
         fence = r.fence + 1,
-        attempts = r.attempts + 1
+        attempts = r.attempts + 1,
+        claimed_at = now(),
+        renewed_at = NULL
     WHERE r.run_id = ANY ((SELECT array_agg(picked.run_id) FROM picked)::text[])
     RETURNING r.run_id, r.fence, r.lease_expires_at, r.attempts, r.priority
 ), lagging AS (

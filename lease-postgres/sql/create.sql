@@ -16,6 +16,7 @@
 WITH revived AS (
     UPDATE {schema}.runs
     SET state = 'runnable', lease_owner = NULL, lease_expires_at = NULL, heartbeats = 0,
+        created_at = now(), claimed_at = NULL, renewed_at = NULL,
         claimable_at = greatest(now() + $2::bigint * interval '1 millisecond',
                                 'epoch'::timestamptz + $5::bigint * interval '1 microsecond'),
         journal_len = 0, failure = NULL, attempts = 0,
@@ -42,5 +43,10 @@ WITH revived AS (
 SELECT run_id, state, lease_owner, (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS expires_us, fence, heartbeats, (extract(epoch FROM now()) * 1000000)::bigint AS observed_us,
        CASE WHEN state = 'runnable' AND lease_owner IS NULL AND claimable_at > now()
             THEN (extract(epoch FROM claimable_at) * 1000000)::bigint END AS not_before_us,
+       (extract(epoch FROM created_at) * 1000000)::bigint AS created_us,
+       (extract(epoch FROM claimed_at) * 1000000)::bigint AS claimed_us,
+       (extract(epoch FROM renewed_at) * 1000000)::bigint AS renewed_us,
+       CASE WHEN state IN ('completed', 'failed', 'cancelled')
+            THEN (extract(epoch FROM claimable_at) * 1000000)::bigint END AS ended_us,
        failure, attempts, $3::bytea AS payload, kind, priority
 FROM (SELECT * FROM revived UNION ALL SELECT * FROM inserted) AS r, durable

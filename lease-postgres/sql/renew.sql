@@ -9,6 +9,7 @@
 UPDATE {schema}.runs
 SET lease_expires_at = now() + $3::bigint * interval '1 millisecond',
     claimable_at = least(claimable_at, now() + $3::bigint * interval '1 millisecond'),
-    heartbeats = heartbeats + 1
+    heartbeats = heartbeats + 1,
+    renewed_at = now()
 WHERE run_id = $1 AND fence = $2 AND state = 'runnable' AND lease_owner IS NOT NULL
 RETURNING (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS expires_us

@@ -42,7 +42,8 @@ WITH found AS (
 UPDATE {schema}.runs r
 SET lease_expires_at = now() + $3::bigint * interval '1 millisecond',
     claimable_at = least(r.claimable_at, now() + $3::bigint * interval '1 millisecond'),
-    heartbeats = r.heartbeats + 1
+    heartbeats = r.heartbeats + 1,
+    renewed_at = now()
 WHERE r.ctid = ANY ((SELECT array_agg(locked.tid) FROM locked)::tid[])
 RETURNING r.run_id,
           (SELECT (extract(epoch FROM now() + $3::bigint * interval '1 millisecond') * 1000000)::bigint)

@@ -841,6 +841,15 @@ pub(crate) fn record(row: &PgRow) -> Result<RunRecord, PgError> {
     if row.try_column("priority").is_ok() {
         record.priority = priority(row)?;
     }
+    if row.try_column("created_us").is_ok() {
+        let time = |column: &str| get::<Option<i64>>(row, column)?.map(store_time).transpose();
+        record = record.with_times(lease_core::RunTimes {
+            created_at: time("created_us")?,
+            claimed_at: time("claimed_us")?,
+            renewed_at: time("renewed_us")?,
+            ended_at: time("ended_us")?,
+        });
+    }
     Ok(record)
 }
 
