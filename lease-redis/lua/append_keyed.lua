@@ -11,7 +11,7 @@ local v = redis.call('HGET', KEYS[1], ARGV[1])
 if not v then
   return { 'none' }
 end
-local s, f, h, m, o = string.match(v, '^(%l+):(%d+):(%d+):%d*:(%x+):(.*)$')
+local s, f, h, m, o = string.match(v, '^(%l+):(%d+):(%d+):%d*:(%x+):([^\1]*)')
 if not s then
   return redis.error_reply('malformed run record for ' .. ARGV[1])
 end

@@ -7,7 +7,7 @@
 -- the default)
 -- Returns: {'none'}; {'refused', state} when completed; {'kind', actual} (nothing written: send
 -- again with the index of the run's kind); or {'ok', state, owner, expiry, fence,
--- heartbeats, reason, attempts, kind, now}, for a run cancelled now or before (then unchanged, its
+-- heartbeats, reason, attempts, kind, times, now}, for a run cancelled now or before (then unchanged, its
 -- first reason kept). The fence stays and the state is no longer runnable, so a holder's
 -- fenced writes, ends and renewals fail as cancelled; the run leaves every live index and
 -- enters the ended one, for retention.
@@ -35,4 +35,4 @@ if r.s ~= 'cancelled' then
   redis.call('ZADD', KEYS[6], num(now), r.id)
   redis.call('SADD', KEYS[7], r.id)
 end
-return record_reply('ok', record(r, KEYS[3], KEYS[8], KEYS[9]), now)
+return record_reply('ok', record(r, KEYS[3], KEYS[8], KEYS[9], KEYS[6]), now)

@@ -12,7 +12,7 @@ local v = redis.call('HGET', KEYS[1], ARGV[1])
 if not v then
   return { 'none' }
 end
-local s, f, h, e, m, o = string.match(v, '^(%l+):(%d+):(%d+):(%d*):(%x+):(.*)$')
+local s, f, h, e, m, o, times = string.match(v, '^(%l+):(%d+):(%d+):(%d*):(%x+):([^\1]*)(.*)$')
 if not s then
   return redis.error_reply('malformed run record for ' .. ARGV[1])
 end
@@ -43,7 +43,9 @@ else
   end
 end
 local expires = string.format('%d', now + ARGV[3] * 1000)
-redis.call('HSET', KEYS[1], ARGV[1], 'runnable:' .. f .. ':' .. h .. ':' .. expires .. ':' .. m .. ':' .. ARGV[2])
+-- Claimed now, not renewed since; the creation time stays.
+redis.call('HSET', KEYS[1], ARGV[1], 'runnable:' .. f .. ':' .. h .. ':' .. expires .. ':' .. m .. ':' .. ARGV[2]
+  .. '\1' .. (string.match(times, '^\1(%d*)') or '') .. ',' .. string.format('%d', now) .. ',')
 if f == '9223372036854775807' then
   redis.call('ZREM', KEYS[2], m) -- never claimable again
 else

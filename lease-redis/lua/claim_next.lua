@@ -36,7 +36,7 @@ for priority = 9, 0, -1 do
       end
       local r = read_run(KEYS[1], string.sub(m, 17))
       if r and r.m == m and claimable(r, now) then
-        local fence = take(KEYS[1], zkey, r, ARGV[1], expires)
+        local fence = take(KEYS[1], zkey, r, ARGV[1], expires, now)
         out[#out + 1] = r.id
         out[#out + 1] = fence
         out[#out + 1] = num(expires)

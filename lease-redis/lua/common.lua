@@ -11,7 +11,12 @@
 -- numbers, so values above 2^53 stay exact); expiry is microseconds on the server clock: the
 -- lease's expiry when owned, for an unowned runnable run the end of its retry delay (claimable
 -- from then), else empty; member is the run's member in the claimable index; owner is the
--- holder's worker id, or empty, and comes last because it may contain ':'. A failed or
+-- holder's worker id, or empty, and may contain ':'. Then, in records written since times
+-- were kept, a byte 1 (no worker id holds a control character, so a record without times
+-- reads the same) and the run's times in microseconds on the server clock: 'created,claimed,
+-- renewed' (when it was created, when its latest claim took it, when that lease was last
+-- renewed; each empty when unknown or none). A run's end time is its score in the ended
+-- runs zset (retention's). A failed or
 -- cancelled run's reason is in the failures hash, field id; a cancelled run's id is also in
 -- the cancelled set (count tells the two apart with it). A run's class is its kind and
 -- priority: '' for the default kind at priority 0, else the kind's name ('' for the default)
@@ -50,15 +55,27 @@ local function read_run(runs, id)
   if not v then
     return nil
   end
-  local s, f, h, e, m, o = string.match(v, '^(%l+):(%d+):(%d+):(%d*):(%x+):(.*)$')
+  local s, f, h, e, m, o, t = string.match(v, '^(%l+):(%d+):(%d+):(%d*):(%x+):([^\1]*)(.*)$')
   if not s then
     error('malformed run record for ' .. id)
   end
-  return { id = id, s = s, f = f, h = h, e = e, m = m, o = o }
+  return { id = id, s = s, f = f, h = h, e = e, m = m, o = o, t = t }
 end
 
 local function write_run(runs, r)
-  redis.call('HSET', runs, r.id, r.s .. ':' .. r.f .. ':' .. r.h .. ':' .. r.e .. ':' .. r.m .. ':' .. r.o)
+  redis.call('HSET', runs, r.id, r.s .. ':' .. r.f .. ':' .. r.h .. ':' .. r.e .. ':' .. r.m .. ':' .. r.o .. r.t)
+end
+
+-- A record's times suffix (r.t) as its three times: created, claimed, renewed ('' each when
+-- unknown or none; all '' for a record written before times were kept).
+local function times_of(t)
+  local c, cl, rn = string.match(t, '^\1(%d*),(%d*),(%d*)$')
+  return c or '', cl or '', rn or ''
+end
+
+-- The times suffix of a record.
+local function times_suffix(created, claimed, renewed)
+  return '\1' .. created .. ',' .. claimed .. ',' .. renewed
 end
 
 -- Runnable, unowned or expired, past any retry delay, and not at the last fence.
@@ -85,11 +102,14 @@ local function index(zkey, r, at)
   end
 end
 
--- Claims the run: fence + 1, owner and expiry set, index moved to the expiry.
-local function take(runs, zkey, r, worker, expires)
+-- Claims the run at `now`: fence + 1, owner and expiry set, claimed at `now` and not renewed
+-- since, index moved to the expiry.
+local function take(runs, zkey, r, worker, expires, now)
   r.f = succ(r.f)
   r.o = worker
   r.e = num(expires)
+  local created = times_of(r.t)
+  r.t = times_suffix(created, num(now), '')
   write_run(runs, r)
   index(zkey, r, expires)
   return r.f
@@ -104,14 +124,24 @@ end
 -- The record as returned to Rust: state, owner, expiry (or retry delay's end), fence,
 -- heartbeats, failure reason ('' unless failed or cancelled; `failures` is the failures hash), attempts
 -- (`attempts` is the attempts hash; absent is 0), class ('' for the default kind at priority
--- 0; `kinds` is the kinds hash).
-local function record(r, failures, attempts, kinds)
+-- 0; `kinds` is the kinds hash), times ('created,claimed,renewed,ended' in µs, each '' when
+-- unknown or none; the end is the run's score in `ended`, the ended runs zset, for a
+-- completed, failed or cancelled run).
+local function record(r, failures, attempts, kinds, ended)
   local reason = ''
+  local ended_at = ''
   if r.s == 'failed' or r.s == 'cancelled' then
     reason = redis.call('HGET', failures, r.id) or ''
   end
+  if r.s == 'completed' or r.s == 'failed' or r.s == 'cancelled' then
+    local score = redis.call('ZSCORE', ended, r.id)
+    if score then
+      ended_at = num(tonumber(score))
+    end
+  end
+  local created, claimed, renewed = times_of(r.t)
   return { r.s, r.o, r.e, r.f, r.h, reason, redis.call('HGET', attempts, r.id) or '0',
-    kind_of(kinds, r.id) }
+    kind_of(kinds, r.id), created .. ',' .. claimed .. ',' .. renewed .. ',' .. ended_at }
 end
 
 -- A reply of `status`, then the record's fields, then `now`.

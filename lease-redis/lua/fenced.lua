@@ -24,7 +24,7 @@ local v = redis.call('HGET', KEYS[1], ARGV[2])
 if not v then
   return { 'none' }
 end
-local s, f, h, m, o = string.match(v, '^(%l+):(%d+):(%d+):%d*:(%x+):(.*)$')
+local s, f, h, m, o, times = string.match(v, '^(%l+):(%d+):(%d+):%d*:(%x+):([^\1]*)(.*)$')
 if not s then
   return redis.error_reply('malformed run record for ' .. ARGV[2])
 end
@@ -81,8 +81,8 @@ else
     redis.call('ZADD', KEYS[7], at, ARGV[2])
   end
 end
--- Owner and expiry cleared.
-redis.call('HSET', KEYS[1], ARGV[2], s .. ':' .. f .. ':' .. h .. '::' .. m .. ':')
+-- Owner and expiry cleared; the times stay (the end's is its score in the ended zset).
+redis.call('HSET', KEYS[1], ARGV[2], s .. ':' .. f .. ':' .. h .. '::' .. m .. ':' .. times)
 if op ~= 'complete' then
   -- A voluntary end: the attempt goes back to the run's budget (never below 0).
   if redis.call('HINCRBY', KEYS[8], ARGV[2], -1) <= 0 then

@@ -1,10 +1,10 @@
 -- KEYS[1]: runs hash; KEYS[2]: claimable index (zset); KEYS[3]: failures hash; KEYS[4]:
 -- delayed runs (zset); KEYS[5]: attempts hash; KEYS[6]: kinds hash (id -> kind, for kinds
--- other than the default). KEYS[2] is the index of the kind ARGV[2].
+-- other than the default); KEYS[7]: ended runs (zset). KEYS[2] is the index of the kind ARGV[2].
 -- ARGV[1]: encoded run id; ARGV[2]: the kind the client presumes ('' for the default)
 -- Returns: {'none'}; {'refused', state} when suspended, completed or failed; {'kind', actual}
 -- (nothing written: send again with the index of the run's kind); or
--- {'ok', state, owner, expiry, fence, heartbeats, failure, attempts, kind, now}. The holder's
+-- {'ok', state, owner, expiry, fence, heartbeats, failure, attempts, kind, times, now}. The holder's
 -- attempt stays counted (an operator takes the run from a holder that hung or vanished). A retry delay ends: the run
 -- is claimable at once.
 local r = read_run(KEYS[1], ARGV[1])
@@ -24,4 +24,4 @@ r.e = ''
 write_run(KEYS[1], r)
 redis.call('ZREM', KEYS[4], r.id) -- a delay ends
 index(KEYS[2], r, now)
-return record_reply('ok', record(r, KEYS[3], KEYS[5], KEYS[6]), now)
+return record_reply('ok', record(r, KEYS[3], KEYS[5], KEYS[6], KEYS[7]), now)

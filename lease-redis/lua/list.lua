@@ -1,11 +1,12 @@
 -- KEYS[1]: all run ids (zset, score 0, member = encoded id, so lexicographic = run id order);
--- KEYS[2]: runs hash; KEYS[3]: failures hash; KEYS[4]: attempts hash; KEYS[5]: kinds hash
+-- KEYS[2]: runs hash; KEYS[3]: failures hash; KEYS[4]: attempts hash; KEYS[5]: kinds hash;
+-- KEYS[6]: ended runs (zset)
 -- ARGV[1]: encoded id to start after, or ''; ARGV[2]: most records to return; ARGV[3]: state
 -- to keep, or ''; ARGV[4]: '1' to keep only expired leases; ARGV[5]: most ids to examine;
 -- ARGV[6]: '' to keep every kind, else '=' followed by the kind to keep ('=' alone: the default);
 -- a run's kind is its class (kinds hash) up to a newline (a priority follows it)
 -- Returns: flat {now, cursor, id, state, owner, expiry, fence, heartbeats, failure, attempts,
--- kind, id, ...} ordered by
+-- kind, times, id, ...} ordered by
 -- id, where cursor is the last id examined (continue after it) or '' when the end was reached.
 -- The work of one call is bounded by ARGV[5], whatever the filter keeps, so a long filtered
 -- listing never blocks the server for long; the caller pages with the cursor.
@@ -26,7 +27,7 @@ for i, id in ipairs(ids) do
     and (ARGV[4] ~= '1' or (r.o ~= '' and r.e ~= '' and tonumber(r.e) <= now))
     and (ARGV[6] == '' or '=' .. string.match(kind_of(KEYS[5], id), '^[^\n]*') == ARGV[6]) then
     out[#out + 1] = id
-    for _, field in ipairs(record(r, KEYS[3], KEYS[4], KEYS[5])) do
+    for _, field in ipairs(record(r, KEYS[3], KEYS[4], KEYS[5], KEYS[6])) do
       out[#out + 1] = field
     end
     n = n + 1

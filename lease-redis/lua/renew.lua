@@ -17,7 +17,7 @@ for i = 1, #ARGV, 3 do
   if not v then
     out[#out + 1] = { 'none' }
   else
-    local s, f, h, m, o = string.match(v, '^(%l+):(%d+):(%d+):%d*:(%x+):(.*)$')
+    local s, f, h, m, o, times = string.match(v, '^(%l+):(%d+):(%d+):%d*:(%x+):([^\1]*)(.*)$')
     if not s then
       return redis.error_reply('malformed run record for ' .. id)
     end
@@ -43,7 +43,10 @@ for i = 1, #ARGV, 3 do
           h = string.sub(h, 1, j - 1) .. string.char(string.byte(h, j) + 1) .. string.rep('0', #h - j)
         end
       end
-      redis.call('HSET', KEYS[1], id, 'runnable:' .. f .. ':' .. h .. ':' .. e .. ':' .. m .. ':' .. o)
+      -- Renewed now; the creation and claim times stay.
+      local created, claimed = string.match(times, '^\1(%d*),(%d*)')
+      redis.call('HSET', KEYS[1], id, 'runnable:' .. f .. ':' .. h .. ':' .. e .. ':' .. m .. ':' .. o
+        .. '\1' .. (created or '') .. ',' .. (claimed or '') .. ',' .. string.format('%d', now))
       redis.call('ZADD', KEYS[(i + 2) / 3 + 1], 'XX', e, m)
       out[#out + 1] = { 'ok', e }
     end

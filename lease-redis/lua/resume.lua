@@ -3,16 +3,16 @@
 -- hash (id -> kind, for kinds other than the default). KEYS[2] is the index of the kind ARGV[2].
 -- ARGV[1]: encoded run id; ARGV[2]: the kind the client presumes ('' for the default)
 -- Returns: {'none'}; {'refused', state, owner, expiry, fence, heartbeats, failure, attempts,
--- kind, now} when neither suspended nor failed; {'kind', actual} (nothing written: send again
+-- kind, times, now} when neither suspended nor failed; {'kind', actual} (nothing written: send again
 -- with the index of the run's kind); or {'ok', state, owner, expiry, fence, heartbeats,
--- failure, attempts, kind, now}. A resumed run starts a fresh attempt budget.
+-- failure, attempts, kind, times, now}. A resumed run starts a fresh attempt budget.
 local r = read_run(KEYS[1], ARGV[1])
 if not r then
   return { 'none' }
 end
 local now = now_micros()
 if r.s ~= 'suspended' and r.s ~= 'failed' then
-  return record_reply('refused', record(r, KEYS[3], KEYS[6], KEYS[7]), now)
+  return record_reply('refused', record(r, KEYS[3], KEYS[6], KEYS[7], KEYS[4]), now)
 end
 local kind = kind_of(KEYS[7], r.id)
 if kind ~= ARGV[2] then
@@ -26,4 +26,4 @@ redis.call('ZREM', KEYS[4], r.id) -- a failed run resumed is no longer ended
 redis.call('ZREM', KEYS[5], r.id)
 redis.call('HDEL', KEYS[6], r.id) -- a fresh budget
 index(KEYS[2], r, now)
-return record_reply('ok', record(r, KEYS[3], KEYS[6], KEYS[7]), now)
+return record_reply('ok', record(r, KEYS[3], KEYS[6], KEYS[7], KEYS[4]), now)

@@ -51,6 +51,7 @@ impl RedisLeaseStore {
             .key(self.keys.attempts())
             .key(self.keys.payloads())
             .key(self.keys.kinds())
+            .key(self.keys.ended())
             .arg(keys::encode(run.as_str()));
         let reply = self.read("inspect", &call).await?;
         match reply.status()? {
@@ -72,7 +73,8 @@ impl RedisLeaseStore {
             .key(self.keys.failures())
             .key(self.keys.attempts())
             .key(self.keys.payloads())
-            .key(self.keys.kinds());
+            .key(self.keys.kinds())
+            .key(self.keys.ended());
         for run in runs {
             call.arg(keys::encode(run.as_str()));
         }
@@ -118,6 +120,7 @@ impl RedisLeaseStore {
                 .key(self.keys.failures())
                 .key(self.keys.attempts())
                 .key(self.keys.kinds())
+                .key(self.keys.ended())
                 .arg(&after)
                 .arg(filter.limit - out.len())
                 .arg(filter.state.map_or("", RunState::as_str))
@@ -261,6 +264,7 @@ impl RedisLeaseStore {
                     .key(self.keys.delayed())
                     .key(self.keys.attempts())
                     .key(self.keys.kinds())
+                    .key(self.keys.ended())
                     .arg(&encoded)
                     .arg(kind.arg());
                 call

@@ -3,7 +3,7 @@
 use std::str::FromStr;
 use std::sync::Arc;
 
-use lease_core::{Fence, RunId, RunRecord, RunState, StoreTime, WorkerId};
+use lease_core::{Fence, RunId, RunRecord, RunState, RunTimes, StoreTime, WorkerId};
 use redis::Value;
 
 use crate::error::RedisError;
@@ -104,8 +104,8 @@ impl Reply {
         Class::parse(self.str(i)?).map_err(|e| self.bad(format!("element {i}: {e}")))
     }
 
-    /// The eight record fields (state, owner, expiry, fence, heartbeats, failure, attempts,
-    /// kind) from `i`.
+    /// The nine record fields (state, owner, expiry, fence, heartbeats, failure, attempts,
+    /// kind, times) from `i`.
     /// The expiry field of an unowned runnable run is the end of its retry delay.
     pub(crate) fn record(
         &self,
@@ -127,14 +127,42 @@ impl Reply {
             )
             .with_attempts(self.parse(i + 6)?)
             .with_kind(self.class(i + 7)?.kind)
-            .with_priority(self.class(i + 7)?.priority);
+            .with_priority(self.class(i + 7)?.priority)
+            .with_times(self.times(i + 8)?);
         record.expires_at = if owner.is_some() { at } else { None };
         record.owner = owner;
         Ok(record)
     }
 
     /// Fields in one record.
-    pub(crate) const RECORD_FIELDS: usize = 8;
+    pub(crate) const RECORD_FIELDS: usize = 9;
+
+    /// A record's times, `created,claimed,renewed,ended` in µs on the server clock, each
+    /// empty when unknown or none.
+    pub(crate) fn times(&self, i: usize) -> Result<RunTimes, RedisError> {
+        let text = self.str(i)?;
+        let mut parts = text.split(',');
+        let mut next = || -> Result<Option<StoreTime>, RedisError> {
+            match parts.next() {
+                Some("") => Ok(None),
+                Some(us) => us
+                    .parse()
+                    .map(|us| Some(StoreTime::from_micros(us)))
+                    .map_err(|_| self.bad(format!("element {i}: times {text:?}"))),
+                None => Err(self.bad(format!("element {i}: times {text:?}"))),
+            }
+        };
+        let times = RunTimes {
+            created_at: next()?,
+            claimed_at: next()?,
+            renewed_at: next()?,
+            ended_at: next()?,
+        };
+        if parts.next().is_some() {
+            return Err(self.bad(format!("element {i}: times {text:?}")));
+        }
+        Ok(times)
+    }
 
     /// The nested reply at `i`.
     pub(crate) fn nested(&self, i: usize) -> Result<Reply, RedisError> {

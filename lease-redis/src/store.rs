@@ -417,7 +417,11 @@ impl LeaseStore for RedisLeaseStore {
                 .with_not_before(reply.opt_time(3)?)
                 .with_payload(new.payload().map(<[u8]>::to_vec))
                 .with_kind(new.kind().clone())
-                .with_priority(new.priority()))
+                .with_priority(new.priority())
+                .with_times(lease_core::RunTimes {
+                    created_at: Some(reply.time(1)?),
+                    ..lease_core::RunTimes::default()
+                }))
             }
             "exists" => {
                 // A retried create takes "already exists" for its own commit: the run must be

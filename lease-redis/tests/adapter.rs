@@ -557,6 +557,66 @@ async fn a_run_at_the_last_fence_is_exhausted_and_skipped_by_claim_next() {
     );
 }
 
+/// A record written before the adapter kept times ('state:fence:heartbeats:expiry:member:owner',
+/// nothing after the owner) reads with no times and an exact owner, even one holding ':' and
+/// digits; its next claim and renewal add theirs, and its owner still reads exactly.
+#[tokio::test]
+async fn a_record_written_before_times_reads_without_them_and_gains_them() {
+    let Some(server) = server(true, None) else {
+        return;
+    };
+    let ns = unique_namespace("old-record");
+    let store = connect(&server.url(), &ns).await;
+    let old = run("old");
+    let holder = worker("w:1,2,3");
+    store.create(&old).await.unwrap();
+    let first = store.claim(&old, &holder, ttl(60_000)).await.unwrap();
+    let key = format!("{{lease:{ns}}}:runs");
+    let field = "6f6c64"; // hex("old")
+    let mut conn = raw(&server.url()).await;
+    let record: String = redis::cmd("HGET")
+        .arg(&key)
+        .arg(field)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let (before, times) = record
+        .split_once('\u{1}')
+        .unwrap_or_else(|| panic!("a record with times: {record:?}"));
+    assert!(before.ends_with(":w:1,2,3"), "{record:?}");
+    assert_eq!(times.split(',').count(), 3, "created,claimed,renewed: {times:?}");
+    let _: () = redis::cmd("HSET")
+        .arg(&key)
+        .arg(field)
+        .arg(before)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+
+    let read = store.inspect(&old).await.unwrap();
+    assert_eq!(read.owner, Some(holder.clone()), "{read:?}");
+    assert_eq!(
+        [read.created_at, read.claimed_at, read.renewed_at, read.ended_at],
+        [None; 4],
+        "{read:?}"
+    );
+    assert!(!read.times_kept());
+    store.renew(&first).await.unwrap();
+    let renewed = store.inspect(&old).await.unwrap();
+    assert!(renewed.renewed_at.is_some(), "{renewed:?}");
+    assert_eq!(renewed.owner, Some(holder.clone()));
+    store.release(&first).await.unwrap();
+    let second = store.claim(&old, &holder, ttl(60_000)).await.unwrap();
+    let claimed = store.inspect(&old).await.unwrap();
+    assert!(claimed.claimed_at.is_some(), "{claimed:?}");
+    assert_eq!(claimed.renewed_at, None, "a claim clears the renewal: {claimed:?}");
+    assert_eq!(claimed.created_at, None, "the creation time stays unknown");
+    assert_eq!(claimed.owner, Some(holder));
+    store.complete(&second).await.unwrap();
+    let done = store.inspect(&old).await.unwrap();
+    assert!(done.ended_at >= claimed.claimed_at, "{done:?}");
+}
+
 /// The raw journal list of `id` in namespace `ns` (the adapter's key layout).
 async fn journal_len(conn: &mut redis::aio::MultiplexedConnection, ns: &str, id: &str) -> i64 {
     let hex: String = id.bytes().map(|b| format!("{b:02x}")).collect();
