@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use lease_core::{LeaseStore, LeaseStoreExt, ListFilter, RunRecord, RunState, StoreTime};
+use lease_core::{LeaseStoreExt, ListFilter, RunRecord, RunState, StoreTime};
 use tokio::time::{sleep, Instant};
 
 use crate::scenarios::{run, worker};

@@ -269,6 +269,13 @@ pub(crate) struct Rec {
     pub(crate) kind: Option<String>,
     /// The run's priority (0 for records written before priorities).
     pub(crate) priority: u8,
+    /// When the run was created, client microseconds; 0: unknown (a record written before
+    /// times were kept).
+    pub(crate) created: u64,
+    /// When its latest claim took it, client microseconds; 0: never claimed.
+    pub(crate) claimed: u64,
+    /// When that claim's lease was last renewed, client microseconds; 0: not renewed.
+    pub(crate) renewed: u64,
 }
 
 const VERSION: u8 = 1;
@@ -292,12 +299,16 @@ impl Rec {
             payload: false,
             kind: None,
             priority: 0,
+            created: now,
+            claimed: 0,
+            renewed: 0,
         }
     }
 
     pub(crate) fn tombstone(fence: u64) -> Rec {
         Rec {
             state: None,
+            created: 0,
             ..Rec::fresh(fence, 0)
         }
     }
@@ -323,12 +334,19 @@ impl Rec {
         out.extend_from_slice(&self.attempts.to_be_bytes());
         out.extend_from_slice(&self.rest.to_be_bytes());
         out.extend_from_slice(&u64::from(self.payload).to_be_bytes());
-        // Trailing and optional, so records of the default kind at priority 0 are as before.
-        if self.kind.is_some() || self.priority > 0 {
+        // Trailing and optional, so records of the default kind at priority 0 are as before;
+        // written whenever the times follow them.
+        let times = self.created | self.claimed | self.renewed != 0;
+        if self.kind.is_some() || self.priority > 0 || times {
             put_text(&mut out, self.kind.as_deref());
         }
-        if self.priority > 0 {
+        if self.priority > 0 || times {
             out.push(self.priority);
+        }
+        if times {
+            for n in [self.created, self.claimed, self.renewed] {
+                out.extend_from_slice(&n.to_be_bytes());
+            }
         }
         out
     }
@@ -384,6 +402,16 @@ impl Rec {
         } else {
             r.byte().ok_or_else(corrupt)?
         };
+        // Absent from records written before times were kept (and from tombstones).
+        let mut times = [0u64; 3];
+        if !r.0.is_empty() {
+            for slot in &mut times {
+                *slot = r.u64().ok_or_else(corrupt)?;
+            }
+        }
+        if !r.0.is_empty() {
+            return Err(corrupt());
+        }
         Ok(Rec {
             state,
             fence: n[0],
@@ -400,6 +428,9 @@ impl Rec {
             payload,
             kind,
             priority,
+            created: times[0],
+            claimed: times[1],
+            renewed: times[2],
         })
     }
 }
@@ -485,6 +516,19 @@ mod tests {
         rec.kind = None;
         assert_eq!(Rec::decode(&rec.encode()).unwrap(), rec);
         assert_eq!(Rec::decode(&Rec::tombstone(3).encode()).unwrap().fence, 3);
+        // Times: with the default kind at priority 0 too, which then write both.
+        rec.priority = 0;
+        rec.claimed = 50;
+        rec.renewed = 60;
+        assert_eq!(Rec::decode(&rec.encode()).unwrap(), rec);
+        // A record written before times (created 0) reads as before, without them.
+        let mut old = Rec::fresh(7, 42);
+        old.created = 0;
+        let bytes = old.encode();
+        assert_eq!(Rec::decode(&bytes).unwrap(), old);
+        let mut trailing = rec.encode();
+        trailing.push(0);
+        assert!(matches!(Rec::decode(&trailing), Err(Error::Backend { .. })));
         for bad in [&b""[..], b"\x02r", b"\x01r\0\0"] {
             assert!(matches!(Rec::decode(bad), Err(Error::Backend { .. })));
         }

@@ -584,7 +584,11 @@ async fn a_record_written_before_times_reads_without_them_and_gains_them() {
         .split_once('\u{1}')
         .unwrap_or_else(|| panic!("a record with times: {record:?}"));
     assert!(before.ends_with(":w:1,2,3"), "{record:?}");
-    assert_eq!(times.split(',').count(), 3, "created,claimed,renewed: {times:?}");
+    assert_eq!(
+        times.split(',').count(),
+        3,
+        "created,claimed,renewed: {times:?}"
+    );
     let _: () = redis::cmd("HSET")
         .arg(&key)
         .arg(field)
@@ -596,7 +600,12 @@ async fn a_record_written_before_times_reads_without_them_and_gains_them() {
     let read = store.inspect(&old).await.unwrap();
     assert_eq!(read.owner, Some(holder.clone()), "{read:?}");
     assert_eq!(
-        [read.created_at, read.claimed_at, read.renewed_at, read.ended_at],
+        [
+            read.created_at,
+            read.claimed_at,
+            read.renewed_at,
+            read.ended_at
+        ],
         [None; 4],
         "{read:?}"
     );
@@ -609,7 +618,10 @@ async fn a_record_written_before_times_reads_without_them_and_gains_them() {
     let second = store.claim(&old, &holder, ttl(60_000)).await.unwrap();
     let claimed = store.inspect(&old).await.unwrap();
     assert!(claimed.claimed_at.is_some(), "{claimed:?}");
-    assert_eq!(claimed.renewed_at, None, "a claim clears the renewal: {claimed:?}");
+    assert_eq!(
+        claimed.renewed_at, None,
+        "a claim clears the renewal: {claimed:?}"
+    );
     assert_eq!(claimed.created_at, None, "the creation time stays unknown");
     assert_eq!(claimed.owner, Some(holder));
     store.complete(&second).await.unwrap();

@@ -94,6 +94,7 @@ impl EtcdLeaseStore {
                 // Creation order within the batch: each id one microsecond after the one before.
                 let since = now + i as u64;
                 let mut rec = Rec::fresh(fence, since);
+                rec.created = now;
                 let mut extra = Vec::new();
                 if secs[i] > 0 {
                     let delay = secs[i] * 1_000_000;

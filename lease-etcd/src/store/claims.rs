@@ -66,6 +66,8 @@ impl EtcdLeaseStore {
         // Every claim counts against the attempt budget; a voluntary end gives it back.
         new.attempts += 1;
         new.owner = Some(worker.as_str().to_string());
+        new.claimed = now;
+        new.renewed = 0;
         new.expires_at = now + ttl.as_millis() * 1000;
         new.ttl_ms = ttl.as_millis();
         new.not_before = 0;
@@ -125,6 +127,7 @@ impl EtcdLeaseStore {
             let rec = seen.writable(lease)?;
             let mut new = rec.clone();
             new.heartbeats += 1;
+            new.renewed = now;
             new.expires_at = now + ttls[i].as_millis() * 1000;
             new.rest = ttls[i].as_millis().saturating_sub(secs[i] as u64 * 1000);
             new.since = now + secs[i] as u64 * 1_000_000;

@@ -86,6 +86,18 @@ impl EtcdLeaseStore {
             record = record.with_kind(Kind::new(kind)?);
         }
         record = record.with_priority(rec.priority);
+        let time = |us: u64| (us > 0).then(|| StoreTime::from_micros(us));
+        record = record.with_times(lease_core::RunTimes {
+            created_at: time(rec.created),
+            claimed_at: time(rec.claimed),
+            renewed_at: time(rec.renewed),
+            // For an ended run, its index position is when it ended.
+            ended_at: matches!(
+                state,
+                RunState::Completed | RunState::Failed | RunState::Cancelled
+            )
+            .then(|| StoreTime::from_micros(rec.since)),
+        });
         if let Some(owner) = &rec.owner {
             let expires_at = if seen.block == Some(true) || seen.lapsed() {
                 rec.expires_at.max(now + 1)
