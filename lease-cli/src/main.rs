@@ -109,6 +109,12 @@ enum Command {
         /// Only runs of this kind (`default`: runs created without one).
         #[arg(long, value_name = "KIND")]
         kind: Option<String>,
+        /// Only held runs whose holder claimed them at least AGE ago on the store's clock (a
+        /// number and a unit, ms, s, m, h or d): the runs to look at first when something is
+        /// stuck. Reads the runnable runs page by page (each store call bounded) and keeps
+        /// those.
+        #[arg(long, value_name = "AGE", value_parser = ops::parse_age, conflicts_with = "expired")]
+        held_longer_than: Option<Duration>,
         #[command(flatten)]
         json: JsonAlias,
     },
@@ -286,14 +292,26 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
             expired,
             limit,
             kind,
+            held_longer_than,
             json,
         } => {
             let kind = kind.map(distribution::Kind::new).transpose()?;
+            if held_longer_than.is_some() && state.is_some_and(|s| s != RunState::Runnable) {
+                return Err(usage(
+                    "--held-longer-than lists held runs, which are runnable: drop --state or \
+                     give --state runnable",
+                ));
+            }
+            let state = if held_longer_than.is_some() {
+                Some(RunState::Runnable)
+            } else {
+                state
+            };
             let filter = distribution::ListFilter::new()
                 .with_state(state)
                 .with_expired(expired)
                 .with_kind(kind);
-            ops::list(&config, filter, limit, format(out, &json)).await
+            ops::list(&config, filter, limit, held_longer_than, format(out, &json)).await
         }
         Command::Journal { run, json } => {
             ops::journal(&config, &run_id(&run)?, format(out, &json)).await

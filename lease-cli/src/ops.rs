@@ -68,11 +68,14 @@ pub(crate) async fn inspect(config: &Config, run: &RunId, format: Format) -> Res
 const LIST_PAGE: usize = 1_000;
 
 /// Streams the runs that match, ordered by id, page by page (paging with
-/// [`ListFilter::after`]), until `limit` records were printed or the store has no more.
+/// [`ListFilter::after`]), until `limit` records were printed or the store has no more. With
+/// `held_longer_than`, only the held runs claimed at least that long before each page was read
+/// are printed; pages are then read whole.
 pub(crate) async fn list(
     config: &Config,
     base: ListFilter,
     limit: usize,
+    held_longer_than: Option<std::time::Duration>,
     format: Format,
 ) -> Result<(), Failure> {
     if limit == 0 {
@@ -83,12 +86,26 @@ pub(crate) async fn list(
     let mut out = std::io::stdout();
     let mut after = None;
     while stream.printed() < limit {
-        let filter = base
-            .clone()
-            .with_after(after.take())
-            .with_limit((limit - stream.printed()).min(LIST_PAGE));
+        let wanted = if held_longer_than.is_some() {
+            LIST_PAGE
+        } else {
+            (limit - stream.printed()).min(LIST_PAGE)
+        };
+        let filter = base.clone().with_after(after.take()).with_limit(wanted);
         let page = store.list(&filter).await?;
-        stream.page(&mut out, &page).map_err(closed_stdout)?;
+        match held_longer_than {
+            None => stream.page(&mut out, &page),
+            Some(age) => {
+                let kept: Vec<_> = page
+                    .iter()
+                    .filter(|r| r.held_for().is_some_and(|held| held >= age))
+                    .take(limit - stream.printed())
+                    .cloned()
+                    .collect();
+                stream.page(&mut out, &kept)
+            }
+        }
+        .map_err(closed_stdout)?;
         // A short page is the last: `list` returns fewer than asked only at the end.
         if page.len() < filter.limit {
             break;

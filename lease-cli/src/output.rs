@@ -38,6 +38,18 @@ pub(crate) struct RecordView {
     kind: String,
     /// The run's priority within its kind (0 for a run created without one).
     priority: u8,
+    /// When the run was created, on the store's clock, microseconds (null: unknown, for a run
+    /// created before its store kept times).
+    created_at_us: Option<u64>,
+    /// When its latest claim took it, microseconds (null: never claimed).
+    claimed_at_us: Option<u64>,
+    /// When that claim's lease was last renewed, microseconds (null: not renewed).
+    renewed_at_us: Option<u64>,
+    /// When it ended (completed, failed or cancelled), microseconds (null: not ended).
+    ended_at_us: Option<u64>,
+    /// How long its holder has held it, from the claim to the read, milliseconds (null: not
+    /// held).
+    held_for_ms: Option<u64>,
     /// The store's clock when read, microseconds.
     observed_at_us: u64,
 }
@@ -80,6 +92,13 @@ impl From<&RunRecord> for RecordView {
             payload_bytes: r.payload.as_ref().map(Vec::len),
             kind: r.kind.to_string(),
             priority: r.priority,
+            created_at_us: r.created_at.map(|t| t.as_micros()),
+            claimed_at_us: r.claimed_at.map(|t| t.as_micros()),
+            renewed_at_us: r.renewed_at.map(|t| t.as_micros()),
+            ended_at_us: r.ended_at.map(|t| t.as_micros()),
+            held_for_ms: r
+                .held_for()
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             observed_at_us: r.observed_at.as_micros(),
         }
     }
@@ -110,6 +129,7 @@ pub(crate) fn print_record(record: &RunRecord, format: Format) {
                 .page(&mut out, std::slice::from_ref(record))
                 .and_then(|()| stream.finish(&mut out))
                 .and_then(|()| kind_line(&mut out, record))
+                .and_then(|()| times_lines(&mut out, record))
                 .and_then(|()| payload_line(&mut out, record.payload.as_deref()));
         }
     }
@@ -124,6 +144,40 @@ fn kind_line(out: &mut impl Write, record: &RunRecord) -> io::Result<()> {
         writeln!(out, "priority: {}", record.priority)?;
     }
     Ok(())
+}
+
+/// The run's times under a single record's table, on the store's clock (RFC 3339, UTC), with
+/// how long ago each was when the record was read.
+fn times_lines(out: &mut impl Write, record: &RunRecord) -> io::Result<()> {
+    let ago = |t: distribution::StoreTime| {
+        let d = record.observed_at.saturating_since(t);
+        format!("{:.3} s ago", d.as_secs_f64())
+    };
+    for (name, at) in [
+        ("created", record.created_at),
+        ("claimed", record.claimed_at),
+        ("renewed", record.renewed_at),
+        ("ended", record.ended_at),
+    ] {
+        if let Some(t) = at {
+            writeln!(out, "{name}: {} ({})", rfc3339(t), ago(t))?;
+        }
+    }
+    if let Some(d) = record.held_for() {
+        writeln!(out, "held for: {:.3} s", d.as_secs_f64())?;
+    }
+    Ok(())
+}
+
+/// A store time as RFC 3339 in UTC, to the microsecond.
+pub(crate) fn rfc3339(t: distribution::StoreTime) -> String {
+    i64::try_from(t.as_micros())
+        .ok()
+        .and_then(chrono::DateTime::from_timestamp_micros)
+        .map_or_else(
+            || format!("{} µs", t.as_micros()),
+            |at| at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+        )
 }
 
 /// The payload under a single record's table: its size, then the text quoted with control

@@ -1640,3 +1640,93 @@ fn lease_stats_counts_runs_and_the_queue_lag() {
         );
     }
 }
+
+/// `inspect -o json` shows the run's times on the store's clock and how long it has been held;
+/// `list --held-longer-than AGE` keeps the held runs claimed at least AGE ago, on Postgres and
+/// Redis.
+#[test]
+fn inspect_shows_the_times_and_list_finds_runs_held_too_long() {
+    let Some((_pg, url)) = postgres() else {
+        return;
+    };
+    let Some(redis) = redis() else {
+        return;
+    };
+    let rurl = format!("redis://127.0.0.1:{}", redis.port());
+    for url in [url.as_str(), rurl.as_str()] {
+        let base = ["--store", url, "--namespace", "cli_times"];
+        let with = |args: &[&str]| lease(&[&base[..], args].concat());
+        let json = |args: &[&str]| -> serde_json::Value {
+            let out = with(args);
+            assert_exit(&out, 0);
+            serde_json::from_str(&stdout(&out)).unwrap()
+        };
+        for run in ["long", "short", "waiting"] {
+            assert_exit(&with(&["create", run]), 0);
+        }
+        let (rt, store) = admin(url, "cli_times");
+        let lease = rt
+            .block_on(store.claim(&id("long"), &worker("w-long"), ttl(600_000)))
+            .unwrap();
+        // Held for a second on the store's own clock, as the records tell it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let held = rt.block_on(store.inspect(&id("long"))).unwrap().held_for();
+            if held.is_some_and(|d| d >= Duration::from_millis(1_100)) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "never held a second");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        rt.block_on(store.claim(&id("short"), &worker("w-short"), ttl(600_000)))
+            .unwrap();
+
+        let r = json(&["inspect", "long", "-o", "json"]);
+        let us = |field: &str| r[field].as_u64().unwrap_or_else(|| panic!("{field}: {r}"));
+        assert!(us("created_at_us") <= us("claimed_at_us"), "{r}");
+        assert!(us("claimed_at_us") <= us("observed_at_us"), "{r}");
+        assert!(
+            r["renewed_at_us"].is_null() && r["ended_at_us"].is_null(),
+            "{r}"
+        );
+        let held_ms = us("held_for_ms");
+        assert!(held_ms >= 1_100, "{r}");
+        assert_eq!(
+            held_ms,
+            (us("observed_at_us") - us("claimed_at_us")) / 1000,
+            "{r}"
+        );
+        let text = stdout(&with(&["inspect", "long"]));
+        assert!(
+            text.contains("\nclaimed: ") && text.contains("\nheld for: "),
+            "{text}"
+        );
+
+        let listed = with(&["list", "--held-longer-than", "1s", "-o", "json"]);
+        assert_exit(&listed, 0);
+        let runs: Vec<String> = ndjson(&listed)
+            .iter()
+            .map(|r| r["run"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(runs, ["long"], "only the run held over a second");
+        let none = with(&["list", "--held-longer-than", "1h", "-o", "json"]);
+        assert_exit(&none, 0);
+        assert_eq!(stdout(&none), "", "nothing held an hour");
+        let bad = with(&["list", "--state", "completed", "--held-longer-than", "1s"]);
+        assert_exit(&bad, USAGE);
+        assert!(
+            stderr(&bad).contains("--held-longer-than"),
+            "{}",
+            stderr(&bad)
+        );
+
+        rt.block_on(store.complete(&lease)).unwrap();
+        let done = json(&["inspect", "long", "-o", "json"]);
+        let ended = done["ended_at_us"].as_u64().expect("ended");
+        assert!(ended >= us("claimed_at_us"), "{done}");
+        assert!(done["held_for_ms"].is_null(), "{done}");
+        let waiting = json(&["inspect", "waiting", "-o", "json"]);
+        assert!(waiting["created_at_us"].is_u64(), "{waiting}");
+        assert!(waiting["claimed_at_us"].is_null(), "{waiting}");
+    }
+}

@@ -348,6 +348,10 @@ fn the_dashboard_shows_every_state_in_a_browser_and_guards_its_actions() {
         held.contains("worker-a") && held.contains(">1</span>"),
         "{held}"
     );
+    assert!(
+        held.contains("<span class=\"held-for\">"),
+        "how long it is held: {held}"
+    );
     let expired = row(&overview, "expired", "expired-1");
     assert!(
         expired.contains("worker-gone") && expired.contains("ago"),
@@ -372,7 +376,11 @@ fn the_dashboard_shows_every_state_in_a_browser_and_guards_its_actions() {
         run.contains("step 1 &lt;done&gt;"),
         "the journal entry: {run}"
     );
+    for time in ["<th>created</th>", "<th>claimed</th>", "<th>held for</th>"] {
+        assert!(run.contains(time), "{time} on a held run's page: {run}");
+    }
     let failed_page = dom(profile.path(), &format!("{}/runs/failed-1", ui.base));
+    assert!(failed_page.contains("<th>ended</th>"), "{failed_page}");
     for page in [&overview, &run, &failed_page] {
         assert!(
             !page.contains("<form class=\"action\""),

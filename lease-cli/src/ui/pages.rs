@@ -99,6 +99,10 @@ pub(crate) fn overview(o: &Overview) -> String {
                 ),
                 format!("<span class=\"fence\">{}</span>", r.fence.get()),
                 r.attempts.to_string(),
+                r.held_for().map_or_else(
+                    || "?".to_owned(),
+                    |d| format!("<span class=\"held-for\">{}</span>", span(d)),
+                ),
                 r.heartbeats.to_string(),
                 format!(
                     "{} <small>({})</small>",
@@ -116,6 +120,7 @@ pub(crate) fn overview(o: &Overview) -> String {
             "holder",
             "fence",
             "attempt",
+            "held for",
             "heartbeats",
             "lease expires (store clock)",
         ],
@@ -275,6 +280,25 @@ pub(crate) fn run_page(r: &RunRecord, journal: &[JournalEntry], token: Option<&s
         ("attempts", r.attempts.to_string()),
         ("heartbeats", r.heartbeats.to_string()),
     ];
+    for (name, at) in [
+        ("created", r.created_at),
+        ("claimed", r.claimed_at),
+        ("renewed", r.renewed_at),
+        ("ended", r.ended_at),
+    ] {
+        if let Some(at) = at {
+            rows.push((
+                name,
+                format!("{} <small>({})</small>", instant(at), relative(r, at)),
+            ));
+        }
+    }
+    if let Some(d) = r.held_for() {
+        rows.push((
+            "held for",
+            format!("<span class=\"held-for\">{}</span>", span(d)),
+        ));
+    }
     if let Some(owner) = &r.owner {
         let label = if r.is_expired() {
             "last holder"
