@@ -77,11 +77,12 @@ pub async fn workers_with_retention_purge_ended_runs_under_one_lease(factory: &d
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     shutdown.cancel();
-    let mut purged = 0;
+    let mut reports = Vec::new();
     for task in tasks {
-        purged += task.await.unwrap().unwrap().purged;
+        reports.push(task.await.unwrap().unwrap());
     }
-    assert_eq!(purged, 8, "each ended run purged once");
+    let purged: u64 = reports.iter().map(|r| r.purged).sum();
+    assert_eq!(purged, 8, "each ended run purged once: {reports:?}");
     let lease_run = run(DEFAULT_PURGER_NAME);
     let record = store.inspect(&lease_run).await.unwrap();
     assert_eq!(record.kind, Kind::new(PURGER_KIND).unwrap(), "{record:?}");
