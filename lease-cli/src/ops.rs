@@ -50,7 +50,7 @@ pub(crate) fn payload_arg(
 
 /// A store for a read-only command: connecting runs no DDL (`migrate=false`), and a Postgres
 /// schema without this release's migrations is refused, naming `lease migrate`.
-async fn read_only(
+pub(crate) async fn read_only(
     config: &Config,
 ) -> Result<std::sync::Arc<dyn distribution::LeaseStore>, Failure> {
     Ok(connect(&config.clone().with_migrations(false)).await?)

@@ -63,7 +63,8 @@ fn shown_payload(payload: Option<&[u8]>) -> (Option<String>, Option<String>) {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// `bytes` in lower-case hexadecimal.
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -153,14 +154,10 @@ fn times_lines(out: &mut impl Write, record: &RunRecord) -> io::Result<()> {
         let d = record.observed_at.saturating_since(t);
         format!("{:.3} s ago", d.as_secs_f64())
     };
-    for (name, at) in [
-        ("created", record.created_at),
-        ("claimed", record.claimed_at),
-        ("renewed", record.renewed_at),
-        ("ended", record.ended_at),
-    ] {
+    for (name, at) in times(record) {
         if let Some(t) = at {
-            writeln!(out, "{name}: {} ({})", rfc3339(t), ago(t))?;
+            let at = rfc3339(t, chrono::SecondsFormat::Micros);
+            writeln!(out, "{name}: {at} ({})", ago(t))?;
         }
     }
     if let Some(d) = record.held_for() {
@@ -169,14 +166,24 @@ fn times_lines(out: &mut impl Write, record: &RunRecord) -> io::Result<()> {
     Ok(())
 }
 
-/// A store time as RFC 3339 in UTC, to the microsecond.
-pub(crate) fn rfc3339(t: distribution::StoreTime) -> String {
+/// A record's times under the names `inspect` and the dashboard show them, in life order.
+pub(crate) fn times(record: &RunRecord) -> [(&'static str, Option<distribution::StoreTime>); 4] {
+    [
+        ("created", record.created_at),
+        ("claimed", record.claimed_at),
+        ("renewed", record.renewed_at),
+        ("ended", record.ended_at),
+    ]
+}
+
+/// A store time as RFC 3339 in UTC, to `precision`; its microseconds when out of range.
+pub(crate) fn rfc3339(t: distribution::StoreTime, precision: chrono::SecondsFormat) -> String {
     i64::try_from(t.as_micros())
         .ok()
         .and_then(chrono::DateTime::from_timestamp_micros)
         .map_or_else(
             || format!("{} µs", t.as_micros()),
-            |at| at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+            |at| at.to_rfc3339_opts(precision, true),
         )
 }
 
@@ -290,9 +297,7 @@ impl EntryView {
             seq: e.seq,
             fence: e.fence.get(),
             written_at_us: e.written_at.as_micros(),
-            payload_hex: text
-                .is_none()
-                .then(|| e.payload.iter().map(|b| format!("{b:02x}")).collect()),
+            payload_hex: text.is_none().then(|| hex(&e.payload)),
             payload: text,
         }
     }

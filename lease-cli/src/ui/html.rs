@@ -58,13 +58,7 @@ pub(crate) fn clip(text: &str, max: usize) -> String {
 
 /// A store time as an RFC 3339 instant in UTC, to the millisecond.
 pub(crate) fn instant(t: StoreTime) -> String {
-    i64::try_from(t.as_micros())
-        .ok()
-        .and_then(chrono::DateTime::from_timestamp_micros)
-        .map_or_else(
-            || format!("{} µs", t.as_micros()),
-            |at| at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        )
+    crate::output::rfc3339(t, chrono::SecondsFormat::Millis)
 }
 
 /// A duration for people: `850 ms`, `12.4 s`, `3 min 05 s`, `2 h 07 min`, `3 d 4 h`.

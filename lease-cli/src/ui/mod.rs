@@ -21,9 +21,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use distribution::{
-    connect, Backend, Config, Error, Kind, LeaseStore, ListFilter, RunId, RunState,
-};
+use distribution::{Backend, Config, Error, Kind, LeaseStore, ListFilter, RunId, RunState};
 use lease_cli::{exit, usage, Failure};
 use serde::Deserialize;
 
@@ -94,7 +92,7 @@ pub(crate) async fn ui(config: &Config, args: UiArgs) -> Result<(), Failure> {
              process: name one with --store or LEASE_STORE (postgres://, redis:// or etcd://)",
         ));
     }
-    let store = connect(&config.clone().with_migrations(false)).await?;
+    let store = crate::ops::read_only(config).await?;
     let name = match &config.namespace {
         Some(ns) => format!("{} namespace {ns}", distribution::redact_url(&config.store)),
         None => distribution::redact_url(&config.store),

@@ -280,12 +280,7 @@ pub(crate) fn run_page(r: &RunRecord, journal: &[JournalEntry], token: Option<&s
         ("attempts", r.attempts.to_string()),
         ("heartbeats", r.heartbeats.to_string()),
     ];
-    for (name, at) in [
-        ("created", r.created_at),
-        ("claimed", r.claimed_at),
-        ("renewed", r.renewed_at),
-        ("ended", r.ended_at),
-    ] {
+    for (name, at) in crate::output::times(r) {
         if let Some(at) = at {
             rows.push((
                 name,
@@ -376,7 +371,7 @@ fn shown_bytes(bytes: &[u8]) -> String {
     match std::str::from_utf8(bytes) {
         Ok(text) => format!("<pre>{}</pre>", esc(&clip(text, PAYLOAD_CHARS))),
         Err(_) => {
-            let hex: String = bytes.iter().take(64).map(|b| format!("{b:02x}")).collect();
+            let hex = crate::output::hex(&bytes[..bytes.len().min(64)]);
             let more = if bytes.len() > 64 { "…" } else { "" };
             format!(
                 "<small>{} bytes, not UTF-8:</small> <code>{hex}{more}</code>",
