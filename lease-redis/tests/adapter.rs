@@ -515,21 +515,10 @@ async fn a_run_at_the_last_fence_is_exhausted_and_skipped_by_claim_next() {
     let key = format!("{{lease:{ns}}}:runs");
     let field = "6c617374"; // hex("last")
     let mut conn = raw(&server.url()).await;
-    let record: String = redis::cmd("HGET")
-        .arg(&key)
-        .arg(field)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let record = raw_record(&mut conn, &key, field).await;
     let mut parts: Vec<&str> = record.splitn(6, ':').collect();
     parts[1] = &max;
-    let _: () = redis::cmd("HSET")
-        .arg(&key)
-        .arg(field)
-        .arg(parts.join(":"))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    set_raw_record(&mut conn, &key, field, &parts.join(":")).await;
 
     let err = store
         .claim(&last, &worker("b"), ttl(60_000))
@@ -574,12 +563,7 @@ async fn a_record_written_before_times_reads_without_them_and_gains_them() {
     let key = format!("{{lease:{ns}}}:runs");
     let field = "6f6c64"; // hex("old")
     let mut conn = raw(&server.url()).await;
-    let record: String = redis::cmd("HGET")
-        .arg(&key)
-        .arg(field)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let record = raw_record(&mut conn, &key, field).await;
     let (before, times) = record
         .split_once('\u{1}')
         .unwrap_or_else(|| panic!("a record with times: {record:?}"));
@@ -589,13 +573,7 @@ async fn a_record_written_before_times_reads_without_them_and_gains_them() {
         3,
         "created,claimed,renewed: {times:?}"
     );
-    let _: () = redis::cmd("HSET")
-        .arg(&key)
-        .arg(field)
-        .arg(before)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    set_raw_record(&mut conn, &key, field, before).await;
 
     let read = store.inspect(&old).await.unwrap();
     assert_eq!(read.owner, Some(holder.clone()), "{read:?}");
@@ -627,6 +605,36 @@ async fn a_record_written_before_times_reads_without_them_and_gains_them() {
     store.complete(&second).await.unwrap();
     let done = store.inspect(&old).await.unwrap();
     assert!(done.ended_at >= claimed.claimed_at, "{done:?}");
+}
+
+/// The run record stored in the runs hash `key` under `field` (the encoded id), as is.
+async fn raw_record(
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    field: &str,
+) -> String {
+    redis::cmd("HGET")
+        .arg(key)
+        .arg(field)
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+/// Overwrites the run record in the runs hash `key` under `field` with `value`.
+async fn set_raw_record(
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    field: &str,
+    value: &str,
+) {
+    let _: () = redis::cmd("HSET")
+        .arg(key)
+        .arg(field)
+        .arg(value)
+        .query_async(conn)
+        .await
+        .unwrap();
 }
 
 /// The raw journal list of `id` in namespace `ns` (the adapter's key layout).
