@@ -47,7 +47,7 @@ pub async fn end_many_ends_each_lease_as_asked_with_a_verdict_per_item(factory: 
     }
     let stale_run = created(&*store, "stale").await;
     let stale = store.claim(&stale_run, &a, t.short_ttl()).await.unwrap();
-    tokio::time::sleep(t.past_short()).await;
+    crate::until_expired(&*store, &stale_run, t).await;
     store.claim(&stale_run, &worker("b"), long()).await.unwrap();
     store.complete(&leases[4]).await.unwrap();
 
@@ -148,7 +148,7 @@ pub async fn complete_with_writes_its_effect_only_with_the_completion(factory: &
     let r = created(&*store, "order-7").await;
     let old = store.claim(&r, &worker("a"), t.short_ttl()).await.unwrap();
     store.append(&old, b"step 1").await.unwrap();
-    tokio::time::sleep(t.past_short()).await;
+    crate::until_expired(&*store, &r, t).await;
     let new = store.claim(&r, &worker("b"), long()).await.unwrap();
 
     match store.complete_with(&old, b"charge card").await {

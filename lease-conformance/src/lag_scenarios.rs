@@ -57,7 +57,7 @@ pub async fn count_tells_the_queue_lag_on_the_store_clock(factory: &dyn StoreFac
     let claim_sent = Instant::now();
     store.claim(&run("expiring"), &w, short).await.unwrap();
     let claim_answered = Instant::now();
-    sleep(t.past_short()).await;
+    crate::until_expired(&*store, &run("expiring"), t).await;
     let asked = Instant::now();
     let age = lag(&*store).await.expect("an expired lease is claimable");
     let answered = Instant::now();

@@ -91,6 +91,32 @@ pub(crate) fn timing(factory: &dyn StoreFactory) -> Timing {
     factory.capabilities().timing()
 }
 
+/// Waits until the lease on `run`, claimed under [`Timing::short_ttl`] just before, has expired
+/// on the store: [`Timing::past_short`], then, on a store that needs longer (etcd revokes a lease
+/// later under a slow disk), inspects until the record says so, for at most as long again.
+/// Fails the test if the lease has still not expired.
+pub(crate) async fn until_expired(
+    store: &dyn lease_core::LeaseStore,
+    run: &lease_core::RunId,
+    t: Timing,
+) {
+    tokio::time::sleep(t.past_short()).await;
+    let deadline = std::time::Instant::now() + t.past_short();
+    loop {
+        let record = store.inspect(run).await.expect("inspect");
+        if record.is_expired() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{run} has not expired {:?} after a claim under {:?}: {record:?}",
+            t.past_short() * 2,
+            t.short_ttl().as_duration()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// Expands to the ignored benchmark tests of a run's life against a store from `$factory` (as
 /// for [`conformance_tests!`]): the purge under renewals ([`purge_under_load`]), `count` over a
 /// million runs ([`count_at_scale`]) and a poison

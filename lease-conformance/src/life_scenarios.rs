@@ -589,7 +589,7 @@ pub async fn count_tells_how_many_runs_are_in_each_state(factory: &dyn StoreFact
     }
     let l = store.claim(&id("failed"), &w, long()).await.unwrap();
     store.fail(&l, "gave up").await.unwrap();
-    tokio::time::sleep(t.past_short()).await;
+    crate::until_expired(&*store, &id("expired"), t).await;
     assert_eq!(figures(store.count().await.unwrap()), (3, 1, 1, 1, 2, 1));
 
     store.resume(&id("parked")).await.unwrap();

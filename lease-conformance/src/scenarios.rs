@@ -117,7 +117,7 @@ pub async fn an_expired_lease_is_reclaimable_with_the_next_fence(factory: &dyn S
     let store = factory.fresh().await;
     let r = created(&*store, "expiring").await;
     let a = store.claim(&r, &worker("a"), t.short_ttl()).await.unwrap();
-    tokio::time::sleep(t.past_short()).await;
+    crate::until_expired(&*store, &r, t).await;
     let record = store.inspect(&r).await.unwrap();
     assert!(record.is_expired(), "{record:?}");
     let b = store.claim(&r, &worker("b"), long()).await.unwrap();
@@ -131,7 +131,7 @@ pub async fn a_write_under_a_lower_fence_is_rejected_with_both_fences(factory: &
     let store = factory.fresh().await;
     let r = created(&*store, "stale").await;
     let a = store.claim(&r, &worker("a"), t.short_ttl()).await.unwrap();
-    tokio::time::sleep(t.past_short()).await;
+    crate::until_expired(&*store, &r, t).await;
     let b = store.claim(&r, &worker("b"), long()).await.unwrap();
     assert_eq!((a.fence().get(), b.fence().get()), (1, 2));
     assert_stale(store.append(&a, b"from a").await, 1, 2);
@@ -155,7 +155,7 @@ pub async fn a_write_under_the_current_fence_after_expiry_is_accepted(factory: &
     let store = factory.fresh().await;
     let r = created(&*store, "late").await;
     let a = store.claim(&r, &worker("a"), t.short_ttl()).await.unwrap();
-    tokio::time::sleep(t.past_short()).await;
+    crate::until_expired(&*store, &r, t).await;
     assert!(store.inspect(&r).await.unwrap().is_expired());
     let entry = store.append(&a, b"late but safe").await.unwrap();
     assert_eq!(entry.fence.get(), 1);
@@ -221,7 +221,7 @@ pub async fn renew_under_a_stale_fence_is_rejected(factory: &dyn StoreFactory) {
     let store = factory.fresh().await;
     let r = created(&*store, "stale-renew").await;
     let a = store.claim(&r, &worker("a"), t.short_ttl()).await.unwrap();
-    tokio::time::sleep(t.past_short()).await;
+    crate::until_expired(&*store, &r, t).await;
     let b = store.claim(&r, &worker("b"), long()).await.unwrap();
     assert_stale(store.renew(&a).await, 1, 2);
     let record = store.inspect(&r).await.unwrap();
@@ -417,7 +417,7 @@ pub async fn claim_next_takes_claimable_runs_longest_waiting_first(factory: &dyn
     store.suspend(&s).await.unwrap();
     let d = store.claim(&done, &worker("a"), long()).await.unwrap();
     store.complete(&d).await.unwrap();
-    tokio::time::sleep(t.past_short()).await;
+    crate::until_expired(&*store, &expiring, t).await;
     let newest = created(&*store, "a-newest").await;
 
     let got = store.claim_next(&worker("b"), long(), 2).await.unwrap();
@@ -449,7 +449,7 @@ pub async fn complete_is_terminal_and_fenced(factory: &dyn StoreFactory) {
     let store = factory.fresh().await;
     let r = created(&*store, "completed").await;
     let a = store.claim(&r, &worker("a"), t.short_ttl()).await.unwrap();
-    tokio::time::sleep(t.past_short()).await;
+    crate::until_expired(&*store, &r, t).await;
     let b = store.claim(&r, &worker("b"), long()).await.unwrap();
     assert_stale(store.complete(&a).await, 1, 2);
     store.complete(&b).await.unwrap();
@@ -530,7 +530,7 @@ pub async fn renew_many_reports_a_result_per_lease(factory: &dyn StoreFactory) {
         .unwrap();
     let released_lease = store.claim(&released, &worker("a"), long()).await.unwrap();
     store.release(&released_lease).await.unwrap();
-    tokio::time::sleep(t.past_short()).await;
+    crate::until_expired(&*store, &stale, t).await;
     store.claim(&stale, &worker("b"), long()).await.unwrap();
 
     let batch = [
@@ -720,7 +720,7 @@ pub async fn list_filters_by_state_and_expiry(factory: &dyn StoreFactory) {
     store.claim(&b, &worker("w"), t.short_ttl()).await.unwrap();
     let lc = store.claim(&c, &worker("w"), long()).await.unwrap();
     store.suspend(&lc).await.unwrap();
-    tokio::time::sleep(t.past_short()).await;
+    crate::until_expired(&*store, &b, t).await;
 
     let ids = |records: Vec<lease_core::RunRecord>| {
         records.into_iter().map(|r| r.run).collect::<Vec<_>>()
