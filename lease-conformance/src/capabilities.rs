@@ -58,6 +58,11 @@ pub struct Capabilities {
     ///
     /// [`RunRecord::created_at`]: lease_core::RunRecord::created_at
     pub record_times: bool,
+    /// Whether [`inspect`](lease_core::LeaseStore::inspect) reports the run's attempt history
+    /// ([`RunRecord::history`]).
+    ///
+    /// [`RunRecord::history`]: lease_core::RunRecord::history
+    pub attempt_history: bool,
 }
 
 impl Default for Capabilities {
@@ -68,6 +73,7 @@ impl Default for Capabilities {
             max_expiry_lag: Duration::ZERO,
             queue_lag: true,
             record_times: true,
+            attempt_history: true,
         }
     }
 }
@@ -127,6 +133,13 @@ impl Capabilities {
     #[must_use]
     pub fn without_record_times(mut self) -> Self {
         self.record_times = false;
+        self
+    }
+
+    /// The store keeps no attempt history.
+    #[must_use]
+    pub fn without_attempt_history(mut self) -> Self {
+        self.attempt_history = false;
         self
     }
 

@@ -21,6 +21,7 @@ mod capabilities;
 mod fault_scenarios;
 pub mod fixtures;
 pub mod fuzz;
+mod history_scenarios;
 mod hub_scenarios;
 mod job_scenarios;
 mod kind_scenarios;
@@ -41,6 +42,7 @@ pub use batch_scenarios::*;
 pub use budget_scenarios::*;
 pub use capabilities::{Capabilities, Timing, MAX_MIN_TTL};
 pub use fault_scenarios::*;
+pub use history_scenarios::*;
 pub use hub_scenarios::*;
 pub use job_scenarios::*;
 pub use kind_scenarios::*;
@@ -265,6 +267,8 @@ macro_rules! conformance_tests {
             count_tells_how_many_runs_are_in_each_state,
             count_tells_the_queue_lag_on_the_store_clock,
             times_on_the_record_follow_the_life_on_the_store_clock,
+            the_attempt_history_tells_how_each_attempt_ended,
+            the_attempt_history_is_bounded_and_goes_with_its_run,
             cancel_ends_a_run_in_every_state_but_completed,
             cancel_fences_out_the_holder_with_a_verdict_naming_it,
             a_cancel_racing_the_holders_end_has_exactly_one_winner,

@@ -619,4 +619,12 @@ pub enum InvalidInput {
         /// The name given (first 32 characters).
         state: String,
     },
+    /// An attempt outcome name other than those of
+    /// [`AttemptOutcome`](crate::AttemptOutcome) (a store's history written by a newer release,
+    /// or damaged).
+    #[error("unknown attempt outcome {outcome:?}")]
+    UnknownOutcome {
+        /// The name found (first 32 characters).
+        outcome: String,
+    },
 }

@@ -33,6 +33,7 @@
 //! # Ok(()) }
 //! ```
 
+mod attempt;
 pub mod backend;
 mod error;
 mod fault;
@@ -51,6 +52,7 @@ mod store;
 mod types;
 mod worker;
 
+pub use attempt::{attempt_error, Attempt, AttemptOutcome, MAX_ATTEMPT_ERROR_BYTES, MAX_HISTORY};
 pub use error::{BoxError, Ended, Error, InvalidInput, Result};
 pub use fault::{Fault, FaultyStore, ReplyFault, FAULT_BACKEND};
 pub use heartbeats::{HeartbeatStats, Heartbeats, TickReport};

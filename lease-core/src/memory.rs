@@ -7,6 +7,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use tokio::time::Instant;
 
+use crate::attempt::{Attempt, AttemptOutcome};
 use crate::error::{Error, Result};
 use crate::id::{IdempotencyKey, RunId, WorkerId};
 use crate::kind::Kind;
@@ -79,6 +80,8 @@ struct Slot {
     claimed_at: Option<Instant>,
     /// When its latest claim's lease was last renewed.
     renewed_at: Option<Instant>,
+    /// Its ended attempts, oldest first, at most [`MAX_HISTORY`](crate::MAX_HISTORY).
+    history: std::collections::VecDeque<crate::Attempt>,
 }
 
 /// The store's part of a [`MemoryLeaseStore::fenced_with`] closure: journal entries to append
@@ -188,16 +191,64 @@ impl MemoryLeaseStore {
             created_at: now,
             claimed_at: None,
             renewed_at: None,
+            history: std::collections::VecDeque::new(),
         };
         let record = self.record_with_payload(run, &slot, now);
         state.runs.insert(run.clone(), slot);
         Ok(record)
     }
 
-    /// The record with its payload, as inspect and create return it.
+    /// The record with its payload and history, as inspect and create return it.
     fn record_with_payload(&self, run: &RunId, slot: &Slot, now: Instant) -> RunRecord {
         self.record(run, slot, now)
             .with_payload(slot.payload.as_deref().map(<[u8]>::to_vec))
+            .with_history(slot.history.iter().cloned().collect())
+    }
+
+    /// Writes the held or expired lease's attempt into the history as `outcome`, ended at
+    /// `now`, or as expired at its expiry if it had expired by then: a force-release, a
+    /// cancel or a claim that came after the expiry did not end the attempt, the expiry did.
+    fn archive(&self, slot: &mut Slot, outcome: AttemptOutcome, error: Option<&str>, now: Instant) {
+        match slot.expires_at {
+            Some(at) if at <= now => self.push_attempt(slot, AttemptOutcome::Expired, None, at),
+            Some(_) => self.push_attempt(slot, outcome, error, now),
+            None => {}
+        }
+    }
+
+    /// Writes the lease's attempt into the history as `outcome`, ended at `now`: for a fenced
+    /// end, which the fence accepted, expired or not, so it is what ended the attempt. Called
+    /// before the end clears the owner or refunds the attempt.
+    fn archive_ended(
+        &self,
+        slot: &mut Slot,
+        outcome: AttemptOutcome,
+        error: Option<&str>,
+        now: Instant,
+    ) {
+        self.push_attempt(slot, outcome, error, now);
+    }
+
+    fn push_attempt(
+        &self,
+        slot: &mut Slot,
+        outcome: AttemptOutcome,
+        error: Option<&str>,
+        ended: Instant,
+    ) {
+        let Some(worker) = slot.owner.clone() else {
+            return;
+        };
+        let attempt = Attempt::new(slot.attempts, slot.fence, worker, outcome)
+            .with_times(
+                slot.claimed_at.map(|at| self.store_time(at)),
+                Some(self.store_time(ended)),
+            )
+            .with_error(error.map(|e| crate::attempt_error(e).to_owned()));
+        if slot.history.len() == crate::MAX_HISTORY {
+            slot.history.pop_front();
+        }
+        slot.history.push_back(attempt);
     }
 
     fn record(&self, run: &RunId, slot: &Slot, now: Instant) -> RunRecord {
@@ -223,6 +274,7 @@ impl MemoryLeaseStore {
                 RunState::Completed | RunState::Failed | RunState::Cancelled
             )
             .then(|| self.store_time(slot.claimable_at)),
+            history: None,
             observed_at: self.store_time(now),
         }
     }
@@ -282,6 +334,8 @@ impl MemoryLeaseStore {
         ) {
             return Err(refusal);
         }
+        // An expired lease taken over: its attempt ended at its expiry.
+        self.archive(slot, AttemptOutcome::Expired, None, now);
         let expires_at = now + ttl.as_duration();
         slot.fence = Fence::new(slot.fence.get() + 1).expect("claim_refusal checked Fence::MAX");
         // Every claim counts; a voluntary end gives it back (apply_end, end).
@@ -388,6 +442,10 @@ impl MemoryLeaseStore {
     fn apply_end(&self, slot: &mut Slot, fence: Fence, end: End, now: Instant) {
         let to = end.state();
         let delay = std::time::Duration::from_millis(end.delay_millis());
+        if let Some((outcome, error)) = AttemptOutcome::of_end(&end) {
+            // The fenced-write rules passed, so the lease had not been taken over: it ends now.
+            self.archive_ended(slot, outcome, error, now);
+        }
         if end.refunds_attempt() {
             slot.attempts = slot.attempts.saturating_sub(1);
         }
@@ -420,6 +478,12 @@ impl MemoryLeaseStore {
     /// gives the attempt back.
     fn end(&self, lease: &Lease, to: RunState) -> Result<()> {
         self.fenced(lease, |slot, now| {
+            let outcome = match to {
+                RunState::Completed => AttemptOutcome::Completed,
+                RunState::Suspended => AttemptOutcome::Suspended,
+                _ => AttemptOutcome::Released,
+            };
+            self.archive_ended(slot, outcome, None, now);
             if matches!(to, RunState::Runnable | RunState::Suspended) {
                 slot.attempts = slot.attempts.saturating_sub(1);
             }
@@ -714,6 +778,7 @@ impl LeaseStore for MemoryLeaseStore {
             RunState::Cancelled => return Err(Error::Cancelled { run: run.clone() }),
             RunState::Runnable => {}
         }
+        self.archive(slot, AttemptOutcome::ForceReleased, None, now);
         Self::unown(slot, now);
         Ok(self.record(run, slot, now))
     }
@@ -730,6 +795,7 @@ impl LeaseStore for MemoryLeaseStore {
             RunState::Completed => return Err(Error::Completed { run: run.clone() }),
             RunState::Cancelled => {}
             RunState::Runnable | RunState::Suspended | RunState::Failed => {
+                self.archive(slot, AttemptOutcome::Cancelled, Some(reason), now);
                 slot.state = RunState::Cancelled;
                 slot.failure = Some(reason.to_owned());
                 Self::unown(slot, now);

@@ -465,6 +465,12 @@ pub struct RunRecord {
     /// [cancelled](RunState::Cancelled)), on the store's clock: the instant retention's age
     /// counts from. `None` for a run that has not ended; a resume clears it.
     pub ended_at: Option<StoreTime>,
+    /// The run's last attempts, oldest first, at most [`MAX_HISTORY`](crate::MAX_HISTORY),
+    /// the latest claim included ([`RunRecord::with_history`]). Read by
+    /// [`inspect`](crate::LeaseStore::inspect) from a backend that keeps it; `None` from a
+    /// backend that keeps none, and from the calls that return many records or a record
+    /// after a write ([`list`](crate::LeaseStore::list), cancel, resume, force-release).
+    pub history: Option<Vec<crate::Attempt>>,
     /// The store's clock when this record was read.
     pub observed_at: StoreTime,
 }
@@ -501,6 +507,7 @@ impl RunRecord {
             claimed_at: None,
             renewed_at: None,
             ended_at: None,
+            history: None,
             observed_at,
         }
     }
@@ -629,6 +636,7 @@ impl fmt::Debug for RunRecord {
             .field("claimed_at", &self.claimed_at)
             .field("renewed_at", &self.renewed_at)
             .field("ended_at", &self.ended_at)
+            .field("history", &self.history)
             .field("observed_at", &self.observed_at)
             .finish()
     }

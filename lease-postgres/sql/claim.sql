@@ -9,7 +9,11 @@ SET lease_owner = $2,
     fence = fence + 1,
     attempts = attempts + 1,
     claimed_at = now(),
-    renewed_at = NULL
+    renewed_at = NULL,
+    -- An expired lease taken over: its attempt ended at its expiry (the SET reads the old row).
+    history = CASE WHEN lease_owner IS NULL THEN history
+                   ELSE {schema}.attempt_pushed(history, attempts, fence, lease_owner, claimed_at,
+                                                lease_expires_at, 'expired', NULL) END
 WHERE run_id = $1
   AND state = 'runnable'
   AND (lease_owner IS NULL OR lease_expires_at <= now())

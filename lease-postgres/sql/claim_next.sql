@@ -60,7 +60,12 @@ WITH RECURSIVE levels(priority) AS (
         fence = r.fence + 1,
         attempts = r.attempts + 1,
         claimed_at = now(),
-        renewed_at = NULL
+        renewed_at = NULL,
+        -- An expired lease taken over: its attempt ended at its expiry.
+        history = CASE WHEN r.lease_owner IS NULL THEN r.history
+                       ELSE {schema}.attempt_pushed(r.history, r.attempts, r.fence, r.lease_owner,
+                                                    r.claimed_at, r.lease_expires_at, 'expired',
+                                                    NULL) END
     WHERE r.run_id = ANY ((SELECT array_agg(picked.run_id) FROM picked)::text[])
     RETURNING r.run_id, r.fence, r.lease_expires_at, r.attempts, r.priority
 ), lagging AS (

@@ -19,7 +19,7 @@ WITH revived AS (
         created_at = now(), claimed_at = NULL, renewed_at = NULL,
         claimable_at = greatest(now() + $2::bigint * interval '1 millisecond',
                                 'epoch'::timestamptz + $5::bigint * interval '1 microsecond'),
-        journal_len = 0, failure = NULL, attempts = 0,
+        journal_len = 0, failure = NULL, attempts = 0, history = '[]',
         created_seq = DEFAULT, kind = $4, priority = $6
     WHERE run_id = $1 AND state = 'purged'
     RETURNING *

@@ -28,7 +28,7 @@ WITH input AS (
     SET state = 'runnable', lease_owner = NULL, lease_expires_at = NULL, heartbeats = 0,
         created_at = now(), claimed_at = NULL, renewed_at = NULL,
         claimable_at = first.claimable_at, journal_len = 0,
-        failure = NULL, attempts = 0, created_seq = DEFAULT, kind = first.kind,
+        failure = NULL, attempts = 0, history = '[]', created_seq = DEFAULT, kind = first.kind,
         priority = first.priority
     FROM first
     WHERE r.run_id = first.run_id AND r.state = 'purged'

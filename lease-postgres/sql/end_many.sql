@@ -2,7 +2,9 @@
 -- release, 'suspended', 'failed'), $4 payloads (bytea[]: a complete-with's journal entry, else
 -- null), $5 delays (bigint[]: ms before a released run is claimable, else 0), $6 failure reasons
 -- (text[]: a fail's, else null), $7 refunds (bool[]: the end is voluntary, a release, a
--- suspend or a snooze, and gives the attempt back); run ids are distinct
+-- suspend or a snooze, and gives the attempt back), $8 outcomes (text[]: the attempt's end as
+-- the history names it), $9 errors (text[]: the error the history keeps, or null); run ids are
+-- distinct
 -- Returns: one row per input, in input order (ord). Rows locked by another transaction are
 -- skipped, never waited for (locked = false; run_exists says whether the run is there). For the
 -- others, ended = true if the lease was ended (and a payload journaled under its fence, in the
@@ -12,16 +14,19 @@
 -- answer is assembled by grouping on the ordinal, not by joining the CTEs (a generic plan
 -- estimates an unnest of a parameter at 10 rows and would nest-loop such joins: quadratic).
 WITH input AS (
-    SELECT i.run_id, i.fence, i.to_state, i.payload, i.delay_ms, i.failure, i.refund, i.ord
+    SELECT i.run_id, i.fence, i.to_state, i.payload, i.delay_ms, i.failure, i.refund,
+           i.outcome, i.error, i.ord
     FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bytea[], $5::bigint[], $6::text[],
-                $7::bool[])
-         WITH ORDINALITY AS i(run_id, fence, to_state, payload, delay_ms, failure, refund, ord)
+                $7::bool[], $8::text[], $9::text[])
+         WITH ORDINALITY AS i(run_id, fence, to_state, payload, delay_ms, failure, refund,
+                              outcome, error, ord)
     -- The transaction commits synchronously whatever the session says (end_in runs this
     -- inside the caller's transaction). Volatile, so evaluated per row, never folded away.
     WHERE set_config('synchronous_commit', 'on', true) IS NOT NULL
 ), locked AS (
     SELECT input.ord, input.fence AS presented, input.to_state, input.payload, input.delay_ms,
-           input.failure, input.refund, r.run_id, r.state, r.lease_owner, r.fence
+           input.failure, input.refund, input.outcome, input.error, r.run_id, r.state,
+           r.lease_owner, r.fence
     FROM input
     JOIN {schema}.runs r ON r.run_id = input.run_id COLLATE "C" AND r.state <> 'purged'
     FOR UPDATE OF r SKIP LOCKED
@@ -34,7 +39,10 @@ WITH input AS (
         claimable_at = now() + locked.delay_ms * interval '1 millisecond',
         failure = locked.failure,
         attempts = CASE WHEN locked.refund THEN greatest(r.attempts - 1, 0) ELSE r.attempts END,
-        journal_len = r.journal_len + CASE WHEN locked.payload IS NULL THEN 0 ELSE 1 END
+        journal_len = r.journal_len + CASE WHEN locked.payload IS NULL THEN 0 ELSE 1 END,
+        -- The attempt's end, numbered before any refund (the SET reads the old row).
+        history = {schema}.attempt_pushed(r.history, r.attempts, r.fence, r.lease_owner,
+                                          r.claimed_at, now(), locked.outcome, locked.error)
     FROM locked
     WHERE r.run_id = locked.run_id
       AND r.fence = locked.presented

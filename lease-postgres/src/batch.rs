@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use lease_core::{End, Ending, Error, NewRun, Result};
+use lease_core::{AttemptOutcome, End, Ending, Error, NewRun, Result};
 use sqlx::postgres::PgRow;
 use sqlx::PgConnection;
 
@@ -58,6 +58,14 @@ impl PostgresLeaseStore {
             })
             .collect();
         let refunds: Vec<bool> = ends.iter().map(|e| e.end.refunds_attempt()).collect();
+        // check_end_batch refused End::Committed, the only end without an outcome.
+        let (outcomes, errors): (Vec<&str>, Vec<Option<&str>>) = ends
+            .iter()
+            .map(|e| match AttemptOutcome::of_end(&e.end) {
+                Some((outcome, error)) => (outcome.as_str(), error),
+                None => (AttemptOutcome::Completed.as_str(), None),
+            })
+            .unzip();
         sqlx::query(&self.sql.end_many)
             .bind(runs)
             .bind(fences)
@@ -66,6 +74,8 @@ impl PostgresLeaseStore {
             .bind(delays)
             .bind(failures)
             .bind(refunds)
+            .bind(outcomes)
+            .bind(errors)
     }
 
     /// [`LeaseStore::create_many`](lease_core::LeaseStore::create_many): `sql/create_many.sql`,

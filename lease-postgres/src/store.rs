@@ -850,7 +850,50 @@ pub(crate) fn record(row: &PgRow) -> Result<RunRecord, PgError> {
             ended_at: time("ended_us")?,
         });
     }
+    // inspect returns the attempt history, one array per field.
+    if row.try_column("h_outcome").is_ok() {
+        record = record.with_history(history(row)?);
+    }
     Ok(record)
+}
+
+/// The ended attempts in `h_*` columns of `row` (null arrays: none).
+fn history(row: &PgRow) -> Result<Vec<lease_core::Attempt>, PgError> {
+    let outcomes: Vec<String> = get::<Option<_>>(row, "h_outcome")?.unwrap_or_default();
+    let n = outcomes.len();
+    let column = |name: &str| -> Result<Vec<Option<i64>>, PgError> {
+        let v: Vec<Option<i64>> = get::<Option<_>>(row, name)?.unwrap_or_default();
+        if v.len() == n {
+            Ok(v)
+        } else {
+            Err(corrupt(format!(
+                "history column {name} has {} entries, not {n}",
+                v.len()
+            )))
+        }
+    };
+    let (attempts, fences) = (column("h_attempt")?, column("h_fence")?);
+    let (claimed, ended) = (column("h_claimed_us")?, column("h_ended_us")?);
+    let workers: Vec<Option<String>> = get::<Option<_>>(row, "h_worker")?.unwrap_or_default();
+    let errors: Vec<Option<String>> = get::<Option<_>>(row, "h_error")?.unwrap_or_default();
+    if workers.len() != n || errors.len() != n {
+        return Err(corrupt("history columns of different lengths"));
+    }
+    let mut out = Vec::with_capacity(n);
+    for (i, outcome) in outcomes.iter().enumerate() {
+        let outcome: lease_core::AttemptOutcome = outcome.parse().map_err(corrupt)?;
+        let number = count(attempts[i].ok_or_else(|| corrupt("history entry without n"))?)?;
+        let fence = Fence::new(count(fences[i].unwrap_or(0))?).map_err(corrupt)?;
+        let worker =
+            worker(workers[i].clone())?.ok_or_else(|| corrupt("history entry without w"))?;
+        let at = |us: Option<i64>| us.map(store_time).transpose();
+        out.push(
+            lease_core::Attempt::new(number, fence, worker, outcome)
+                .with_times(at(claimed[i])?, at(ended[i])?)
+                .with_error(errors[i].clone()),
+        );
+    }
+    Ok(out)
 }
 
 /// The row's `priority` column.
@@ -1357,7 +1400,8 @@ impl LeaseStore for PostgresLeaseStore {
             for _ in 0..ATTEMPTS {
                 let query = sqlx::query(&self.sql.cancel)
                     .bind(run.as_str())
-                    .bind(reason);
+                    .bind(reason)
+                    .bind(lease_core::attempt_error(reason));
                 if let Some(row) = self.write_opt(conn, query).await? {
                     return Ok(record(&row)?);
                 }
