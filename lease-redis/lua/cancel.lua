@@ -1,8 +1,9 @@
 -- KEYS[1]: runs hash; KEYS[2]: claimable index (zset); KEYS[3]: failures hash (the reason of
 -- a failed or cancelled run); KEYS[4]: delayed runs (zset); KEYS[5]: suspended runs (zset);
 -- KEYS[6]: ended runs (zset); KEYS[7]: cancelled runs (set, for count); KEYS[8]: attempts hash;
--- KEYS[9]: kinds hash (id -> kind, for kinds other than the default). KEYS[2] is the index of
--- the kind ARGV[3].
+-- KEYS[9]: kinds hash (id -> kind, for kinds other than the default); KEYS[10]: history hash
+-- (a held lease's attempt ends cancelled with the reason; one that had expired ended at its
+-- expiry). KEYS[2] is the index of the kind ARGV[3].
 -- ARGV[1]: encoded run id; ARGV[2]: the reason; ARGV[3]: the kind the client presumes ('' for
 -- the default)
 -- Returns: {'none'}; {'refused', state} when completed; {'kind', actual} (nothing written: send
@@ -23,6 +24,13 @@ local kind = kind_of(KEYS[9], r.id)
 if r.s ~= 'cancelled' then
   if kind ~= ARGV[3] then
     return { 'kind', kind }
+  end
+  if r.o ~= '' then
+    if tonumber(r.e) <= now then
+      end_attempt(KEYS[10], KEYS[8], r, tonumber(r.e), 'expired', nil)
+    else
+      end_attempt(KEYS[10], KEYS[8], r, now, 'cancelled', ARGV[2])
+    end
   end
   r.s = 'cancelled'
   r.o = ''

@@ -1,5 +1,7 @@
 -- KEYS[1]: runs hash; KEYS[2]: claimable index (zset) of the kind ARGV[4]; KEYS[3]: attempts
--- hash; KEYS[4]: payloads hash; KEYS[5]: kinds hash (id -> kind, for kinds other than the default)
+-- hash; KEYS[4]: payloads hash; KEYS[5]: kinds hash (id -> kind, for kinds other than the
+-- default); KEYS[6]: history hash (a claim that takes over an expired lease writes that
+-- attempt, ended at its expiry, as common.lua's push_attempt does)
 -- ARGV[1]: encoded run id; ARGV[2]: worker id; ARGV[3]: TTL in milliseconds; ARGV[4]: the kind
 -- the client presumes the run is of ('' for the default)
 -- Returns: {'none'}; {'refused', state, owner, expiry, fence, now}; {'kind', actual} (nothing
@@ -27,6 +29,20 @@ end
 local kind = redis.call('HGET', KEYS[5], ARGV[1]) or ''
 if kind ~= ARGV[4] then
   return { 'kind', kind }
+end
+if o ~= '' then
+  -- An expired lease taken over: its attempt ended at its expiry.
+  local entry = (redis.call('HGET', KEYS[3], ARGV[1]) or '0') .. '\31' .. f .. '\31' .. o .. '\31'
+    .. (string.match(times, '^\1%d*,(%d*)') or '') .. '\31' .. e .. '\31expired\31'
+  local old = redis.call('HGET', KEYS[6], ARGV[1])
+  if old then
+    local _, seps = string.gsub(old, '\30', '')
+    if seps >= 9 then
+      old = string.sub(old, string.find(old, '\30', 1, true) + 1)
+    end
+    entry = old .. '\30' .. entry
+  end
+  redis.call('HSET', KEYS[6], ARGV[1], entry)
 end
 -- The fence plus one, exactly: as a number while that is exact (below 2^53), else digit by digit.
 if #f < 16 then

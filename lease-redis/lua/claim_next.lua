@@ -1,7 +1,8 @@
 -- KEYS[1]: runs hash; KEYS[2]: the kind's claimable index at priority 0 (zset, score =
 -- instant claimable in microseconds, member = 16 hex digits of creation order followed by the
--- encoded run id); KEYS[3]: attempts hash; KEYS[4]: payloads hash; KEYS[4+p]: the kind's
--- claimable index at priority p, for p from 1 to 9
+-- encoded run id); KEYS[3]: attempts hash; KEYS[4]: payloads hash; KEYS[5]: history hash (a
+-- claim that takes over an expired lease writes that attempt, ended at its expiry);
+-- KEYS[5+p]: the kind's claimable index at priority p, for p from 1 to 9
 -- ARGV[1]: worker id; ARGV[2]: TTL in milliseconds; ARGV[3]: most runs to claim; ARGV[4]:
 -- most index entries to examine that turn out not to be claimable
 -- Returns: flat {more, encoded id, fence, expiry, attempts, payload (as payload_of gives
@@ -22,7 +23,7 @@ local taken = 0
 for priority = 9, 0, -1 do
   local zkey = KEYS[2]
   if priority > 0 then
-    zkey = KEYS[4 + priority]
+    zkey = KEYS[5 + priority]
   end
   while taken < max do
     local members = redis.call('ZRANGEBYSCORE', zkey, '-inf', num(now), 'LIMIT', 0, max - taken)
@@ -36,6 +37,9 @@ for priority = 9, 0, -1 do
       end
       local r = read_run(KEYS[1], string.sub(m, 17))
       if r and r.m == m and claimable(r, now) then
+        if r.o ~= '' then
+          end_attempt(KEYS[5], KEYS[3], r, tonumber(r.e), 'expired', nil)
+        end
         local fence = take(KEYS[1], zkey, r, ARGV[1], expires, now)
         out[#out + 1] = r.id
         out[#out + 1] = fence

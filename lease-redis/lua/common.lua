@@ -184,3 +184,45 @@ local function refund(attempts, id)
     redis.call('HDEL', attempts, id)
   end
 end
+
+-- The attempt history (lease_core::RunRecord::history): in the history hash, field id, a run's
+-- ended attempts, oldest first, the last 10 (lease_core::MAX_HISTORY), separated by byte 30;
+-- each 'number<31>fence<31>worker<31>claimed<31>ended<31>outcome<31>error' with times in µs
+-- on the server clock (claimed '' when unknown), outcome lease_core::AttemptOutcome's name,
+-- and error '' for none, else '=' and the text, cut to at most 1024 bytes
+-- (lease_core::MAX_ATTEMPT_ERROR_BYTES) at a UTF-8 character boundary. No worker id or reason
+-- holds a control character, so neither separator occurs inside a field. claim.lua and
+-- fenced.lua, which run without this prelude, repeat push_attempt; keep them in step.
+local function push_attempt(hist, id, number, fence, worker, claimed, ended, outcome, err)
+  local e = ''
+  if err then
+    local cut = #err
+    if cut > 1024 then
+      cut = 1024
+      -- Back off while the next byte continues a character (10xxxxxx).
+      while cut > 0 and string.byte(err, cut + 1) >= 128 and string.byte(err, cut + 1) < 192 do
+        cut = cut - 1
+      end
+    end
+    e = '=' .. string.sub(err, 1, cut)
+  end
+  local entry = number .. '\31' .. fence .. '\31' .. worker .. '\31' .. claimed .. '\31'
+    .. ended .. '\31' .. outcome .. '\31' .. e
+  local old = redis.call('HGET', hist, id)
+  if old then
+    local _, seps = string.gsub(old, '\30', '')
+    if seps >= 9 then
+      old = string.sub(old, string.find(old, '\30', 1, true) + 1)
+    end
+    entry = old .. '\30' .. entry
+  end
+  redis.call('HSET', hist, id, entry)
+end
+
+-- Writes the held lease's attempt of run r (owner, fence and times not yet cleared) into the
+-- history, ended at `ended` as `outcome`; its number is the budget's counter before any refund.
+local function end_attempt(hist, attempts, r, ended, outcome, err)
+  local _, claimed = times_of(r.t)
+  push_attempt(hist, r.id, redis.call('HGET', attempts, r.id) or '0', r.f, r.o, claimed,
+    num(ended), outcome, err)
+end

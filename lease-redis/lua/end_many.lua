@@ -4,14 +4,16 @@
 -- KEYS[6]: delayed runs (zset: encoded id scored by its delay's end; for count); KEYS[7]:
 -- suspended runs (zset: encoded id scored by when it was suspended; for count); KEYS[8]:
 -- attempts hash; KEYS[9]: kinds hash (id -> kind, for kinds other than the default);
--- KEYS[3i+7]: item i's applied appends (hash, as fenced.lua keeps them; dropped when its lease
--- ends); KEYS[3i+8]: item i's journal (list; used by 'complete-with' only, declared for every
--- item); KEYS[3i+9]: the claimable index of the kind item i's lease names (KEYS[2] is unused)
+-- KEYS[10]: history hash (each ended attempt, as common.lua's push_attempt writes it);
+-- KEYS[3i+8]: item i's applied appends (hash, as fenced.lua keeps them; dropped when its lease
+-- ends); KEYS[3i+9]: item i's journal (list; used by 'complete-with' only, declared for every
+-- item); KEYS[3i+10]: the claimable index of the kind item i's lease names (KEYS[2] is unused)
 -- ARGV[1]: how long to keep this call's record, in ms (at least the leases' TTL);
 -- ARGV[5i-3]: how item i ends: 'complete', 'complete-with', 'release', 'suspend',
 -- 'retry-after', 'attempt-failed' or 'fail'; ARGV[5i-2]: its encoded run id; ARGV[5i-1]: its
 -- presented fence; ARGV[5i]: its journal payload ('complete-with'; binary-safe), its delay
--- in ms ('retry-after', 'attempt-failed'), its reason ('fail'), else empty; ARGV[5i+1]: the
+-- in ms ('retry-after'), its delay in ms, ':' and its reason ('attempt-failed'), its reason
+-- ('fail'), else empty; ARGV[5i+1]: the
 -- kind its lease names ('' for the default)
 -- A release, a suspend and a retry-after (a snooze) are voluntary: they give the attempt back
 -- to the run's budget; 'attempt-failed' is a retry-after that keeps it counted.
@@ -61,7 +63,7 @@ for i = 2, #ARGV, 5 do
   item = item + 1
   local op = ARGV[i]
   local r = runs[item]
-  local zkey = KEYS[3 * item + 9]
+  local zkey = KEYS[3 * item + 10]
   applied[item] = '0'
   if not r then
     out[#out + 1] = { 'none' }
@@ -78,6 +80,22 @@ for i = 2, #ARGV, 5 do
       out[#out + 1] = { 'verdict', r.f, r.s, owned_flag(r) }
     end
   else
+    -- The attempt's end, before the owner is cleared and any refund.
+    now = now or now_micros()
+    local delay, err = ARGV[i + 3], nil
+    local outcome = 'completed'
+    if op == 'release' or op == 'retry-after' then
+      outcome = 'released'
+    elseif op == 'suspend' then
+      outcome = 'suspended'
+    elseif op == 'attempt-failed' then
+      outcome = 'retried'
+      delay, err = string.match(ARGV[i + 3], '^(%d+):(.*)$')
+    elseif op == 'fail' then
+      outcome = 'failed'
+      err = ARGV[i + 3]
+    end
+    end_attempt(KEYS[10], KEYS[8], r, now, outcome, err)
     r.o = ''
     r.e = ''
     if op == 'release' then
@@ -87,7 +105,7 @@ for i = 2, #ARGV, 5 do
       -- Claimable from the delay's end, on this server's clock: the index and the record
       -- (claim checks the record) both say so.
       now = now or now_micros()
-      local at = now + tonumber(ARGV[i + 3]) * 1000
+      local at = now + tonumber(delay) * 1000
       r.e = num(at)
       index(zkey, r, at)
       redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', num(now)) -- delays over: claimable
@@ -95,7 +113,7 @@ for i = 2, #ARGV, 5 do
     else
       if op == 'complete-with' then
         now = now or now_micros()
-        redis.call('RPUSH', KEYS[3 * item + 8], r.f .. ':' .. num(now) .. ':' .. ARGV[i + 3])
+        redis.call('RPUSH', KEYS[3 * item + 9], r.f .. ':' .. num(now) .. ':' .. ARGV[i + 3])
       end
       redis.call('ZREM', zkey, r.m)
       if op ~= 'suspend' then
@@ -118,7 +136,7 @@ for i = 2, #ARGV, 5 do
     end
     write_run(KEYS[1], r)
     -- The lease is over: nothing more can be appended under its fence.
-    redis.call('DEL', KEYS[3 * item + 7])
+    redis.call('DEL', KEYS[3 * item + 8])
     applied[item] = '1'
     fresh = true
     out[#out + 1] = { 'ok' }

@@ -3,7 +3,8 @@
 -- KEYS[5]: this call's record (string, expiring; ends); KEYS[6]: ended runs (zset: encoded
 -- id scored by when it completed, in µs; for retention); KEYS[7]: suspended runs (zset, for
 -- count); KEYS[8]: attempts hash (a release or a suspend gives the attempt back); KEYS[9]:
--- kinds hash (id -> kind, for kinds other than the default). KEYS[3] is the index of the kind
+-- kinds hash (id -> kind, for kinds other than the default); KEYS[10]: history hash (an end
+-- writes its attempt, as common.lua's push_attempt does). KEYS[3] is the index of the kind
 -- ARGV[7].
 -- ARGV[1]: operation: 'append', 'release', 'suspend' or 'complete'; ARGV[2]: encoded run id;
 -- ARGV[3]: presented fence; ARGV[4]: journal payload (append only; binary-safe); ARGV[5]:
@@ -62,19 +63,32 @@ local kind = redis.call('HGET', KEYS[9], ARGV[2]) or ''
 if kind ~= ARGV[7] then
   return { 'kind', kind }
 end
+-- The attempt's end into the history (as common.lua's push_attempt writes it; no error here),
+-- numbered before any refund.
+local t = redis.call('TIME')
+local at = t[1] .. string.format('%06d', t[2])
+local entry = (redis.call('HGET', KEYS[8], ARGV[2]) or '0') .. '\31' .. f .. '\31' .. o .. '\31'
+  .. (string.match(times, '^\1%d*,(%d*)') or '') .. '\31' .. at .. '\31'
+  .. (op == 'release' and 'released' or op == 'suspend' and 'suspended' or 'completed') .. '\31'
+local old = redis.call('HGET', KEYS[10], ARGV[2])
+if old then
+  local _, seps = string.gsub(old, '\30', '')
+  if seps >= 9 then
+    old = string.sub(old, string.find(old, '\30', 1, true) + 1)
+  end
+  entry = old .. '\30' .. entry
+end
+redis.call('HSET', KEYS[10], ARGV[2], entry)
 if op == 'release' then
   if f == '9223372036854775807' then
     redis.call('ZREM', KEYS[3], m) -- never claimable again
   else
     -- Claimable from now: behind the runs that waited longer.
-    local t = redis.call('TIME')
-    redis.call('ZADD', KEYS[3], t[1] .. string.format('%06d', t[2]), m)
+    redis.call('ZADD', KEYS[3], at, m)
   end
 else
   s = op == 'suspend' and 'suspended' or 'completed'
   redis.call('ZREM', KEYS[3], m)
-  local t = redis.call('TIME')
-  local at = t[1] .. string.format('%06d', t[2])
   if s == 'completed' then
     redis.call('ZADD', KEYS[6], at, ARGV[2])
   else

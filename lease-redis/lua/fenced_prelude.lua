@@ -2,7 +2,8 @@
 -- KEYS[3]: claimable index (zset); KEYS[4]: the run's journal (list); KEYS[5]: ended runs
 -- (zset, for retention); KEYS[6]: suspended runs (zset, for count); KEYS[7]: attempts hash (a
 -- release or a suspend gives the attempt back); KEYS[8]: kinds hash (id -> kind, for kinds
--- other than the default); KEYS[9..]: the caller's keys (all under the namespace's hash tag).
+-- other than the default); KEYS[9]: history hash (an end writes its attempt); KEYS[10..]: the
+-- caller's keys (all under the namespace's hash tag).
 -- KEYS[3] is the index of the kind ARGV[6].
 -- ARGV[1]: encoded run id; ARGV[2]: presented fence; ARGV[3]: this call's id; ARGV[4]: how the
 -- lease ends after the snippet: '' (it does not), 'complete', 'complete-with', 'release' or
@@ -48,12 +49,21 @@ end
 -- under the fence any more), else added to.
 local function lease_record(result)
   local now
-  if lease_op == 'release' then
+  if lease_op ~= '' then
+    -- The attempt's end, before the owner is cleared and any refund.
     now = now_micros()
+    local outcome = 'completed'
+    if lease_op == 'release' then
+      outcome = 'released'
+    elseif lease_op == 'suspend' then
+      outcome = 'suspended'
+    end
+    end_attempt(KEYS[9], KEYS[7], lease_run, now, outcome, nil)
+  end
+  if lease_op == 'release' then
     index(KEYS[3], lease_run, now)
   elseif lease_op ~= '' then
     if lease_op == 'complete-with' then
-      now = now_micros()
       redis.call('RPUSH', KEYS[4], lease_run.f .. ':' .. num(now) .. ':' .. ARGV[5])
     end
     redis.call('ZREM', KEYS[3], lease_run.m)

@@ -1,6 +1,8 @@
 -- KEYS[1]: runs hash; KEYS[2]: claimable index (zset); KEYS[3]: failures hash; KEYS[4]:
 -- delayed runs (zset); KEYS[5]: attempts hash; KEYS[6]: kinds hash (id -> kind, for kinds
--- other than the default); KEYS[7]: ended runs (zset). KEYS[2] is the index of the kind ARGV[2].
+-- other than the default); KEYS[7]: ended runs (zset); KEYS[8]: history hash (a held lease's
+-- attempt ends force-released; one that had expired ended at its expiry). KEYS[2] is the index
+-- of the kind ARGV[2].
 -- ARGV[1]: encoded run id; ARGV[2]: the kind the client presumes ('' for the default)
 -- Returns: {'none'}; {'refused', state} when suspended, completed or failed; {'kind', actual}
 -- (nothing written: send again with the index of the run's kind); or
@@ -18,6 +20,13 @@ end
 local kind = kind_of(KEYS[6], r.id)
 if kind ~= ARGV[2] then
   return { 'kind', kind }
+end
+if r.o ~= '' then
+  if tonumber(r.e) <= now then
+    end_attempt(KEYS[8], KEYS[5], r, tonumber(r.e), 'expired', nil)
+  else
+    end_attempt(KEYS[8], KEYS[5], r, now, 'force-released', nil)
+  end
 end
 r.o = ''
 r.e = ''

@@ -1,8 +1,8 @@
 -- KEYS[1]: runs hash; KEYS[2]: ended runs (zset); KEYS[3]: all run ids (zset); KEYS[4]:
 -- tombstones (hash: purged id -> its last fence); KEYS[5]: failures hash; KEYS[6]: claimable
 -- index (zset); KEYS[7]: attempts hash; KEYS[8]: cancelled runs (set); KEYS[9]: payloads
--- hash; KEYS[10]: kinds hash; KEYS[3i+8], KEYS[3i+9], KEYS[3i+10]: run i's journal, applied
--- appends and idempotency keys
+-- hash; KEYS[10]: kinds hash; KEYS[11]: history hash; KEYS[3i+9], KEYS[3i+10], KEYS[3i+11]:
+-- run i's journal, applied appends and idempotency keys
 -- ARGV[1]: age in ms; ARGV[i+1]: encoded id of run i
 -- Returns: the encoded ids removed. Each run is checked again here (still completed, failed or
 -- cancelled,
@@ -19,7 +19,7 @@ for i = 2, #ARGV do
   if not r then
     redis.call('ZREM', KEYS[2], id) -- nothing left to purge
   elseif at and tonumber(at) <= cutoff and (r.s == 'completed' or r.s == 'failed' or r.s == 'cancelled') then
-    local base = 3 * (i - 1) + 5
+    local base = 3 * (i - 1) + 6
     local buried = redis.call('HGET', KEYS[4], id)
     if not buried or #buried < #r.f or (#buried == #r.f and buried < r.f) then
       redis.call('HSET', KEYS[4], id, r.f)
@@ -32,6 +32,7 @@ for i = 2, #ARGV do
     redis.call('SREM', KEYS[8], id)
     redis.call('HDEL', KEYS[9], id)
     redis.call('HDEL', KEYS[10], id)
+    redis.call('HDEL', KEYS[11], id)
     redis.call('ZREM', KEYS[6], r.m)
     redis.call('UNLINK', KEYS[base + 3], KEYS[base + 4], KEYS[base + 5])
     out[#out + 1] = id

@@ -52,12 +52,14 @@ impl RedisLeaseStore {
             .key(self.keys.payloads())
             .key(self.keys.kinds())
             .key(self.keys.ended())
+            .key(self.keys.history())
             .arg(keys::encode(run.as_str()));
         let reply = self.read("inspect", &call).await?;
         match reply.status()? {
             "ok" => Ok(self
                 .record(run, &reply)?
-                .with_payload(reply.payload(2 + Reply::RECORD_FIELDS)?.map(|p| p.to_vec()))),
+                .with_payload(reply.payload(2 + Reply::RECORD_FIELDS)?.map(|p| p.to_vec()))
+                .with_history(reply.history(3 + Reply::RECORD_FIELDS)?)),
             "none" => Err(Error::NotFound { run: run.clone() }),
             other => Err(reply.bad(format!("unknown status {other:?}")).into()),
         }
@@ -174,6 +176,7 @@ impl RedisLeaseStore {
                 .key(self.keys.cancelled())
                 .key(self.keys.payloads())
                 .key(self.keys.kinds())
+                .key(self.keys.history())
                 .arg(age_ms);
             for i in 0..candidates.len() {
                 let encoded = candidates.str(i)?;
@@ -265,6 +268,7 @@ impl RedisLeaseStore {
                     .key(self.keys.attempts())
                     .key(self.keys.kinds())
                     .key(self.keys.ended())
+                    .key(self.keys.history())
                     .arg(&encoded)
                     .arg(kind.arg());
                 call
@@ -302,6 +306,7 @@ impl RedisLeaseStore {
                     .key(self.keys.cancelled())
                     .key(self.keys.attempts())
                     .key(self.keys.kinds())
+                    .key(self.keys.history())
                     .arg(&encoded)
                     .arg(reason)
                     .arg(kind.arg());

@@ -40,7 +40,7 @@ impl FencedScript {
     /// Wraps `lua`, the snippet to run after the fence check.
     pub fn new(lua: &str) -> FencedScript {
         let source = format!(
-            "{}{}{lua}\nend)({{unpack(KEYS, 9)}}, {{unpack(ARGV, 7)}})\n{}",
+            "{}{}{lua}\nend)({{unpack(KEYS, 10)}}, {{unpack(ARGV, 7)}})\n{}",
             include_str!("../lua/common.lua"),
             include_str!("../lua/fenced_prelude.lua"),
             include_str!("../lua/fenced_epilogue.lua"),
@@ -164,6 +164,7 @@ impl RedisLeaseStore {
                     .key(self.keys.suspended())
                     .key(self.keys.attempts())
                     .key(self.keys.kinds())
+                    .key(self.keys.history())
                     .arg(keys::encode(run.as_str()))
                     .arg(lease.fence().get())
                     .arg(&id)

@@ -3,7 +3,7 @@
 use std::str::FromStr;
 use std::sync::Arc;
 
-use lease_core::{Fence, RunId, RunRecord, RunState, RunTimes, StoreTime, WorkerId};
+use lease_core::{Attempt, Fence, RunId, RunRecord, RunState, RunTimes, StoreTime, WorkerId};
 use redis::Value;
 
 use crate::error::RedisError;
@@ -162,6 +162,47 @@ impl Reply {
             return Err(self.bad(format!("element {i}: times {text:?}")));
         }
         Ok(times)
+    }
+
+    /// The attempt history at `i`, as common.lua's `push_attempt` writes it (a nil reply:
+    /// none).
+    pub(crate) fn history(&self, i: usize) -> Result<Vec<Attempt>, RedisError> {
+        let Some(bytes) = self.payload(i)? else {
+            return Ok(Vec::new());
+        };
+        let bad = |what: &str| self.bad(format!("element {i}: attempt history: {what}"));
+        let text = std::str::from_utf8(&bytes).map_err(|_| bad("not UTF-8"))?;
+        let time = |us: &str| -> Result<Option<StoreTime>, RedisError> {
+            if us.is_empty() {
+                return Ok(None);
+            }
+            us.parse()
+                .map(|us| Some(StoreTime::from_micros(us)))
+                .map_err(|_| bad("a time"))
+        };
+        let mut out = Vec::new();
+        for entry in text.split('\u{1e}') {
+            let f: Vec<&str> = entry.split('\u{1f}').collect();
+            let [number, fence, worker, claimed, ended, outcome, error] = f[..] else {
+                return Err(bad("an entry of another shape"));
+            };
+            let number = number.parse().map_err(|_| bad("an attempt number"))?;
+            let fence = Fence::new(fence.parse().map_err(|_| bad("a fence"))?)
+                .map_err(|_| bad("fence 0"))?;
+            let worker = WorkerId::new(worker).map_err(|_| bad("a worker id"))?;
+            let outcome = outcome.parse().map_err(|_| bad("an outcome"))?;
+            let error = match error.strip_prefix('=') {
+                Some(text) => Some(text.to_owned()),
+                None if error.is_empty() => None,
+                None => return Err(bad("an error")),
+            };
+            out.push(
+                Attempt::new(number, fence, worker, outcome)
+                    .with_times(time(claimed)?, time(ended)?)
+                    .with_error(error),
+            );
+        }
+        Ok(out)
     }
 
     /// The nested reply at `i`.

@@ -329,6 +329,7 @@ impl RedisLeaseStore {
                     .key(self.keys.suspended())
                     .key(self.keys.attempts())
                     .key(self.keys.kinds())
+                    .key(self.keys.history())
                     .arg(op)
                     .arg(keys::encode(run.as_str()))
                     .arg(lease.fence().get())
@@ -443,6 +444,7 @@ impl LeaseStore for RedisLeaseStore {
                     .key(self.keys.attempts())
                     .key(self.keys.payloads())
                     .key(self.keys.kinds())
+                    .key(self.keys.history())
                     .arg(&encoded)
                     .arg(worker.as_str())
                     .arg(ttl.as_millis())
@@ -517,7 +519,8 @@ impl LeaseStore for RedisLeaseStore {
             call.key(self.keys.runs())
                 .key(&indexes[0])
                 .key(self.keys.attempts())
-                .key(self.keys.payloads());
+                .key(self.keys.payloads())
+                .key(self.keys.history());
             for index in &indexes[1..] {
                 call.key(index);
             }
@@ -696,8 +699,9 @@ impl LeaseStore for RedisLeaseStore {
         for Ending { end, .. } in ends {
             payloads.push(match end {
                 End::CompleteWith(payload) => Cow::Borrowed(payload),
-                End::RetryAfter(_) | End::AttemptFailed { .. } => {
-                    Cow::Owned(end.delay_millis().to_string().into_bytes())
+                End::RetryAfter(_) => Cow::Owned(end.delay_millis().to_string().into_bytes()),
+                End::AttemptFailed { reason, .. } => {
+                    Cow::Owned(format!("{}:{reason}", end.delay_millis()).into_bytes())
                 }
                 End::Fail(reason) => Cow::Borrowed(reason.as_bytes()),
                 // check_end_batch refused Committed above.
@@ -728,6 +732,7 @@ impl LeaseStore for RedisLeaseStore {
                 .key(self.keys.suspended())
                 .key(self.keys.attempts())
                 .key(self.keys.kinds())
+                .key(self.keys.history())
                 .arg(keep);
             for ((Ending { lease, end, .. }, payload), kind) in
                 ends.iter().zip(&payloads).zip(&kinds)
