@@ -16,7 +16,7 @@
 //! | `k\0{run}\0{key}` | the entry's seq | until purge |
 //! | `s\0{state}{run}` | empty: the runs of a state by id (for `list`) | until the state changes |
 
-use lease_core::{Error, RunState};
+use lease_core::{AttemptOutcome, Error, RunState};
 
 use crate::error::BACKEND;
 
@@ -276,6 +276,34 @@ pub(crate) struct Rec {
     pub(crate) claimed: u64,
     /// When that claim's lease was last renewed, client microseconds; 0: not renewed.
     pub(crate) renewed: u64,
+    /// Its ended attempts, oldest first, at most [`MAX_HISTORY`](lease_core::MAX_HISTORY).
+    pub(crate) history: Vec<Tried>,
+}
+
+/// An ended attempt as stored (see [`lease_core::Attempt`]); times in client microseconds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Tried {
+    pub(crate) number: u64,
+    pub(crate) fence: u64,
+    pub(crate) worker: String,
+    pub(crate) claimed: u64,
+    pub(crate) ended: u64,
+    pub(crate) outcome: AttemptOutcome,
+    pub(crate) error: Option<String>,
+}
+
+impl Tried {
+    pub(crate) fn attempt(&self) -> Result<lease_core::Attempt, Error> {
+        let at = |us: u64| (us > 0).then(|| lease_core::StoreTime::from_micros(us));
+        Ok(lease_core::Attempt::new(
+            self.number,
+            lease_core::Fence::new(self.fence)?,
+            lease_core::WorkerId::new(&self.worker)?,
+            self.outcome,
+        )
+        .with_times(at(self.claimed), at(self.ended))
+        .with_error(self.error.clone()))
+    }
 }
 
 const VERSION: u8 = 1;
@@ -302,7 +330,30 @@ impl Rec {
             created: now,
             claimed: 0,
             renewed: 0,
+            history: Vec::new(),
         }
+    }
+
+    /// Writes the attempt of the lease this record holds (its owner, fence, claim and the
+    /// budget's counter, before the end clears or refunds them) into its history, ended at
+    /// `ended` as `outcome`, the oldest dropped past [`MAX_HISTORY`](lease_core::MAX_HISTORY).
+    /// Nothing for an unowned record.
+    pub(crate) fn end_attempt(&mut self, ended: u64, outcome: AttemptOutcome, error: Option<&str>) {
+        let Some(worker) = self.owner.clone() else {
+            return;
+        };
+        if self.history.len() >= lease_core::MAX_HISTORY {
+            self.history.remove(0);
+        }
+        self.history.push(Tried {
+            number: self.attempts,
+            fence: self.fence,
+            worker,
+            claimed: self.claimed,
+            ended,
+            outcome,
+            error: error.map(|e| lease_core::attempt_error(e).to_owned()),
+        });
     }
 
     pub(crate) fn tombstone(fence: u64) -> Rec {
@@ -336,7 +387,7 @@ impl Rec {
         out.extend_from_slice(&u64::from(self.payload).to_be_bytes());
         // Trailing and optional, so records of the default kind at priority 0 are as before;
         // written whenever the times follow them.
-        let times = self.created | self.claimed | self.renewed != 0;
+        let times = self.created | self.claimed | self.renewed != 0 || !self.history.is_empty();
         if self.kind.is_some() || self.priority > 0 || times {
             put_text(&mut out, self.kind.as_deref());
         }
@@ -346,6 +397,18 @@ impl Rec {
         if times {
             for n in [self.created, self.claimed, self.renewed] {
                 out.extend_from_slice(&n.to_be_bytes());
+            }
+        }
+        // Trailing and only when there is one: its count (1 to MAX_HISTORY), then each attempt.
+        if !self.history.is_empty() {
+            out.push(self.history.len() as u8);
+            for t in &self.history {
+                for n in [t.number, t.fence, t.claimed, t.ended] {
+                    out.extend_from_slice(&n.to_be_bytes());
+                }
+                put_text(&mut out, Some(&t.worker));
+                put_text(&mut out, Some(t.outcome.as_str()));
+                put_text(&mut out, t.error.as_deref());
             }
         }
         out
@@ -409,6 +472,31 @@ impl Rec {
                 *slot = r.u64().ok_or_else(corrupt)?;
             }
         }
+        // Absent when the run has no ended attempt.
+        let mut history = Vec::new();
+        if !r.0.is_empty() {
+            let count = usize::from(r.byte().ok_or_else(corrupt)?);
+            if count == 0 || count > lease_core::MAX_HISTORY {
+                return Err(corrupt());
+            }
+            for _ in 0..count {
+                let mut n = [0u64; 4];
+                for slot in &mut n {
+                    *slot = r.u64().ok_or_else(corrupt)?;
+                }
+                let worker = r.text().ok_or_else(corrupt)?.ok_or_else(corrupt)?;
+                let outcome = r.text().ok_or_else(corrupt)?.ok_or_else(corrupt)?;
+                history.push(Tried {
+                    number: n[0],
+                    fence: n[1],
+                    claimed: n[2],
+                    ended: n[3],
+                    worker,
+                    outcome: outcome.parse().map_err(|_| corrupt())?,
+                    error: r.text().ok_or_else(corrupt)?,
+                });
+            }
+        }
         if !r.0.is_empty() {
             return Err(corrupt());
         }
@@ -431,6 +519,7 @@ impl Rec {
             created: times[0],
             claimed: times[1],
             renewed: times[2],
+            history,
         })
     }
 }
@@ -526,6 +615,23 @@ mod tests {
         old.created = 0;
         let bytes = old.encode();
         assert_eq!(Rec::decode(&bytes).unwrap(), old);
+        // The attempt history, the oldest dropped past MAX_HISTORY; a count of 0 is refused.
+        let mut held = rec.clone();
+        held.owner = Some("w-2".into());
+        held.attempts = 3;
+        for i in 0..=lease_core::MAX_HISTORY as u64 {
+            held.end_attempt(100 + i, AttemptOutcome::Retried, Some("boom"));
+        }
+        assert_eq!(held.history.len(), lease_core::MAX_HISTORY);
+        assert_eq!(held.history[0].ended, 101);
+        assert_eq!(Rec::decode(&held.encode()).unwrap(), held);
+        let mut counted = rec.encode();
+        counted.push(0);
+        assert!(Rec::decode(&counted).is_err());
+        let mut unowned = rec.clone();
+        unowned.owner = None;
+        unowned.end_attempt(5, AttemptOutcome::Expired, None);
+        assert!(unowned.history.is_empty(), "no lease, no attempt");
         let mut trailing = rec.encode();
         trailing.push(0);
         assert!(matches!(Rec::decode(&trailing), Err(Error::Backend { .. })));

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use etcd_client::{DeleteOptions, TxnOp};
 use lease_core::backend::{check_new_runs, check_purge};
-use lease_core::{Error, NewRun, Result, RunId, RunRecord, RunState};
+use lease_core::{AttemptOutcome, Error, NewRun, Result, RunId, RunRecord, RunState};
 
 use super::{now_micros, state_of, EtcdLeaseStore, Plan, Seen};
 use crate::codec::{prefix_end, Keys, Rec};
@@ -168,9 +168,28 @@ impl EtcdLeaseStore {
                 RunState::Cancelled => return Err(Error::Cancelled { run: run.clone() }),
                 _ => {}
             }
-            self.unowned_plan(run, seen, rec.clone(), now)
+            let mut new = rec.clone();
+            Self::end_held(&mut new, seen, AttemptOutcome::ForceReleased, None, now);
+            self.unowned_plan(run, seen, new, now)
         })
         .await
+    }
+
+    /// Writes the attempt of the lease `new` holds, if any, into its history: ended now as
+    /// `outcome` if the lease is still held (its block there, or a long hold's chain with time
+    /// left), else expired at its expiry.
+    fn end_held(
+        new: &mut Rec,
+        seen: &Seen,
+        outcome: AttemptOutcome,
+        error: Option<&str>,
+        now: u64,
+    ) {
+        if seen.block.is_some() || new.rest > 0 {
+            new.end_attempt(now, outcome, error);
+        } else {
+            new.end_attempt(new.expires_at, AttemptOutcome::Expired, None);
+        }
     }
 
     /// The write of `new` as an unowned record (no lease, no delay, no link left; its index
@@ -221,6 +240,7 @@ impl EtcdLeaseStore {
                 _ => {}
             }
             let mut new = rec.clone();
+            Self::end_held(&mut new, seen, AttemptOutcome::Cancelled, Some(reason), now);
             new.state = Some(RunState::Cancelled);
             new.failure = Some(reason.to_owned());
             self.unowned_plan(run, seen, new, now)

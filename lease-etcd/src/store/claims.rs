@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, Txn};
 use lease_core::backend::{check_claim_max, check_renew_batch, claim_refusal};
-use lease_core::{Error, Fence, Kind, Lease, LeaseStore, Result, RunId, StoreTime, Ttl, WorkerId};
+use lease_core::{
+    AttemptOutcome, Error, Fence, Kind, Lease, LeaseStore, Result, RunId, StoreTime, Ttl, WorkerId,
+};
 
 use super::decide::counted;
 use super::{
@@ -62,6 +64,9 @@ impl EtcdLeaseStore {
     ) -> Result<Plan<Lease>> {
         let rec = seen.live(run)?;
         let mut new = rec.clone();
+        // An expired lease taken over (claimable, so its block is gone): its attempt ended at
+        // its expiry.
+        new.end_attempt(rec.expires_at, AttemptOutcome::Expired, None);
         new.fence += 1;
         // Every claim counts against the attempt budget; a voluntary end gives it back.
         new.attempts += 1;

@@ -50,7 +50,7 @@ impl EtcdLeaseStore {
         Ok(out)
     }
 
-    /// Records with their payloads, as inspect returns them.
+    /// Records with their payloads and attempt histories, as inspect returns them.
     pub(super) async fn records_with_payloads(
         &self,
         runs: &[&RunId],
@@ -63,8 +63,11 @@ impl EtcdLeaseStore {
             .iter()
             .zip(payloads)
             .map(|((run, item), payload)| {
-                self.record(run, item, now)
-                    .map(|r| r.with_payload(payload.map(|p| p.to_vec())))
+                let record = self
+                    .record(run, item, now)?
+                    .with_payload(payload.map(|p| p.to_vec()));
+                let history = item.live(run)?.history.iter().map(|t| t.attempt());
+                Ok(record.with_history(history.collect::<Result<_>>()?))
             })
             .collect())
     }

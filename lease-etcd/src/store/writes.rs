@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
 use lease_core::{
-    End, Ending, Error, Fence, IdempotencyKey, InvalidInput, JournalEntry, Lease, Result, RunId,
-    StoreTime,
+    AttemptOutcome, End, Ending, Error, Fence, IdempotencyKey, InvalidInput, JournalEntry, Lease,
+    Result, RunId, StoreTime,
 };
 
 use super::grants::delay_bucket;
@@ -28,6 +28,11 @@ impl EtcdLeaseStore {
         // Timed by etcd on the bucket's grid: the run is claimable from then, not earlier.
         let delay = delay_secs(end) * 1_000_000;
         let mut new = rec.clone();
+        // The attempt's end, before the owner is cleared and any refund (end_many refused
+        // End::Committed, the only end without an outcome).
+        if let Some((outcome, error)) = AttemptOutcome::of_end(end) {
+            new.end_attempt(now, outcome, error);
+        }
         new.state = Some(end.state());
         new.owner = None;
         new.expires_at = 0;
