@@ -11,6 +11,7 @@ use lease_cli::{run_id, usage, Failure, StoreArgs};
 use output::Format;
 
 mod demo;
+mod history;
 mod ops;
 mod output;
 mod purger;

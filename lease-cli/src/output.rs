@@ -50,6 +50,9 @@ pub(crate) struct RecordView {
     /// How long its holder has held it, from the claim to the read, milliseconds (null: not
     /// held).
     held_for_ms: Option<u64>,
+    /// The run's last attempts, oldest first, the held one included (`inspect`; null when
+    /// not read: `list`).
+    history: Option<Vec<crate::history::AttemptView>>,
     /// The store's clock when read, microseconds.
     observed_at_us: u64,
 }
@@ -100,6 +103,7 @@ impl From<&RunRecord> for RecordView {
             held_for_ms: r
                 .held_for()
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            history: crate::history::views(r),
             observed_at_us: r.observed_at.as_micros(),
         }
     }
@@ -131,7 +135,8 @@ pub(crate) fn print_record(record: &RunRecord, format: Format) {
                 .and_then(|()| stream.finish(&mut out))
                 .and_then(|()| kind_line(&mut out, record))
                 .and_then(|()| times_lines(&mut out, record))
-                .and_then(|()| payload_line(&mut out, record.payload.as_deref()));
+                .and_then(|()| payload_line(&mut out, record.payload.as_deref()))
+                .and_then(|()| crate::history::lines(&mut out, record));
         }
     }
 }

@@ -719,6 +719,45 @@ fn lease_run_refuses_a_held_run_or_waits_for_it_and_ends_the_lease_after() {
         (record.state, record.fence.get()),
         (distribution::RunState::Runnable, 4)
     );
+    // ... and leaves the failed attempt, with its exit code, in the run's history.
+    let shown = with(&["inspect", "job", "-o", "json"]);
+    assert_exit(&shown, 0);
+    let record: serde_json::Value = serde_json::from_str(&stdout(&shown)).unwrap();
+    let last = record["history"].as_array().and_then(|h| h.last()).cloned();
+    let last = last.unwrap_or_else(|| panic!("a history: {record}"));
+    assert_eq!(
+        (&last["fence"], &last["outcome"], &last["error"]),
+        (
+            &serde_json::json!(4),
+            &serde_json::json!("retried"),
+            &serde_json::json!("the command exited with 1")
+        ),
+        "{record}"
+    );
+    assert!(
+        last["worker"].as_str().is_some_and(|w| !w.is_empty()),
+        "{last}"
+    );
+    let outcomes: Vec<&str> = record["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a["outcome"].as_str())
+        .collect();
+    assert_eq!(
+        outcomes,
+        ["force-released", "expired", "released", "retried"],
+        "the operator's release, the holder whose lease ran out, --wait-ms's run, this one"
+    );
+    assert!(
+        last["ended_at_us"].as_u64() >= last["claimed_at_us"].as_u64(),
+        "{last}"
+    );
+    let text = stdout(&with(&["inspect", "job"]));
+    assert!(
+        text.contains("attempt 3 fence 4 by ") && text.contains(": \"the command exited with 1\""),
+        "{text}"
+    );
     assert_exit(&with(&["run", "job", "--complete", "--", "true"]), 0);
     let record = rt.block_on(store.inspect(&id("job"))).unwrap();
     assert_eq!(

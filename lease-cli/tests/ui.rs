@@ -85,6 +85,16 @@ async fn populate(store: &Arc<dyn LeaseStore>) -> distribution::Lease {
         .await
         .unwrap();
     store.complete(&lease).await.unwrap();
+    // Two attempts: one failed and retried, then the run failed for good.
+    let lease = store
+        .claim(&id("failed-1"), &worker("worker-a"), long)
+        .await
+        .unwrap();
+    let retried = distribution::End::AttemptFailed {
+        retry_after: Duration::ZERO,
+        reason: "gateway timeout after 30 s".into(),
+    };
+    store.end_one(&lease, retried).await.unwrap();
     let lease = store
         .claim(&id("failed-1"), &worker("w"), long)
         .await
@@ -381,6 +391,26 @@ fn the_dashboard_shows_every_state_in_a_browser_and_guards_its_actions() {
     }
     let failed_page = dom(profile.path(), &format!("{}/runs/failed-1", ui.base));
     assert!(failed_page.contains("<th>ended</th>"), "{failed_page}");
+    // Its attempts, newest first, each with its worker, fence, outcome and error.
+    let attempts = failed_page
+        .split("id=\"attempts\"")
+        .nth(1)
+        .and_then(|rest| rest.split("id=\"journal\"").next())
+        .unwrap_or_else(|| panic!("an attempts section: {failed_page}"));
+    let last = attempts.find("card declined: &lt;b&gt;insufficient funds&lt;/b&gt;");
+    let first = attempts.find("gateway timeout after 30 s");
+    assert!(
+        matches!((last, first), (Some(l), Some(f)) if l < f),
+        "both errors, newest first: {attempts}"
+    );
+    for cell in [
+        "<span class=\"outcome failed\">failed</span>",
+        "<span class=\"outcome retried\">retried</span>",
+        "<span class=\"holder\">worker-a</span>",
+        "<span class=\"fence\">2</span>",
+    ] {
+        assert!(attempts.contains(cell), "{cell} in {attempts}");
+    }
     for page in [&overview, &run, &failed_page] {
         assert!(
             !page.contains("<form class=\"action\""),

@@ -119,6 +119,8 @@ padding:.25em .6em;text-align:left;vertical-align:top}th{background:#f1f3f8}\
 td.n{text-align:right;font-variant-numeric:tabular-nums}pre{white-space:pre-wrap;\
 word-break:break-all;background:#f6f7fa;padding:.5em;margin:0}\
 .state-failed,.state-cancelled{color:#a11}.state-held{color:#064}.lag{font-weight:600}\
+.outcome.failed,.outcome.cancelled,.outcome.expired{color:#a11}.outcome.retried{color:#a50}\
+.outcome.completed,.outcome.held{color:#064}\
 form.action{display:inline-block;margin-right:1em}";
 
 /// The whole page: head (title, refresh, style), the navigation, then `body`.

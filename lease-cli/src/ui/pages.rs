@@ -337,6 +337,8 @@ pub(crate) fn run_page(r: &RunRecord, journal: &[JournalEntry], token: Option<&s
         body.push_str(&actions(r, token));
     }
 
+    body.push_str(&attempts(r));
+
     let shown = &journal[journal.len().saturating_sub(JOURNAL_SHOWN)..];
     let _ = write!(body, "<h2 id=\"journal\">Journal</h2>");
     if shown.len() < journal.len() {
@@ -364,6 +366,48 @@ pub(crate) fn run_page(r: &RunRecord, journal: &[JournalEntry], token: Option<&s
         "The journal is empty.",
     ));
     body
+}
+
+/// The run's last attempts, newest first: who held it under which fence, when, how each
+/// ended and with what error.
+fn attempts(r: &RunRecord) -> String {
+    let Some(history) = &r.history else {
+        return String::from(
+            "<h2 id=\"attempts\">Attempts</h2><p class=\"empty\">This store keeps no attempt history.</p>",
+        );
+    };
+    let rows: Vec<Vec<String>> = history
+        .iter()
+        .rev()
+        .map(|a| {
+            let took = match (a.claimed_at, a.ended_at) {
+                (Some(c), Some(e)) => span(e.saturating_since(c)),
+                (Some(c), None) => format!("{} so far", span(r.observed_at.saturating_since(c))),
+                _ => String::new(),
+            };
+            vec![
+                a.attempt.to_string(),
+                format!("<span class=\"fence\">{}</span>", a.fence.get()),
+                format!("<span class=\"holder\">{}</span>", esc(a.worker.as_str())),
+                a.claimed_at.map(instant).unwrap_or_default(),
+                took,
+                format!("<span class=\"outcome {0}\">{0}</span>", a.outcome.as_str()),
+                a.error
+                    .as_deref()
+                    .map(|e| format!("<pre class=\"reason\">{}</pre>", esc(e)))
+                    .unwrap_or_default(),
+            ]
+        })
+        .collect();
+    format!(
+        "<h2 id=\"attempts\">Attempts</h2><p><small>The last {} attempts, newest first.</small></p>{}",
+        distribution::MAX_HISTORY,
+        table(
+            &["attempt", "fence", "worker", "claimed (store clock)", "took", "outcome", "error"],
+            &rows,
+            "Never claimed.",
+        )
+    )
 }
 
 /// Bytes as escaped text when they are UTF-8, else their size and first bytes in hex.
