@@ -71,11 +71,35 @@ pub async fn a_handler_that_crashes_every_attempt_fails_the_run_after_its_budget
         4,
         "three attempts, then the claim that failed it"
     );
-    let reason = record.failure.unwrap_or_default();
+    let reason = record.failure.clone().unwrap_or_default();
     assert!(
         reason.contains("claimed 3 times without finishing"),
         "{reason}"
     );
+    // The history tells the same, attempt by attempt: three crashed holders whose leases
+    // expired (each written by the claim that took over), then the claim that failed the run.
+    if factory.capabilities().attempt_history {
+        let history = record.history.clone().expect("the store keeps a history");
+        let seen: Vec<(lease_core::AttemptOutcome, u64, u64, String)> = history
+            .iter()
+            .map(|a| (a.outcome, a.attempt, a.fence.get(), a.worker.to_string()))
+            .collect();
+        use lease_core::AttemptOutcome::{Expired, Failed};
+        assert_eq!(
+            seen,
+            vec![
+                (Expired, 1, 1, "process-0".into()),
+                (Expired, 2, 2, "process-1".into()),
+                (Expired, 3, 3, "process-2".into()),
+                (Failed, 4, 4, "process-3".into()),
+            ],
+            "{history:#?}"
+        );
+        assert_eq!(history[3].error.as_deref(), Some(reason.as_str()));
+        for pair in history.windows(2) {
+            assert!(pair[0].ended_at <= pair[1].claimed_at, "{history:#?}");
+        }
+    }
 }
 
 /// One worker process whose handler crashes it: a Worker whose link to the store goes dead
