@@ -63,7 +63,7 @@
 //! # 3. Implement every method, including the defaulted ones
 //!
 //! Methods added to the trait after 0.1 come with a default that refuses
-//! (`purge`, `count`, `count_purgeable`, `append_keyed` answer
+//! (`purge`, `count`, `count_kinds`, `count_purgeable`, `append_keyed` answer
 //! [`Unsupported`](lease_core::InvalidInput::Unsupported)) or loops (`inspect_many` calls
 //! `inspect` once per run). A wrapper that forgets one silently turns a working operation of
 //! the store it wraps into a refusal or a slow loop, so this impl denies
@@ -325,6 +325,10 @@ impl LeaseStore for AuditedStore {
     // Defaulted in the trait (`Unsupported`).
     async fn count(&self) -> Result<RunCounts> {
         self.inner.count().await
+    }
+
+    async fn count_kinds(&self) -> Result<Vec<lease_core::KindCounts>> {
+        self.inner.count_kinds().await
     }
 
     // --- operator actions and retention -----------------------------------------------------

@@ -13,15 +13,15 @@ pub use lease_core::{
     attempt_error, min_margin, observe, redact_url, sanitize_reason, Attempt, AttemptOutcome,
     BoxError, CancelReason, CancellationToken, End, EndReport, Ended, Ending, Error, Fence,
     Handler, HandlerFuture, HeartbeatStats, Heartbeats, IdempotencyKey, Instrumented, InvalidInput,
-    JournalEntry, Kind, Kinds, Lease, LeaseStore, LeaseStoreExt, ListFilter, MemoryLeaseStore,
-    MemoryTransaction, NewRun, Purger, PurgerReport, Result, RetryPolicy, RunContext, RunCounts,
-    RunId, RunRecord, RunScope, RunState, RunTimes, Schedule, Scheduler, SchedulerReport,
-    ScopeConfig, StoreTime, TickReport, Ttl, Worker, WorkerConfig, WorkerId, WorkerReport,
-    DEFAULT_KIND, DEFAULT_PURGER_NAME, DEFAULT_PURGE_BATCH, DEFAULT_PURGE_EVERY,
+    JournalEntry, Kind, KindCounts, Kinds, Lease, LeaseStore, LeaseStoreExt, ListFilter,
+    MemoryLeaseStore, MemoryTransaction, NewRun, Purger, PurgerReport, Result, RetryPolicy,
+    RunContext, RunCounts, RunId, RunRecord, RunScope, RunState, RunTimes, Schedule, Scheduler,
+    SchedulerReport, ScopeConfig, StoreTime, TickReport, Ttl, Worker, WorkerConfig, WorkerId,
+    WorkerReport, DEFAULT_KIND, DEFAULT_PURGER_NAME, DEFAULT_PURGE_BATCH, DEFAULT_PURGE_EVERY,
     DEFAULT_RETENTION_AGE, MAX_ATTEMPT_ERROR_BYTES, MAX_BATCH, MAX_BATCH_PAYLOAD_BYTES, MAX_COUNT,
-    MAX_HISTORY, MAX_ID_BYTES, MAX_KIND_BYTES, MAX_LIST, MAX_PAYLOAD_BYTES, MAX_PRIORITY,
-    MAX_PURGE_AGE, MAX_REASON_BYTES, MAX_RETRY_DELAY, MAX_RUN_PAYLOAD_BYTES, MAX_START_DELAY,
-    PURGER_KIND,
+    MAX_HISTORY, MAX_ID_BYTES, MAX_KINDS_COUNTED, MAX_KIND_BYTES, MAX_LIST, MAX_PAYLOAD_BYTES,
+    MAX_PRIORITY, MAX_PURGE_AGE, MAX_REASON_BYTES, MAX_RETRY_DELAY, MAX_RUN_PAYLOAD_BYTES,
+    MAX_START_DELAY, PURGER_KIND,
 };
 
 /// Why a run's payload could not be read as a handler's arguments (the `serde` feature).

@@ -287,14 +287,22 @@ pub(crate) async fn purge(
     Ok(())
 }
 
-/// `lease stats`: the runs in each state and the queue's lag, from one `count`.
+/// `lease stats`: the runs in each state and the queue's lag, from one `count`, then the
+/// runnable runs of each kind with its lag, from one `count_kinds`.
 pub(crate) async fn stats(config: &Config, format: Format) -> Result<(), Failure> {
     let store = connect(config).await?;
     let counts = store.count().await?;
+    // By kind where the store counts by kind (etcd does not: no table, "kinds": null).
+    let kinds = match store.count_kinds().await {
+        Ok(kinds) => Some(kinds),
+        Err(distribution::Error::InvalidInput(distribution::InvalidInput::Unsupported {
+            ..
+        })) => None,
+        Err(e) => return Err(e.into()),
+    };
     let figures = counts.by_state();
-    let lag_us = counts
-        .oldest_claimable_age
-        .map(|age| u64::try_from(age.as_micros()).unwrap_or(u64::MAX));
+    let micros = |age: std::time::Duration| u64::try_from(age.as_micros()).unwrap_or(u64::MAX);
+    let lag_us = counts.oldest_claimable_age.map(micros);
     if format == Format::Json {
         let mut json = serde_json::Map::new();
         for (state, n) in figures {
@@ -302,6 +310,20 @@ pub(crate) async fn stats(config: &Config, format: Format) -> Result<(), Failure
         }
         json.insert("oldest_claimable_age_us".to_owned(), lag_us.into());
         json.insert("max_count".to_owned(), distribution::MAX_COUNT.into());
+        let kinds = kinds.map(|kinds| {
+            kinds
+                .iter()
+                .map(|k| {
+                    serde_json::json!({
+                        "kind": k.kind.as_str(),
+                        "runnable": k.runnable,
+                        "claimable": k.claimable,
+                        "oldest_claimable_age_us": k.oldest_claimable_age.map(micros),
+                    })
+                })
+                .collect::<Vec<_>>()
+        });
+        json.insert("kinds".to_owned(), kinds.into());
         println!("{}", serde_json::Value::Object(json));
         return Ok(());
     }
@@ -320,6 +342,25 @@ pub(crate) async fn stats(config: &Config, format: Format) -> Result<(), Failure
             age.as_secs_f64()
         ),
         (None, _) => println!("this store cannot tell how long runs have waited"),
+    }
+    if let Some(kinds) = kinds.filter(|k| !k.is_empty()) {
+        println!();
+        println!(
+            "{:<24} {:>9} {:>9}  longest wait",
+            "kind", "runnable", "claimable"
+        );
+        for k in &kinds {
+            let wait = k.oldest_claimable_age.map_or_else(
+                || "-".to_owned(),
+                |age| format!("{:.3} s", age.as_secs_f64()),
+            );
+            println!(
+                "{:<24} {:>9} {:>9}  {wait}",
+                k.kind.as_str(),
+                k.runnable,
+                k.claimable
+            );
+        }
     }
     Ok(())
 }

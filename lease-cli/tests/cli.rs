@@ -1624,8 +1624,9 @@ fn lease_schedule_takes_a_kind() {
     }
 }
 
-/// `lease stats` prints the runs in each state and the queue's lag (JSON and text), on
-/// Postgres and on Redis; the lag runs from when the waiting run became claimable.
+/// `lease stats` prints the runs in each state and the queue's lag (JSON and text), then each
+/// kind's runnable runs and lag, on Postgres and on Redis; the lag runs from when the waiting
+/// run became claimable.
 #[test]
 fn lease_stats_counts_runs_and_the_queue_lag() {
     let Some((_pg, url)) = postgres() else {
@@ -1675,6 +1676,34 @@ fn lease_stats_counts_runs_and_the_queue_lag() {
         assert!(text.contains("claimable  1"), "{text}");
         assert!(
             text.contains("the longest-waiting claimable run has waited"),
+            "{text}"
+        );
+
+        // By kind: the runnable runs of each kind (not c, completed) and each kind's lag.
+        assert_exit(&with(&["create", "mail-1", "--kind", "email"]), 0);
+        let now = stats(&["stats", "-o", "json"]);
+        let kinds: Vec<(String, u64, u64, bool)> = now["kinds"]
+            .as_array()
+            .unwrap_or_else(|| panic!("kinds: {now}"))
+            .iter()
+            .map(|k| {
+                (
+                    k["kind"].as_str().unwrap().to_owned(),
+                    k["runnable"].as_u64().unwrap(),
+                    k["claimable"].as_u64().unwrap(),
+                    k["oldest_claimable_age_us"].is_u64(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![("default".into(), 2, 1, true), ("email".into(), 1, 1, true)],
+            "{now}"
+        );
+        let text = stdout(&with(&["stats"]));
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("email") && l.split_whitespace().nth(1) == Some("1")),
             "{text}"
         );
     }

@@ -63,6 +63,9 @@ pub struct Capabilities {
     ///
     /// [`RunRecord::history`]: lease_core::RunRecord::history
     pub attempt_history: bool,
+    /// Whether [`count_kinds`](lease_core::LeaseStore::count_kinds) counts by kind (etcd
+    /// refuses it as unsupported).
+    pub kind_counts: bool,
 }
 
 impl Default for Capabilities {
@@ -74,6 +77,7 @@ impl Default for Capabilities {
             queue_lag: true,
             record_times: true,
             attempt_history: true,
+            kind_counts: true,
         }
     }
 }
@@ -140,6 +144,13 @@ impl Capabilities {
     #[must_use]
     pub fn without_attempt_history(mut self) -> Self {
         self.attempt_history = false;
+        self
+    }
+
+    /// The store does not count by kind.
+    #[must_use]
+    pub fn without_kind_counts(mut self) -> Self {
+        self.kind_counts = false;
         self
     }
 

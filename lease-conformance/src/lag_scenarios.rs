@@ -134,3 +134,93 @@ pub async fn count_at_scale(store: std::sync::Arc<dyn LeaseStore>) -> String {
         times[2], times[4]
     )
 }
+
+/// `count_kinds` reports each kind that has runnable runs, by name: how many are runnable
+/// (claimable, held or delayed), how many are claimable now, and the kind's own lag, on the
+/// store's clock; suspended and ended runs are not counted, and a kind whose runs all ended
+/// is gone. A store that cannot count by kind refuses as unsupported, before any I/O.
+pub async fn count_kinds_tells_each_kinds_waiting_runs_and_lag(factory: &dyn StoreFactory) {
+    let store = factory.fresh().await;
+    if !factory.capabilities().kind_counts {
+        let refused = store.count_kinds().await;
+        assert!(
+            matches!(
+                refused,
+                Err(lease_core::Error::InvalidInput(
+                    lease_core::InvalidInput::Unsupported { .. }
+                ))
+            ),
+            "{refused:?}"
+        );
+        return;
+    }
+    assert_eq!(store.count_kinds().await.unwrap(), vec![], "an empty store");
+    let kind = |k: &str| lease_core::Kind::new(k).unwrap();
+    let new = |id: &str, k: &str| lease_core::NewRun::new(run(id)).with_kind(kind(k));
+    let w = worker("w");
+    let long = lease_core::Ttl::from_secs(60).unwrap();
+    let sent = Instant::now();
+    for (id, k) in [
+        ("e-1", "email"),
+        ("e-2", "email"),
+        ("e-3", "email"),
+        ("s-1", "sms"),
+    ] {
+        store.create_with(&new(id, k)).await.unwrap();
+    }
+    let created = Instant::now();
+    store
+        .create_with(&new("s-late", "sms").with_delay(Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    store
+        .create_with(&new("e-hi", "email").with_priority(5))
+        .await
+        .unwrap();
+    store.create(&run("d-1")).await.unwrap();
+    // email: one held, one completed (not counted); sms: one suspended (not counted).
+    store.claim(&run("e-1"), &w, long).await.unwrap();
+    let done = store.claim(&run("e-2"), &w, long).await.unwrap();
+    store.complete(&done).await.unwrap();
+    let parked = store.claim(&run("s-1"), &w, long).await.unwrap();
+    store.suspend(&parked).await.unwrap();
+    sleep(Duration::from_millis(50)).await;
+    let asked = Instant::now();
+    let counts = store.count_kinds().await.unwrap();
+    let answered = Instant::now();
+    let figures: Vec<(String, u64, u64, bool)> = counts
+        .iter()
+        .map(|c| {
+            let lagging = c.oldest_claimable_age.is_some();
+            (c.kind.to_string(), c.runnable, c.claimable, lagging)
+        })
+        .collect();
+    assert_eq!(
+        figures,
+        vec![
+            ("default".into(), 1, 1, true),
+            ("email".into(), 3, 2, true),
+            ("sms".into(), 1, 0, false),
+        ],
+        "{counts:?}"
+    );
+    // email's longest wait is e-3's, created before the pause, whatever its priority.
+    let lag = counts[1].oldest_claimable_age.unwrap();
+    let slack = Duration::from_millis(2);
+    assert!(
+        lag + slack >= asked - created && lag <= answered - sent + slack,
+        "email's lag {lag:?} outside {:?}..={:?}",
+        asked - created,
+        answered - sent
+    );
+    // A kind with nothing runnable left is not reported.
+    store.cancel(&run("s-late"), "not needed").await.unwrap();
+    let kinds: Vec<String> = store
+        .count_kinds()
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| c.kind.to_string())
+        .collect();
+    assert_eq!(kinds, ["default", "email"]);
+}

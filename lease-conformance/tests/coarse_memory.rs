@@ -155,6 +155,10 @@ impl LeaseStore for Coarse {
         self.inner.count().await
     }
 
+    async fn count_kinds(&self) -> Result<Vec<lease_core::KindCounts>> {
+        self.inner.count_kinds().await
+    }
+
     async fn resume(&self, run: &RunId) -> Result<RunRecord> {
         self.inner.resume(run).await
     }

@@ -450,4 +450,11 @@ impl LeaseStore for FaultyStore {
         let out = self.inner.count().await;
         self.answer(fault, out).await
     }
+
+    async fn count_kinds(&self) -> Result<Vec<crate::KindCounts>> {
+        self.gate().await?;
+        let fault = self.reply_fault();
+        let out = self.inner.count_kinds().await;
+        self.answer(fault, out).await
+    }
 }

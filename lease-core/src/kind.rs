@@ -108,6 +108,47 @@ impl AsRef<str> for Kind {
     }
 }
 
+/// The most kinds one [`count_kinds`](crate::LeaseStore::count_kinds) reports: the first 100
+/// by name. A call's work is bounded by it (and each figure by [`MAX_COUNT`](crate::MAX_COUNT)).
+pub const MAX_KINDS_COUNTED: usize = 100;
+
+/// The runnable runs of one kind (claimable, held or delayed), as
+/// [`count_kinds`](crate::LeaseStore::count_kinds) read them on the store's clock: what waits
+/// for the workers that serve the kind. Each figure is exact up to
+/// [`MAX_COUNT`](crate::MAX_COUNT).
+///
+/// Backends build it with [`KindCounts::new`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KindCounts {
+    /// The kind.
+    pub kind: Kind,
+    /// Its runnable runs: claimable, held or delayed.
+    pub runnable: u64,
+    /// Those claimable now (unowned past any delay, or whose lease expired).
+    pub claimable: u64,
+    /// The kind's queue lag: how long its longest-waiting claimable run has been claimable,
+    /// on the store's clock; `None` when none is.
+    pub oldest_claimable_age: Option<std::time::Duration>,
+}
+
+impl KindCounts {
+    /// `runnable` runs of `kind`, `claimable` of them claimable, the longest for `lag`.
+    pub fn new(
+        kind: Kind,
+        runnable: u64,
+        claimable: u64,
+        lag: Option<std::time::Duration>,
+    ) -> KindCounts {
+        KindCounts {
+            kind,
+            runnable,
+            claimable,
+            oldest_claimable_age: lag,
+        }
+    }
+}
+
 /// Refuses runs of a kind other than the default, for a backend that has no index per kind yet:
 /// nothing is written.
 ///

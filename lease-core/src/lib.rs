@@ -57,7 +57,7 @@ pub use error::{BoxError, Ended, Error, InvalidInput, Result};
 pub use fault::{Fault, FaultyStore, ReplyFault, FAULT_BACKEND};
 pub use heartbeats::{HeartbeatStats, Heartbeats, TickReport};
 pub use id::{IdempotencyKey, RunId, WorkerId, MAX_ID_BYTES};
-pub use kind::{refuse_kinds, Kind, DEFAULT_KIND, MAX_KIND_BYTES};
+pub use kind::{refuse_kinds, Kind, KindCounts, DEFAULT_KIND, MAX_KINDS_COUNTED, MAX_KIND_BYTES};
 pub use memory::{MemoryLeaseStore, MemoryTransaction};
 pub use new_run::{refuse_priorities, NewRun, MAX_PRIORITY, MAX_START_DELAY};
 pub use observe::Instrumented;

@@ -856,6 +856,33 @@ impl LeaseStore for MemoryLeaseStore {
         Ok(counts)
     }
 
+    async fn count_kinds(&self) -> Result<Vec<crate::KindCounts>> {
+        let now = Instant::now();
+        let state = self.lock();
+        // kind -> (runnable, claimable, the earliest instant one became claimable)
+        let mut by_kind: BTreeMap<Kind, (u64, u64, Option<Instant>)> = BTreeMap::new();
+        for slot in state
+            .runs
+            .values()
+            .filter(|s| s.state == RunState::Runnable)
+        {
+            let figures = by_kind.entry(slot.kind.clone()).or_default();
+            figures.0 = (figures.0 + 1).min(crate::MAX_COUNT);
+            let since = slot.expires_at.unwrap_or(slot.claimable_at);
+            if since <= now {
+                figures.1 = (figures.1 + 1).min(crate::MAX_COUNT);
+                figures.2 = Some(figures.2.map_or(since, |o| o.min(since)));
+            }
+        }
+        Ok(by_kind
+            .into_iter()
+            .take(crate::MAX_KINDS_COUNTED)
+            .map(|(kind, (runnable, claimable, since))| {
+                crate::KindCounts::new(kind, runnable, claimable, since.map(|s| now - s))
+            })
+            .collect())
+    }
+
     async fn count_purgeable(&self, older_than: std::time::Duration) -> Result<u64> {
         check_purge(older_than, 1)?;
         let now = Instant::now();

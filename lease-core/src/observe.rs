@@ -66,6 +66,16 @@ pub const RUNS: &str = "lease_runs";
 /// [`record_counts`] set it ([`RunCounts::oldest_claimable_age`](crate::RunCounts::oldest_claimable_age)).
 /// Not set from a store that cannot tell (etcd).
 pub const QUEUE_LAG: &str = "lease_queue_lag_seconds";
+/// Gauge: each kind's runnable runs, by `kind` and `state` (`runnable`: claimable, held or
+/// delayed; `claimable`: claimable now), as the last [`record_kind_counts`] set them from a
+/// store's [`count_kinds`](crate::LeaseStore::count_kinds); [`spawn_counts`] refreshes it,
+/// and sets a kind that has no runnable run left to 0. Not set from a store that cannot
+/// count by kind (etcd).
+pub const KIND_RUNS: &str = "lease_kind_runs";
+/// Gauge (seconds): each kind's queue lag, by `kind`: how long its longest-waiting claimable
+/// run has been claimable, on the store's clock (0 when none is), as the last
+/// [`record_kind_counts`] set it.
+pub const KIND_QUEUE_LAG: &str = "lease_kind_queue_lag_seconds";
 /// Counter: handlers that failed, by `outcome` (`error`, `panic`) and what the
 /// [`Worker`](crate::Worker) did with the run (`then`: `retry`, `fail`, `release`).
 pub const WORKER_HANDLER_ERRORS: &str = "lease_worker_handler_errors_total";
@@ -172,6 +182,20 @@ pub const SERIES: &[(&str, &str, &str, &str, &str)] = &[
         "runs by state, from the store's count (spawn_counts refreshes it)",
     ),
     (
+        KIND_RUNS,
+        "gauge",
+        "runs",
+        "kind, state",
+        "each kind's runnable and claimable runs, from the store's count_kinds (spawn_counts refreshes it)",
+    ),
+    (
+        KIND_QUEUE_LAG,
+        "gauge",
+        "seconds",
+        "kind",
+        "each kind's queue lag: how long its longest-waiting claimable run has been claimable",
+    ),
+    (
         ATTEMPTS_PER_COMPLETION,
         "histogram",
         "attempts",
@@ -243,6 +267,19 @@ pub fn record_counts(counts: &crate::RunCounts) {
         Some(age) => metrics::gauge!(QUEUE_LAG).set(age.as_secs_f64()),
         None if counts.claimable == 0 => metrics::gauge!(QUEUE_LAG).set(0.0),
         None => {} // runs wait, but the store cannot tell for how long
+    }
+}
+
+/// Sets the [`KIND_RUNS`] and [`KIND_QUEUE_LAG`] gauges, one series per kind, from `kinds`.
+pub fn record_kind_counts(kinds: &[crate::KindCounts]) {
+    for k in kinds {
+        let kind = k.kind.to_string();
+        metrics::gauge!(KIND_RUNS, "kind" => kind.clone(), "state" => "runnable")
+            .set(k.runnable as f64);
+        metrics::gauge!(KIND_RUNS, "kind" => kind.clone(), "state" => "claimable")
+            .set(k.claimable as f64);
+        let lag = k.oldest_claimable_age.map_or(0.0, |age| age.as_secs_f64());
+        metrics::gauge!(KIND_QUEUE_LAG, "kind" => kind).set(lag);
     }
 }
 
@@ -557,6 +594,11 @@ impl LeaseStore for Instrumented {
     async fn count(&self) -> Result<crate::RunCounts> {
         let s = span(self.backend, "count");
         self.call("count", s, self.inner.count()).await
+    }
+
+    async fn count_kinds(&self) -> Result<Vec<crate::KindCounts>> {
+        let s = span(self.backend, "count_kinds");
+        self.call("count_kinds", s, self.inner.count_kinds()).await
     }
 }
 

@@ -38,8 +38,12 @@ impl Drop for CountsRefresher {
     }
 }
 
-/// Sets the [`RUNS`](crate::observe::RUNS) gauge from `store`'s
-/// [`count`](LeaseStore::count) now and then every `every` (at least [`MIN_COUNTS_EVERY`]),
+/// Sets the [`RUNS`](crate::observe::RUNS) and [`QUEUE_LAG`](crate::observe::QUEUE_LAG)
+/// gauges from `store`'s [`count`](LeaseStore::count), and the per-kind
+/// [`KIND_RUNS`](crate::observe::KIND_RUNS) and
+/// [`KIND_QUEUE_LAG`](crate::observe::KIND_QUEUE_LAG) from its
+/// [`count_kinds`](LeaseStore::count_kinds) (where it counts by kind), now and then every
+/// `every` (at least [`MIN_COUNTS_EVERY`]),
 /// until the returned [`CountsRefresher`] is dropped. One process of the fleet is enough: the
 /// gauge says what is in the store, not what this process did. A failed count is logged and
 /// tried again at the next period, the gauge keeping its last figures; a store that cannot
@@ -62,8 +66,33 @@ pub fn spawn_counts(store: Arc<dyn LeaseStore>, every: Duration) -> CountsRefres
     let task = tokio::spawn(async move {
         let mut ticks = tokio::time::interval(every);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The kinds reported last, to set those that emptied to 0; None once the store said
+        // it cannot count by kind.
+        let mut kinds: Option<std::collections::BTreeSet<crate::Kind>> = Some(Default::default());
         loop {
             ticks.tick().await;
+            if let Some(seen) = kinds.as_mut() {
+                match store.count_kinds().await {
+                    Ok(now) => {
+                        crate::observe::record_kind_counts(&now);
+                        let listed: std::collections::BTreeSet<crate::Kind> =
+                            now.iter().map(|k| k.kind.clone()).collect();
+                        let gone: Vec<crate::KindCounts> = seen
+                            .difference(&listed)
+                            .map(|kind| crate::KindCounts::new(kind.clone(), 0, 0, None))
+                            .collect();
+                        crate::observe::record_kind_counts(&gone);
+                        *seen = listed;
+                    }
+                    Err(Error::InvalidInput(_)) => {
+                        tracing::debug!(store = %store, "the store does not count by kind; the lease_kind_* gauges are not set");
+                        kinds = None;
+                    }
+                    Err(e) => {
+                        tracing::warn!(store = %store, error = %e, "count_kinds failed; the lease_kind_* gauges keep their last figures");
+                    }
+                }
+            }
             match store.count().await {
                 Ok(counts) => record_counts(&counts),
                 Err(e @ Error::InvalidInput(_)) => {

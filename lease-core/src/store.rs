@@ -439,6 +439,26 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
         Err(crate::InvalidInput::Unsupported { operation: "count" }.into())
     }
 
+    /// The runnable runs (claimable, held or delayed) of each kind that has any, with the
+    /// kind's queue lag: the first [`MAX_KINDS_COUNTED`](crate::MAX_KINDS_COUNTED) kinds by
+    /// name, each figure counted up to [`MAX_COUNT`](crate::MAX_COUNT), so one call's work is
+    /// bounded. Suspended and ended runs are counted by [`count`](LeaseStore::count) only.
+    /// What `lease stats` shows by kind, and the per-kind series of
+    /// [`observe::spawn_counts`](crate::observe::spawn_counts).
+    ///
+    /// The default implementation refuses with
+    /// [`InvalidInput::Unsupported`](crate::InvalidInput::Unsupported), as etcd's does (it
+    /// cannot tell a kind's claimable runs from its held ones without reading them).
+    ///
+    /// # Errors
+    /// The backend being unavailable.
+    async fn count_kinds(&self) -> Result<Vec<crate::KindCounts>> {
+        Err(crate::InvalidInput::Unsupported {
+            operation: "count_kinds",
+        }
+        .into())
+    }
+
     /// How many runs a [`purge`](LeaseStore::purge) with this age would remove, counted
     /// without removing anything (`lease purge --dry-run`).
     ///

@@ -151,8 +151,18 @@ fn gauge(snapshot: &Snapshot, state: &str) -> Option<f64> {
     }
 }
 
-/// `spawn_counts` sets the runs gauge at once and again every period, stops when its handle is
-/// dropped, and ends by itself on a store that cannot count.
+fn kind_gauge(snapshot: &Snapshot, kind: &str, state: &str) -> Option<f64> {
+    let labels = [("kind", kind), ("state", state)];
+    match value(snapshot, lease_core::observe::KIND_RUNS, &labels) {
+        Some(DebugValue::Gauge(g)) => Some(g.into_inner()),
+        None => None,
+        Some(other) => panic!("lease_kind_runs is not a gauge: {other:?}"),
+    }
+}
+
+/// `spawn_counts` sets the runs gauge and the per-kind gauges at once and again every period
+/// (a kind that emptied falls to 0), stops when its handle is dropped, and ends by itself on
+/// a store that cannot count.
 #[test]
 fn spawn_counts_keeps_the_runs_gauge_fresh_until_dropped() {
     let recorder = DebuggingRecorder::new();
@@ -168,6 +178,12 @@ fn spawn_counts_keeps_the_runs_gauge_fresh_until_dropped() {
             for id in ["a", "b", "c"] {
                 store.create(&RunId::new(id).unwrap()).await.unwrap();
             }
+            let email = lease_core::Kind::new("email").unwrap();
+            let mail = RunId::new("m").unwrap();
+            store
+                .create_with(&lease_core::NewRun::new(mail.clone()).with_kind(email.clone()))
+                .await
+                .unwrap();
             let lease = store
                 .claim(&RunId::new("a").unwrap(), &w, Ttl::from_secs(30).unwrap())
                 .await
@@ -178,7 +194,7 @@ fn spawn_counts_keeps_the_runs_gauge_fresh_until_dropped() {
                 lease_core::observe::spawn_counts(store.clone(), Duration::from_secs(1));
             tokio::time::sleep(Duration::from_millis(200)).await;
             let now: Snapshot = snapshotter.snapshot().into_vec();
-            assert_eq!(gauge(&now, "claimable"), Some(2.0), "set at once");
+            assert_eq!(gauge(&now, "claimable"), Some(3.0), "set at once: b, c and m");
             assert_eq!(gauge(&now, "completed"), Some(1.0));
             assert_eq!(gauge(&now, "cancelled"), Some(0.0));
             match value(&now, lease_core::observe::QUEUE_LAG, &[]) {
@@ -191,6 +207,18 @@ fn spawn_counts_keeps_the_runs_gauge_fresh_until_dropped() {
                 }
                 other => panic!("no queue lag gauge: {other:?}"),
             }
+            assert_eq!(kind_gauge(&now, "default", "claimable"), Some(2.0));
+            assert_eq!(kind_gauge(&now, "email", "runnable"), Some(1.0));
+            assert!(matches!(
+                value(&now, lease_core::observe::KIND_QUEUE_LAG, &[("kind", "email")]),
+                Some(DebugValue::Gauge(lag)) if lag.into_inner() > 0.0
+            ));
+            // The email run ends: its kind's gauges fall to 0 at the next period.
+            let lease = store
+                .claim_next_kind(&email, &w, Ttl::from_secs(30).unwrap(), 1)
+                .await
+                .unwrap();
+            store.complete(&lease[0]).await.unwrap();
 
             let lease = store
                 .claim(&RunId::new("b").unwrap(), &w, Ttl::from_secs(30).unwrap())
@@ -204,7 +232,9 @@ fn spawn_counts_keeps_the_runs_gauge_fresh_until_dropped() {
                 Some(1.0),
                 "refreshed after a period"
             );
-            assert_eq!(gauge(&now, "completed"), Some(2.0));
+            assert_eq!(gauge(&now, "completed"), Some(3.0));
+            assert_eq!(kind_gauge(&now, "email", "runnable"), Some(0.0), "emptied");
+            assert_eq!(kind_gauge(&now, "email", "claimable"), Some(0.0));
 
             drop(refresher);
             let lease = store
@@ -215,13 +245,13 @@ fn spawn_counts_keeps_the_runs_gauge_fresh_until_dropped() {
             tokio::time::sleep(Duration::from_millis(1_300)).await;
             let now: Snapshot = snapshotter.snapshot().into_vec();
             // (The debugging recorder's snapshot resets what it read; a refresh would have set
-            // the 3 completed runs the store now has.)
+            // the 4 completed runs the store now has.)
             assert_ne!(
                 gauge(&now, "completed"),
-                Some(3.0),
+                Some(4.0),
                 "refreshed after it was dropped"
             );
-            assert_eq!(store.count().await.unwrap().completed, 3);
+            assert_eq!(store.count().await.unwrap().completed, 4);
 
             // A store with only the required calls cannot count: the task ends by itself.
             let plain: Arc<dyn LeaseStore> = common::gated(|_| None);

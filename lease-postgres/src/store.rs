@@ -99,6 +99,7 @@ pub(crate) struct Queries {
     purge: String,
     count_purgeable: String,
     count: String,
+    count_kinds: String,
     no_jit: String,
     append: String,
     append_keyed: String,
@@ -137,6 +138,7 @@ impl Queries {
             purge: q(include_str!("../sql/purge.sql")),
             count_purgeable: q(include_str!("../sql/count_purgeable.sql")),
             count: q(include_str!("../sql/count.sql")),
+            count_kinds: q(include_str!("../sql/count_kinds.sql")),
             no_jit: q(include_str!("../sql/no_jit.sql")),
             append: q(include_str!("../sql/append.sql")),
             append_keyed: q(include_str!("../sql/append_keyed.sql")),
@@ -1348,6 +1350,38 @@ impl LeaseStore for PostgresLeaseStore {
         counts.oldest_claimable_age =
             oldest.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0)));
         Ok(counts)
+    }
+
+    async fn count_kinds(&self) -> Result<Vec<lease_core::KindCounts>> {
+        let rows = call!(self, |conn| {
+            // Without JIT, as count.
+            let fail = |e| self.route.fail(e);
+            let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(fail)?;
+            sqlx::query(&self.sql.no_jit)
+                .execute(&mut *tx)
+                .await
+                .map_err(fail)?;
+            let query = sqlx::query(&self.sql.count_kinds)
+                .bind(lease_core::MAX_COUNT as i64)
+                .bind(lease_core::MAX_KINDS_COUNTED as i64);
+            let rows = self.read_all(&mut tx, query).await?;
+            tx.commit().await.map_err(fail)?;
+            Ok::<_, lease_core::Error>(rows)
+        })?;
+        rows.iter()
+            .map(|row| {
+                let figure = |name: &str| -> Result<u64> {
+                    Ok(u64::try_from(get::<i64>(row, name)?).map_err(corrupt)?)
+                };
+                let lag: Option<i64> = get(row, "oldest_claimable_us")?;
+                Ok(lease_core::KindCounts::new(
+                    kind(row)?,
+                    figure("runnable")?,
+                    figure("claimable")?,
+                    lag.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0))),
+                ))
+            })
+            .collect()
     }
 
     async fn count_purgeable(&self, older_than: Duration) -> Result<u64> {

@@ -247,6 +247,63 @@ impl RedisLeaseStore {
         Ok(counts)
     }
 
+    pub(crate) async fn count_kinds_runs(&self) -> Result<Vec<lease_core::KindCounts>> {
+        // As count_runs: the classes first, then one read of their indexes, which checks that
+        // no class was added in between (else they are read again).
+        let mut tries = 0;
+        let (classes, reply) = loop {
+            let mut names = Call::new(&SCRIPTS.kinds);
+            names.key(self.keys.kind_set());
+            let names = self.read("kinds", &names).await?;
+            let mut classes = vec![Class::default()];
+            for i in 0..names.len() {
+                classes.push(names.class(i)?);
+            }
+            let mut call = Call::new(&SCRIPTS.count_kinds);
+            call.key(self.keys.kind_set()).arg(names.len());
+            for class in &classes {
+                call.key(self.keys.claimable_of(class));
+            }
+            let reply = self.read("count_kinds", &call).await?;
+            if reply.str(0).ok() != Some("kinds") {
+                break (classes, reply);
+            }
+            tries += 1;
+            if tries > KIND_RESENDS {
+                return Err(reply.bad("kinds kept being added during the count").into());
+            }
+        };
+        if reply.len() != 3 * classes.len() {
+            return Err(reply.bad("not three figures per class").into());
+        }
+        // kind -> (runnable, claimable, lag): a kind's classes (its priorities) added up.
+        let mut by_kind: std::collections::BTreeMap<lease_core::Kind, (u64, u64, Option<u64>)> =
+            std::collections::BTreeMap::new();
+        for (i, class) in classes.into_iter().enumerate() {
+            let figures = by_kind.entry(class.kind).or_default();
+            figures.0 += reply.parse::<u64>(3 * i)?;
+            figures.1 += reply.parse::<u64>(3 * i + 1)?;
+            if !reply.str(3 * i + 2)?.is_empty() {
+                let lag = reply.parse::<u64>(3 * i + 2)?;
+                figures.2 = Some(figures.2.map_or(lag, |l| l.max(lag)));
+            }
+        }
+        Ok(by_kind
+            .into_iter()
+            .filter(|(_, (runnable, _, _))| *runnable > 0)
+            .take(lease_core::MAX_KINDS_COUNTED)
+            .map(|(kind, (runnable, claimable, lag))| {
+                let cap = |n: u64| n.min(lease_core::MAX_COUNT);
+                lease_core::KindCounts::new(
+                    kind,
+                    cap(runnable),
+                    cap(claimable),
+                    lag.map(Duration::from_micros),
+                )
+            })
+            .collect())
+    }
+
     pub(crate) async fn count_purgeable_runs(&self, older_than: Duration) -> Result<u64> {
         check_purge(older_than, 1)?;
         let mut call = Call::new(&SCRIPTS.count_purgeable);

@@ -84,6 +84,7 @@ pub(crate) struct Scripts {
     pub(crate) purge: Lua,
     pub(crate) count_purgeable: Lua,
     pub(crate) count: Lua,
+    pub(crate) count_kinds: Lua,
     pub(crate) kinds: Lua,
 }
 
@@ -107,6 +108,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     purge: Lua::new(lua!("purge.lua")),
     count_purgeable: Lua::new(lua!("count_purgeable.lua")),
     count: Lua::new(lua!("count.lua")),
+    count_kinds: Lua::new(lua!("count_kinds.lua")),
     kinds: Lua::new(lua!("kinds.lua")),
 });
 
@@ -858,6 +860,10 @@ impl LeaseStore for RedisLeaseStore {
 
     async fn count(&self) -> Result<lease_core::RunCounts> {
         self.count_runs().await
+    }
+
+    async fn count_kinds(&self) -> Result<Vec<lease_core::KindCounts>> {
+        self.count_kinds_runs().await
     }
 
     async fn count_purgeable(&self, older_than: Duration) -> Result<u64> {
