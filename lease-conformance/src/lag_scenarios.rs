@@ -224,3 +224,55 @@ pub async fn count_kinds_tells_each_kinds_waiting_runs_and_lag(factory: &dyn Sto
         .collect();
     assert_eq!(kinds, ["default", "email"]);
 }
+
+/// Each lease `claim_next` hands out says how long its run had been claimable
+/// ([`Lease::waited`](lease_core::Lease::waited)): a fresh run since its creation, a run whose
+/// lease expired since that expiry; a renewal keeps it. Each figure lies between the bounds the
+/// test's own clock puts on the store's.
+pub async fn claim_next_tells_how_long_each_run_waited(factory: &dyn StoreFactory) {
+    let t = crate::timing(factory);
+    let store = factory.fresh().await;
+    let slack = Duration::from_millis(2);
+    let w = worker("w");
+    let long = t.at_least(60_000);
+
+    let sent = Instant::now();
+    store.create(&run("waits")).await.unwrap();
+    let created = Instant::now();
+    sleep(t.scale(Duration::from_millis(300))).await;
+    let asked = Instant::now();
+    let lease = store.claim_next(&w, long, 1).await.unwrap().remove(0);
+    let answered = Instant::now();
+    let waited = lease
+        .waited()
+        .expect("claim_next says how long the run waited");
+    let (low, high) = (asked - created, answered - sent);
+    assert!(
+        waited + slack >= low && waited <= high + slack,
+        "waited {waited:?} outside {low:?}..={high:?} (since its creation)"
+    );
+    let renewed = store.renew(&lease).await.unwrap();
+    assert_eq!(renewed.waited(), Some(waited), "a renewal keeps it");
+
+    // A lease that expired: the run waits from the expiry, not from its creation.
+    let short = t.short_ttl();
+    store.create(&run("expires")).await.unwrap();
+    let claim_sent = Instant::now();
+    store.claim(&run("expires"), &w, short).await.unwrap();
+    let claim_answered = Instant::now();
+    crate::until_expired(&*store, &run("expires"), t).await;
+    let asked = Instant::now();
+    let lease = store.claim_next(&w, long, 1).await.unwrap().remove(0);
+    let answered = Instant::now();
+    assert_eq!(lease.run(), &run("expires"));
+    let waited = lease
+        .waited()
+        .expect("claim_next says how long the run waited");
+    let ttl = short.as_duration();
+    let low = (asked - claim_answered).saturating_sub(ttl);
+    let high = (answered - claim_sent).saturating_sub(ttl);
+    assert!(
+        waited + slack >= low && waited <= high + slack,
+        "waited {waited:?} outside {low:?}..={high:?} (since the expiry)"
+    );
+}

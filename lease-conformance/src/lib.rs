@@ -267,6 +267,7 @@ macro_rules! conformance_tests {
             count_tells_how_many_runs_are_in_each_state,
             count_tells_the_queue_lag_on_the_store_clock,
             count_kinds_tells_each_kinds_waiting_runs_and_lag,
+            claim_next_tells_how_long_each_run_waited,
             times_on_the_record_follow_the_life_on_the_store_clock,
             the_attempt_history_tells_how_each_attempt_ended,
             the_attempt_history_is_bounded_and_goes_with_its_run,

@@ -334,6 +334,8 @@ impl MemoryLeaseStore {
         ) {
             return Err(refusal);
         }
+        // Claimable since the expiry of the lease before, or since claimable_at.
+        let since = slot.expires_at.unwrap_or(slot.claimable_at);
         // An expired lease taken over: its attempt ended at its expiry.
         self.archive(slot, AttemptOutcome::Expired, None, now);
         let expires_at = now + ttl.as_duration();
@@ -345,7 +347,9 @@ impl MemoryLeaseStore {
         slot.claimable_at = expires_at;
         slot.claimed_at = Some(now);
         slot.renewed_at = None;
-        Ok(self.lease(run, slot, ttl))
+        Ok(self
+            .lease(run, slot, ttl)
+            .with_waited(Some(now.saturating_duration_since(since))))
     }
 
     /// Applies `write` to the run if `lease` may write, per the fenced-write rules.
@@ -471,6 +475,7 @@ impl MemoryLeaseStore {
             slot.renewed_at = Some(now);
             slot.heartbeats += 1;
             self.lease(lease.run(), slot, lease.ttl())
+                .with_waited(lease.waited())
         })
     }
 

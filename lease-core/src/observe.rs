@@ -66,6 +66,10 @@ pub const RUNS: &str = "lease_runs";
 /// [`record_counts`] set it ([`RunCounts::oldest_claimable_age`](crate::RunCounts::oldest_claimable_age)).
 /// Not set from a store that cannot tell (etcd).
 pub const QUEUE_LAG: &str = "lease_queue_lag_seconds";
+/// Histogram (seconds): how long each run a [`Worker`](crate::Worker) claimed had been
+/// claimable when its claim took it, on the store's clock ([`Lease::waited`](crate::Lease::waited)),
+/// by `kind`: the wait from claimable to claimed, which grows when the fleet falls behind.
+pub const WORKER_WAIT: &str = "lease_worker_wait_seconds";
 /// Gauge: each kind's runnable runs, by `kind` and `state` (`runnable`: claimable, held or
 /// delayed; `claimable`: claimable now), as the last [`record_kind_counts`] set them from a
 /// store's [`count_kinds`](crate::LeaseStore::count_kinds); [`spawn_counts`] refreshes it,
@@ -180,6 +184,13 @@ pub const SERIES: &[(&str, &str, &str, &str, &str)] = &[
         "runs",
         "state",
         "runs by state, from the store's count (spawn_counts refreshes it)",
+    ),
+    (
+        WORKER_WAIT,
+        "histogram",
+        "seconds",
+        "kind",
+        "how long each run a Worker claimed had been claimable when the claim took it, on the store's clock",
     ),
     (
         KIND_RUNS,

@@ -233,6 +233,7 @@ pub struct Lease {
     payload: Option<Arc<[u8]>>,
     kind: Kind,
     priority: u8,
+    waited: Option<Duration>,
 }
 
 impl Lease {
@@ -260,7 +261,25 @@ impl Lease {
             payload: None,
             kind: Kind::default(),
             priority: 0,
+            waited: None,
         })
+    }
+
+    /// The same lease, saying how long its run had been claimable when the claim took it (see
+    /// [`Lease::waited`]).
+    pub fn with_waited(mut self, waited: Option<Duration>) -> Lease {
+        self.waited = waited;
+        self
+    }
+
+    /// How long the run had been claimable when this lease's claim took it, on the store's
+    /// clock: since its creation, the end of its delay, its release, or the expiry of the lease
+    /// before. What the [`Worker`](crate::Worker) reports as
+    /// [`WORKER_WAIT`](crate::observe::WORKER_WAIT). Set by the claims of the backends that
+    /// know it ([`claim_next`](crate::LeaseStore::claim_next) on every backend of this
+    /// workspace); `None` otherwise. Kept by renewals.
+    pub fn waited(&self) -> Option<Duration> {
+        self.waited
     }
 
     /// The same lease, of its run's priority ([`NewRun::with_priority`](crate::NewRun::with_priority)),
@@ -289,12 +308,14 @@ impl Lease {
     }
 
     /// The same lease, carrying what `from` (a lease of the same run) says of the run itself:
-    /// its payload, kind and priority, which never change. A backend's renewal builds its new
+    /// its payload, kind and priority, which never change, and how long the claim found it
+    /// waiting. A backend's renewal builds its new
     /// lease from the store's answer and carries these from the lease it renewed.
     pub fn carrying(mut self, from: &Lease) -> Lease {
         self.payload = from.payload.clone();
         self.kind = from.kind.clone();
         self.priority = from.priority;
+        self.waited = from.waited;
         self
     }
 
@@ -384,6 +405,7 @@ impl fmt::Debug for Lease {
             .field("attempt", &self.attempt)
             .field("kind", &self.kind)
             .field("priority", &self.priority)
+            .field("waited", &self.waited)
             .field(
                 "payload",
                 &PayloadSize(self.payload.as_ref().map(|p| p.len())),

@@ -194,7 +194,11 @@ fn spawn_counts_keeps_the_runs_gauge_fresh_until_dropped() {
                 lease_core::observe::spawn_counts(store.clone(), Duration::from_secs(1));
             tokio::time::sleep(Duration::from_millis(200)).await;
             let now: Snapshot = snapshotter.snapshot().into_vec();
-            assert_eq!(gauge(&now, "claimable"), Some(3.0), "set at once: b, c and m");
+            assert_eq!(
+                gauge(&now, "claimable"),
+                Some(3.0),
+                "set at once: b, c and m"
+            );
             assert_eq!(gauge(&now, "completed"), Some(1.0));
             assert_eq!(gauge(&now, "cancelled"), Some(0.0));
             match value(&now, lease_core::observe::QUEUE_LAG, &[]) {
@@ -266,7 +270,8 @@ fn spawn_counts_keeps_the_runs_gauge_fresh_until_dropped() {
 }
 
 /// A worker records, for each run it completes, the attempt that completed it: 1 for a run
-/// done at once, 2 for one whose first attempt failed.
+/// done at once, 2 for one whose first attempt failed; and, for each run it claims, how long
+/// the run had been claimable.
 #[test]
 fn completions_record_their_attempt() {
     use lease_core::{End, RetryPolicy, RunContext, RunState, Worker, WorkerConfig};
@@ -315,6 +320,9 @@ fn completions_record_their_attempt() {
                 .await
                 .unwrap();
             assert_eq!(flaky.state, RunState::Completed);
+            let outcomes: Vec<_> = flaky.history.unwrap().iter().map(|a| a.outcome).collect();
+            use lease_core::AttemptOutcome::{Completed, Retried};
+            assert_eq!(outcomes, [Retried, Completed], "the flaky run's attempts");
         });
     });
     let snapshot: Snapshot = snapshotter.snapshot().into_vec();
@@ -325,5 +333,20 @@ fn completions_record_their_attempt() {
             assert_eq!(got, vec![1.0, 2.0]);
         }
         other => panic!("no attempts histogram: {other:?}"),
+    }
+    // Three claims (steady, flaky, flaky again after its backoff), each with how long its run
+    // had been claimable.
+    let wait = value(
+        &snapshot,
+        lease_core::observe::WORKER_WAIT,
+        &[("kind", "default")],
+    );
+    match wait {
+        Some(DebugValue::Histogram(values)) => {
+            let got: Vec<f64> = values.iter().map(|v| v.into_inner()).collect();
+            assert_eq!(got.len(), 3, "{got:?}");
+            assert!(got.iter().all(|s| (0.0..5.0).contains(s)), "{got:?}");
+        }
+        other => panic!("no wait histogram: {other:?}"),
     }
 }

@@ -1,7 +1,8 @@
 -- $1 worker_id, $2 ttl_ms, $3 max, $4 most lagging index entries to move forward, $5 kind
 -- Returns: the claimed runs with their fences, expiries, attempt counts (each claim counts),
--- priorities and payloads (read by primary key, only for the runs claimed), the highest
--- priority first, then those claimable longest first.
+-- priorities, payloads (read by primary key, only for the runs claimed) and how long each had
+-- been claimable (waited_us, on the database clock), the highest priority first, then those
+-- claimable longest first.
 --
 -- The pick walks the kind's part of the runs_claimable index (kind, priority, claimable_at,
 -- created_seq), a priority at a time from the highest down: the priorities that have runnable
@@ -90,6 +91,7 @@ WITH RECURSIVE levels(priority) AS (
 )
 SELECT part.run_id, max(part.fence) AS fence, max(part.expires_us) AS expires_us,
        max(part.attempts) AS attempts, max(part.priority) AS priority,
+       (extract(epoch FROM now() - max(part.claimable_since)) * 1000000)::bigint AS waited_us,
        (SELECT p.payload FROM {schema}.run_payloads p WHERE p.run_id = part.run_id) AS payload
 FROM (
     SELECT claimed.run_id, claimed.fence,

@@ -1078,10 +1078,12 @@ impl LeaseStore for PostgresLeaseStore {
                 let fence = fence(get(row, "fence")?)?;
                 let expires_at = store_time(get(row, "expires_us")?)?;
                 let attempt = count(get(row, "attempts")?)?;
+                let waited: Option<i64> = get(row, "waited_us")?;
                 Ok(leased(&run, worker, fence, ttl, expires_at, attempt)?
                     .with_payload(payload(row)?)
                     .with_kind(kind.clone())
-                    .with_priority(priority(row)?))
+                    .with_priority(priority(row)?)
+                    .with_waited(waited.map(|us| Duration::from_micros(us.max(0) as u64))))
             })
             .collect()
     }

@@ -6,7 +6,8 @@
 -- ARGV[1]: worker id; ARGV[2]: TTL in milliseconds; ARGV[3]: most runs to claim; ARGV[4]:
 -- most index entries to examine that turn out not to be claimable
 -- Returns: flat {more, encoded id, fence, expiry, attempts, payload (as payload_of gives
--- it), priority, encoded id, ...}, the highest priority first, then the longest claimable
+-- it), priority, waited (µs the run had been claimable: now less its index score), encoded
+-- id, ...}, the highest priority first, then the longest claimable
 -- first (each claim counts against its run's attempt budget), where more is '1' if the examination budget ran out before `max` runs were
 -- claimed or the due entries ran out (call again), else '0'.
 -- Claims, renewals and ends keep the index exact, so a due entry is normally claimable. An
@@ -26,11 +27,13 @@ for priority = 9, 0, -1 do
     zkey = KEYS[5 + priority]
   end
   while taken < max do
-    local members = redis.call('ZRANGEBYSCORE', zkey, '-inf', num(now), 'LIMIT', 0, max - taken)
+    local members = redis.call('ZRANGEBYSCORE', zkey, '-inf', num(now), 'WITHSCORES', 'LIMIT', 0,
+      max - taken)
     if #members == 0 then
       break
     end
-    for _, m in ipairs(members) do
+    for j = 1, #members, 2 do
+      local m = members[j]
       if budget <= 0 then
         out[1] = '1'
         return out
@@ -47,6 +50,7 @@ for priority = 9, 0, -1 do
         out[#out + 1] = tostring(redis.call('HINCRBY', KEYS[3], r.id, 1))
         out[#out + 1] = payload_of(KEYS[4], r.id)
         out[#out + 1] = tostring(priority)
+        out[#out + 1] = num(math.max(now - tonumber(members[j + 1]), 0))
         taken = taken + 1
       else
         budget = budget - 1

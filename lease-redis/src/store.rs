@@ -531,24 +531,26 @@ impl LeaseStore for RedisLeaseStore {
                 .arg(max - leases.len())
                 .arg(CLAIM_NEXT_SCAN);
             let (reply, ack) = self.write("claim_next", &call).await?;
-            if reply.len() % 6 != 1 {
+            if reply.len() % 7 != 1 {
                 return Err(reply
                     .bad(
                         "expected a flag, then groups of id, fence, expiry, attempts, payload, \
-                         priority",
+                         priority, waited",
                     )
                     .into());
             }
             let more = reply.str(0)? == "1";
             let claimed = (1..reply.len())
-                .step_by(6)
+                .step_by(7)
                 .map(|i| {
                     let run = keys::decode(reply.str(i)?)?;
                     let priority: u8 = reply.parse(i + 5)?;
+                    let waited = Duration::from_micros(reply.parse(i + 6)?);
                     Ok(self
                         .lease(run, worker, ttl, &reply, i + 1)?
                         .with_kind(kind.clone())
-                        .with_priority(priority))
+                        .with_priority(priority)
+                        .with_waited(Some(waited)))
                 })
                 .collect::<Result<Vec<Lease>>>()?;
             if !claimed.is_empty() {

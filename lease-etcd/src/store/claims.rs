@@ -91,7 +91,17 @@ impl EtcdLeaseStore {
             Some(kind) => Kind::new(kind)?,
             None => Kind::default(),
         })
-        .with_priority(rec.priority);
+        .with_priority(rec.priority)
+        // Claimable since the expiry of the lease before, or since its index position (its
+        // creation, release or the end of its delay), on this client's clock as every etcd
+        // time is.
+        .with_waited(Some(Duration::from_micros(now.saturating_sub(
+            if rec.owner.is_some() {
+                rec.expires_at
+            } else {
+                rec.since
+            },
+        ))));
         let mut plan = self.plan(
             run.as_str(),
             seen,
