@@ -334,13 +334,14 @@ async fn batch_statements_have_no_nested_loop_over_the_batch() {
     let end_args = format!(
         "{runs}, {fences}, array_fill('completed'::text, ARRAY[1000]), ARRAY[{payloads}]::bytea[], \
          array_fill(0::bigint, ARRAY[1000]), array_fill(NULL::text, ARRAY[1000]), \
-         array_fill(false, ARRAY[1000])"
+         array_fill(false, ARRAY[1000]), array_fill('completed'::text, ARRAY[1000]), \
+         array_fill(NULL::text, ARRAY[1000])"
     );
     let cases = [
         (
             "end_many",
             sql(include_str!("../sql/end_many.sql"), &store),
-            "text[], bigint[], text[], bytea[], bigint[], text[], bool[]",
+            "text[], bigint[], text[], bytea[], bigint[], text[], bool[], text[], text[]",
             end_args,
             1_000,
         ),
