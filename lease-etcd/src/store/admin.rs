@@ -177,7 +177,7 @@ impl EtcdLeaseStore {
 
     /// Writes the attempt of the lease `new` holds, if any, into its history: ended now as
     /// `outcome` if the lease is still held (its block there, or a long hold's chain with time
-    /// left), else expired at its expiry.
+    /// left), else expired at its expiry (by `now` at the latest).
     fn end_held(
         new: &mut Rec,
         seen: &Seen,
@@ -188,7 +188,7 @@ impl EtcdLeaseStore {
         if seen.block.is_some() || new.rest > 0 {
             new.end_attempt(now, outcome, error);
         } else {
-            new.end_attempt(new.expires_at, AttemptOutcome::Expired, None);
+            new.end_attempt(new.expires_at.min(now), AttemptOutcome::Expired, None);
         }
     }
 

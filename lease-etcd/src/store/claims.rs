@@ -65,8 +65,10 @@ impl EtcdLeaseStore {
         let rec = seen.live(run)?;
         let mut new = rec.clone();
         // An expired lease taken over (claimable, so its block is gone): its attempt ended at
-        // its expiry.
-        new.end_attempt(rec.expires_at, AttemptOutcome::Expired, None);
+        // its expiry, and by `now` at the latest. (`now` is read before the plan, so a claim
+        // planned a while before its transaction can find the block gone earlier than the
+        // expiry recorded for a renewal planned just before it: never later than this claim.)
+        new.end_attempt(rec.expires_at.min(now), AttemptOutcome::Expired, None);
         new.fence += 1;
         // Every claim counts against the attempt budget; a voluntary end gives it back.
         new.attempts += 1;
