@@ -433,6 +433,25 @@ impl PostgresLeaseStore {
             .map_err(|e| self.route.fail(e))?)
     }
 
+    /// The rows of a read run in a transaction without JIT (`sql/no_jit.sql`), as the counts
+    /// run: compiling count.sql took 200 to 360 ms on a million runs, three times what running
+    /// it takes (BENCHMARKS.md). Off for this transaction only.
+    async fn read_all_without_jit(
+        &self,
+        conn: &mut PgConnection,
+        query: Query<'_, Postgres, PgArguments>,
+    ) -> Result<Vec<PgRow>> {
+        let fail = |e| self.route.fail(e);
+        let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(fail)?;
+        sqlx::query(&self.sql.no_jit)
+            .execute(&mut *tx)
+            .await
+            .map_err(fail)?;
+        let rows = self.read_all(&mut tx, query).await?;
+        tx.commit().await.map_err(fail)?;
+        Ok(rows)
+    }
+
     /// The error of a call that outlived the call timeout.
     pub(crate) fn timed_out(&self, limit: Duration) -> PgError {
         PgError::Unreachable(format!(
@@ -1318,23 +1337,11 @@ impl LeaseStore for PostgresLeaseStore {
 
     async fn count(&self) -> Result<lease_core::RunCounts> {
         let row = call!(self, |conn| {
-            // Without JIT: compiling count.sql took 200 to 360 ms on a million runs, three
-            // times what running it takes (BENCHMARKS.md). Off for this transaction only.
-            let fail = |e| self.route.fail(e);
-            let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(fail)?;
-            sqlx::query(&self.sql.no_jit)
-                .execute(&mut *tx)
-                .await
-                .map_err(fail)?;
-            let row = self
-                .read_opt(
-                    &mut tx,
-                    sqlx::query(&self.sql.count).bind(lease_core::MAX_COUNT as i64),
-                )
-                .await?;
-            tx.commit().await.map_err(fail)?;
-            Ok::<_, lease_core::Error>(row)
+            let query = sqlx::query(&self.sql.count).bind(lease_core::MAX_COUNT as i64);
+            self.read_all_without_jit(conn, query).await
         })?
+        .into_iter()
+        .next()
         .ok_or_else(|| PgError::Failed("count returned no row".to_owned()))?;
         let figure = |name: &str| -> Result<u64> {
             let n: i64 = get(&row, name)?;
@@ -1356,19 +1363,10 @@ impl LeaseStore for PostgresLeaseStore {
 
     async fn count_kinds(&self) -> Result<Vec<lease_core::KindCounts>> {
         let rows = call!(self, |conn| {
-            // Without JIT, as count.
-            let fail = |e| self.route.fail(e);
-            let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(fail)?;
-            sqlx::query(&self.sql.no_jit)
-                .execute(&mut *tx)
-                .await
-                .map_err(fail)?;
             let query = sqlx::query(&self.sql.count_kinds)
                 .bind(lease_core::MAX_COUNT as i64)
                 .bind(lease_core::MAX_KINDS_COUNTED as i64);
-            let rows = self.read_all(&mut tx, query).await?;
-            tx.commit().await.map_err(fail)?;
-            Ok::<_, lease_core::Error>(rows)
+            self.read_all_without_jit(conn, query).await
         })?;
         rows.iter()
             .map(|row| {
