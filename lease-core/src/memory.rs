@@ -216,19 +216,8 @@ impl MemoryLeaseStore {
         }
     }
 
-    /// Writes the lease's attempt into the history as `outcome`, ended at `now`: for a fenced
-    /// end, which the fence accepted, expired or not, so it is what ended the attempt. Called
-    /// before the end clears the owner or refunds the attempt.
-    fn archive_ended(
-        &self,
-        slot: &mut Slot,
-        outcome: AttemptOutcome,
-        error: Option<&str>,
-        now: Instant,
-    ) {
-        self.push_attempt(slot, outcome, error, now);
-    }
-
+    /// Writes the lease's attempt into the history as `outcome`, ended at `ended`. Called
+    /// before the end clears the owner or refunds the attempt; nothing for an unowned slot.
     fn push_attempt(
         &self,
         slot: &mut Slot,
@@ -448,7 +437,8 @@ impl MemoryLeaseStore {
         let delay = std::time::Duration::from_millis(end.delay_millis());
         if let Some((outcome, error)) = AttemptOutcome::of_end(&end) {
             // The fenced-write rules passed, so the lease had not been taken over: it ends now.
-            self.archive_ended(slot, outcome, error, now);
+            // The fence accepted the end, expired or not: it is what ended the attempt.
+            self.push_attempt(slot, outcome, error, now);
         }
         if end.refunds_attempt() {
             slot.attempts = slot.attempts.saturating_sub(1);
@@ -488,7 +478,7 @@ impl MemoryLeaseStore {
                 RunState::Suspended => AttemptOutcome::Suspended,
                 _ => AttemptOutcome::Released,
             };
-            self.archive_ended(slot, outcome, None, now);
+            self.push_attempt(slot, outcome, None, now);
             if matches!(to, RunState::Runnable | RunState::Suspended) {
                 slot.attempts = slot.attempts.saturating_sub(1);
             }
