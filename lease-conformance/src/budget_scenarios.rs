@@ -365,7 +365,10 @@ pub async fn the_attempt_budget_counts_failures_not_waits_deploys_or_snoozes(
         assert_eq!(report.released, report.claimed, "deploy {n}: {report:?}");
     }
     let record = store.inspect(&deploys).await.unwrap();
-    assert_eq!((record.claims(), record.attempts), (30, 0), "{record:?}");
+    // At least one claim per deploy (a claim in flight at a shutdown comes back and is
+    // released too), and not one attempt spent.
+    assert!(record.claims() >= 30, "{record:?}");
+    assert_eq!(record.attempts, 0, "{record:?}");
     // Snoozed 5 times by its handler.
     let snoozes = created(&*store, "snoozes").await;
     for _ in 0..5 {

@@ -429,10 +429,12 @@ impl Worker {
                 }
             }
         }
-        // The claim that was in flight, if any: its runs are given back. It is bounded by
-        // the store's own call timeout; past the grace it is abandoned (anything it claimed
-        // then expires by its TTL, its fence never reused).
+        // The claim that was in flight, if any: its runs are given back, even past the grace
+        // (a run it claimed but left to its TTL would wait out the TTL and would have spent
+        // an attempt on a deploy). The store's own call timeout bounds it; so does the TTL,
+        // past which what it claimed has expired anyway (its fence is never reused).
         if let Some(mut claim) = in_flight {
+            let give_up = grace_end.max(Instant::now() + self.config.ttl.as_duration());
             tokio::select! {
                 joined = &mut claim => {
                     if let Ok(Ok(leases)) = joined {
@@ -447,7 +449,10 @@ impl Worker {
                         }
                     }
                 }
-                () = tokio::time::sleep_until(grace_end) => claim.abort(),
+                () = tokio::time::sleep_until(give_up) => {
+                    tracing::warn!("the claim in flight at the shutdown never answered; abandoning it to its TTL");
+                    claim.abort();
+                }
             }
         }
         drop(ends_tx);
