@@ -8,6 +8,10 @@
 //! The same with three pool workers (`lease-test-worker worker --pool`, the library's `Worker`
 //! with `with_retention`), which also run the jobs whose runs they then purge.
 //!
+//! While the purgers work, the test renews a lease of its own (a run of a kind nobody serves, in
+//! the same namespace) every 50 ms and reports the renewals' worst latency: a purge must not
+//! stall the fleet's heartbeats. A thousand more ended runs make the first purges full batches.
+//!
 //! Run with the other whole-system tests, one at a time
 //! (`cargo test -p distribution --test it_retention -- --test-threads=1`).
 
@@ -19,7 +23,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distribution::{
-    connect, Config, LeaseStore, RunId, Ttl, WorkerId, DEFAULT_PURGER_NAME, PURGER_KIND,
+    connect, CancellationToken, Config, End, Ending, LeaseStore, NewRun, RunId, Ttl, WorkerId,
+    DEFAULT_PURGER_NAME, PURGER_KIND,
 };
 use support::partition::B_HOST;
 use support::servers::{Kind, Server};
@@ -71,6 +76,89 @@ async fn completed(store: &Arc<dyn LeaseStore>, prefix: &str, n: usize) {
             .await
             .expect("claim");
         store.complete(&lease).await.expect("complete");
+    }
+}
+
+/// Creates `n` runs `{prefix}-{i}` and completes them in batches: many ended runs, quickly.
+async fn completed_in_bulk(store: &Arc<dyn LeaseStore>, prefix: &str, n: usize) {
+    let w = WorkerId::new("bulk").unwrap();
+    let ids: Vec<RunId> = (0..n)
+        .map(|i| RunId::new(format!("{prefix}-{i}")).unwrap())
+        .collect();
+    for chunk in ids.chunks(500) {
+        for result in store.create_many(chunk).await.expect("create_many") {
+            result.expect("create");
+        }
+    }
+    let mut done = 0;
+    while done < n {
+        let leases = store
+            .claim_next(&w, Ttl::from_secs(30).unwrap(), 500)
+            .await
+            .expect("claim_next");
+        assert!(
+            !leases.is_empty(),
+            "{done} of {n} completed, none left to claim"
+        );
+        let ends: Vec<Ending> = leases
+            .into_iter()
+            .map(|l| Ending::new(l, End::Complete))
+            .collect();
+        for result in store.end_many(&ends).await.expect("end_many") {
+            result.expect("complete");
+        }
+        done += ends.len();
+    }
+}
+
+/// A lease the test keeps, renewed every 50 ms while the purgers work.
+struct Probe {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<(u32, Duration)>,
+}
+
+impl Probe {
+    /// Claims the run `probe` (of the kind `probe`, which nobody serves) and renews it until
+    /// stopped. Every renewal must be accepted: a purge that stalled one past the TTL would
+    /// lose the lease.
+    async fn start(store: Arc<dyn LeaseStore>) -> Probe {
+        let run = RunId::new("probe").unwrap();
+        let kind = distribution::Kind::new("probe").unwrap();
+        store
+            .create_with(&NewRun::new(run.clone()).with_kind(kind))
+            .await
+            .expect("create the probe");
+        let mut lease = store
+            .claim(
+                &run,
+                &WorkerId::new("probe").unwrap(),
+                Ttl::from_millis(TTL_MS).unwrap(),
+            )
+            .await
+            .expect("claim the probe");
+        let stop = CancellationToken::new();
+        let stopped = stop.clone();
+        let task = tokio::spawn(async move {
+            let (mut n, mut worst) = (0, Duration::ZERO);
+            while !stopped.is_cancelled() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let sent = Instant::now();
+                lease = store
+                    .renew(&lease)
+                    .await
+                    .expect("a renewal during the purges");
+                worst = worst.max(sent.elapsed());
+                n += 1;
+            }
+            (n, worst)
+        });
+        Probe { stop, task }
+    }
+
+    /// Stops renewing; how many renewals were made and the slowest.
+    async fn finish(self) -> (u32, Duration) {
+        self.stop.cancel();
+        self.task.await.expect("the probe's task")
     }
 }
 
@@ -136,6 +224,8 @@ async fn three_purgers_take_turns_through_a_sigstop(kind: Kind) {
     let url = server.url_via(B_HOST);
     let store = admin(&url, &ns).await;
     completed(&store, "early", 40).await;
+    completed_in_bulk(&store, "bulk", 1_000).await;
+    let probe = Probe::start(store.clone()).await;
 
     let _ = lease_bin(); // built before the clock starts
     let dir = std::env::temp_dir().join(format!(
@@ -154,7 +244,7 @@ async fn three_purgers_take_turns_through_a_sigstop(kind: Kind) {
     let first = holder(&*store, None, SECS(30)).await;
     let took = until_purged(&*store, SECS(10)).await;
     eprintln!(
-        "{kind:?}: {first} holds the purge lease; the first 40 runs were gone {took:?} after"
+        "{kind:?}: {first} holds the purge lease; the first 1,040 runs were gone {took:?} after"
     );
 
     // The holder stops (SIGSTOP) between two purges; runs end meanwhile.
@@ -192,8 +282,16 @@ async fn three_purgers_take_turns_through_a_sigstop(kind: Kind) {
             .expect("wait");
         assert_eq!(status.code(), Some(0), "{name} exits 0 on SIGTERM");
     }
+    let (renewals, worst) = probe.finish().await;
+    eprintln!(
+        "{kind:?}: {renewals} renewals of the probe's lease during the purges, the slowest {worst:?}"
+    );
+    assert!(
+        worst < Duration::from_millis(TTL_MS / 2),
+        "a renewal took {worst:?} during the purges"
+    );
     let purged: u64 = logs.iter().map(|l| purged_by(l)).sum();
-    assert_eq!(purged, 65, "each ended run purged exactly once");
+    assert_eq!(purged, 1_065, "each ended run purged exactly once");
     let _ = std::fs::remove_dir_all(&dir);
 
     // One holder per fence, in fence order: first, then second, then whoever took the lease

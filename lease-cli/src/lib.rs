@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use distribution::{Config, ConfigError, Error, RunId, Ttl};
 
+pub mod metrics;
+
 /// Exit codes, documented in the README's CLI reference.
 pub mod exit {
     /// Something failed that has no code of its own.

@@ -18,6 +18,7 @@ mod purger;
 mod run;
 mod schedule;
 mod ui;
+mod worker;
 
 #[derive(Parser)]
 #[command(
@@ -116,6 +117,12 @@ enum Command {
         /// those.
         #[arg(long, value_name = "AGE", value_parser = ops::parse_age, conflicts_with = "expired")]
         held_longer_than: Option<Duration>,
+        /// Only runs a claim could take that have waited at least AGE since they became
+        /// claimable (created, released, past their delay, resumed, or their lease expired),
+        /// on the store's clock: the queue's stragglers. Reads the runnable runs page by page
+        /// (each store call bounded) and keeps those. Not on etcd, which cannot tell.
+        #[arg(long, value_name = "AGE", value_parser = ops::parse_age, conflicts_with = "held_longer_than")]
+        waiting_longer_than: Option<Duration>,
         #[command(flatten)]
         json: JsonAlias,
     },
@@ -199,6 +206,14 @@ enum Command {
     /// runs, and stop it (SIGTERM, then SIGKILL after --kill-after-ms) before the lease can
     /// expire on the store's clock if the lease is lost. Exits with the command's code.
     Run(run::RunArgs),
+    /// Serve runs as a worker of the fleet, running CMD once per run claimed (with LEASE_RUN,
+    /// LEASE_FENCE, LEASE_KIND and LEASE_ATTEMPT in its environment and the run's payload on
+    /// its standard input): exit 0 completes the run, any other exit fails the attempt
+    /// (retried with backoff up to --max-attempts). Each command is stopped (SIGTERM, then
+    /// SIGKILL after --kill-after-ms) before its lease can expire on the store's clock.
+    /// Runs until SIGINT or SIGTERM, then lets the commands finish for --grace and gives back
+    /// the runs of those that do not.
+    Worker(worker::WorkerArgs),
     /// Enqueue one run per tick of a schedule, NAME@UNIX_SECONDS, while this process holds
     /// the schedule's lease (in the namespace NAMESPACE_schedules); start one on each of
     /// several hosts and they take turns, each tick enqueued once. Runs until SIGINT or
@@ -294,16 +309,22 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
             limit,
             kind,
             held_longer_than,
+            waiting_longer_than,
             json,
         } => {
             let kind = kind.map(distribution::Kind::new).transpose()?;
-            if held_longer_than.is_some() && state.is_some_and(|s| s != RunState::Runnable) {
-                return Err(usage(
-                    "--held-longer-than lists held runs, which are runnable: drop --state or \
-                     give --state runnable",
-                ));
+            let age = match (held_longer_than, waiting_longer_than) {
+                (Some(age), _) => Some(ops::Age::Held(age)),
+                (None, Some(age)) => Some(ops::Age::Waiting(age)),
+                (None, None) => None,
+            };
+            if let Some(age) = age.filter(|_| state.is_some_and(|s| s != RunState::Runnable)) {
+                return Err(usage(format!(
+                    "{} lists runnable runs: drop --state or give --state runnable",
+                    age.flag()
+                )));
             }
-            let state = if held_longer_than.is_some() {
+            let state = if age.is_some() {
                 Some(RunState::Runnable)
             } else {
                 state
@@ -312,7 +333,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
                 .with_state(state)
                 .with_expired(expired)
                 .with_kind(kind);
-            ops::list(&config, filter, limit, held_longer_than, format(out, &json)).await
+            ops::list(&config, filter, limit, age, format(out, &json)).await
         }
         Command::Journal { run, json } => {
             ops::journal(&config, &run_id(&run)?, format(out, &json)).await
@@ -357,6 +378,10 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Run(args) => {
             text_only("run", out)?;
             return run::run(&config, args).await;
+        }
+        Command::Worker(args) => {
+            text_only("worker", out)?;
+            worker::worker(&config, args).await
         }
         Command::Completions { .. } => unreachable!("answered before the configuration"),
     }

@@ -67,38 +67,69 @@ pub(crate) async fn inspect(config: &Config, run: &RunId, format: Format) -> Res
 /// arrives.
 const LIST_PAGE: usize = 1_000;
 
+/// A `lease list` filter on how long runs have been held or waited, on the store's clock.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Age {
+    /// `--held-longer-than`: held runs claimed at least this long before the read.
+    Held(std::time::Duration),
+    /// `--waiting-longer-than`: claimable runs that have waited at least this long.
+    Waiting(std::time::Duration),
+}
+
+impl Age {
+    pub(crate) fn flag(self) -> &'static str {
+        match self {
+            Age::Held(_) => "--held-longer-than",
+            Age::Waiting(_) => "--waiting-longer-than",
+        }
+    }
+
+    fn keeps(self, record: &distribution::RunRecord) -> bool {
+        match self {
+            Age::Held(age) => record.held_for().is_some_and(|held| held >= age),
+            Age::Waiting(age) => record.waiting_for().is_some_and(|waited| waited >= age),
+        }
+    }
+}
+
 /// Streams the runs that match, ordered by id, page by page (paging with
 /// [`ListFilter::after`]), until `limit` records were printed or the store has no more. With
-/// `held_longer_than`, only the held runs claimed at least that long before each page was read
-/// are printed; pages are then read whole.
+/// `age`, only the runs held or waiting at least that long when each page was read are
+/// printed; pages are then read whole.
 pub(crate) async fn list(
     config: &Config,
     base: ListFilter,
     limit: usize,
-    held_longer_than: Option<std::time::Duration>,
+    age: Option<Age>,
     format: Format,
 ) -> Result<(), Failure> {
     if limit == 0 {
         return Err(usage("--limit must be at least 1"));
+    }
+    if matches!(age, Some(Age::Waiting(_))) && config.backend()? == distribution::Backend::Etcd {
+        return Err(usage(
+            "--waiting-longer-than needs the store's own clock, which etcd does not have: \
+             `lease stats` cannot tell etcd's queue lag either",
+        ));
     }
     let store = read_only(config).await?;
     let mut stream = RecordStream::new(format);
     let mut out = std::io::stdout();
     let mut after = None;
     while stream.printed() < limit {
-        let wanted = if held_longer_than.is_some() {
+        let wanted = if age.is_some() {
             LIST_PAGE
         } else {
             (limit - stream.printed()).min(LIST_PAGE)
         };
         let filter = base.clone().with_after(after.take()).with_limit(wanted);
         let page = store.list(&filter).await?;
-        match held_longer_than {
+        match age {
             None => stream.page(&mut out, &page),
             Some(age) => {
                 let kept: Vec<_> = page
                     .iter()
-                    .filter(|r| r.held_for().is_some_and(|held| held >= age))
+                    .filter(|r| age.keeps(r))
                     .take(limit - stream.printed())
                     .cloned()
                     .collect();
@@ -309,6 +340,10 @@ pub(crate) async fn stats(config: &Config, format: Format) -> Result<(), Failure
             json.insert(state.to_owned(), n.into());
         }
         json.insert("oldest_claimable_age_us".to_owned(), lag_us.into());
+        json.insert(
+            "longest_held_us".to_owned(),
+            counts.longest_held.map(micros).into(),
+        );
         json.insert("max_count".to_owned(), distribution::MAX_COUNT.into());
         let kinds = kinds.map(|kinds| {
             kinds
@@ -342,6 +377,14 @@ pub(crate) async fn stats(config: &Config, format: Format) -> Result<(), Failure
             age.as_secs_f64()
         ),
         (None, _) => println!("this store cannot tell how long runs have waited"),
+    }
+    match (counts.longest_held, counts.held) {
+        (_, 0) => println!("no lease is held"),
+        (Some(held), _) => println!(
+            "the lease held longest has been held {:.3} s (lease list --held-longer-than finds it)",
+            held.as_secs_f64()
+        ),
+        (None, _) => println!("this store cannot tell how long leases have been held"),
     }
     if let Some(kinds) = kinds.filter(|k| !k.is_empty()) {
         println!();

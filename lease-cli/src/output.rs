@@ -50,6 +50,12 @@ pub(crate) struct RecordView {
     /// How long its holder has held it, from the claim to the read, milliseconds (null: not
     /// held).
     held_for_ms: Option<u64>,
+    /// Since when an unowned runnable run has been claimable, microseconds (null: not
+    /// waiting, or the store cannot tell).
+    claimable_since_us: Option<u64>,
+    /// How long a run a claim could take has waited (since `claimable_since_us`, or since an
+    /// expired lease's expiry), milliseconds (null: not waiting, or the store cannot tell).
+    waiting_for_ms: Option<u64>,
     /// The run's last attempts, oldest first, the held one included (`inspect`; null when
     /// not read: `list`).
     history: Option<Vec<crate::history::AttemptView>>,
@@ -102,6 +108,10 @@ impl From<&RunRecord> for RecordView {
             ended_at_us: r.ended_at.map(|t| t.as_micros()),
             held_for_ms: r
                 .held_for()
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            claimable_since_us: r.claimable_since.map(|t| t.as_micros()),
+            waiting_for_ms: r
+                .waiting_for()
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             history: crate::history::views(r),
             observed_at_us: r.observed_at.as_micros(),
@@ -167,6 +177,13 @@ fn times_lines(out: &mut impl Write, record: &RunRecord) -> io::Result<()> {
     }
     if let Some(d) = record.held_for() {
         writeln!(out, "held for: {:.3} s", d.as_secs_f64())?;
+    }
+    if let Some(d) = record.waiting_for() {
+        writeln!(
+            out,
+            "waiting for: {:.3} s (claimable, not claimed)",
+            d.as_secs_f64()
+        )?;
     }
     Ok(())
 }

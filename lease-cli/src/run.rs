@@ -69,16 +69,16 @@ pub(crate) struct RunArgs {
 
 /// How the lease is kept for the command: the kill grace, and the scope's timing built on it.
 #[derive(Debug, PartialEq, Eq)]
-struct Timing {
-    grace: Duration,
-    margin: Duration,
-    heartbeat: Duration,
+pub(crate) struct Timing {
+    pub(crate) grace: Duration,
+    pub(crate) margin: Duration,
+    pub(crate) heartbeat: Duration,
 }
 
 /// The scope's timing for `ttl`, so that SIGKILL is sent no later than `send + TTL −
 /// min_margin(TTL)`: the margin is `min_margin + grace`. The heartbeat defaults to a third of
 /// what is left of the TTL after the margin.
-fn timing(
+pub(crate) fn timing(
     ttl: Duration,
     kill_after_ms: Option<u64>,
     heartbeat: Option<Duration>,
@@ -390,7 +390,7 @@ fn send(group: Option<Pid>, signal: Signal) {
 }
 
 /// The command's exit code, or 128 + the signal that ended it (as a shell reports it).
-fn exit_code(status: ExitStatus) -> u8 {
+pub(crate) fn exit_code(status: ExitStatus) -> u8 {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
         (Some(code), _) => code as u8,

@@ -1161,11 +1161,11 @@ fn completions_print_a_script_for_the_shell() {
     let script = stdout(&out);
     assert!(script.contains("_lease()"), "{script}");
     assert!(script.contains("complete -F _lease"), "{script}");
-    for command in ["journal", "run", "completions", "inspect"] {
+    for command in ["journal", "run", "worker", "completions", "inspect"] {
         assert!(script.contains(command), "{command} missing: {script}");
     }
     assert!(
-        !script.contains("worker"),
+        !script.contains("ledger"),
         "the test worker's commands are not lease's"
     );
     let out = lease(&["completions", "tcsh"]);
@@ -1746,7 +1746,8 @@ fn inspect_shows_the_times_and_list_finds_runs_held_too_long() {
             assert!(std::time::Instant::now() < deadline, "never held a second");
             std::thread::sleep(Duration::from_millis(50));
         }
-        rt.block_on(store.claim(&id("short"), &worker("w-short"), ttl(600_000)))
+        let short = rt
+            .block_on(store.claim(&id("short"), &worker("w-short"), ttl(600_000)))
             .unwrap();
 
         let r = json(&["inspect", "long", "-o", "json"]);
@@ -1796,5 +1797,40 @@ fn inspect_shows_the_times_and_list_finds_runs_held_too_long() {
         let waiting = json(&["inspect", "waiting", "-o", "json"]);
         assert!(waiting["created_at_us"].is_u64(), "{waiting}");
         assert!(waiting["claimed_at_us"].is_null(), "{waiting}");
+
+        // "waiting" has waited since its creation, over a second by now; "short", released
+        // now, has only begun to wait; "long" ended.
+        rt.block_on(store.release(&short)).unwrap();
+        assert_eq!(
+            waiting["claimable_since_us"], waiting["created_at_us"],
+            "{waiting}"
+        );
+        assert!(
+            waiting["waiting_for_ms"]
+                .as_u64()
+                .is_some_and(|ms| ms >= 1_100),
+            "{waiting}"
+        );
+        let released = json(&["inspect", "short", "-o", "json"]);
+        let since = released["claimable_since_us"].as_u64().expect("claimable");
+        assert!(since >= us("claimed_at_us"), "{released}");
+        assert!(released["waiting_for_ms"].is_u64(), "{released}");
+        assert!(done["waiting_for_ms"].is_null(), "{done}");
+        let text = stdout(&with(&["inspect", "waiting"]));
+        assert!(text.contains("\nwaiting for: "), "{text}");
+        let listed = with(&["list", "--waiting-longer-than", "1s", "-o", "json"]);
+        assert_exit(&listed, 0);
+        let runs: Vec<String> = ndjson(&listed)
+            .iter()
+            .map(|r| r["run"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(runs, ["waiting"], "only the run waiting over a second");
+        let bad = with(&["list", "--state", "failed", "--waiting-longer-than", "1s"]);
+        assert_exit(&bad, USAGE);
+        assert!(
+            stderr(&bad).contains("--waiting-longer-than lists runnable runs"),
+            "{}",
+            stderr(&bad)
+        );
     }
 }

@@ -347,6 +347,10 @@ fn the_dashboard_shows_every_state_in_a_browser_and_guards_its_actions() {
         assert_eq!(count(&overview, state), n, "count of {state}");
     }
     assert!(overview.contains("Queue lag"), "{overview}");
+    assert!(
+        overview.contains("The lease held longest has been held <span class=\"longest\">"),
+        "{overview}"
+    );
     let held = row(&overview, "held", "held-2");
     assert!(held.contains("worker-b"), "held-2's holder: {held}");
     assert!(

@@ -71,6 +71,192 @@ pub async fn count_tells_the_queue_lag_on_the_store_clock(factory: &dyn StoreFac
     store.complete(&held).await.unwrap();
 }
 
+/// `count` tells how long the lease held longest has been held, on the store's clock: since
+/// the claim of the held run claimed earliest, renewed or not; a lease that expired is not
+/// held, nor is one given back. Each figure lies between that run's `held_for` read just
+/// before and just after the count (a store that cannot tell reports `None` throughout).
+pub async fn count_tells_the_longest_held_lease(factory: &dyn StoreFactory) {
+    let t = crate::timing(factory);
+    let store = factory.fresh().await;
+    let (w, long) = (worker("w"), t.at_least(60_000));
+    let slack = Duration::from_millis(2);
+    assert_eq!(
+        store.count().await.unwrap().longest_held,
+        None,
+        "an empty store"
+    );
+    for id in ["first", "second", "brief"] {
+        store.create(&run(id)).await.unwrap();
+    }
+    let first = store.claim(&run("first"), &w, long).await.unwrap();
+    sleep(t.scale(Duration::from_millis(300))).await;
+    let second = store.claim(&run("second"), &w, long).await.unwrap();
+    // Claimed after "first", but it expires: not held.
+    store.claim(&run("brief"), &w, t.short_ttl()).await.unwrap();
+    crate::until_expired(&*store, &run("brief"), t).await;
+    // Renewed: held since its claim all the same.
+    let first = store.renew(&first).await.unwrap();
+    let held_for = |id: &'static str| {
+        let store = store.clone();
+        async move { store.inspect(&run(id)).await.unwrap().held_for() }
+    };
+    let within = |longest: Option<Duration>, before: Option<Duration>, after: Option<Duration>| {
+        if !factory.capabilities().queue_lag {
+            assert_eq!(longest, None, "a store that cannot tell says so");
+            return;
+        }
+        let (longest, before, after) = (
+            longest.expect("a lease is held"),
+            before.expect("held"),
+            after.expect("held"),
+        );
+        assert!(
+            longest + slack >= before && longest <= after + slack,
+            "longest held {longest:?} outside {before:?}..={after:?}"
+        );
+    };
+    let before = held_for("first").await;
+    let counts = store.count().await.unwrap();
+    let after = held_for("first").await;
+    within(counts.longest_held, before, after);
+
+    // Given back: the other lease is the longest held now.
+    store.release(&first).await.unwrap();
+    let before = held_for("second").await;
+    let counts = store.count().await.unwrap();
+    let after = held_for("second").await;
+    within(counts.longest_held, before, after);
+    store.complete(&second).await.unwrap();
+    assert_eq!(
+        store.count().await.unwrap().longest_held,
+        None,
+        "nothing held"
+    );
+}
+
+/// The record tells since when a runnable run has been claimable, on the store's clock
+/// (`claimable_since`, `waiting_for`): since its creation, since its release, since the end
+/// of its retry delay (and nothing while the delay runs), since its resume or force-release;
+/// a held or suspended run is not waiting, and one whose lease expired waits since the
+/// expiry. `list` says what `inspect` says. A store that cannot tell the queue's lag reports
+/// no instant for any run.
+pub async fn records_tell_since_when_a_run_has_been_claimable(factory: &dyn StoreFactory) {
+    let t = crate::timing(factory);
+    let store = factory.fresh().await;
+    let (r, w, long) = (run("waiting"), worker("w"), t.at_least(60_000));
+    let created = store.create(&r).await.unwrap();
+    let record = store.inspect(&r).await.unwrap();
+    if !factory.capabilities().queue_lag {
+        assert_eq!(
+            (created.claimable_since, record.claimable_since),
+            (None, None),
+            "a store that cannot tell says so: {record:?}"
+        );
+        return;
+    }
+    assert_eq!(created.claimable_since, created.created_at, "{created:?}");
+    assert_eq!(record.claimable_since, record.created_at, "{record:?}");
+    let since = record
+        .claimable_since
+        .expect("claimable since its creation");
+    assert_eq!(
+        record.waiting_for(),
+        Some(record.observed_at.saturating_since(since)),
+        "{record:?}"
+    );
+
+    // Held: not waiting.
+    let lease = store.claim(&r, &w, long).await.unwrap();
+    let held = store.inspect(&r).await.unwrap();
+    assert_eq!(
+        (held.claimable_since, held.waiting_for()),
+        (None, None),
+        "{held:?}"
+    );
+    // Released: waiting since the release.
+    store.release(&lease).await.unwrap();
+    let released = store.inspect(&r).await.unwrap();
+    let since = released
+        .claimable_since
+        .expect("claimable since its release");
+    assert!(
+        since >= held.observed_at && since <= released.observed_at,
+        "released at {since:?}, outside {:?}..={:?}",
+        held.observed_at,
+        released.observed_at
+    );
+    let listed = store.list(&lease_core::ListFilter::new()).await.unwrap();
+    let listed = listed.iter().find(|x| x.run == r).expect("listed");
+    assert_eq!(listed.claimable_since, Some(since), "{listed:?}");
+
+    // A retry delay: nothing while it runs, its end once it is over.
+    let lease = store.claim(&r, &w, long).await.unwrap();
+    store
+        .retry_after(&lease, t.scale(Duration::from_millis(300)))
+        .await
+        .unwrap();
+    let delayed = store.inspect(&r).await.unwrap();
+    let until = delayed.not_before.expect("delayed");
+    assert_eq!(
+        (delayed.claimable_since, delayed.waiting_for()),
+        (None, None),
+        "{delayed:?}"
+    );
+    let give_up = Instant::now() + t.scale(Duration::from_secs(10));
+    let due = loop {
+        let record = store.inspect(&r).await.unwrap();
+        if record.not_before.is_none() {
+            break record;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "the delay never ended: {record:?}"
+        );
+        sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(due.claimable_since, Some(until), "{due:?}");
+
+    // Suspended: not waiting; resumed: waiting since the resume.
+    let lease = store.claim(&r, &w, long).await.unwrap();
+    store.suspend(&lease).await.unwrap();
+    let parked = store.inspect(&r).await.unwrap();
+    assert_eq!(
+        (parked.claimable_since, parked.waiting_for()),
+        (None, None),
+        "{parked:?}"
+    );
+    let resumed = store.resume(&r).await.unwrap();
+    let since = resumed.claimable_since.expect("claimable since its resume");
+    assert!(
+        since >= parked.observed_at && since <= resumed.observed_at,
+        "{resumed:?}"
+    );
+    assert_eq!(
+        store.inspect(&r).await.unwrap().claimable_since,
+        Some(since)
+    );
+
+    // An expired lease: waiting since its expiry, which the record already carries.
+    store.claim(&r, &w, t.short_ttl()).await.unwrap();
+    crate::until_expired(&*store, &r, t).await;
+    let expired = store.inspect(&r).await.unwrap();
+    let expiry = expired.expires_at.expect("the expired lease's expiry");
+    assert_eq!(
+        (expired.claimable_since, expired.waiting_for()),
+        (None, Some(expired.observed_at.saturating_since(expiry))),
+        "{expired:?}"
+    );
+    // Force-released: waiting since the force-release.
+    let freed = store.force_release(&r).await.unwrap();
+    let since = freed
+        .claimable_since
+        .expect("claimable since the force-release");
+    assert!(
+        since >= expired.observed_at && since <= freed.observed_at,
+        "{freed:?}"
+    );
+}
+
 /// A benchmark, not a scenario: `count` (with the queue's lag) over 1,000,000 claimable runs,
 /// 1,000 held and 1,000 completed. Returns a line with the figures and the median and worst
 /// of five calls' times.

@@ -266,6 +266,8 @@ macro_rules! conformance_tests {
             a_scope_fails_a_run_claimed_past_its_budget,
             count_tells_how_many_runs_are_in_each_state,
             count_tells_the_queue_lag_on_the_store_clock,
+            records_tell_since_when_a_run_has_been_claimable,
+            count_tells_the_longest_held_lease,
             count_kinds_tells_each_kinds_waiting_runs_and_lag,
             claim_next_tells_how_long_each_run_waited,
             times_on_the_record_follow_the_life_on_the_store_clock,

@@ -71,8 +71,9 @@ pub use scope::{min_margin, CancelReason, RunScope, ScopeConfig};
 pub use store::{LeaseStore, LeaseStoreExt};
 pub use types::{
     sanitize_reason, End, Ending, Fence, JournalEntry, Lease, ListFilter, RunCounts, RunRecord,
-    RunState, RunTimes, StoreTime, Ttl, MAX_BATCH, MAX_BATCH_PAYLOAD_BYTES, MAX_COUNT, MAX_LIST,
-    MAX_PAYLOAD_BYTES, MAX_PURGE_AGE, MAX_REASON_BYTES, MAX_RETRY_DELAY, MAX_RUN_PAYLOAD_BYTES,
+    RunState, RunTimes, StoreTime, Ttl, LONGEST_HELD_SCAN, MAX_BATCH, MAX_BATCH_PAYLOAD_BYTES,
+    MAX_COUNT, MAX_LIST, MAX_PAYLOAD_BYTES, MAX_PURGE_AGE, MAX_REASON_BYTES, MAX_RETRY_DELAY,
+    MAX_RUN_PAYLOAD_BYTES,
 };
 #[cfg(feature = "serde")]
 pub use worker::ArgsError;

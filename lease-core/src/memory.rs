@@ -264,6 +264,10 @@ impl MemoryLeaseStore {
             )
             .then(|| self.store_time(slot.claimable_at)),
             history: None,
+            claimable_since: (slot.state == RunState::Runnable
+                && slot.owner.is_none()
+                && slot.claimable_at <= now)
+                .then(|| self.store_time(slot.claimable_at)),
             observed_at: self.store_time(now),
         }
     }
@@ -825,7 +829,13 @@ impl LeaseStore for MemoryLeaseStore {
         let state = self.lock();
         let mut counts = crate::RunCounts::default();
         let mut oldest: Option<Instant> = None;
+        let mut longest: Option<Instant> = None;
         for slot in state.runs.values() {
+            if slot.state == RunState::Runnable && slot.expires_at.is_some_and(|at| at > now) {
+                if let Some(claimed) = slot.claimed_at {
+                    longest = Some(longest.map_or(claimed, |l| l.min(claimed)));
+                }
+            }
             if slot.state == RunState::Runnable {
                 // Claimable since the expiry of its lease, or since claimable_at.
                 let since = slot.expires_at.unwrap_or(slot.claimable_at);
@@ -848,6 +858,7 @@ impl LeaseStore for MemoryLeaseStore {
             *figure = (*figure + 1).min(crate::MAX_COUNT);
         }
         counts.oldest_claimable_age = oldest.map(|since| now - since);
+        counts.longest_held = longest.map(|claimed| now.saturating_duration_since(claimed));
         Ok(counts)
     }
 

@@ -66,6 +66,11 @@ pub const RUNS: &str = "lease_runs";
 /// [`record_counts`] set it ([`RunCounts::oldest_claimable_age`](crate::RunCounts::oldest_claimable_age)).
 /// Not set from a store that cannot tell (etcd).
 pub const QUEUE_LAG: &str = "lease_queue_lag_seconds";
+/// Gauge (seconds): how long the lease held longest has been held, on the store's clock (0
+/// when none is held), as the last [`record_counts`] set it
+/// ([`RunCounts::longest_held`](crate::RunCounts::longest_held)): a handler stuck while its
+/// heartbeats go on shows here. Not set from a store that cannot tell (etcd).
+pub const LONGEST_HELD: &str = "lease_longest_held_seconds";
 /// Histogram (seconds): how long each run a [`Worker`](crate::Worker) claimed had been
 /// claimable when its claim took it, on the store's clock ([`Lease::waited`](crate::Lease::waited)),
 /// by `kind`: the wait from claimable to claimed, which grows when the fleet falls behind.
@@ -221,6 +226,13 @@ pub const SERIES: &[(&str, &str, &str, &str, &str)] = &[
         "how long the longest-waiting claimable run has waited, on the store's clock; 0 when none waits",
     ),
     (
+        LONGEST_HELD,
+        "gauge",
+        "seconds",
+        "",
+        "how long the lease held longest has been held, on the store's clock; 0 when none is held",
+    ),
+    (
         WORKER_HANDLER_ERRORS,
         "counter",
         "handlers",
@@ -269,7 +281,8 @@ pub fn reason(e: &Error) -> &'static str {
     }
 }
 
-/// Sets the [`RUNS`] gauge, one series per state, and the [`QUEUE_LAG`] gauge from `counts`.
+/// Sets the [`RUNS`] gauge, one series per state, and the [`QUEUE_LAG`] and [`LONGEST_HELD`]
+/// gauges from `counts`.
 pub fn record_counts(counts: &crate::RunCounts) {
     for (state, n) in counts.by_state() {
         metrics::gauge!(RUNS, "state" => state).set(n as f64);
@@ -278,6 +291,11 @@ pub fn record_counts(counts: &crate::RunCounts) {
         Some(age) => metrics::gauge!(QUEUE_LAG).set(age.as_secs_f64()),
         None if counts.claimable == 0 => metrics::gauge!(QUEUE_LAG).set(0.0),
         None => {} // runs wait, but the store cannot tell for how long
+    }
+    match counts.longest_held {
+        Some(held) => metrics::gauge!(LONGEST_HELD).set(held.as_secs_f64()),
+        None if counts.held == 0 => metrics::gauge!(LONGEST_HELD).set(0.0),
+        None => {} // leases are held, but the store cannot tell since when
     }
 }
 

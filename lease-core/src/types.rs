@@ -493,6 +493,14 @@ pub struct RunRecord {
     /// backend that keeps none, and from the calls that return many records or a record
     /// after a write ([`list`](crate::LeaseStore::list), cancel, resume, force-release).
     pub history: Option<Vec<crate::Attempt>>,
+    /// For a runnable, unowned run that a claim could take when the record was read: the
+    /// instant on the store's clock it became claimable (its creation, the end of its delay or
+    /// retry delay, its release, resume or force-release). `None` for every other run (a
+    /// held run; an expired lease, which waits since its
+    /// [`expires_at`](RunRecord::expires_at): see [`RunRecord::waiting_for`]; a delayed run),
+    /// and where the store cannot tell (etcd, which times no instants of its own; a Redis run
+    /// last given back by a release before this field was kept).
+    pub claimable_since: Option<StoreTime>,
     /// The store's clock when this record was read.
     pub observed_at: StoreTime,
 }
@@ -530,8 +538,45 @@ impl RunRecord {
             renewed_at: None,
             ended_at: None,
             history: None,
+            claimable_since: None,
             observed_at,
         }
+    }
+
+    /// Claimable since `at` (see [`RunRecord::claimable_since`]).
+    pub fn with_claimable_since(mut self, at: Option<StoreTime>) -> RunRecord {
+        self.claimable_since = at;
+        self
+    }
+
+    /// How long the run had waited to be claimed when the record was read, on the store's
+    /// clock: since [`claimable_since`](RunRecord::claimable_since) for an unowned run, since
+    /// its lease's expiry for a run whose lease expired. `None` for a run no claim could take
+    /// (held, delayed, not runnable) and when the store cannot tell.
+    ///
+    /// ```
+    /// use lease_core::{Fence, RunId, RunRecord, RunState, StoreTime, WorkerId};
+    /// let at = StoreTime::from_micros;
+    /// let released = RunRecord::new(RunId::new("r")?, RunState::Runnable, Fence::new(1)?, at(70_000_000))
+    ///     .with_claimable_since(Some(at(10_000_000)));
+    /// assert_eq!(released.waiting_for(), Some(std::time::Duration::from_secs(60)));
+    /// let expired = RunRecord::new(RunId::new("r")?, RunState::Runnable, Fence::new(1)?, at(70_000_000))
+    ///     .with_lease(WorkerId::new("w1")?, at(40_000_000));
+    /// assert_eq!(expired.waiting_for(), Some(std::time::Duration::from_secs(30)));
+    /// # Ok::<(), lease_core::InvalidInput>(())
+    /// ```
+    pub fn waiting_for(&self) -> Option<Duration> {
+        if self.state != RunState::Runnable || self.fence >= Fence::MAX {
+            return None;
+        }
+        let since = if self.owner.is_some() {
+            self.expires_at?
+        } else if self.not_before.is_some() {
+            return None;
+        } else {
+            self.claimable_since?
+        };
+        (since <= self.observed_at).then(|| self.observed_at.saturating_since(since))
     }
 
     /// With its times (see [`RunRecord::created_at`], [`claimed_at`](RunRecord::claimed_at),
@@ -764,7 +809,19 @@ pub struct RunCounts {
     /// the expiry of its last lease). `None` when no run is claimable, or when the backend
     /// cannot tell (etcd times no instants of its own).
     pub oldest_claimable_age: Option<Duration>,
+    /// How long the lease held longest has been held, on the store's clock: from the claim of
+    /// the held run claimed earliest to the count (a lease renewed for hours shows here; an
+    /// expired one does not). `None` when nothing is held, or when the backend cannot tell
+    /// (etcd times no instants of its own). Bounded like the figures: Postgres reads at most
+    /// [`MAX_COUNT`] held runs per kind, Redis at most [`LONGEST_HELD_SCAN`] held or delayed
+    /// runs per count, so beyond that it is the longest among those read.
+    pub longest_held: Option<Duration>,
 }
+
+/// The most held or delayed runs whose records the Redis store reads per
+/// [`count`](crate::LeaseStore::count) to find the [longest-held lease](RunCounts::longest_held)
+/// (it keeps no index by claim time): ten thousand, a few milliseconds of the server.
+pub const LONGEST_HELD_SCAN: usize = 10_000;
 
 impl RunCounts {
     /// Each state's figure under its name (`claimable`, `held`, `delayed`, `suspended`,

@@ -64,4 +64,13 @@ SELECT
                WHERE r.state = 'runnable' AND r.kind = kinds.kind AND r.lease_owner IS NOT NULL
                  AND r.lease_expires_at <= now()
                LIMIT $1) h) AS since
-     FROM kinds) s) AS oldest_claimable_us
+     FROM kinds) s) AS oldest_claimable_us,
+  -- The longest-held lease in microseconds (NULL: nothing held): from the earliest claim among
+  -- the held runs, read through runs_held as the held figure walks it, at most $1 per kind.
+  (SELECT (extract(epoch FROM now() - min(first)) * 1000000)::bigint FROM (
+     SELECT (SELECT min(h.claimed_at) FROM (
+               SELECT r.claimed_at FROM {schema}.runs r
+               WHERE r.state = 'runnable' AND r.kind = kinds.kind AND r.lease_owner IS NOT NULL
+                 AND r.lease_expires_at > now()
+               LIMIT $1) h) AS first
+     FROM kinds) s) AS longest_held_us

@@ -6,6 +6,8 @@ SELECT i.ord, r.run_id, r.state, r.lease_owner,
        r.heartbeats, (extract(epoch FROM now()) * 1000000)::bigint AS observed_us,
        CASE WHEN r.state = 'runnable' AND r.lease_owner IS NULL AND r.claimable_at > now()
             THEN (extract(epoch FROM r.claimable_at) * 1000000)::bigint END AS not_before_us,
+       CASE WHEN r.state = 'runnable' AND r.lease_owner IS NULL AND r.claimable_at <= now()
+            THEN (extract(epoch FROM r.claimable_at) * 1000000)::bigint END AS claimable_since_us,
        (extract(epoch FROM r.created_at) * 1000000)::bigint AS created_us,
        (extract(epoch FROM r.claimed_at) * 1000000)::bigint AS claimed_us,
        (extract(epoch FROM r.renewed_at) * 1000000)::bigint AS renewed_us,

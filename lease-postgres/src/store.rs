@@ -871,6 +871,13 @@ pub(crate) fn record(row: &PgRow) -> Result<RunRecord, PgError> {
             ended_at: time("ended_us")?,
         });
     }
+    if row.try_column("claimable_since_us").is_ok() {
+        record = record.with_claimable_since(
+            get::<Option<i64>>(row, "claimable_since_us")?
+                .map(store_time)
+                .transpose()?,
+        );
+    }
     // inspect returns the attempt history, one array per field.
     if row.try_column("h_outcome").is_ok() {
         record = record.with_history(history(row)?);
@@ -1358,6 +1365,9 @@ impl LeaseStore for PostgresLeaseStore {
         let oldest: Option<i64> = get(&row, "oldest_claimable_us")?;
         counts.oldest_claimable_age =
             oldest.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0)));
+        let longest: Option<i64> = get(&row, "longest_held_us")?;
+        counts.longest_held =
+            longest.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0)));
         Ok(counts)
     }
 

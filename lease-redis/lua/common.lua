@@ -9,8 +9,10 @@
 -- the run id in hex; the value is 'state:fence:heartbeats:expiry:member:owner' where state is
 -- runnable, suspended, completed, failed or cancelled; fence and heartbeats are decimal strings (never Lua
 -- numbers, so values above 2^53 stay exact); expiry is microseconds on the server clock: the
--- lease's expiry when owned, for an unowned runnable run the end of its retry delay (claimable
--- from then), else empty; member is the run's member in the claimable index; owner is the
+-- lease's expiry when owned; for an unowned runnable run the instant it is claimable from:
+-- the end of its delay or retry delay, else when it became claimable (its creation, release,
+-- resume or force-release; empty in a record a release wrote before this was kept); else
+-- empty; member is the run's member in the claimable index; owner is the
 -- holder's worker id, or empty, and may contain ':'. Then, in records written since times
 -- were kept, a byte 1 (no worker id holds a control character, so a record without times
 -- reads the same) and the run's times in microseconds on the server clock: 'created,claimed,

@@ -1,12 +1,15 @@
 -- KEYS[1]: claimable index (zset); KEYS[2]: delayed runs (zset); KEYS[3]: suspended runs
 -- (zset); KEYS[4]: ended runs (zset); KEYS[5]: failures hash (failed and cancelled runs);
 -- KEYS[6]: cancelled runs (set); KEYS[7]: every kind but the default (set); KEYS[8..]: the
--- claimable index of each of those kinds
--- ARGV[1]: how many kinds' indexes follow KEYS[7]
+-- claimable index of each of those kinds; then the runs hash
+-- ARGV[1]: how many kinds' indexes follow KEYS[7]; ARGV[2]: the most records of held or
+-- delayed runs to read for the longest-held lease (lease_core::LONGEST_HELD_SCAN)
 -- Returns: {'kinds'} when the kinds set holds another number of kinds than ARGV[1] (a kind was
 -- added since the caller read it: read it again); else {claimable, held, delayed, suspended,
--- completed, failed, cancelled, lag}, each from an index's size or a range count: O(log n) per
--- kind, whatever the number of runs. The claimable index holds
+-- completed, failed, cancelled, lag, longest}, each from an index's size or a range count:
+-- O(log n) per kind, whatever the number of runs; longest, how long ago in microseconds the
+-- held run claimed earliest was claimed ('' for none), reads at most ARGV[2] records (this
+-- store keeps no index by claim time). The claimable index holds
 -- every runnable run, scored by when it is claimable (now or before: claimable; later: held
 -- until its expiry, or delayed until its delay's end); a delayed run stays in the delayed set
 -- after its delay, with a score that no longer counts. lag is how long ago, in microseconds,
@@ -47,6 +50,35 @@ local lag = ''
 if oldest ~= nil then
   lag = num(tonumber(now) - oldest)
 end
+-- The longest-held lease: the earliest claim among the held runs, whose index entries are
+-- scored after now (with the delayed runs'), read up to the budget across the kinds.
+local runs = KEYS[8 + tonumber(ARGV[1])]
+local budget = tonumber(ARGV[2])
+local first_claim = nil
+for i = 0, tonumber(ARGV[1]) do
+  if budget <= 0 then
+    break
+  end
+  local zkey = KEYS[1]
+  if i > 0 then
+    zkey = KEYS[7 + i]
+  end
+  local later = redis.call('ZRANGEBYSCORE', zkey, '(' .. now, '+inf', 'LIMIT', 0, budget)
+  budget = budget - #later
+  for _, m in ipairs(later) do
+    local r = read_run(runs, string.sub(m, 17))
+    if r and r.m == m and r.s == 'runnable' and r.o ~= '' and tonumber(r.e) > tonumber(now) then
+      local _, claimed = times_of(r.t)
+      if claimed ~= '' and (first_claim == nil or tonumber(claimed) < first_claim) then
+        first_claim = tonumber(claimed)
+      end
+    end
+  end
+end
+local longest = ''
+if first_claim ~= nil then
+  longest = num(math.max(tonumber(now) - first_claim, 0))
+end
 return { tostring(claimable), tostring(held), tostring(delayed),
   tostring(redis.call('ZCARD', KEYS[3])), tostring(completed), tostring(failed),
-  tostring(cancelled), lag }
+  tostring(cancelled), lag, longest }

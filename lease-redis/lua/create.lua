@@ -25,7 +25,8 @@ if at > now then
   redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', num(now)) -- delays over: claimable
   redis.call('ZADD', KEYS[7], e, ARGV[1])
 end
-write_run(KEYS[1], { id = ARGV[1], s = 'runnable', f = fence, h = '0', e = e, m = member, o = '',
+-- The record's expiry field: the instant it is claimable from (common.lua's record format).
+write_run(KEYS[1], { id = ARGV[1], s = 'runnable', f = fence, h = '0', e = num(at), m = member, o = '',
   t = times_suffix(num(now), '', '') })
 index(KEYS[2], { f = fence, m = member }, at)
 redis.call('ZADD', KEYS[3], 0, ARGV[1])

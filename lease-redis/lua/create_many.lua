@@ -49,7 +49,8 @@ for n, id in ipairs(new) do
   -- Zero-padded creation order first: equal scores then sort by creation, oldest first.
   local member = string.format('%016x', first + n) .. id
   local fence = redis.call('HGET', KEYS[5], id) or '0'
-  write_run(KEYS[1], { id = id, s = 'runnable', f = fence, h = '0', e = e, m = member, o = '',
+  -- The record's expiry field: the instant it is claimable from (common.lua's record format).
+  write_run(KEYS[1], { id = id, s = 'runnable', f = fence, h = '0', e = num(at), m = member, o = '',
     t = times_suffix(num(now), '', '') })
   index(KEYS[10 + items[n]], { f = fence, m = member }, at)
   redis.call('ZADD', KEYS[3], 0, id)

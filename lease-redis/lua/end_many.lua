@@ -100,6 +100,7 @@ for i = 2, #ARGV, 5 do
     r.e = ''
     if op == 'release' then
       now = now or now_micros()
+      r.e = num(now) -- claimable since now (common.lua's record format)
       index(zkey, r, now)
     elseif op == 'retry-after' or op == 'attempt-failed' then
       -- Claimable from the delay's end, on this server's clock: the index and the record

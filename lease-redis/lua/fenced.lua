@@ -96,7 +96,9 @@ else
   end
 end
 -- Owner and expiry cleared; the times stay (the end's is its score in the ended zset).
-redis.call('HSET', KEYS[1], ARGV[2], s .. ':' .. f .. ':' .. h .. '::' .. m .. ':' .. times)
+-- A released run's expiry field says since when it is claimable (common.lua's record format).
+local since = (op == 'release') and at or ''
+redis.call('HSET', KEYS[1], ARGV[2], s .. ':' .. f .. ':' .. h .. ':' .. since .. ':' .. m .. ':' .. times)
 if op ~= 'complete' then
   -- A voluntary end: the attempt goes back to the run's budget (never below 0).
   if redis.call('HINCRBY', KEYS[8], ARGV[2], -1) <= 0 then

@@ -77,7 +77,8 @@ local function lease_record(result)
   end
   if lease_op ~= '' then
     lease_run.o = ''
-    lease_run.e = ''
+    -- An unowned runnable run's expiry field: since when it is claimable (common.lua).
+    lease_run.e = (lease_op == 'release') and num(now) or ''
     write_run(KEYS[1], lease_run)
   end
   if lease_op == 'release' or lease_op == 'suspend' then

@@ -30,6 +30,9 @@ if r.o ~= '' then
 end
 r.o = ''
 r.e = ''
+if r.s == 'runnable' then
+  r.e = num(now) -- claimable since now (common.lua's record format)
+end
 write_run(KEYS[1], r)
 redis.call('ZREM', KEYS[4], r.id) -- a delay ends
 index(KEYS[2], r, now)

@@ -19,7 +19,7 @@ if kind ~= ARGV[2] then
   return { 'kind', kind }
 end
 r.s = 'runnable'
-r.e = ''
+r.e = num(now) -- claimable since now (common.lua's record format)
 write_run(KEYS[1], r)
 redis.call('HDEL', KEYS[3], r.id)
 redis.call('ZREM', KEYS[4], r.id) -- a failed run resumed is no longer ended

@@ -217,10 +217,12 @@ impl RedisLeaseStore {
                 .key(self.keys.failures())
                 .key(self.keys.cancelled())
                 .key(self.keys.kind_set())
-                .arg(names.len());
+                .arg(names.len())
+                .arg(lease_core::LONGEST_HELD_SCAN);
             for i in 0..names.len() {
                 call.key(self.keys.claimable_of(&names.class(i)?));
             }
+            call.key(self.keys.runs());
             let reply = self.read("count", &call).await?;
             if reply.str(0).ok() != Some("kinds") {
                 break reply;
@@ -243,6 +245,10 @@ impl RedisLeaseStore {
         counts.oldest_claimable_age = match reply.str(7)? {
             "" => None,
             _ => Some(Duration::from_micros(reply.parse::<u64>(7)?)),
+        };
+        counts.longest_held = match reply.str(8)? {
+            "" => None,
+            _ => Some(Duration::from_micros(reply.parse::<u64>(8)?)),
         };
         Ok(counts)
     }

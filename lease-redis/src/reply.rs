@@ -106,7 +106,8 @@ impl Reply {
 
     /// The nine record fields (state, owner, expiry, fence, heartbeats, failure, attempts,
     /// kind, times) from `i`.
-    /// The expiry field of an unowned runnable run is the end of its retry delay.
+    /// The expiry field of an unowned runnable run is the instant it is claimable from: its
+    /// delay's end ahead of the read, or since when it has been claimable.
     pub(crate) fn record(
         &self,
         run: RunId,
@@ -121,6 +122,11 @@ impl Reply {
             .with_heartbeats(self.parse(i + 4)?)
             .with_not_before(
                 at.filter(|at| owner.is_none() && state == RunState::Runnable && *at > observed_at),
+            )
+            .with_claimable_since(
+                at.filter(|at| {
+                    owner.is_none() && state == RunState::Runnable && *at <= observed_at
+                }),
             )
             .with_failure(
                 matches!(state, RunState::Failed | RunState::Cancelled).then(|| failure.to_owned()),

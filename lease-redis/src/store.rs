@@ -418,6 +418,13 @@ impl LeaseStore for RedisLeaseStore {
                     reply.time(1)?,
                 )
                 .with_not_before(reply.opt_time(3)?)
+                .with_claimable_since(
+                    reply
+                        .opt_time(3)?
+                        .is_none()
+                        .then(|| reply.time(1))
+                        .transpose()?,
+                )
                 .with_payload(new.payload().map(<[u8]>::to_vec))
                 .with_kind(new.kind().clone())
                 .with_priority(new.priority())

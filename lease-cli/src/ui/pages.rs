@@ -78,6 +78,15 @@ pub(crate) fn overview(o: &Overview) -> String {
         (None, _) => "This store cannot tell how long runs have waited (etcd).".to_owned(),
     };
     let _ = write!(body, "<p id=\"lag\">{lag}</p>");
+    let longest = match (o.counts.longest_held, o.counts.held) {
+        (_, 0) => "No lease is held.".to_owned(),
+        (Some(held), _) => format!(
+            "The lease held longest has been held <span class=\"longest\">{}</span>.",
+            span(held)
+        ),
+        (None, _) => "This store cannot tell how long leases have been held (etcd).".to_owned(),
+    };
+    let _ = write!(body, "<p id=\"longest-held\">{longest}</p>");
 
     let scanned = if o.runnable.len() >= RUNNABLE_SCAN {
         format!(" <small>(among the first {RUNNABLE_SCAN} runnable runs by id)</small>")

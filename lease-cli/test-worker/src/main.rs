@@ -11,7 +11,6 @@ use clap::{Parser, Subcommand};
 use lease_cli::{run_id, Failure, StoreArgs};
 
 mod ledger;
-mod metrics;
 mod pool;
 mod worker;
 

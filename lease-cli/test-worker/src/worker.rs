@@ -255,7 +255,7 @@ pub(crate) async fn run(config: &Config, args: WorkerArgs) -> Result<(), Failure
     // another, empty store, so none there); refreshed while this function runs.
     let mut _counts = None;
     if let Some(addr) = &args.metrics {
-        let bound = crate::metrics::serve(addr).await?;
+        let bound = lease_cli::metrics::serve("--metrics", addr).await?;
         Events::stdout().emit(
             "metrics",
             json!({"addr": bound.to_string(), "path": "/metrics"}),

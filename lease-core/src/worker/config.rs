@@ -259,7 +259,13 @@ impl WorkerConfig {
         self.heartbeat.unwrap_or(self.ttl.as_duration() / 3)
     }
 
-    pub(super) fn check(&self) -> Result<(), InvalidInput> {
+    /// What [`Worker::new`](crate::Worker::new) checks, for a caller that validates its
+    /// settings before it connects to the store: every setting in range, and the scope timing
+    /// the heartbeat and margin make.
+    ///
+    /// # Errors
+    /// [`InvalidInput::WorkerSetting`] or [`InvalidInput::ScopeTiming`].
+    pub fn check(&self) -> Result<(), InvalidInput> {
         let bad = |setting, value: String, rule| {
             Err(InvalidInput::WorkerSetting {
                 setting,
