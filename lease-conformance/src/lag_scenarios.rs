@@ -314,9 +314,11 @@ pub async fn count_at_scale(store: std::sync::Arc<dyn LeaseStore>) -> String {
         "{counts:?}"
     );
     let lag = counts.oldest_claimable_age.expect("runs wait");
+    let longest = counts.longest_held.expect("1,000 leases are held");
     format!(
         "{RUNS} runs created in {created:.1?}; count over 998,000 claimable, 1,000 held and \
-         1,000 completed: median {:.1?}, worst {:.1?} of 5 calls; lag {lag:.1?}",
+         1,000 completed: median {:.1?}, worst {:.1?} of 5 calls; lag {lag:.1?}; longest held \
+         {longest:.1?}",
         times[2], times[4]
     )
 }

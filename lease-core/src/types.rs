@@ -820,8 +820,10 @@ pub struct RunCounts {
 
 /// The most held or delayed runs whose records the Redis store reads per
 /// [`count`](crate::LeaseStore::count) to find the [longest-held lease](RunCounts::longest_held)
-/// (it keeps no index by claim time): ten thousand, a few milliseconds of the server.
-pub const LONGEST_HELD_SCAN: usize = 10_000;
+/// (it keeps no index by claim time): a thousand, about 4 ms of the server on the benchmark
+/// machine (BENCHMARKS.md). Beyond that many held or delayed runs the figure is the longest
+/// among the thousand whose index entries come first (the leases expiring soonest).
+pub const LONGEST_HELD_SCAN: usize = 1_000;
 
 impl RunCounts {
     /// Each state's figure under its name (`claimable`, `held`, `delayed`, `suspended`,

@@ -55,6 +55,7 @@ end
 local runs = KEYS[8 + tonumber(ARGV[1])]
 local budget = tonumber(ARGV[2])
 local first_claim = nil
+local now_n = tonumber(now)
 for i = 0, tonumber(ARGV[1]) do
   if budget <= 0 then
     break
@@ -66,12 +67,12 @@ for i = 0, tonumber(ARGV[1]) do
   local later = redis.call('ZRANGEBYSCORE', zkey, '(' .. now, '+inf', 'LIMIT', 0, budget)
   budget = budget - #later
   for _, m in ipairs(later) do
-    local r = read_run(runs, string.sub(m, 17))
-    if r and r.m == m and r.s == 'runnable' and r.o ~= '' and tonumber(r.e) > tonumber(now) then
-      local _, claimed = times_of(r.t)
-      if claimed ~= '' and (first_claim == nil or tonumber(claimed) < first_claim) then
-        first_claim = tonumber(claimed)
-      end
+    local v = redis.call('HGET', runs, string.sub(m, 17))
+    -- One match of the record format (common.lua): runnable, owned (a non-empty owner), its
+    -- expiry, and its claim time from the times suffix.
+    local e, claimed = string.match(v or '', '^runnable:%d+:%d+:(%d+):%x+:[^\1]+\1%d*,(%d+)')
+    if e and tonumber(e) > now_n and (first_claim == nil or tonumber(claimed) < first_claim) then
+      first_claim = tonumber(claimed)
     end
   end
 end
