@@ -7,7 +7,11 @@ use std::time::Duration;
 
 use distribution::{Config, LeaseStore, RunId, Ttl, WorkerId};
 
-use lease_conformance::fixtures::{unavailable, PostgresServer, RedisServer};
+use lease_conformance::fixtures::{unavailable, RedisServer};
+
+mod common;
+
+use common::postgres;
 
 const NOT_FOUND: i32 = 3;
 const REFUSED: i32 = 4;
@@ -277,20 +281,6 @@ fn admin(url: &str, namespace: &str) -> (tokio::runtime::Runtime, Arc<dyn LeaseS
     let config = Config::default().with_store(url).with_namespace(namespace);
     let store = rt.block_on(distribution::connect(&config)).unwrap();
     (rt, store)
-}
-
-fn postgres() -> Option<(PostgresServer, String)> {
-    match PostgresServer::start() {
-        Ok(server) => {
-            let url = server.url();
-            Some((server, url))
-        }
-        Err(why) => unavailable(
-            "postgres",
-            why,
-            "install postgresql (bash scripts/test.sh does it)",
-        ),
-    }
 }
 
 fn redis() -> Option<RedisServer> {

@@ -11,7 +11,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use distribution::{RunId, RunRecord, RunState};
-use lease_conformance::fixtures::{unavailable, PostgresServer};
+mod common;
+
+use common::postgres;
 
 const USAGE: i32 = 2;
 const NAMESPACE: &str = "cli_worker";
@@ -40,20 +42,6 @@ fn assert_exit(out: &Output, code: i32) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-fn postgres() -> Option<(PostgresServer, String)> {
-    match PostgresServer::start() {
-        Ok(server) => {
-            let url = server.url();
-            Some((server, url))
-        }
-        Err(why) => unavailable(
-            "postgres",
-            why,
-            "install postgresql (bash scripts/test.sh does it)",
-        ),
-    }
 }
 
 /// The command each run gets: `ok*` saves its payload and environment and exits 0, `bad*`
