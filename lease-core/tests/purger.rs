@@ -280,7 +280,22 @@ async fn workers_with_retention_purge_ended_runs_one_at_a_time() {
         );
         sleep(Duration::from_millis(10)).await;
     }
+    // A handler counts itself before its end commits (the Worker batches ends): wait until the
+    // new runs are gone, not only until no completed run is left.
     let took = until_no_completed(&store, Duration::from_secs(3)).await;
+    let t1 = Instant::now();
+    for i in 0..5 {
+        while !matches!(
+            store.inspect(&id(&format!("new-{i}"))).await,
+            Err(lease_core::Error::NotFound { .. })
+        ) {
+            assert!(
+                t1.elapsed() < Duration::from_secs(3),
+                "new-{i} never purged"
+            );
+            sleep(Duration::from_millis(20)).await;
+        }
+    }
     shutdown.cancel();
     let mut purged = 0;
     for t in tasks {
