@@ -411,27 +411,20 @@ impl LeaseStore for RedisLeaseStore {
         match reply.status()? {
             "ok" => {
                 ack.confirm()?;
-                Ok(RunRecord::new(
-                    run.clone(),
-                    RunState::Runnable,
-                    reply.fence(2)?,
-                    reply.time(1)?,
+                // Created at `now`; claimable from then, unless delayed until `delay_end`.
+                let (now, delay_end) = (reply.time(1)?, reply.opt_time(3)?);
+                Ok(
+                    RunRecord::new(run.clone(), RunState::Runnable, reply.fence(2)?, now)
+                        .with_not_before(delay_end)
+                        .with_claimable_since(delay_end.is_none().then_some(now))
+                        .with_payload(new.payload().map(<[u8]>::to_vec))
+                        .with_kind(new.kind().clone())
+                        .with_priority(new.priority())
+                        .with_times(lease_core::RunTimes {
+                            created_at: Some(now),
+                            ..lease_core::RunTimes::default()
+                        }),
                 )
-                .with_not_before(reply.opt_time(3)?)
-                .with_claimable_since(
-                    reply
-                        .opt_time(3)?
-                        .is_none()
-                        .then(|| reply.time(1))
-                        .transpose()?,
-                )
-                .with_payload(new.payload().map(<[u8]>::to_vec))
-                .with_kind(new.kind().clone())
-                .with_priority(new.priority())
-                .with_times(lease_core::RunTimes {
-                    created_at: Some(reply.time(1)?),
-                    ..lease_core::RunTimes::default()
-                }))
             }
             "exists" => {
                 // A retried create takes "already exists" for its own commit: the run must be
