@@ -155,10 +155,18 @@ impl Probe {
         Probe { stop, task }
     }
 
-    /// Stops renewing; how many renewals were made and the slowest.
-    async fn finish(self) -> (u32, Duration) {
+    /// Stops renewing, reports how many renewals were made `during` what and the slowest,
+    /// and checks that the slowest stayed under half the TTL.
+    async fn finish(self, kind: Kind, during: &str) {
         self.stop.cancel();
-        self.task.await.expect("the probe's task")
+        let (renewals, worst) = self.task.await.expect("the probe's task");
+        eprintln!(
+            "{kind:?}: {renewals} renewals of the probe's lease {during}, the slowest {worst:?}"
+        );
+        assert!(
+            worst < Duration::from_millis(TTL_MS / 2),
+            "a renewal took {worst:?} {during}"
+        );
     }
 }
 
@@ -282,14 +290,7 @@ async fn three_purgers_take_turns_through_a_sigstop(kind: Kind) {
             .expect("wait");
         assert_eq!(status.code(), Some(0), "{name} exits 0 on SIGTERM");
     }
-    let (renewals, worst) = probe.finish().await;
-    eprintln!(
-        "{kind:?}: {renewals} renewals of the probe's lease during the purges, the slowest {worst:?}"
-    );
-    assert!(
-        worst < Duration::from_millis(TTL_MS / 2),
-        "a renewal took {worst:?} during the purges"
-    );
+    probe.finish(kind, "during the purges").await;
     let purged: u64 = logs.iter().map(|l| purged_by(l)).sum();
     assert_eq!(purged, 1_065, "each ended run purged exactly once");
     let _ = std::fs::remove_dir_all(&dir);
@@ -419,14 +420,7 @@ async fn three_workers_with_retention_take_turns_through_a_sigstop(kind: Kind) {
         w.finish().await;
     }
     assert_eq!(purged, 60, "each ended run purged exactly once");
-    let (renewals, worst) = probe.finish().await;
-    eprintln!(
-        "{kind:?}: {renewals} renewals of the probe's lease while the workers ran and purged, the slowest {worst:?}"
-    );
-    assert!(
-        worst < Duration::from_millis(TTL_MS / 2),
-        "a renewal took {worst:?} while the workers purged"
-    );
+    probe.finish(kind, "while the workers ran and purged").await;
     let holders = purge_history(&*store).await;
     eprintln!("{kind:?}: purge lease history {holders:?}");
     assert_eq!(holders[0].1, first, "{holders:?}");
