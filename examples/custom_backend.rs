@@ -355,6 +355,11 @@ impl LeaseStore for AuditedStore {
     async fn count_purgeable(&self, older_than: Duration) -> Result<u64> {
         self.inner.count_purgeable(older_than).await
     }
+
+    // Wake-ups are hints, not writes: no audit entry.
+    fn wakes(&self) -> Option<lease_core::Wakes> {
+        self.inner.wakes()
+    }
 }
 
 /// Worker A claims a run with a short TTL and writes; A "pauses" past its TTL; B reclaims the

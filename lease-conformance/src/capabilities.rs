@@ -66,6 +66,8 @@ pub struct Capabilities {
     /// Whether [`count_kinds`](lease_core::LeaseStore::count_kinds) counts by kind (etcd
     /// refuses it as unsupported).
     pub kind_counts: bool,
+    /// Whether the store sends wake-ups ([`LeaseStore::wakes`](lease_core::LeaseStore::wakes)).
+    pub wake_ups: bool,
 }
 
 impl Default for Capabilities {
@@ -78,6 +80,7 @@ impl Default for Capabilities {
             record_times: true,
             attempt_history: true,
             kind_counts: true,
+            wake_ups: true,
         }
     }
 }
@@ -151,6 +154,13 @@ impl Capabilities {
     #[must_use]
     pub fn without_kind_counts(mut self) -> Self {
         self.kind_counts = false;
+        self
+    }
+
+    /// The store sends no wake-ups: its workers poll.
+    #[must_use]
+    pub fn without_wake_ups(mut self) -> Self {
+        self.wake_ups = false;
         self
     }
 

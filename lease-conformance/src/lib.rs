@@ -36,6 +36,7 @@ mod safety_scenarios;
 mod scenarios;
 mod scope_scenarios;
 mod time_scenarios;
+mod wake_scenarios;
 mod worker_scenarios;
 
 pub use batch_scenarios::*;
@@ -56,6 +57,7 @@ pub use safety_scenarios::*;
 pub use scenarios::*;
 pub use scope_scenarios::*;
 pub use time_scenarios::*;
+pub use wake_scenarios::*;
 pub use worker_scenarios::*;
 
 /// Asserts `err` says the `backend` server could not be reached: [`Error::Unavailable`] from
@@ -290,6 +292,8 @@ macro_rules! conformance_tests {
             worker_handler_ignoring_its_token_is_still_fenced,
             worker_shutdown_hands_runs_over_within_one_poll,
             worker_reports_no_end_before_its_batch_commits,
+            wake_ups_come_when_a_run_becomes_claimable,
+            an_idle_worker_is_woken_by_a_new_run_not_by_its_poll,
             workers_with_retention_purge_ended_runs_under_one_lease,
             scope_heartbeats_keep_a_lease_past_its_ttl,
             scope_over_a_hanging_store_cancels_at_its_local_deadline_before_store_expiry,

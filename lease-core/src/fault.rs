@@ -457,4 +457,8 @@ impl LeaseStore for FaultyStore {
         let out = self.inner.count_kinds().await;
         self.answer(fault, out).await
     }
+
+    fn wakes(&self) -> Option<crate::Wakes> {
+        self.inner.wakes()
+    }
 }

@@ -50,6 +50,7 @@ mod schedule;
 mod scope;
 mod store;
 mod types;
+mod wake;
 mod worker;
 
 pub use attempt::{attempt_error, Attempt, AttemptOutcome, MAX_ATTEMPT_ERROR_BYTES, MAX_HISTORY};
@@ -75,11 +76,12 @@ pub use types::{
     MAX_COUNT, MAX_LIST, MAX_PAYLOAD_BYTES, MAX_PURGE_AGE, MAX_REASON_BYTES, MAX_RETRY_DELAY,
     MAX_RUN_PAYLOAD_BYTES,
 };
+pub use wake::{Wake, WakeReceiver, Wakes, MAX_WAKE_DELAY};
 #[cfg(feature = "serde")]
 pub use worker::ArgsError;
 pub use worker::{
     EndReport, Handler, HandlerFuture, Kinds, RetryPolicy, RunContext, Worker, WorkerConfig,
-    WorkerReport,
+    WorkerReport, DEFAULT_WAKE_POLL,
 };
 
 /// Re-exported so callers and backends name the same token type.

@@ -40,6 +40,7 @@ use crate::types::{
 pub struct MemoryLeaseStore {
     epoch: Instant,
     state: Mutex<State>,
+    wakes: crate::Wakes,
 }
 
 #[derive(Default)]
@@ -143,6 +144,16 @@ impl MemoryLeaseStore {
         MemoryLeaseStore {
             epoch: Instant::now(),
             state: Mutex::new(State::default()),
+            wakes: crate::Wakes::new(),
+        }
+    }
+
+    /// Wakes idle workers of the slot's kind if it is runnable and unowned: now, or when its
+    /// delay ends.
+    fn announce(&self, slot: &Slot, now: Instant) {
+        if slot.state == RunState::Runnable && slot.owner.is_none() {
+            self.wakes
+                .wake_after(&slot.kind, slot.claimable_at.saturating_duration_since(now));
         }
     }
 
@@ -194,6 +205,7 @@ impl MemoryLeaseStore {
             history: std::collections::VecDeque::new(),
         };
         let record = self.record_with_payload(run, &slot, now);
+        self.announce(&slot, now);
         state.runs.insert(run.clone(), slot);
         Ok(record)
     }
@@ -409,6 +421,7 @@ impl MemoryLeaseStore {
         }
         if let Some(end) = tx.end {
             self.apply_end(slot, lease.fence(), end, now);
+            self.announce(slot, now);
         }
         Ok(value)
     }
@@ -490,6 +503,7 @@ impl MemoryLeaseStore {
             slot.owner = None;
             slot.expires_at = None;
             slot.claimable_at = now;
+            self.announce(slot, now);
         })
     }
 }
@@ -683,6 +697,7 @@ impl LeaseStore for MemoryLeaseStore {
                 continue;
             }
             self.apply_end(slot, lease.fence(), end.clone(), now);
+            self.announce(slot, now);
             results.push(Ok(()));
         }
         Ok(results)
@@ -715,6 +730,7 @@ impl LeaseStore for MemoryLeaseStore {
         // A fresh budget.
         slot.attempts = 0;
         slot.claimable_at = now;
+        self.announce(slot, now);
         Ok(self.record(run, slot, now))
     }
 
@@ -779,6 +795,7 @@ impl LeaseStore for MemoryLeaseStore {
         }
         self.archive(slot, AttemptOutcome::ForceReleased, None, now);
         Self::unown(slot, now);
+        self.announce(slot, now);
         Ok(self.record(run, slot, now))
     }
 
@@ -887,6 +904,10 @@ impl LeaseStore for MemoryLeaseStore {
                 crate::KindCounts::new(kind, runnable, claimable, since.map(|s| now - s))
             })
             .collect())
+    }
+
+    fn wakes(&self) -> Option<crate::Wakes> {
+        Some(self.wakes.clone())
     }
 
     async fn count_purgeable(&self, older_than: std::time::Duration) -> Result<u64> {

@@ -629,6 +629,10 @@ impl LeaseStore for Instrumented {
         let s = span(self.backend, "count_kinds");
         self.call("count_kinds", s, self.inner.count_kinds()).await
     }
+
+    fn wakes(&self) -> Option<crate::Wakes> {
+        self.inner.wakes()
+    }
 }
 
 /// Records a renewal that succeeded: its round trip, and the local deadline it had left.

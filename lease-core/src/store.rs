@@ -474,6 +474,22 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
         }
         .into())
     }
+
+    /// The store's wake-ups: sent when a run becomes claimable (created, released, given back
+    /// after a retry delay or a scheduled start, resumed, force-released), by any client of the
+    /// store, so that an idle [`Worker`](crate::Worker) claims at once instead of at its next
+    /// poll. One listener per store feeds every receiver; the first call starts it (call it
+    /// within a Tokio runtime).
+    ///
+    /// Wake-ups are hints that may be lost or duplicated, never grants: a woken worker claims
+    /// through the store, and a worker with wake-ups still polls, rarely
+    /// ([`WorkerConfig::with_wake_poll_interval`](crate::WorkerConfig::with_wake_poll_interval)).
+    /// An expired lease sends none; the fallback poll finds it.
+    ///
+    /// The default is `None`: the store sends none and its workers poll.
+    fn wakes(&self) -> Option<crate::Wakes> {
+        None
+    }
 }
 
 /// The verdict on a fenced write, given what the store holds for the run.

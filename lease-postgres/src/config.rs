@@ -15,8 +15,9 @@ use crate::error::PgError;
 pub const DEFAULT_SCHEMA: &str = "lease";
 
 /// The URL parameters this adapter reads itself (see [`PostgresConfig::from_url`]).
-const OWN_PARAMETERS: [&str; 7] = [
+const OWN_PARAMETERS: [&str; 8] = [
     "migrate",
+    "wake_ups",
     "sync_replicas",
     "sync_timeout_ms",
     "lock_wait_ms",
@@ -71,6 +72,7 @@ pub struct PostgresConfig {
     pub(crate) max_connections: u32,
     pub(crate) acquire_timeout: Duration,
     pub(crate) migrate: Option<bool>,
+    pub(crate) wake_ups: Option<bool>,
     pub(crate) sync_replicas: Option<u32>,
     pub(crate) sync_timeout: Option<Duration>,
     pub(crate) lock_wait: Option<Duration>,
@@ -93,6 +95,7 @@ pub(crate) struct Parsed {
     /// Standbys that acknowledge nothing are accepted (`async_standbys=accept`).
     pub(crate) async_standbys: bool,
     pub(crate) migrate: bool,
+    pub(crate) wake_ups: bool,
 }
 
 impl PostgresConfig {
@@ -118,6 +121,7 @@ impl PostgresConfig {
     /// | `volatile=true` | as [`with_volatile`](Self::with_volatile) | false |
     /// | `async_standbys=accept` | as [`with_async_standbys_accepted`](Self::with_async_standbys_accepted) | refused |
     /// | `migrate=false` | as [`with_migrations`](Self::with_migrations) | true |
+    /// | `wake_ups=false` | as [`with_wake_ups`](Self::with_wake_ups) | true |
     pub fn from_url(url: impl Into<String>) -> PostgresConfig {
         PostgresConfig {
             url: url.into(),
@@ -125,6 +129,7 @@ impl PostgresConfig {
             max_connections: 10,
             acquire_timeout: Duration::from_secs(5),
             migrate: None,
+            wake_ups: None,
             sync_replicas: None,
             sync_timeout: None,
             lock_wait: None,
@@ -248,6 +253,21 @@ impl PostgresConfig {
         self
     }
 
+    /// Whether the store's workers are woken by `LISTEN/NOTIFY` (`true`, the default) or only
+    /// poll (`false`; overrides the URL's `wake_ups=`). With wake-ups, every write that makes a
+    /// run claimable notifies the schema's channel when it commits (a trigger on the runs
+    /// table; writes in the caller's transactions too), and the first
+    /// [`Worker`](lease_core::Worker) of a store starts one listening session for all of the
+    /// store's workers, taken from the store's pool. Turn them off behind a connection pooler
+    /// in transaction mode (PgBouncer's `pool_mode = transaction`), where a `LISTEN` does not
+    /// stay on one session: the workers then poll, as
+    /// [`WorkerConfig::with_poll_interval`](lease_core::WorkerConfig::with_poll_interval)
+    /// says. The notifications are sent either way; they cost the writer little.
+    pub fn with_wake_ups(mut self, on: bool) -> PostgresConfig {
+        self.wake_ups = Some(on);
+        self
+    }
+
     /// The floor and cap of a fenced transaction's bound (defaults 250 ms and 60 s); see
     /// [`PostgresLeaseStore::fenced_transaction`](crate::PostgresLeaseStore::fenced_transaction).
     pub fn with_transaction_bound(mut self, floor: Duration, cap: Duration) -> PostgresConfig {
@@ -313,6 +333,7 @@ impl PostgresConfig {
         let mut volatile = false;
         let mut async_standbys = false;
         let mut migrate = true;
+        let mut wake_ups = true;
         let mut passed = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -344,7 +365,7 @@ impl PostgresConfig {
                         }
                     };
                 }
-                "volatile" | "migrate" => {
+                "volatile" | "migrate" | "wake_ups" => {
                     let flag = match value {
                         "true" | "1" | "yes" => true,
                         "false" | "0" | "no" => false,
@@ -354,10 +375,10 @@ impl PostgresConfig {
                             )))
                         }
                     };
-                    if key == "volatile" {
-                        volatile = flag;
-                    } else {
-                        migrate = flag;
+                    match key {
+                        "volatile" => volatile = flag,
+                        "migrate" => migrate = flag,
+                        _ => wake_ups = flag,
                     }
                 }
                 "sslmode"
@@ -415,6 +436,7 @@ impl PostgresConfig {
             volatile: self.volatile.unwrap_or(volatile),
             async_standbys: self.async_standbys.unwrap_or(async_standbys),
             migrate: self.migrate.unwrap_or(migrate),
+            wake_ups: self.wake_ups.unwrap_or(wake_ups),
         };
         for (name, value) in [
             ("sync_timeout_ms", parsed.sync_timeout),
@@ -464,6 +486,7 @@ impl fmt::Debug for PostgresConfig {
             .field("max_connections", &self.max_connections)
             .field("acquire_timeout", &self.acquire_timeout)
             .field("migrate", &self.migrate)
+            .field("wake_ups", &self.wake_ups)
             .field("sync_replicas", &self.sync_replicas)
             .field("sync_timeout", &self.sync_timeout)
             .field("lock_wait", &self.lock_wait)

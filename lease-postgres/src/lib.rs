@@ -10,6 +10,7 @@ mod in_tx;
 mod route;
 mod store;
 mod transaction;
+mod wake;
 
 pub use config::{PostgresConfig, DEFAULT_SCHEMA};
 pub use store::{migrator, PostgresLeaseStore};

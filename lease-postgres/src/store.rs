@@ -174,6 +174,8 @@ pub struct PostgresLeaseStore {
     schema: String,
     pub(crate) sql: Arc<Queries>,
     shown: String,
+    /// The store's wake-ups; `None` when they are off (`wake_ups=false`).
+    listening: Option<Arc<crate::wake::Listening>>,
 }
 
 impl PostgresLeaseStore {
@@ -186,12 +188,13 @@ impl PostgresLeaseStore {
     pub async fn connect(config: PostgresConfig) -> Result<PostgresLeaseStore> {
         let parsed = config.parse()?;
         let migrate = parsed.migrate;
+        let parsed_wake_ups = parsed.wake_ups;
         let route = Route::new(&config, parsed);
         // Direct connections first: through the pool, a refused or unreachable server only
         // shows as "pool timed out" after the whole acquire timeout, hiding why. This also
         // picks the primary among several hosts.
         route.find_primary(config.acquire_timeout).await?;
-        let store = PostgresLeaseStore::assemble(route, &config)?;
+        let store = PostgresLeaseStore::assemble(route, &config, parsed_wake_ups)?;
         // One pooled connection now, so a server that fails the checks (a standby, missing
         // synchronous standbys) is refused at connect rather than on the first operation, and
         // before a migration could wait on a standby that is not there.
@@ -243,7 +246,11 @@ impl PostgresLeaseStore {
     pub async fn from_pool(pool: PgPool, config: PostgresConfig) -> Result<PostgresLeaseStore> {
         let parsed = config.parse()?;
         let migrate = parsed.migrate;
-        let store = PostgresLeaseStore::assemble(Route::over(pool, &config, &parsed), &config)?;
+        let store = PostgresLeaseStore::assemble(
+            Route::over(pool, &config, &parsed),
+            &config,
+            parsed.wake_ups,
+        )?;
         store.route.check_pooled().await?;
         store.prepare_schema(migrate).await?;
         Ok(store)
@@ -295,7 +302,11 @@ impl PostgresLeaseStore {
         }
     }
 
-    fn assemble(route: Arc<Route>, config: &PostgresConfig) -> Result<PostgresLeaseStore> {
+    fn assemble(
+        route: Arc<Route>,
+        config: &PostgresConfig,
+        wake_ups: bool,
+    ) -> Result<PostgresLeaseStore> {
         let schema = config.schema.as_str();
         if schema.is_empty() || schema.len() > 63 || schema.contains('\0') {
             return Err(PgError::Config(format!(
@@ -319,6 +330,7 @@ impl PostgresLeaseStore {
             schema: schema.to_owned(),
             sql: Arc::new(Queries::new(schema)),
             shown,
+            listening: wake_ups.then(|| Arc::new(crate::wake::Listening::new())),
         })
     }
 
@@ -1392,6 +1404,11 @@ impl LeaseStore for PostgresLeaseStore {
                 ))
             })
             .collect()
+    }
+
+    fn wakes(&self) -> Option<lease_core::Wakes> {
+        let listening = self.listening.as_ref()?;
+        Some(listening.wakes(&self.route.own, &self.schema))
     }
 
     async fn count_purgeable(&self, older_than: Duration) -> Result<u64> {

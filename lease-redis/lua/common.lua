@@ -104,6 +104,27 @@ local function index(zkey, r, at)
   end
 end
 
+-- Wake-ups (lease_core::LeaseStore::wakes): tells the namespace's subscribers that a run of
+-- the class whose claimable index is `zkey` is claimable from `at` (µs on this server's
+-- clock; `now` is the script's time). The channel is the namespace's hash tag followed by
+-- ':wake'; the message is the index key's part after ':claimable' (the class: '' for the
+-- default kind, ':' and the kind in hex, ':p' and a priority) and the milliseconds until `at`,
+-- separated by a space. Sent once per message per script call (a batch of one class, one
+-- message). A hint: a subscriber that misses it polls.
+local woken = {}
+local function wake(zkey, at, now)
+  local tag, class = string.match(zkey, '^(.-}):claimable(.*)$')
+  if not tag then
+    return
+  end
+  local ms = at > now and math.ceil((at - now) / 1000) or 0
+  local msg = class .. ' ' .. string.format('%d', ms)
+  if not woken[msg] then
+    woken[msg] = true
+    redis.pcall('PUBLISH', tag .. ':wake', msg) -- a user without the channel (ACL) wakes no one
+  end
+end
+
 -- Claims the run at `now`: fence + 1, owner and expiry set, claimed at `now` and not renewed
 -- since, index moved to the expiry.
 local function take(runs, zkey, r, worker, expires, now)

@@ -29,6 +29,7 @@ end
 write_run(KEYS[1], { id = ARGV[1], s = 'runnable', f = fence, h = '0', e = num(at), m = member, o = '',
   t = times_suffix(num(now), '', '') })
 index(KEYS[2], { f = fence, m = member }, at)
+wake(KEYS[2], at, now)
 redis.call('ZADD', KEYS[3], 0, ARGV[1])
 store_payload(KEYS[8], ARGV[1], ARGV[3])
 if ARGV[5] ~= '' then

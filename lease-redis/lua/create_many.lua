@@ -53,6 +53,7 @@ for n, id in ipairs(new) do
   write_run(KEYS[1], { id = id, s = 'runnable', f = fence, h = '0', e = num(at), m = member, o = '',
     t = times_suffix(num(now), '', '') })
   index(KEYS[10 + items[n]], { f = fence, m = member }, at)
+  wake(KEYS[10 + items[n]], at, now)
   redis.call('ZADD', KEYS[3], 0, id)
   store_payload(KEYS[8], id, payloads[n])
   local kind = ARGV[5 * items[n]]

@@ -102,6 +102,7 @@ for i = 2, #ARGV, 5 do
       now = now or now_micros()
       r.e = num(now) -- claimable since now (common.lua's record format)
       index(zkey, r, now)
+      wake(zkey, now, now)
     elseif op == 'retry-after' or op == 'attempt-failed' then
       -- Claimable from the delay's end, on this server's clock: the index and the record
       -- (claim checks the record) both say so.
@@ -109,6 +110,7 @@ for i = 2, #ARGV, 5 do
       local at = now + tonumber(delay) * 1000
       r.e = num(at)
       index(zkey, r, at)
+      wake(zkey, at, now)
       redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', num(now)) -- delays over: claimable
       redis.call('ZADD', KEYS[6], num(at), r.id)
     else

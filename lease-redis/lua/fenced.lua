@@ -85,6 +85,11 @@ if op == 'release' then
   else
     -- Claimable from now: behind the runs that waited longer.
     redis.call('ZADD', KEYS[3], at, m)
+    -- A wake-up, as common.lua's wake sends it.
+    local tag, class = string.match(KEYS[3], '^(.-}):claimable(.*)$')
+    if tag then
+      redis.pcall('PUBLISH', tag .. ':wake', class .. ' 0') -- as in common.lua: never fails the end
+    end
   end
 else
   s = op == 'suspend' and 'suspended' or 'completed'

@@ -62,6 +62,7 @@ local function lease_record(result)
   end
   if lease_op == 'release' then
     index(KEYS[3], lease_run, now)
+    wake(KEYS[3], now, now)
   elseif lease_op ~= '' then
     if lease_op == 'complete-with' then
       redis.call('RPUSH', KEYS[4], lease_run.f .. ':' .. num(now) .. ':' .. ARGV[5])

@@ -36,4 +36,7 @@ end
 write_run(KEYS[1], r)
 redis.call('ZREM', KEYS[4], r.id) -- a delay ends
 index(KEYS[2], r, now)
+if r.s == 'runnable' then
+  wake(KEYS[2], now, now)
+end
 return record_reply('ok', record(r, KEYS[3], KEYS[5], KEYS[6], KEYS[7]), now)

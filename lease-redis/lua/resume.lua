@@ -26,4 +26,5 @@ redis.call('ZREM', KEYS[4], r.id) -- a failed run resumed is no longer ended
 redis.call('ZREM', KEYS[5], r.id)
 redis.call('HDEL', KEYS[6], r.id) -- a fresh budget
 index(KEYS[2], r, now)
+wake(KEYS[2], now, now)
 return record_reply('ok', record(r, KEYS[3], KEYS[6], KEYS[7], KEYS[4]), now)

@@ -29,6 +29,7 @@ use crate::error::RedisError;
 /// | `volatile=true` | accept a server on which an acknowledged claim can be lost; see [`with_volatile`](RedisConfig::with_volatile) |
 /// | `async_replicas=accept` | accept replicas attached to a plain `redis://` master with `replicas=0`, and only that; see [`with_async_replicas_accepted`](RedisConfig::with_async_replicas_accepted) |
 /// | `protocol=resp2` or `resp3` | the wire protocol (default RESP2) |
+/// | `wake_ups=false` | workers poll instead of subscribing to wake-ups; see [`with_wake_ups`](RedisConfig::with_wake_ups) |
 /// | `db=N`, `user=U`, `pass=P` | socket URLs only (`redis+unix:///path`, `unix:///path`), read by redis-rs: the database and credentials |
 ///
 /// A password is percent-encoded in the user info (`/` as `%2F`, `?` as `%3F`, `#` as `%23`,
@@ -52,6 +53,7 @@ pub struct RedisConfig {
     topology: Result<Topology, String>,
     namespace: String,
     volatile: bool,
+    wake_ups: bool,
     async_replicas: bool,
     replicas: u32,
     replica_timeout: Duration,
@@ -108,6 +110,7 @@ impl RedisConfig {
             topology: Err(String::new()),
             namespace: Self::DEFAULT_NAMESPACE.to_owned(),
             volatile: false,
+            wake_ups: true,
             async_replicas: false,
             replicas: 0,
             replica_timeout: Self::DEFAULT_REPLICA_TIMEOUT,
@@ -167,6 +170,13 @@ impl RedisConfig {
                         _ => return Err(format!("volatile={value:?}: expected true or false")),
                     }
                 }
+                "wake_ups" => {
+                    self.wake_ups = match value {
+                        "true" | "1" | "yes" => true,
+                        "false" | "0" | "no" => false,
+                        _ => return Err(format!("wake_ups={value:?}: expected true or false")),
+                    }
+                }
                 "async_replicas" => {
                     self.async_replicas = match value {
                         "accept" => true,
@@ -210,7 +220,7 @@ impl RedisConfig {
                     let socket_too = if socket { ", db, user, pass" } else { "" };
                     return Err(format!(
                         "unknown URL parameter {key:?}{hint}: the redis adapter understands \
-                         replicas, replica_timeout_ms, volatile, async_replicas, protocol{socket_too}"
+                         replicas, replica_timeout_ms, volatile, async_replicas, protocol, wake_ups{socket_too}"
                     ));
                 }
             }
@@ -333,6 +343,26 @@ impl RedisConfig {
     pub fn with_volatile(mut self, volatile: bool) -> RedisConfig {
         self.volatile = volatile;
         self
+    }
+
+    /// Whether the store's workers are woken by pub/sub (`true`, the default) or only poll
+    /// (`false`; the URL's `wake_ups=false`). With wake-ups, every script that makes a run
+    /// claimable publishes its class on the namespace's channel (`{lease:<ns>}:wake`), and the
+    /// first [`Worker`](lease_core::Worker) of a store opens one subscribed connection for all
+    /// of the store's workers: to the server, to the primary the Sentinels name, or to a
+    /// Cluster seed node (a Cluster forwards every `PUBLISH` to all its nodes). The messages
+    /// are sent either way: with no subscriber, a `PUBLISH` costs the script a lookup. An ACL
+    /// user needs the channel (`&{lease:<ns>}:wake`, or `&*`; Redis 7 gives new users no
+    /// channel by default): without it the scripts' publishes are skipped, never failing the
+    /// write, and the workers, unable to subscribe, poll.
+    pub fn with_wake_ups(mut self, on: bool) -> RedisConfig {
+        self.wake_ups = on;
+        self
+    }
+
+    /// Whether wake-ups are on.
+    pub fn wake_ups(&self) -> bool {
+        self.wake_ups
     }
 
     /// Accepts (`true`) or refuses (`false`, the default) replicas attached to a plain
@@ -512,6 +542,7 @@ impl fmt::Debug for RedisConfig {
             .field("url", &self.shown_url())
             .field("namespace", &self.namespace)
             .field("volatile", &self.volatile)
+            .field("wake_ups", &self.wake_ups)
             .field("async_replicas", &self.async_replicas)
             .field("replicas", &self.replicas)
             .field("replica_timeout", &self.replica_timeout)

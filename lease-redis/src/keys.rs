@@ -133,21 +133,31 @@ pub(crate) fn encode(id: &str) -> String {
     out
 }
 
+/// The UTF-8 text whose encoding is `hex`.
+fn decode_text(hex: &str) -> Option<String> {
+    if hex.len() % 2 != 0 {
+        return None;
+    }
+    let bytes = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect::<Option<Vec<u8>>>()?;
+    String::from_utf8(bytes).ok()
+}
+
 /// The run id whose encoding is `hex`.
 pub(crate) fn decode(hex: &str) -> Result<RunId, RedisError> {
     let bad = || RedisError::Reply {
         script: "decode",
         detail: format!("not an encoded run id: {hex:?}"),
     };
-    if hex.len() % 2 != 0 {
-        return Err(bad());
-    }
-    let bytes = (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(hex.get(i..i + 2).ok_or_else(bad)?, 16).map_err(|_| bad()))
-        .collect::<Result<Vec<u8>, _>>()?;
-    let id = String::from_utf8(bytes).map_err(|_| bad())?;
+    let id = decode_text(hex).ok_or_else(bad)?;
     RunId::new(id).map_err(|_| bad())
+}
+
+/// The kind whose encoding is `hex`, as in a claimable index's key.
+pub(crate) fn decode_kind(hex: &str) -> Option<Kind> {
+    Kind::new(decode_text(hex)?).ok()
 }
 
 /// The keys of one namespace.
@@ -166,6 +176,11 @@ impl Keys {
 
     pub(crate) fn tag(&self) -> &str {
         &self.tag
+    }
+
+    /// The channel of the namespace's wake-ups (common.lua's `wake`).
+    pub(crate) fn wake_channel(&self) -> String {
+        format!("{}:wake", self.tag)
     }
 
     /// The hash of every run record, field = encoded run id.

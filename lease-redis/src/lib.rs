@@ -12,6 +12,7 @@ mod keys;
 mod link;
 mod reply;
 mod store;
+mod wake;
 
 pub use config::RedisConfig;
 pub use fenced::FencedScript;

@@ -64,6 +64,8 @@ enum Kind {
     Cluster {
         client: ClusterClient,
         conn: ClusterConnection,
+        /// The seed nodes' URLs: wake-ups subscribe on one of them.
+        seeds: Vec<String>,
         /// When the guard last passed, in ms since `epoch`.
         checked_ms: AtomicU64,
         epoch: Instant,
@@ -177,6 +179,7 @@ impl Link {
                 let kind = Kind::Cluster {
                     client,
                     conn,
+                    seeds: nodes.clone(),
                     checked_ms: AtomicU64::new(FORCE_RECHECK),
                     epoch: Instant::now(),
                     rechecking: tokio::sync::Mutex::new(()),
@@ -196,6 +199,49 @@ impl Link {
         // Connect now, so that an unreachable or unsafe server is reported by `connect`.
         drop(link.shared().await?);
         Ok(link)
+    }
+
+    /// A connection subscribed to `channel`, for wake-ups: on the server, on the primary the
+    /// Sentinels name now, or on the `attempt`-th Cluster seed (a Cluster hands a `PUBLISH` to
+    /// the subscribers of every node, so any node will do; the seeds are tried in turn).
+    pub(crate) async fn subscribe(
+        &self,
+        channel: &str,
+        attempt: usize,
+    ) -> Result<redis::aio::PubSub, RedisError> {
+        let driver = |e: redis::RedisError| RedisError::from_driver(&e, self.secret());
+        let subscribed = async {
+            let client = match &self.kind {
+                Kind::Direct {
+                    source: Source::Client(client),
+                    ..
+                } => client.clone(),
+                Kind::Direct {
+                    source: Source::Sentinel(sentinels),
+                    ..
+                } => sentinels
+                    .lock()
+                    .await
+                    .async_get_client()
+                    .await
+                    .map_err(driver)?,
+                Kind::Cluster { seeds, .. } => {
+                    let seed = &seeds[attempt % seeds.len()];
+                    redis::Client::open(seed.as_str()).map_err(driver)?
+                }
+            };
+            let mut pubsub = client.get_async_pubsub().await.map_err(driver)?;
+            pubsub.subscribe(channel).await.map_err(driver)?;
+            Ok(pubsub)
+        };
+        tokio::time::timeout(self.response_timeout, subscribed)
+            .await
+            .map_err(|_| {
+                RedisError::Unreachable(format!(
+                    "no subscription within {:?}",
+                    self.response_timeout
+                ))
+            })?
     }
 
     pub(crate) fn secret(&self) -> Option<&str> {

@@ -126,6 +126,8 @@ pub struct RedisLeaseStore {
     pub(crate) link: Arc<Link>,
     pub(crate) keys: Keys,
     config: RedisConfig,
+    /// The store's wake-ups; `None` when they are off (`wake_ups=false`).
+    listening: Option<Arc<crate::wake::Listening>>,
 }
 
 impl RedisLeaseStore {
@@ -152,6 +154,9 @@ impl RedisLeaseStore {
         Ok(RedisLeaseStore {
             link: Arc::new(link),
             keys,
+            listening: config
+                .wake_ups()
+                .then(|| Arc::new(crate::wake::Listening::new())),
             config,
         })
     }
@@ -862,6 +867,11 @@ impl LeaseStore for RedisLeaseStore {
 
     async fn count(&self) -> Result<lease_core::RunCounts> {
         self.count_runs().await
+    }
+
+    fn wakes(&self) -> Option<lease_core::Wakes> {
+        let listening = self.listening.as_ref()?;
+        Some(listening.wakes(&self.link, self.keys.wake_channel()))
     }
 
     async fn count_kinds(&self) -> Result<Vec<lease_core::KindCounts>> {

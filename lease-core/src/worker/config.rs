@@ -6,6 +6,9 @@ use crate::error::InvalidInput;
 use crate::scope::ScopeConfig;
 use crate::types::{Ttl, MAX_BATCH};
 
+/// How often a worker woken by its store's wake-ups polls anyway: 2 s.
+pub const DEFAULT_WAKE_POLL: Duration = Duration::from_secs(2);
+
 /// The longest shutdown grace a worker takes: a day.
 const MAX_GRACE: Duration = Duration::from_secs(86_400);
 
@@ -29,6 +32,8 @@ pub struct WorkerConfig {
     pub(super) ttl: Ttl,
     pub(super) concurrency: usize,
     pub(super) poll_interval: Duration,
+    /// The fallback poll of a worker whose store sends wake-ups; `None`: wake-ups off.
+    pub(super) wake_poll: Option<Duration>,
     pub(super) batch_size: usize,
     pub(super) batch_delay: Duration,
     pub(super) grace: Duration,
@@ -138,8 +143,9 @@ impl RetryPolicy {
 }
 
 impl WorkerConfig {
-    /// Leases of `ttl`; defaults: 10 handlers at once, idle polls backing off up to every
-    /// 100 ms, ends flushed at 100 or 1 ms after the first one waits, 10 s of grace at
+    /// Leases of `ttl`; defaults: 10 handlers at once, woken by the store's wake-ups with a
+    /// fallback poll every [`DEFAULT_WAKE_POLL`] (idle polls backing off up to every 100 ms on
+    /// a store without wake-ups), ends flushed at 100 or 1 ms after the first one waits, 10 s of grace at
     /// shutdown, the hub renewing every TTL/3 with a margin of TTL/10, failed handlers
     /// retried with [`RetryPolicy::default`].
     pub fn new(ttl: Ttl) -> WorkerConfig {
@@ -147,6 +153,7 @@ impl WorkerConfig {
             ttl,
             concurrency: 10,
             poll_interval: Duration::from_millis(100),
+            wake_poll: Some(DEFAULT_WAKE_POLL),
             batch_size: 100,
             batch_delay: Duration::from_millis(1),
             grace: Duration::from_secs(10),
@@ -209,10 +216,28 @@ impl WorkerConfig {
         self
     }
 
-    /// When `claim_next` finds nothing, poll again after 1 ms, doubling up to `interval`. A
-    /// run released by another worker is therefore claimed within one `interval`.
+    /// On a store without wake-ups (or with them turned off): when `claim_next` finds
+    /// nothing, poll again after 1 ms, doubling up to `interval`. A run released by another
+    /// worker is therefore claimed within one `interval`.
     pub fn with_poll_interval(mut self, interval: Duration) -> WorkerConfig {
         self.poll_interval = interval;
+        self
+    }
+
+    /// On a store that sends wake-ups ([`LeaseStore::wakes`](crate::LeaseStore::wakes)), an
+    /// idle worker claims when woken for a kind it serves, and otherwise polls every
+    /// `interval` (default [`DEFAULT_WAKE_POLL`]; above zero, at most an hour): a lost
+    /// wake-up, an expired lease, or a delay the store could not announce is found within
+    /// one `interval`.
+    pub fn with_wake_poll_interval(mut self, interval: Duration) -> WorkerConfig {
+        self.wake_poll = Some(interval);
+        self
+    }
+
+    /// Ignore the store's wake-ups and poll (backing off up to the
+    /// [poll interval](WorkerConfig::with_poll_interval)), as on a store without them.
+    pub fn without_wake_ups(mut self) -> WorkerConfig {
+        self.wake_poll = None;
         self
     }
 
@@ -293,6 +318,15 @@ impl WorkerConfig {
                 format!("{:?}", self.poll_interval),
                 "it must be above zero and at most an hour",
             );
+        }
+        if let Some(wake_poll) = self.wake_poll {
+            if wake_poll.is_zero() || wake_poll > Duration::from_secs(3600) {
+                return bad(
+                    "wake poll interval",
+                    format!("{wake_poll:?}"),
+                    "it must be above zero and at most an hour",
+                );
+            }
         }
         if self.batch_delay >= self.ttl.as_duration() / 2 {
             return bad(

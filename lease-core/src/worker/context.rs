@@ -218,6 +218,9 @@ pub struct WorkerReport {
     pub timed_out: u64,
     /// `claim_next` calls that found nothing.
     pub empty_polls: u64,
+    /// Idle waits ended by a wake-up from the store ([`LeaseStore::wakes`](crate::LeaseStore::wakes))
+    /// rather than by the fallback poll.
+    pub wake_ups: u64,
     /// `end_many` round trips.
     pub batches: u64,
     /// Ended runs this worker purged while it held the purge lease
@@ -241,6 +244,7 @@ pub(super) struct Counters {
     pub(super) exhausted: AtomicU64,
     pub(super) timed_out: AtomicU64,
     pub(super) empty_polls: AtomicU64,
+    pub(super) wake_ups: AtomicU64,
     pub(super) batches: AtomicU64,
 }
 
@@ -262,6 +266,7 @@ impl Counters {
             exhausted: get(&self.exhausted),
             timed_out: get(&self.timed_out),
             empty_polls: get(&self.empty_polls),
+            wake_ups: get(&self.wake_ups),
             batches: get(&self.batches),
             purged: 0,
         }

@@ -31,7 +31,7 @@ use crate::store::LeaseStore;
 use crate::types::{End, Ending, MAX_BATCH};
 
 use batcher::{batcher, submit, Batcher, Pending, Shared};
-pub use config::{RetryPolicy, WorkerConfig};
+pub use config::{RetryPolicy, WorkerConfig, DEFAULT_WAKE_POLL};
 #[cfg(feature = "serde")]
 pub use context::ArgsError;
 use context::{bump, Counters, Observer};
@@ -271,8 +271,16 @@ impl Worker {
         // The kind whose turn is next, and how many claims in a row found nothing.
         let mut turn = 0;
         let mut empty = 0;
+        // Which kinds were claimed from and found empty since the last claim that took runs.
+        let mut found_empty = vec![false; lanes.len()];
         let mut jobs = JoinSet::new();
         let mut idle = Duration::ZERO;
+        // The store's wake-ups, subscribed before the first claim so that none is missed.
+        let served: Vec<Kind> = lanes.iter().map(|lane| lane.kind.clone()).collect();
+        let mut wakes = match self.config.wake_poll {
+            Some(every) => self.store.wakes().map(|w| (w.subscribe(), every)),
+            None => None,
+        };
         let mut fatal = None;
         // A claim in flight when the shutdown came: it runs to its end (a claim dropped
         // mid-flight would leave runs held until their TTL) while the shutdown goes on.
@@ -298,6 +306,7 @@ impl Worker {
                     () = freed.notified() => continue,
                 }
             };
+            let lane_at = lane;
             turn = lane + 1;
             let lane = &lanes[lane];
             let mut permits = vec![Slot {
@@ -317,6 +326,13 @@ impl Worker {
                     kind,
                     freed: freed.clone(),
                 });
+            }
+            if !found_empty.contains(&true) {
+                // A new round of claims: what woke the worker so far is answered by it; what
+                // comes from now on (even during the claims) wakes the next wait.
+                if let Some((rx, _)) = &mut wakes {
+                    rx.clear();
+                }
             }
             let sent = Instant::now();
             let claim = {
@@ -360,14 +376,36 @@ impl Worker {
                 drop(permits);
                 // Back off once every kind in turn found nothing.
                 empty += 1;
+                found_empty[lane_at] = true;
                 if empty >= lanes.len() {
                     empty = 0;
-                    idle = backoff(idle, self.config.poll_interval);
-                    pause(idle, &shutdown).await;
+                    // Only a worker whose every kind was claimed from and found empty sleeps
+                    // until woken: a kind skipped at its own limit may have runs waiting, and is
+                    // tried again after the backoff.
+                    let all_empty = !found_empty.contains(&false);
+                    found_empty.fill(false);
+                    let idle_wait = match &mut wakes {
+                        Some(wakes) if all_empty && wakes.0.is_live() => Some(wakes),
+                        _ => None,
+                    };
+                    match idle_wait {
+                        Some((rx, every)) => {
+                            tokio::select! {
+                                _ = shutdown.cancelled() => {}
+                                () = rx.woken(&served) => bump(&counters.wake_ups),
+                                () = tokio::time::sleep(*every) => {}
+                            }
+                        }
+                        None => {
+                            idle = backoff(idle, self.config.poll_interval);
+                            pause(idle, &shutdown).await;
+                        }
+                    }
                 }
                 continue;
             }
             empty = 0;
+            found_empty.fill(false);
             idle = Duration::ZERO;
             for (lease, permit) in leases.into_iter().zip(permits.drain(..)) {
                 bump(&counters.claimed);

@@ -1,0 +1,185 @@
+//! Wake-ups: a store that sends them wakes its idle workers whenever a run becomes claimable,
+//! whoever's write made it so, and a worker woken claims at once rather than at its poll.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_core::{
+    CancellationToken, End, Kind, Kinds, LeaseStore, LeaseStoreExt, NewRun, RunContext,
+    WakeReceiver, Worker, WorkerConfig,
+};
+use tokio::sync::mpsc;
+use tokio::time::{timeout, Instant};
+
+use crate::scenarios::{run, worker};
+use crate::StoreFactory;
+
+/// How long a wake-up may take to arrive; far below the fallback polls the scenarios set.
+const ARRIVES_WITHIN: Duration = Duration::from_secs(5);
+
+async fn woken(rx: &mut WakeReceiver, kind: &Kind, what: &str) {
+    timeout(ARRIVES_WITHIN, rx.woken(std::slice::from_ref(kind)))
+        .await
+        .unwrap_or_else(|_| panic!("no wake-up for {kind} within {ARRIVES_WITHIN:?} after {what}"));
+}
+
+/// Nothing (for `kind`) arrives within `quiet`.
+async fn not_woken(rx: &mut WakeReceiver, kind: &Kind, quiet: Duration, what: &str) {
+    let got = timeout(quiet, rx.woken(std::slice::from_ref(kind))).await;
+    assert!(
+        got.is_err(),
+        "a wake-up for {kind} came within {quiet:?} of {what}"
+    );
+}
+
+/// A store declaring wake-ups sends one for its kind when a run is created, released, given
+/// back with a retry delay (when the delay ends, not before), resumed and force-released; none
+/// for a run of another kind. A store without them says so (`None`).
+pub async fn wake_ups_come_when_a_run_becomes_claimable(factory: &dyn StoreFactory) {
+    let store = factory.fresh().await;
+    let Some(wakes) = store.wakes() else {
+        assert!(
+            !factory.capabilities().wake_ups,
+            "the factory declares wake-ups and {store} sends none"
+        );
+        return;
+    };
+    assert!(
+        factory.capabilities().wake_ups,
+        "{store} sends wake-ups the factory does not declare"
+    );
+    let t = crate::timing(factory);
+    let kind = Kind::new("woken").unwrap();
+    let other = Kind::new("elsewhere").unwrap();
+    let mut rx = wakes.subscribe();
+    // The store's listener connects; its first wake-up (for every kind) is queued by then.
+    let deadline = Instant::now() + ARRIVES_WITHIN;
+    while !rx.is_live() {
+        assert!(
+            Instant::now() < deadline,
+            "{store}'s wake-ups not live within {ARRIVES_WITHIN:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    rx.clear();
+
+    let ttl = t.at_least(60_000);
+    let id = run("waker");
+    store
+        .create_with(&NewRun::new(id.clone()).with_kind(kind.clone()))
+        .await
+        .unwrap();
+    woken(&mut rx, &kind, "a create").await;
+
+    let claim = |store: Arc<dyn LeaseStore>, kind: Kind| async move {
+        let mut leases = store
+            .claim_next_kind(&kind, &worker("w"), ttl, 1)
+            .await
+            .unwrap();
+        assert_eq!(leases.len(), 1, "the run is claimable");
+        leases.remove(0)
+    };
+    let lease = claim(store.clone(), kind.clone()).await;
+    rx.clear();
+    store.release(&lease).await.unwrap();
+    woken(&mut rx, &kind, "a release").await;
+
+    let lease = claim(store.clone(), kind.clone()).await;
+    rx.clear();
+    let delay = Duration::from_millis(1_500);
+    let sent = Instant::now();
+    store.retry_after(&lease, delay).await.unwrap();
+    not_woken(&mut rx, &kind, delay / 2, "a retry delay of 1.5 s").await;
+    woken(&mut rx, &kind, "the end of a retry delay").await;
+    assert!(
+        sent.elapsed() >= delay,
+        "woken {:?} into a retry delay of {delay:?}",
+        sent.elapsed()
+    );
+
+    let lease = claim(store.clone(), kind.clone()).await;
+    store.suspend(&lease).await.unwrap();
+    rx.clear();
+    store.resume(&id).await.unwrap();
+    woken(&mut rx, &kind, "a resume").await;
+
+    let _held = claim(store.clone(), kind.clone()).await;
+    rx.clear();
+    store.force_release(&id).await.unwrap();
+    woken(&mut rx, &kind, "a force-release").await;
+
+    rx.clear();
+    store
+        .create_with(&NewRun::new(run("other")).with_kind(other.clone()))
+        .await
+        .unwrap();
+    not_woken(
+        &mut rx,
+        &kind,
+        Duration::from_millis(500),
+        "a create of another kind",
+    )
+    .await;
+}
+
+/// An idle worker on a store with wake-ups, polling only every minute, runs a run created
+/// after it went idle within seconds, and a run released by another client as fast: it was
+/// woken, not polled. (A store without wake-ups is skipped: its workers poll.)
+pub async fn an_idle_worker_is_woken_by_a_new_run_not_by_its_poll(factory: &dyn StoreFactory) {
+    let store = factory.fresh().await;
+    let Some(wakes) = store.wakes() else {
+        return;
+    };
+    let probe = wakes.subscribe();
+    let t = crate::timing(factory);
+    let kind = Kind::new("prompt").unwrap();
+    let poll = Duration::from_secs(60);
+    let config = WorkerConfig::new(t.at_least(30_000)).with_wake_poll_interval(poll);
+    let (tx, mut started) = mpsc::unbounded_channel();
+    let kinds = Kinds::new().handle(kind.clone(), move |ctx: RunContext| {
+        let tx = tx.clone();
+        async move {
+            let _ = tx.send((ctx.run().clone(), Instant::now()));
+            Ok(End::Complete)
+        }
+    });
+    let worker = Worker::new(store.clone(), worker("idle"), config).unwrap();
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    let handle = tokio::spawn(async move { worker.run_kinds(kinds, stop).await });
+    // The listener connects; then the worker's first claims find nothing and it waits.
+    let deadline = Instant::now() + ARRIVES_WITHIN;
+    while !probe.is_live() {
+        assert!(
+            Instant::now() < deadline,
+            "{store}'s wake-ups not live within {ARRIVES_WITHIN:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    for i in 0..3 {
+        let id = run(&format!("prompt-{i}"));
+        let created = Instant::now();
+        store
+            .create_with(&NewRun::new(id.clone()).with_kind(kind.clone()))
+            .await
+            .unwrap();
+        let (ran, at) = timeout(ARRIVES_WITHIN, started.recv())
+            .await
+            .unwrap_or_else(|_| {
+                panic!("{id} not run within {ARRIVES_WITHIN:?} (the poll is {poll:?})")
+            })
+            .unwrap();
+        assert_eq!(ran, id);
+        assert!(at - created < ARRIVES_WITHIN);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    shutdown.cancel();
+    let report = handle.await.unwrap().unwrap();
+    assert_eq!(report.completed, 3, "{report:?}");
+    assert!(
+        report.wake_ups >= 3,
+        "the runs were not found by wake-ups: {report:?}"
+    );
+}

@@ -1,0 +1,197 @@
+//! Wake-ups over LISTEN/NOTIFY when things go wrong: the listening session cut under the
+//! store, a notification that never arrives, and a store told not to listen.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_conformance::fixtures::{postgres_url, unique_namespace};
+use lease_core::{
+    CancellationToken, End, LeaseStore, RunContext, RunId, Ttl, Worker, WorkerConfig, WorkerId,
+    WorkerReport,
+};
+use lease_postgres::{sqlx, PostgresConfig, PostgresLeaseStore};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::{timeout, Instant};
+
+async fn store(
+    config: impl FnOnce(PostgresConfig) -> PostgresConfig,
+) -> Option<PostgresLeaseStore> {
+    let url = postgres_url().await?;
+    let config = config(PostgresConfig::from_url(url).with_schema(unique_namespace("lease_wake")));
+    Some(PostgresLeaseStore::connect(config).await.expect("connect"))
+}
+
+type Started = mpsc::UnboundedReceiver<(RunId, Instant)>;
+
+/// A worker on `store` whose fallback poll is `poll`, reporting each run it starts.
+fn start(
+    store: &PostgresLeaseStore,
+    poll: Duration,
+) -> (CancellationToken, JoinHandle<WorkerReport>, Started) {
+    let store: Arc<dyn LeaseStore> = Arc::new(store.clone());
+    let config = WorkerConfig::new(Ttl::from_secs(30).unwrap()).with_wake_poll_interval(poll);
+    let worker = Worker::new(store, WorkerId::new("waked").unwrap(), config).unwrap();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    let handle = tokio::spawn(async move {
+        worker
+            .run(
+                move |ctx: RunContext| {
+                    let tx = tx.clone();
+                    async move {
+                        let _ = tx.send((ctx.run().clone(), Instant::now()));
+                        Ok(End::Complete)
+                    }
+                },
+                stop,
+            )
+            .await
+            .expect("worker")
+    });
+    (shutdown, handle, rx)
+}
+
+/// Creates `id` and waits for the worker to start it; how long that took.
+async fn picked_up(
+    store: &PostgresLeaseStore,
+    started: &mut Started,
+    id: &str,
+    within: Duration,
+) -> Duration {
+    let id = RunId::new(id).unwrap();
+    let created = Instant::now();
+    store.create(&id).await.expect("create");
+    let (ran, at) = timeout(within, started.recv())
+        .await
+        .unwrap_or_else(|_| panic!("{id} not started within {within:?}"))
+        .expect("worker alive");
+    assert_eq!(ran, id);
+    at - created
+}
+
+/// The backends listening on the store's channel.
+async fn listeners(store: &PostgresLeaseStore) -> Vec<i32> {
+    sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity WHERE query = 'LISTEN \"lease_wake_' || md5($1) || '\"'",
+    )
+    .bind(store.schema())
+    .fetch_all(store.pool())
+    .await
+    .expect("pg_stat_activity")
+}
+
+async fn until_listening(store: &PostgresLeaseStore) -> Vec<i32> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let pids = listeners(store).await;
+        if !pids.is_empty() {
+            return pids;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no session listens for the store's wake-ups"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The listening session is terminated by the server (a failover, an idle-session killer, an
+/// operator): the store listens again on a new session, one for all its workers, and a run
+/// created after that is started long before the worker's minute-long fallback poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listening_session_cut_by_the_server_is_replaced() {
+    let Some(store) = store(|c| c).await else {
+        return;
+    };
+    let (shutdown, handle, mut started) = start(&store, Duration::from_secs(60));
+    let first = until_listening(&store).await;
+    assert_eq!(first.len(), 1, "one listening session per store: {first:?}");
+    let waited = picked_up(&store, &mut started, "before-cut", Duration::from_secs(5)).await;
+    println!("before the cut: started {waited:?} after its create");
+
+    for pid in &first {
+        let cut: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+            .bind(pid)
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+        assert!(cut, "pg_terminate_backend({pid})");
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let second = loop {
+        let pids = listeners(&store).await;
+        if !pids.is_empty() && pids.iter().all(|p| !first.contains(p)) {
+            break pids;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the store did not listen again: {pids:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(second.len(), 1, "{second:?}");
+    let waited = picked_up(&store, &mut started, "after-cut", Duration::from_secs(5)).await;
+    println!("after the cut: started {waited:?} after its create");
+    shutdown.cancel();
+    let report = handle.await.unwrap();
+    assert_eq!(report.completed, 2, "{report:?}");
+}
+
+/// A notification that never arrives (here the trigger is disabled, as if the session had
+/// dropped it) delays the run by at most the fallback poll, not forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_notification_costs_at_most_the_fallback_poll() {
+    let Some(store) = store(|c| c).await else {
+        return;
+    };
+    let poll = Duration::from_millis(1_500);
+    let (shutdown, handle, mut started) = start(&store, poll);
+    until_listening(&store).await;
+    // Past the first wake-up every new session sends.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let table = format!("\"{}\".runs", store.schema());
+    sqlx::query(&format!("ALTER TABLE {table} DISABLE TRIGGER runs_wake"))
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let waited = picked_up(&store, &mut started, "unannounced", poll * 3).await;
+    println!("unannounced: started {waited:?} after its create (fallback poll {poll:?})");
+    assert!(
+        waited <= poll + Duration::from_secs(1),
+        "{waited:?} > the poll {poll:?} and a second"
+    );
+    sqlx::query(&format!("ALTER TABLE {table} ENABLE TRIGGER runs_wake"))
+        .execute(store.pool())
+        .await
+        .unwrap();
+    shutdown.cancel();
+    let report = handle.await.unwrap();
+    assert_eq!(report.completed, 1, "{report:?}");
+}
+
+/// `wake_ups=false` (behind PgBouncer in transaction mode): no wake-ups, no listening session;
+/// the workers poll, and still run everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_told_not_to_listen_polls() {
+    let Some(url) = postgres_url().await else {
+        return;
+    };
+    let url = format!(
+        "{url}{}wake_ups=false",
+        if url.contains('?') { '&' } else { '?' }
+    );
+    let config = PostgresConfig::from_url(url).with_schema(unique_namespace("lease_wake"));
+    let store = PostgresLeaseStore::connect(config).await.expect("connect");
+    assert!(store.wakes().is_none(), "wake_ups=false still wakes");
+    let (shutdown, handle, mut started) = start(&store, Duration::from_secs(60));
+    picked_up(&store, &mut started, "polled", Duration::from_secs(5)).await;
+    assert!(
+        listeners(&store).await.is_empty(),
+        "a session listens with wake_ups=false"
+    );
+    shutdown.cancel();
+    let report = handle.await.unwrap();
+    assert_eq!((report.completed, report.wake_ups), (1, 0), "{report:?}");
+}
