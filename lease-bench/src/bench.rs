@@ -19,6 +19,7 @@ use crate::Failure;
 
 mod best;
 mod extra;
+mod pickup;
 mod raw;
 mod sweep;
 mod worker;
@@ -115,6 +116,9 @@ pub(crate) enum Part {
     Sweep,
     /// The `Worker` runtime draining a backlog (durable servers), and graceful handover.
     Worker,
+    /// Create → handler latency and idle load of 1 and 16 idle workers, wake-ups against
+    /// polling.
+    Pickup,
 }
 
 /// Why the benchmark stopped.
@@ -486,6 +490,9 @@ pub(crate) async fn run(config: &Config, args: BenchArgs) -> Result<(), Failure>
                 }
             }
         }
+        if args.parts.contains(&Part::Pickup) {
+            extras.push(pickup::pickup(target, args.quick).await?);
+        }
         if args.parts.contains(&Part::Sweep) {
             let sizes = args.sweep_sizes.clone().unwrap_or(if args.quick {
                 vec![10_000, 100_000]
@@ -613,6 +620,7 @@ fn describe(v: &Value) -> String {
         Some("rslock") => best::describe(v),
         Some("sweep") => sweep::describe(v),
         Some("worker" | "handover") => worker::describe(v),
+        Some("pickup") => pickup::describe(v),
         _ => extra::describe(v),
     }
 }
