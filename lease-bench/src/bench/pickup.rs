@@ -253,7 +253,7 @@ pub(crate) fn describe(v: &Value) -> String {
         let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
         out.push_str(&format!(
             "  {:>7}  {:<9} {:>7.1}  {:>7.1}  {:>7.1}  {:>7.1}  {:>7.2}\n",
-            r["workers"],
+            r["workers"].as_u64().unwrap_or(0),
             r["mode"].as_str().unwrap_or("?"),
             f("p50_ms"),
             f("p90_ms"),
