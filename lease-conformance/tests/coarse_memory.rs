@@ -26,8 +26,6 @@ fn etcd_like() -> Capabilities {
         .with_min_ttl(Duration::from_secs(1))
         .with_ttl_granularity(Duration::from_secs(1))
         .with_max_expiry_lag(Duration::from_millis(500))
-        // The wrapper keeps the trait's default: no wake-ups.
-        .without_wake_ups()
 }
 
 /// The memory store, refusing TTLs that `caps` says the store cannot time.
@@ -178,6 +176,10 @@ impl LeaseStore for Coarse {
 
     async fn count_purgeable(&self, older_than: Duration) -> Result<u64> {
         self.inner.count_purgeable(older_than).await
+    }
+
+    fn wakes(&self) -> Option<lease_core::Wakes> {
+        self.inner.wakes()
     }
 }
 
