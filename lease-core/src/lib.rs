@@ -51,6 +51,7 @@ mod scope;
 mod store;
 mod types;
 mod wake;
+mod wake_listener;
 mod worker;
 
 pub use attempt::{attempt_error, Attempt, AttemptOutcome, MAX_ATTEMPT_ERROR_BYTES, MAX_HISTORY};
@@ -77,6 +78,7 @@ pub use types::{
     MAX_RUN_PAYLOAD_BYTES,
 };
 pub use wake::{Wake, WakeReceiver, Wakes, MAX_WAKE_DELAY};
+pub use wake_listener::{OpenSession, WakeListener, WakeSession};
 #[cfg(feature = "serde")]
 pub use worker::ArgsError;
 pub use worker::{

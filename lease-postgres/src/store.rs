@@ -175,7 +175,7 @@ pub struct PostgresLeaseStore {
     pub(crate) sql: Arc<Queries>,
     shown: String,
     /// The store's wake-ups; `None` when they are off (`wake_ups=false`).
-    listening: Option<Arc<crate::wake::Listening>>,
+    listening: Option<Arc<lease_core::WakeListener>>,
 }
 
 impl PostgresLeaseStore {
@@ -330,7 +330,7 @@ impl PostgresLeaseStore {
             schema: schema.to_owned(),
             sql: Arc::new(Queries::new(schema)),
             shown,
-            listening: wake_ups.then(|| Arc::new(crate::wake::Listening::new())),
+            listening: wake_ups.then(|| Arc::new(lease_core::WakeListener::new())),
         })
     }
 
@@ -1408,7 +1408,7 @@ impl LeaseStore for PostgresLeaseStore {
 
     fn wakes(&self) -> Option<lease_core::Wakes> {
         let listening = self.listening.as_ref()?;
-        Some(listening.wakes(&self.route.own, &self.schema))
+        Some(crate::wake::wakes(listening, &self.route.own, &self.schema))
     }
 
     async fn count_purgeable(&self, older_than: Duration) -> Result<u64> {

@@ -5,105 +5,39 @@
 //! A notification is a hint. A session that drops loses what was sent meanwhile, so every new
 //! session starts with a wake-up for every kind, and the workers' fallback poll covers the rest.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use lease_core::{CancellationToken, Kind, Wakes};
+use lease_core::{Kind, OpenSession, WakeListener, WakeSession, Wakes};
 use sqlx::postgres::{PgListener, PgPool};
 
-/// The longest pause between two attempts to open a listening session.
-const MAX_RETRY: Duration = Duration::from_secs(5);
-
-/// A store's wake-ups: the channel its workers subscribe to, and the listening task, started
-/// by the first subscriber and stopped when the last clone of the store is dropped.
-pub(crate) struct Listening {
-    wakes: Wakes,
-    started: AtomicBool,
-    stop: CancellationToken,
+/// The store's wake-ups; the first call starts listening on sessions of `pool`.
+pub(crate) fn wakes(listener: &WakeListener, pool: &PgPool, schema: &str) -> Wakes {
+    let opener = || -> OpenSession {
+        let (pool, schema) = (pool.clone(), schema.to_owned());
+        Box::new(move |_attempt| {
+            let (pool, schema) = (pool.clone(), schema.clone());
+            Box::pin(async move {
+                let session: Box<dyn WakeSession> = Box::new(Session(
+                    open(&pool, &schema).await.map_err(|e| e.to_string())?,
+                ));
+                Ok(session)
+            })
+        })
+    };
+    listener.wakes(&format!("postgres schema {schema}"), opener, deliver)
 }
 
-impl Drop for Listening {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
-}
+/// A listening session: its notifications until it fails or is closed.
+struct Session(PgListener);
 
-impl Listening {
-    pub(crate) fn new() -> Listening {
-        Listening {
-            wakes: Wakes::not_live(),
-            started: AtomicBool::new(false),
-            stop: CancellationToken::new(),
+#[async_trait::async_trait]
+impl WakeSession for Session {
+    async fn next(&mut self) -> Option<String> {
+        match self.0.try_recv().await {
+            Ok(Some(notification)) => Some(notification.payload().to_owned()),
+            // Closed (`Ok(None)`) or failed: the listener opens a new session.
+            Ok(None) | Err(_) => None,
         }
-    }
-
-    /// The store's wake-ups; the first call starts listening on a session of `pool`.
-    pub(crate) fn wakes(&self, pool: &PgPool, schema: &str) -> Wakes {
-        if !self.started.swap(true, Ordering::AcqRel) {
-            tokio::spawn(listen(
-                pool.clone(),
-                schema.to_owned(),
-                self.wakes.clone(),
-                self.stop.clone(),
-            ));
-        }
-        self.wakes.clone()
-    }
-}
-
-/// Opens listening sessions, one at a time, until `stop`.
-async fn listen(pool: PgPool, schema: String, wakes: Wakes, stop: CancellationToken) {
-    let mut retry = Duration::from_millis(100);
-    // Whether the current streak of failures was logged as a warning already.
-    let mut warned = false;
-    loop {
-        let opened = tokio::select! {
-            _ = stop.cancelled() => return,
-            opened = open(&pool, &schema) => opened,
-        };
-        let mut session = match opened {
-            Ok(session) => session,
-            Err(e) => {
-                wakes.set_live(false);
-                if warned {
-                    tracing::debug!(error = %e, retry_in = ?retry, "cannot listen for wake-ups; the workers poll meanwhile");
-                } else {
-                    warned = true;
-                    tracing::warn!(error = %e, retry_in = ?retry, "cannot listen for wake-ups; the workers poll meanwhile");
-                }
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    () = tokio::time::sleep(retry) => {}
-                }
-                retry = (retry * 2).min(MAX_RETRY);
-                continue;
-            }
-        };
-        retry = Duration::from_millis(100);
-        warned = false;
-        tracing::debug!(schema, "listening for wake-ups");
-        // What was notified while no session listened is lost: try every kind.
-        // Sent before the flag, so a receiver that sees the flag has it queued.
-        wakes.wake_all();
-        wakes.set_live(true);
-        loop {
-            let received = tokio::select! {
-                _ = stop.cancelled() => return,
-                received = session.try_recv() => received,
-            };
-            match received {
-                Ok(Some(notification)) => deliver(&wakes, notification.payload()),
-                Ok(None) => {
-                    tracing::debug!("the wake-up session was closed; listening again");
-                    break;
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "the wake-up session failed; listening again");
-                    break;
-                }
-            }
-        }
-        wakes.set_live(false);
     }
 }
 

@@ -127,7 +127,7 @@ pub struct RedisLeaseStore {
     pub(crate) keys: Keys,
     config: RedisConfig,
     /// The store's wake-ups; `None` when they are off (`wake_ups=false`).
-    listening: Option<Arc<crate::wake::Listening>>,
+    listening: Option<Arc<lease_core::WakeListener>>,
 }
 
 impl RedisLeaseStore {
@@ -156,7 +156,7 @@ impl RedisLeaseStore {
             keys,
             listening: config
                 .wake_ups()
-                .then(|| Arc::new(crate::wake::Listening::new())),
+                .then(|| Arc::new(lease_core::WakeListener::new())),
             config,
         })
     }
@@ -871,7 +871,11 @@ impl LeaseStore for RedisLeaseStore {
 
     fn wakes(&self) -> Option<lease_core::Wakes> {
         let listening = self.listening.as_ref()?;
-        Some(listening.wakes(&self.link, self.keys.wake_channel()))
+        Some(crate::wake::wakes(
+            listening,
+            &self.link,
+            self.keys.wake_channel(),
+        ))
     }
 
     async fn count_kinds(&self) -> Result<Vec<lease_core::KindCounts>> {

@@ -7,111 +7,44 @@
 //! every new one starts with a wake-up for every kind, and the workers' fallback poll covers
 //! the rest.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use lease_core::{CancellationToken, Kind, Wakes};
+use lease_core::{Kind, OpenSession, WakeListener, WakeSession, Wakes};
 
 use crate::keys::decode_kind;
 use crate::link::Link;
 
-/// The longest pause between two attempts to subscribe.
-const MAX_RETRY: Duration = Duration::from_secs(5);
-
-/// A store's wake-ups: the channel its workers subscribe to, and the subscribing task,
-/// started by the first subscriber and stopped when the last clone of the store is dropped.
-pub(crate) struct Listening {
-    wakes: Wakes,
-    started: AtomicBool,
-    stop: CancellationToken,
+/// The store's wake-ups; the first call subscribes to `channel` through `link`.
+pub(crate) fn wakes(listener: &WakeListener, link: &Arc<Link>, channel: String) -> Wakes {
+    let what = format!("redis channel {channel}");
+    let opener = || -> OpenSession {
+        let link = link.clone();
+        Box::new(move |attempt| {
+            let (link, channel) = (link.clone(), channel.clone());
+            Box::pin(async move {
+                let pubsub = link
+                    .subscribe(&channel, attempt)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let session: Box<dyn WakeSession> = Box::new(Session(pubsub.into_on_message()));
+                Ok(session)
+            })
+        })
+    };
+    listener.wakes(&what, opener, deliver)
 }
 
-impl Drop for Listening {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
-}
+/// A subscribed connection: its messages until it is closed.
+struct Session(redis::aio::PubSubStream);
 
-impl Listening {
-    pub(crate) fn new() -> Listening {
-        Listening {
-            wakes: Wakes::not_live(),
-            started: AtomicBool::new(false),
-            stop: CancellationToken::new(),
-        }
-    }
-
-    /// The store's wake-ups; the first call subscribes to `channel` through `link`.
-    pub(crate) fn wakes(&self, link: &Arc<Link>, channel: String) -> Wakes {
-        if !self.started.swap(true, Ordering::AcqRel) {
-            tokio::spawn(listen(
-                link.clone(),
-                channel,
-                self.wakes.clone(),
-                self.stop.clone(),
-            ));
-        }
-        self.wakes.clone()
-    }
-}
-
-/// Subscribes, one connection at a time, until `stop`.
-async fn listen(link: Arc<Link>, channel: String, wakes: Wakes, stop: CancellationToken) {
-    let mut retry = Duration::from_millis(100);
-    // Whether the current streak of failures was logged as a warning already.
-    let mut warned = false;
-    let mut attempt = 0;
-    loop {
-        let subscribed = tokio::select! {
-            _ = stop.cancelled() => return,
-            subscribed = link.subscribe(&channel, attempt) => subscribed,
-        };
-        attempt += 1;
-        let pubsub = match subscribed {
-            Ok(pubsub) => pubsub,
-            Err(e) => {
-                wakes.set_live(false);
-                if warned {
-                    tracing::debug!(error = %e, retry_in = ?retry, "cannot subscribe to wake-ups; the workers poll meanwhile");
-                } else {
-                    warned = true;
-                    tracing::warn!(error = %e, retry_in = ?retry, "cannot subscribe to wake-ups; the workers poll meanwhile");
-                }
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    () = tokio::time::sleep(retry) => {}
-                }
-                retry = (retry * 2).min(MAX_RETRY);
-                continue;
-            }
-        };
-        retry = Duration::from_millis(100);
-        warned = false;
-        tracing::debug!(channel, "subscribed to wake-ups");
-        // What was published while nothing was subscribed is lost: try every kind.
-        // Sent before the flag, so a receiver that sees the flag has it queued.
-        wakes.wake_all();
-        wakes.set_live(true);
-        let mut messages = pubsub.into_on_message();
-        loop {
-            let message = tokio::select! {
-                _ = stop.cancelled() => return,
-                message = messages.next() => message,
-            };
-            match message {
-                Some(message) => match message.get_payload::<String>() {
-                    Ok(payload) => deliver(&wakes, &payload),
-                    Err(_) => wakes.wake_all(),
-                },
-                None => {
-                    tracing::debug!("the wake-up subscription was closed; subscribing again");
-                    break;
-                }
-            }
-        }
-        wakes.set_live(false);
+#[async_trait::async_trait]
+impl WakeSession for Session {
+    async fn next(&mut self) -> Option<String> {
+        // A payload that is not text reads as empty, which wakes every kind.
+        let message = self.0.next().await?;
+        Some(message.get_payload::<String>().unwrap_or_default())
     }
 }
 
