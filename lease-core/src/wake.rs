@@ -108,6 +108,22 @@ impl Wakes {
         });
     }
 
+    /// A listener's message: `parse` reads the kind it names and how long until that kind's
+    /// run is claimable; a message it cannot read wakes every kind (and is logged), so that an
+    /// unreadable wake-up costs a claim round, never a run.
+    pub fn deliver(&self, payload: &str, parse: fn(&str) -> Option<(Kind, Duration)>) {
+        match parse(payload) {
+            Some((kind, delay)) => self.wake_after(&kind, delay),
+            None => {
+                tracing::warn!(
+                    payload,
+                    "a wake-up the store cannot read; waking every kind"
+                );
+                self.wake_all();
+            }
+        }
+    }
+
     /// Every kind may have a claimable run the receivers were not told of.
     pub fn wake_all(&self) {
         let _ = self.tx.send(Wake::All);

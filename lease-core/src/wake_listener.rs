@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::kind::Kind;
 use crate::wake::Wakes;
 
 /// The first pause before opening a session again after a failure, doubled up to
@@ -70,19 +71,19 @@ impl WakeListener {
     }
 
     /// The store's wake-ups. The first call starts listening (within a Tokio runtime):
-    /// `open` (called only then) makes the session opener, and `deliver` turns each payload
-    /// into wake-ups. `what` names the channel in the logs.
+    /// `open` (called only then) makes the session opener, and `parse` reads each payload
+    /// ([`Wakes::deliver`]). `what` names the channel in the logs.
     pub fn wakes(
         &self,
         what: &str,
         open: impl FnOnce() -> OpenSession,
-        deliver: fn(&Wakes, &str),
+        parse: fn(&str) -> Option<(Kind, Duration)>,
     ) -> Wakes {
         if !self.started.swap(true, Ordering::AcqRel) {
             tokio::spawn(listen(
                 what.to_owned(),
                 open(),
-                deliver,
+                parse,
                 self.wakes.clone(),
                 self.stop.clone(),
             ));
@@ -94,7 +95,7 @@ impl WakeListener {
 async fn listen(
     what: String,
     mut open: OpenSession,
-    deliver: fn(&Wakes, &str),
+    parse: fn(&str) -> Option<(Kind, Duration)>,
     wakes: Wakes,
     stop: CancellationToken,
 ) {
@@ -138,7 +139,7 @@ async fn listen(
                 message = session.next() => message,
             };
             match message {
-                Some(payload) => deliver(&wakes, &payload),
+                Some(payload) => wakes.deliver(&payload, parse),
                 None => {
                     tracing::debug!(what, "the wake-up session ended; listening again");
                     break;
@@ -155,7 +156,6 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
-    use crate::kind::Kind;
 
     /// A session that hands out its messages, then ends.
     struct Scripted(VecDeque<String>);
@@ -174,8 +174,8 @@ mod tests {
         }
     }
 
-    fn deliver(wakes: &Wakes, payload: &str) {
-        wakes.wake(&Kind::new(payload).unwrap());
+    fn parse(payload: &str) -> Option<(Kind, Duration)> {
+        Some((Kind::new(payload).ok()?, Duration::ZERO))
     }
 
     #[tokio::test(start_paused = true)]
@@ -201,7 +201,7 @@ mod tests {
                         >
                 })
             },
-            deliver,
+            parse,
         );
         let mut rx = wakes.subscribe();
         assert!(!rx.is_live(), "live before any session");

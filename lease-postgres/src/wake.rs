@@ -24,7 +24,7 @@ pub(crate) fn wakes(listener: &WakeListener, pool: &PgPool, schema: &str) -> Wak
             })
         })
     };
-    listener.wakes(&format!("postgres schema {schema}"), opener, deliver)
+    listener.wakes(&format!("postgres schema {schema}"), opener, parse)
 }
 
 /// A listening session: its notifications until it fails or is closed.
@@ -53,25 +53,13 @@ async fn open(pool: &PgPool, schema: &str) -> Result<PgListener, sqlx::Error> {
     Ok(session)
 }
 
-/// `kind delay_ms` (split at the last space: a kind may hold spaces) to a wake-up; anything
-/// else wakes every kind.
-fn deliver(wakes: &Wakes, payload: &str) {
-    let parsed = payload.rsplit_once(' ').and_then(|(kind, ms)| {
-        Some((
-            Kind::new(kind).ok()?,
-            Duration::from_millis(ms.parse().ok()?),
-        ))
-    });
-    match parsed {
-        Some((kind, delay)) => wakes.wake_after(&kind, delay),
-        None => {
-            tracing::warn!(
-                payload,
-                "a wake-up the store cannot read; waking every kind"
-            );
-            wakes.wake_all();
-        }
-    }
+/// `kind delay_ms` (split at the last space: a kind may hold spaces).
+fn parse(payload: &str) -> Option<(Kind, Duration)> {
+    let (kind, ms) = payload.rsplit_once(' ')?;
+    Some((
+        Kind::new(kind).ok()?,
+        Duration::from_millis(ms.parse().ok()?),
+    ))
 }
 
 #[cfg(test)]
@@ -83,7 +71,7 @@ mod tests {
         let wakes = Wakes::new();
         let mut rx = wakes.subscribe();
         let kind = Kind::new("send mail").unwrap();
-        deliver(&wakes, "send mail 0");
+        wakes.deliver("send mail 0", parse);
         tokio::time::timeout(
             Duration::from_secs(1),
             rx.woken(std::slice::from_ref(&kind)),
@@ -91,11 +79,11 @@ mod tests {
         .await
         .expect("the kind with a space was not woken");
         let start = tokio::time::Instant::now();
-        deliver(&wakes, "send mail 1500");
+        wakes.deliver("send mail 1500", parse);
         rx.woken(std::slice::from_ref(&kind)).await;
         assert_eq!(start.elapsed(), Duration::from_millis(1500));
         // Unreadable: every kind.
-        deliver(&wakes, "nodelay");
+        wakes.deliver("nodelay", parse);
         let other = Kind::new("other").unwrap();
         tokio::time::timeout(Duration::from_secs(1), rx.woken(&[other]))
             .await

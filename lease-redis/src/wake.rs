@@ -33,7 +33,7 @@ pub(crate) fn wakes(listener: &WakeListener, link: &Arc<Link>, channel: String) 
             })
         })
     };
-    listener.wakes(&what, opener, deliver)
+    listener.wakes(&what, opener, parse)
 }
 
 /// A subscribed connection: its messages until it is closed.
@@ -48,22 +48,8 @@ impl WakeSession for Session {
     }
 }
 
-/// `<class> <ms>` to a wake-up: the class is the claimable index key's part after
-/// `:claimable` (`""` for the default kind, `:<kind in hex>`, then `:p<priority>` above
-/// priority 0). Anything else wakes every kind.
-fn deliver(wakes: &Wakes, payload: &str) {
-    match parse(payload) {
-        Some((kind, delay)) => wakes.wake_after(&kind, delay),
-        None => {
-            tracing::warn!(
-                payload,
-                "a wake-up the store cannot read; waking every kind"
-            );
-            wakes.wake_all();
-        }
-    }
-}
-
+/// `<class> <ms>`: the class is the claimable index key's part after `:claimable` (`""` for
+/// the default kind, `:<kind in hex>`, then `:p<priority>` above priority 0).
 fn parse(payload: &str) -> Option<(Kind, Duration)> {
     let (class, ms) = payload.rsplit_once(' ')?;
     let delay = Duration::from_millis(ms.parse().ok()?);
