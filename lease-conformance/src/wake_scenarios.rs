@@ -6,13 +6,40 @@ use std::time::Duration;
 
 use lease_core::{
     CancellationToken, End, Kind, Kinds, LeaseStore, LeaseStoreExt, NewRun, RunContext,
-    WakeReceiver, Worker, WorkerConfig,
+    WakeReceiver, Worker, WorkerConfig, WorkerReport,
 };
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio::time::{timeout, Instant};
 
 use crate::scenarios::{run, worker};
 use crate::StoreFactory;
+
+/// Starts a `Worker` on `store` whose handler sends each run it starts, with the instant, on
+/// `started`, and completes it; it runs until `shutdown`. For the measurements of how soon a
+/// run is picked up (the adapters' wake-up tests, `lease-bench --parts pickup`).
+///
+/// # Errors
+/// As [`Worker::new`].
+pub fn spawn_reporting_worker(
+    store: Arc<dyn LeaseStore>,
+    id: lease_core::WorkerId,
+    config: WorkerConfig,
+    started: mpsc::UnboundedSender<(lease_core::RunId, Instant)>,
+    shutdown: CancellationToken,
+) -> Result<JoinHandle<lease_core::Result<WorkerReport>>, lease_core::InvalidInput> {
+    let worker = Worker::new(store, id, config)?;
+    let handler = move |ctx: RunContext| {
+        let started = started.clone();
+        async move {
+            let _ = started.send((ctx.run().clone(), Instant::now()));
+            Ok(End::Complete)
+        }
+    };
+    Ok(tokio::spawn(
+        async move { worker.run(handler, shutdown).await },
+    ))
+}
 
 /// How long a wake-up may take to arrive; far below the fallback polls the scenarios set.
 const ARRIVES_WITHIN: Duration = Duration::from_secs(5);

@@ -5,10 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_conformance::fixtures::{postgres_url, unique_namespace};
-use lease_core::{
-    CancellationToken, End, LeaseStore, RunContext, RunId, Ttl, Worker, WorkerConfig, WorkerId,
-    WorkerReport,
-};
+use lease_conformance::spawn_reporting_worker;
+use lease_core::{CancellationToken, LeaseStore, RunId, Ttl, WorkerConfig, WorkerId, WorkerReport};
 use lease_postgres::{sqlx, PostgresConfig, PostgresLeaseStore};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -29,27 +27,18 @@ fn start(
     store: &PostgresLeaseStore,
     poll: Duration,
 ) -> (CancellationToken, JoinHandle<WorkerReport>, Started) {
-    let store: Arc<dyn LeaseStore> = Arc::new(store.clone());
     let config = WorkerConfig::new(Ttl::from_secs(30).unwrap()).with_wake_poll_interval(poll);
-    let worker = Worker::new(store, WorkerId::new("waked").unwrap(), config).unwrap();
     let (tx, rx) = mpsc::unbounded_channel();
     let shutdown = CancellationToken::new();
-    let stop = shutdown.clone();
-    let handle = tokio::spawn(async move {
-        worker
-            .run(
-                move |ctx: RunContext| {
-                    let tx = tx.clone();
-                    async move {
-                        let _ = tx.send((ctx.run().clone(), Instant::now()));
-                        Ok(End::Complete)
-                    }
-                },
-                stop,
-            )
-            .await
-            .expect("worker")
-    });
+    let worker = spawn_reporting_worker(
+        Arc::new(store.clone()),
+        WorkerId::new("waked").unwrap(),
+        config,
+        tx,
+        shutdown.clone(),
+    )
+    .unwrap();
+    let handle = tokio::spawn(async move { worker.await.unwrap().expect("worker") });
     (shutdown, handle, rx)
 }
 

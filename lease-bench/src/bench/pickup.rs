@@ -12,8 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distribution::{
-    CancellationToken, End, LeaseStore, RunContext, RunId, Ttl, Worker, WorkerConfig, WorkerId,
-    WorkerReport,
+    CancellationToken, LeaseStore, RunId, Ttl, WorkerConfig, WorkerId, WorkerReport,
 };
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -78,23 +77,13 @@ async fn fleet(target: &Target, ns: &str, n: usize, mode: Mode) -> Result<Fleet,
         if mode == Mode::Poll {
             config = config.without_wake_ups();
         }
-        let worker = Worker::new(store, WorkerId::new(format!("pickup-{i}"))?, config)?;
-        let tx = tx.clone();
-        let stop = shutdown.clone();
-        workers.push(tokio::spawn(async move {
-            worker
-                .run(
-                    move |ctx: RunContext| {
-                        let tx = tx.clone();
-                        async move {
-                            let _ = tx.send((ctx.run().clone(), Instant::now()));
-                            Ok(End::Complete)
-                        }
-                    },
-                    stop,
-                )
-                .await
-        }));
+        workers.push(lease_conformance::spawn_reporting_worker(
+            store,
+            WorkerId::new(format!("pickup-{i}"))?,
+            config,
+            tx.clone(),
+            shutdown.clone(),
+        )?);
     }
     let creator = creator.ok_or_else(|| BenchError::setup("a fleet of no workers"))?;
     Ok(Fleet {
