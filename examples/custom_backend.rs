@@ -303,6 +303,25 @@ impl LeaseStore for AuditedStore {
         results
     }
 
+    // Defaulted in the trait (no effects): the inner store decides which it takes.
+    fn takes_effect(&self, effect: &lease_core::Effect) -> bool {
+        self.inner.takes_effect(effect)
+    }
+
+    async fn end_many_with_effects(
+        &self,
+        ends: &[Ending],
+        effects: &[Option<lease_core::Effect>],
+    ) -> Result<Vec<Result<()>>> {
+        let results = self.inner.end_many_with_effects(ends, effects).await;
+        self.record_many(
+            "end_many_with_effects",
+            ends.iter().map(|e| e.lease.clone()),
+            &results,
+        );
+        results
+    }
+
     // --- reads --------------------------------------------------------------------------------
 
     async fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>> {

@@ -135,6 +135,18 @@ impl LeaseStore for Coarse {
         self.inner.end_many(ends).await
     }
 
+    fn takes_effect(&self, effect: &lease_core::Effect) -> bool {
+        self.inner.takes_effect(effect)
+    }
+
+    async fn end_many_with_effects(
+        &self,
+        ends: &[Ending],
+        effects: &[Option<lease_core::Effect>],
+    ) -> Result<Vec<Result<()>>> {
+        self.inner.end_many_with_effects(ends, effects).await
+    }
+
     async fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>> {
         self.inner.journal(run).await
     }

@@ -41,3 +41,28 @@ pub use crate::types::{
     check_claim_max, check_create_batch, check_end_batch, check_list, check_payload, check_purge,
     check_reason, check_renew_batch, check_retry_delay, truncate_reason,
 };
+
+/// Validates an [`end_many_with_effects`](crate::LeaseStore::end_many_with_effects) call
+/// before any I/O: the end batch as [`check_end_batch`] does, as many effects as ends, and
+/// every effect one `store` [takes](crate::LeaseStore::takes_effect).
+///
+/// # Errors
+/// As [`check_end_batch`]; [`InvalidInput::Effects`](crate::InvalidInput::Effects).
+pub fn check_effects<S: crate::LeaseStore + ?Sized>(
+    store: &S,
+    ends: &[crate::Ending],
+    effects: &[Option<crate::Effect>],
+) -> Result<(), crate::InvalidInput> {
+    check_end_batch(ends)?;
+    if ends.len() != effects.len() {
+        return Err(crate::InvalidInput::Effects {
+            why: "as many effects (or None) as ends are needed",
+        });
+    }
+    if effects.iter().flatten().any(|e| !store.takes_effect(e)) {
+        return Err(crate::InvalidInput::Effects {
+            why: "an effect of a kind this store cannot apply (built for another backend)",
+        });
+    }
+    Ok(())
+}

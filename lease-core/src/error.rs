@@ -155,6 +155,18 @@ pub enum Error {
         /// The budget.
         max: u64,
     },
+    /// The [effect](crate::Effect) handed in with an end failed in the transaction that would
+    /// have committed it with the end: it was rolled back alone (to its savepoint), **nothing
+    /// was written for this run**, and its lease is still held. The other ends of the batch
+    /// are not affected. Not a verdict on the lease: its holder ends it another way (the
+    /// [`Worker`](crate::Worker) counts a failed attempt).
+    #[error("run {run}'s effect failed and was rolled back; its lease was not ended: {reason}")]
+    EffectFailed {
+        /// The run.
+        run: RunId,
+        /// What the effect's error said.
+        reason: String,
+    },
     /// The input was refused before reaching the store; nothing changed.
     #[error(transparent)]
     InvalidInput(#[from] InvalidInput),
@@ -220,11 +232,15 @@ impl Error {
     }
 
     /// Whether this is the store's verdict on the lease or run itself (fenced out, ended, gone),
-    /// as opposed to a failure to reach a verdict ([`Error::Unavailable`], [`Error::Backend`]).
+    /// as opposed to a failure to reach a verdict ([`Error::Unavailable`], [`Error::Backend`])
+    /// or a failed [effect](Error::EffectFailed), which leaves the lease held.
     pub fn is_verdict(&self) -> bool {
         !matches!(
             self,
-            Error::Unavailable { .. } | Error::Backend { .. } | Error::Misconfigured { .. }
+            Error::Unavailable { .. }
+                | Error::Backend { .. }
+                | Error::Misconfigured { .. }
+                | Error::EffectFailed { .. }
         )
     }
 
@@ -290,6 +306,10 @@ impl Error {
                 run: run.clone(),
                 attempts: *attempts,
                 max: *max,
+            },
+            Error::EffectFailed { run, reason } => Error::EffectFailed {
+                run: run.clone(),
+                reason: reason.clone(),
             },
             Error::InvalidInput(e) => Error::InvalidInput(e.clone()),
             Error::Unavailable { backend, detail } => {
@@ -507,6 +527,13 @@ pub enum InvalidInput {
         value: String,
         /// The rule it breaks.
         rule: &'static str,
+    },
+    /// An [`Effect`](crate::Effect) the store cannot apply (another backend's), or effects
+    /// that do not match the ends they go with.
+    #[error("effects refused: {why}")]
+    Effects {
+        /// What is wrong.
+        why: &'static str,
     },
     /// A [`RunScope`](crate::RunScope) safety margin below [`min_margin`](crate::min_margin).
     #[error(

@@ -327,6 +327,24 @@ impl LeaseStore for FaultyStore {
         self.answer(fault, out).await
     }
 
+    fn takes_effect(&self, effect: &crate::Effect) -> bool {
+        self.inner.takes_effect(effect)
+    }
+
+    async fn end_many_with_effects(
+        &self,
+        ends: &[Ending],
+        effects: &[Option<crate::Effect>],
+    ) -> Result<Vec<Result<()>>> {
+        self.gate().await?;
+        let fault = self.reply_fault();
+        if fault == ReplyFault::Duplicate {
+            let _ = self.inner.end_many_with_effects(ends, effects).await;
+        }
+        let out = self.inner.end_many_with_effects(ends, effects).await;
+        self.answer(fault, out).await
+    }
+
     async fn create_many(&self, runs: &[RunId]) -> Result<Vec<Result<()>>> {
         self.gate().await?;
         let fault = self.reply_fault();

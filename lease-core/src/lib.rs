@@ -35,6 +35,7 @@
 
 mod attempt;
 pub mod backend;
+mod effect;
 mod error;
 mod fault;
 mod heartbeats;
@@ -55,6 +56,7 @@ mod wake_listener;
 mod worker;
 
 pub use attempt::{attempt_error, Attempt, AttemptOutcome, MAX_ATTEMPT_ERROR_BYTES, MAX_HISTORY};
+pub use effect::Effect;
 pub use error::{BoxError, Ended, Error, InvalidInput, Result};
 pub use fault::{Fault, FaultyStore, ReplyFault, FAULT_BACKEND};
 pub use heartbeats::{HeartbeatStats, Heartbeats, TickReport};

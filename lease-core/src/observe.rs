@@ -274,6 +274,7 @@ pub fn reason(e: &Error) -> &'static str {
         Error::FenceAhead { .. } => "fence_ahead",
         Error::FenceExhausted { .. } => "fence_exhausted",
         Error::AttemptsExhausted { .. } => "attempts_exhausted",
+        Error::EffectFailed { .. } => "effect_failed",
         Error::InvalidInput(_) => "invalid_input",
         Error::Unavailable { .. } => "unavailable",
         Error::Misconfigured { .. } => "misconfigured",
@@ -543,6 +544,27 @@ impl LeaseStore for Instrumented {
     async fn end_many(&self, ends: &[Ending]) -> Result<Vec<Result<()>>> {
         let s = on_items(span(self.backend, "end_many"), ends.len());
         let result = self.call("end_many", s, self.inner.end_many(ends)).await;
+        self.items(&result);
+        result
+    }
+
+    fn takes_effect(&self, effect: &crate::Effect) -> bool {
+        self.inner.takes_effect(effect)
+    }
+
+    async fn end_many_with_effects(
+        &self,
+        ends: &[Ending],
+        effects: &[Option<crate::Effect>],
+    ) -> Result<Vec<Result<()>>> {
+        let s = on_items(span(self.backend, "end_many_with_effects"), ends.len());
+        let result = self
+            .call(
+                "end_many_with_effects",
+                s,
+                self.inner.end_many_with_effects(ends, effects),
+            )
+            .await;
         self.items(&result);
         result
     }

@@ -657,6 +657,8 @@ impl RunScope {
             {
                 result = Ok(());
             }
+            // A definite answer that nothing was written (the lease still held).
+            Err(Error::EffectFailed { .. }) => {}
             Err(e) if !e.is_verdict() => *unanswered = wanted,
             _ => {}
         }

@@ -220,6 +220,38 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     /// [`InvalidInput::Unsupported`](crate::InvalidInput::Unsupported), never release instead.
     async fn end_many(&self, ends: &[Ending]) -> Result<Vec<Result<()>>>;
 
+    /// Whether [`end_many_with_effects`](LeaseStore::end_many_with_effects) applies `effect`
+    /// (it is this store's kind of [`Effect`](crate::Effect)). The default takes none.
+    fn takes_effect(&self, effect: &crate::Effect) -> bool {
+        let _ = effect;
+        false
+    }
+
+    /// [`end_many`](LeaseStore::end_many) where an item may carry an
+    /// [`Effect`](crate::Effect) (`effects[i]` goes with `ends[i]`), applied in the transaction
+    /// that commits its end: under the lease's fence check (an effect whose lease was lost is
+    /// never run; its item gets the verdict), in a savepoint of its own. An item's `Ok(())`
+    /// means its effect and its end committed together; an effect that failed was rolled back
+    /// alone and its item is [`Error::EffectFailed`](crate::Error::EffectFailed), nothing
+    /// written for it and its lease still held, while the other items commit.
+    ///
+    /// A retry after an unanswered call is recognised as for `end_many` (an applied item
+    /// answers [`Error::LeaseEnded`] under its own fence, its effect not run again).
+    ///
+    /// # Errors
+    /// As `end_many`; [`InvalidInput::Effects`](crate::InvalidInput::Effects) before any I/O
+    /// when the slices differ in length or an effect is not one this store
+    /// [takes](LeaseStore::takes_effect). The default takes none: a call with an effect is
+    /// refused so, one without is an `end_many`.
+    async fn end_many_with_effects(
+        &self,
+        ends: &[Ending],
+        effects: &[Option<crate::Effect>],
+    ) -> Result<Vec<Result<()>>> {
+        crate::backend::check_effects(self, ends, effects)?;
+        self.end_many(ends).await
+    }
+
     /// Creates up to [`MAX_BATCH`](crate::MAX_BATCH) runs in one round trip, each as
     /// [`create`](LeaseStore::create) would, with one result per id, in order
     /// ([`Error::AlreadyExists`] for an id that exists, including the second copy of an id

@@ -3,6 +3,7 @@
 mod batch;
 mod config;
 mod durable;
+mod effect;
 mod error;
 #[cfg(test)]
 mod fuzz_url;
@@ -13,6 +14,7 @@ mod transaction;
 mod wake;
 
 pub use config::{PostgresConfig, DEFAULT_SCHEMA};
+pub use effect::{EffectFuture, PgEffect, MAX_EFFECTS_PER_TRANSACTION};
 pub use store::{migrator, PostgresLeaseStore};
 pub use transaction::FencedTransaction;
 

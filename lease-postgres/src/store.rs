@@ -110,6 +110,7 @@ pub(crate) struct Queries {
     cancel: String,
     list: String,
     pub(crate) lock_run: String,
+    pub(crate) lock_many: String,
     create_schema: String,
     set_search_path: String,
     migrate_lock: String,
@@ -149,6 +150,7 @@ impl Queries {
             cancel: q(include_str!("../sql/cancel.sql")),
             list: q(include_str!("../sql/list.sql")),
             lock_run: q(include_str!("../sql/lock_run.sql")),
+            lock_many: q(include_str!("../sql/lock_many.sql")),
             create_schema: q(include_str!("../sql/create_schema.sql")),
             set_search_path: q(include_str!("../sql/set_search_path.sql")),
             migrate_lock: q(include_str!("../sql/migrate_lock.sql")),
@@ -1330,6 +1332,18 @@ impl LeaseStore for PostgresLeaseStore {
             return Ok(Vec::new());
         }
         call!(self, |conn| self.end_batch(conn, ends).await)
+    }
+
+    fn takes_effect(&self, effect: &lease_core::Effect) -> bool {
+        effect.is::<crate::PgEffect>()
+    }
+
+    async fn end_many_with_effects(
+        &self,
+        ends: &[Ending],
+        effects: &[Option<lease_core::Effect>],
+    ) -> Result<Vec<Result<()>>> {
+        self.end_with_effects(ends, effects).await
     }
 
     async fn create_many(&self, runs: &[RunId]) -> Result<Vec<Result<()>>> {

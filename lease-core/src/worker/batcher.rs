@@ -27,6 +27,7 @@ use super::context::{bump, Counters, EndReport, Observer};
 use crate::error::{Error, Result};
 use crate::store::LeaseStore;
 use crate::types::{End, Ending, MAX_BATCH_PAYLOAD_BYTES};
+use crate::Effect;
 
 /// The least time one attempt is given, whatever its ends' deadlines: a store's own call
 /// timeout usually ends it sooner.
@@ -35,6 +36,8 @@ const LAST_ATTEMPT: std::time::Duration = std::time::Duration::from_secs(1);
 /// An end waiting for its batch.
 pub(super) struct Pending {
     ending: Ending,
+    /// Applied in the transaction that commits the end ([`LeaseStore::end_many_with_effects`]).
+    effect: Option<Effect>,
     by_handler: bool,
     queued: Instant,
     /// When to stop retrying it: its lease's local deadline.
@@ -58,16 +61,18 @@ impl Pending {
     }
 }
 
-/// Queues `ending` and waits for its verdict; retried (when unanswered) until `give_up_at`.
+/// Queues `ending` (with its effect) and waits for its verdict; retried (when unanswered) until `give_up_at`.
 pub(super) async fn submit(
     ends: &mpsc::UnboundedSender<Pending>,
     ending: Ending,
+    effect: Option<Effect>,
     by_handler: bool,
     give_up_at: Instant,
 ) -> Result<()> {
     let (reply, answer) = oneshot::channel();
     let pending = Pending {
         ending,
+        effect,
         by_handler,
         queued: Instant::now(),
         give_up_at,
@@ -368,7 +373,17 @@ async fn flush_writes(b: &Shared, mut batch: Vec<Pending>) -> Vec<Pending> {
         // Every end gets an attempt, even one whose deadline passed while it waited.
         _ => now + LAST_ATTEMPT,
     };
-    let call = tokio::time::timeout_at(latest, b.store.end_many(&ends));
+    // Effects ride along when there are any; they are kept for a retry (an effect runs again
+    // only in a new transaction, after the first one rolled back or was found committed).
+    let effects: Vec<Option<Effect>> = batch.iter().map(|p| p.effect.clone()).collect();
+    let with_effects = effects.iter().any(Option::is_some);
+    let call = tokio::time::timeout_at(latest, async {
+        if with_effects {
+            b.store.end_many_with_effects(&ends, &effects).await
+        } else {
+            b.store.end_many(&ends).await
+        }
+    });
     let answer = tokio::select! {
         answer = call => answer.unwrap_or_else(|_| {
             Err(Error::unavailable("worker", "end_many did not answer before the leases' deadlines"))
@@ -439,6 +454,12 @@ async fn flush_writes(b: &Shared, mut batch: Vec<Pending>) -> Vec<Pending> {
 
 /// Counts, reports and answers one end the store decided.
 fn decided(b: &Shared, p: Pending, result: Result<()>) {
+    if let Err(Error::EffectFailed { .. }) = &result {
+        // Nothing was written and the lease is still held: the job ends it as a failed
+        // attempt, which is what gets counted and reported.
+        let _ = p.reply.send(result);
+        return;
+    }
     let c = &b.counters;
     let outcome = match &result {
         Ok(()) => "committed",
@@ -495,6 +516,7 @@ mod tests {
         .unwrap();
         Pending {
             ending: Ending::new(lease, end),
+            effect: None,
             by_handler: true,
             queued: Instant::now(),
             give_up_at: Instant::now(),

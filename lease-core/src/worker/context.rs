@@ -26,6 +26,8 @@ pub struct RunContext {
     pub(super) token: CancellationToken,
     /// The run's payload, as the claim read it.
     pub(super) payload: Option<Arc<[u8]>>,
+    /// The effect to commit with the end ([`RunContext::set_effect`]), shared by the clones.
+    pub(super) effect: Arc<std::sync::Mutex<Option<crate::Effect>>>,
 }
 
 impl RunContext {
@@ -103,6 +105,38 @@ impl RunContext {
     /// As [`LeaseStore::append`].
     pub async fn append(&self, payload: &[u8]) -> Result<JournalEntry> {
         self.scope.append(payload).await
+    }
+
+    /// Hands the worker `effect` to run **in the transaction that ends this run's lease**, with
+    /// the ends of other jobs: the effect and the end the handler returns commit together or
+    /// not at all, at the cost of a savepoint rather than a transaction of its own. The store
+    /// runs it under the lease's fence (never after the lease was lost), so an effect written
+    /// this way is committed once. See [`Effect`](crate::Effect); the Postgres adapter builds
+    /// them (`PgEffect`).
+    ///
+    /// If the effect fails when the batch runs it, it is rolled back alone and the attempt
+    /// counts as failed (retried under the [`RetryPolicy`](crate::RetryPolicy), failed at the
+    /// last), while the other jobs of the batch commit. The effect goes with whatever end the
+    /// handler returns ([`End::Complete`] usually), but not with [`End::Committed`] (the
+    /// handler ended the lease itself: the effect is dropped, with a warning), nor when the
+    /// handler fails or panics (the attempt failed: nothing of it commits). A second call
+    /// replaces the first.
+    ///
+    /// # Errors
+    /// [`InvalidInput::Effects`](crate::InvalidInput::Effects) when the worker's store cannot
+    /// apply this effect (another backend's, or a store without effects), before anything
+    /// runs: return it with `?` and the attempt fails with that reason.
+    pub fn set_effect(&self, effect: impl Into<crate::Effect>) -> Result<()> {
+        let effect = effect.into();
+        if !self.store().takes_effect(&effect) {
+            return Err(crate::InvalidInput::Effects {
+                why: "the worker's store cannot apply this effect (built for another backend, or \
+                      the store has no effects)",
+            }
+            .into());
+        }
+        *self.effect.lock().unwrap_or_else(|e| e.into_inner()) = Some(effect);
+        Ok(())
     }
 
     /// The store, for an adapter's own fenced writes (present [`RunContext::lease`]).

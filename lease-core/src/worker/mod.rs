@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::error::{InvalidInput, Result};
+use crate::error::{Error, InvalidInput, Result};
 use crate::heartbeats::Heartbeats;
 use crate::id::WorkerId;
 use crate::kind::Kind;
@@ -425,7 +425,7 @@ impl Worker {
                         tracing::error!(run = %lease.run(), error = %e, "cannot drive lease");
                         let end = Ending::new(lease, End::Release);
                         let give_up_at = sent + self.config.ttl.as_duration();
-                        let _ = submit(&ends_tx, end, false, give_up_at).await;
+                        let _ = submit(&ends_tx, end, None, false, give_up_at).await;
                         continue;
                     }
                 };
@@ -482,7 +482,7 @@ impl Worker {
                             let ends = ends_tx.clone();
                             let give_up_at = Instant::now() + self.config.ttl.as_duration();
                             tokio::spawn(async move {
-                                let _ = submit(&ends, Ending::new(lease, End::Release), false, give_up_at).await;
+                                let _ = submit(&ends, Ending::new(lease, End::Release), None, false, give_up_at).await;
                             });
                         }
                     }
@@ -608,6 +608,8 @@ async fn job(job: Job) {
     let run = scope.run().clone();
     let lease = scope.lease();
     let (fence, attempt) = (lease.fence(), lease.attempt());
+    // The effect the handler handed in (`RunContext::set_effect`), if it ran.
+    let mut effect_slot = None;
     let (end, by_handler) = if let Some(max) = retry.max_attempts().filter(|max| attempt > *max) {
         // Claimed past the budget: every earlier attempt failed, timed out or vanished (a
         // crash leaves no end behind, only a count). Never run it again.
@@ -631,7 +633,9 @@ async fn job(job: Job) {
             payload: scope.lease().payload_shared(),
             scope: scope.clone(),
             token: token.clone(),
+            effect: Arc::default(),
         };
+        effect_slot = Some(ctx.effect.clone());
         let started = Instant::now();
         metrics::gauge!(observe::WORKER_IN_FLIGHT).increment(1.0);
         let mut task = tokio::spawn(handler.call(ctx).instrument(tracing::Span::current()));
@@ -769,6 +773,19 @@ async fn job(job: Job) {
         }
     };
     drop(_slot);
+    let effect = effect_slot.and_then(|slot| slot.lock().unwrap_or_else(|e| e.into_inner()).take());
+    let effect = match effect {
+        // The attempt failed (or was cut short): nothing of it commits.
+        Some(_) if !by_handler => {
+            tracing::debug!("dropping the effect of an attempt that failed");
+            None
+        }
+        Some(_) if matches!(end, End::Committed(_)) => {
+            tracing::warn!("the handler set an effect and ended its lease itself (End::Committed); the effect is dropped");
+            None
+        }
+        other => other,
+    };
     if let Some(CancelReason::Rejected(e)) = scope.cancel_reason().map(|(_, r)| r) {
         // The store already said the lease is gone; an end would only be refused again. Not
         // for an end the handler committed itself: a renewal that met it ("ended under your
@@ -779,21 +796,43 @@ async fn job(job: Job) {
             return;
         }
     }
-    let how = match end.state() {
+    // Retried until the lease's local deadline: before it, nobody (this worker included)
+    // can claim the run again.
+    let give_up_at = scope.deadline();
+    let ended = scope
+        .end_with(reason_of(&end), |lease| {
+            submit(&ends, Ending::new(lease, end), effect, by_handler, give_up_at)
+        })
+        .await;
+    if let Err(Error::EffectFailed { reason, .. }) = ended {
+        // Rolled back alone, nothing written, the lease still held: a failed attempt.
+        bump(&counters.handler_errors);
+        let end = after_failure(&retry, attempt, &format!("effect failed: {reason}"));
+        let then = if matches!(end, End::Fail(_)) {
+            "fail"
+        } else {
+            "retry"
+        };
+        metrics::counter!(observe::WORKER_HANDLER_ERRORS, "outcome" => "effect", "then" => then)
+            .increment(1);
+        tracing::warn!(error = %reason, then = ?end, "effect failed and was rolled back");
+        let _ = scope
+            .end_with(reason_of(&end), |lease| {
+                submit(&ends, Ending::new(lease, end), None, false, give_up_at)
+            })
+            .await;
+    }
+}
+
+/// How a scope ends when `end` commits.
+fn reason_of(end: &End) -> CancelReason {
+    match end.state() {
         crate::RunState::Completed => CancelReason::Completed,
         crate::RunState::Suspended => CancelReason::Suspended,
         crate::RunState::Runnable => CancelReason::Released,
         crate::RunState::Failed => CancelReason::Failed,
         crate::RunState::Cancelled => CancelReason::Cancelled,
-    };
-    // Retried until the lease's local deadline: before it, nobody (this worker included)
-    // can claim the run again.
-    let give_up_at = scope.deadline();
-    let _ = scope
-        .end_with(how, |lease| {
-            submit(&ends, Ending::new(lease, end), by_handler, give_up_at)
-        })
-        .await;
+    }
 }
 
 /// Completes at `deadline`, or never without one.
