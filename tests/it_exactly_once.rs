@@ -7,6 +7,9 @@
 //! - **one transaction** (Postgres: the effect, `fence_in` and `end_in` in the caller's
 //!   transaction; Redis: one fenced script that writes the effect and completes the run):
 //!   exactly one row per run, under the fence its completion was written under;
+//! - **group-committed** (Postgres: the effect handed to the Worker as a `PgEffect`, run in a
+//!   savepoint of the batch transaction that completes the run with others): exactly one row
+//!   per run, under its completion's fence, as for one transaction;
 //! - **two commits** (the effect in a fenced transaction or fenced script, the completion
 //!   after it, as before this existed): the same schedule leaves runs with two rows, and the
 //!   test asserts it sees some, so it is known to detect a double effect.
@@ -22,7 +25,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use distribution::postgres::{sqlx, PostgresConfig, PostgresLeaseStore};
+use distribution::postgres::{sqlx, PgEffect, PostgresConfig, PostgresLeaseStore};
 use distribution::redis::{FencedScript, RedisConfig, RedisLeaseStore};
 use distribution::{
     CancellationToken, End, Ended, LeaseStore, RunContext, RunId, RunState, Ttl, Worker,
@@ -80,6 +83,8 @@ enum Backend {
 enum Mode {
     /// The effect and the completion in one transaction (or one script).
     One,
+    /// The effect in the Worker's batch transaction, with the completion (Postgres).
+    Batch,
     /// The effect, then the completion: two commits.
     Two,
 }
@@ -88,6 +93,7 @@ impl Mode {
     fn name(self) -> &'static str {
         match self {
             Mode::One => "one",
+            Mode::Batch => "batch",
             Mode::Two => "two",
         }
     }
@@ -107,6 +113,7 @@ async fn exactly_once_worker_child() {
         return; // run by hand: not a child
     };
     let one = mode == "one";
+    let batch = mode == "batch";
     let config = WorkerConfig::new(Ttl::from_millis(TTL_MS).unwrap())
         .with_concurrency(4)
         .with_poll_interval(Duration::from_millis(10))
@@ -132,7 +139,23 @@ async fn exactly_once_worker_child() {
             async move {
                 let lease = ctx.lease();
                 jitter(30).await;
-                if one {
+                if batch {
+                    let (insert, run) = (insert.clone(), lease.run().to_string());
+                    let fence = lease.fence().get() as i64;
+                    ctx.set_effect(PgEffect::new(move |conn| {
+                        let (insert, run) = (insert.clone(), run.clone());
+                        Box::pin(async move {
+                            sqlx::query(&insert)
+                                .bind(run)
+                                .bind(fence)
+                                .execute(&mut *conn)
+                                .await?;
+                            Ok(())
+                        })
+                    }))?;
+                    jitter(20).await;
+                    Ok(End::Complete)
+                } else if one {
                     let mut tx = store.pool().begin().await?;
                     store.fence_in(&mut tx, &lease).await?;
                     sqlx::query(&insert)
@@ -410,6 +433,22 @@ async fn schedule(backend: Backend, mode: Mode, url: &str, rng: &mut Rng) -> Out
     }
 }
 
+/// Every completed run of `outcome` holds its effect exactly once, under its completion's fence.
+fn exactly_once(outcome: &Outcome, mode: &str) {
+    for (run, fence) in &outcome.completed_at {
+        let rows = outcome
+            .effects
+            .get(run)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        assert_eq!(
+            rows,
+            [*fence],
+            "{mode}: run {run}: the effect must be there exactly once, under its completion's fence"
+        );
+    }
+}
+
 async fn both_modes(backend: Backend, url: &str) {
     let mut rng = Rng::seeded();
     let seed = rng.0;
@@ -432,15 +471,20 @@ async fn both_modes(backend: Backend, url: &str) {
         one.runs, one.kills, one.took, two.runs, two.kills, two.took
     );
     assert!(one.kills >= MIN_KILLS && two.kills >= MIN_KILLS);
-    for (run, fence) in &one.completed_at {
-        let rows = one.effects.get(run).map(Vec::as_slice).unwrap_or_default();
-        assert_eq!(
-            rows,
-            [*fence],
-            "run {run}: the effect must be there exactly once, under its completion's fence"
-        );
-    }
+    exactly_once(&one, "one transaction");
     assert_eq!(max_rows, 1);
+    if backend == Backend::Postgres {
+        let batch = schedule(backend, Mode::Batch, url, &mut rng).await;
+        println!(
+            "exactly-once: {name} runs={} kills={} group-committed effects: max rows per run {}",
+            batch.runs,
+            batch.kills,
+            batch.effects.values().map(Vec::len).max().unwrap_or(0)
+        );
+        eprintln!("  (group-committed: {:?})", batch.took);
+        assert!(batch.kills >= MIN_KILLS);
+        exactly_once(&batch, "group-committed");
+    }
     for run in two.completed_at.keys() {
         assert!(
             two.effects.get(run).is_some_and(|e| !e.is_empty()),

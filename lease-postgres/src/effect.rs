@@ -121,14 +121,13 @@ impl PostgresLeaseStore {
             .zip(effects.chunks(MAX_EFFECTS_PER_TRANSACTION))
         {
             let limit = self.route.call_timeout;
-            let answer = match tokio::time::timeout(limit, self.effects_transaction(ends, effects))
-                .await
-            {
-                Ok(answer) => answer,
-                // The transaction is dropped with the future: rolled back, unless its commit
-                // was already on its way (then a retry finds its leases ended).
-                Err(_) => Err(self.timed_out(limit).into()),
-            };
+            let answer =
+                match tokio::time::timeout(limit, self.effects_transaction(ends, effects)).await {
+                    Ok(answer) => answer,
+                    // The transaction is dropped with the future: rolled back, unless its commit
+                    // was already on its way (then a retry finds its leases ended).
+                    Err(_) => Err(self.timed_out(limit).into()),
+                };
             match answer {
                 Ok(verdicts) => results.extend(verdicts),
                 Err(e) if chunks == 1 => return Err(e),

@@ -801,7 +801,13 @@ async fn job(job: Job) {
     let give_up_at = scope.deadline();
     let ended = scope
         .end_with(reason_of(&end), |lease| {
-            submit(&ends, Ending::new(lease, end), effect, by_handler, give_up_at)
+            submit(
+                &ends,
+                Ending::new(lease, end),
+                effect,
+                by_handler,
+                give_up_at,
+            )
         })
         .await;
     if let Err(Error::EffectFailed { reason, .. }) = ended {
