@@ -11,7 +11,7 @@ pub use config::{
 // rules) stay in `lease_core::backend`.
 pub use lease_core::{
     attempt_error, min_margin, observe, redact_url, sanitize_reason, Attempt, AttemptOutcome,
-    BoxError, CancelReason, CancellationToken, End, EndReport, Ended, Ending, Error, Fence,
+    BoxError, CancelReason, CancellationToken, Effect, End, EndReport, Ended, Ending, Error, Fence,
     Handler, HandlerFuture, HeartbeatStats, Heartbeats, IdempotencyKey, Instrumented, InvalidInput,
     JournalEntry, Kind, KindCounts, Kinds, Lease, LeaseStore, LeaseStoreExt, ListFilter,
     MemoryLeaseStore, MemoryTransaction, NewRun, Purger, PurgerReport, Result, RetryPolicy,
