@@ -18,7 +18,9 @@ use tokio::time::Instant;
 use crate::Failure;
 
 mod best;
+mod effects;
 mod extra;
+mod limit;
 mod pickup;
 mod raw;
 mod sweep;
@@ -119,6 +121,9 @@ pub(crate) enum Part {
     /// Create → handler latency and idle load of 1 and 16 idle workers, wake-ups against
     /// polling.
     Pickup,
+    /// Exactly-once effects (Postgres, durable server): the journaled effect, the effect in
+    /// the handler's own transaction, and the group-committed `PgEffect`, at each worker count.
+    Effects,
 }
 
 /// Why the benchmark stopped.
@@ -505,7 +510,8 @@ pub(crate) async fn run(config: &Config, args: BenchArgs) -> Result<(), Failure>
             eprintln!("bench: {backend} table-size sweep {sizes:?}, {held} held");
             extras.push(sweep::sweep(target, &sizes, held, args.quick).await?);
         }
-        if args.parts.contains(&Part::Worker) {
+        let effects_here = args.parts.contains(&Part::Effects) && target.kind == Kind::Postgres;
+        if args.parts.contains(&Part::Worker) || effects_here {
             // Durable servers for the worker rows: a private Postgres with fsync and
             // synchronous_commit on (the shared fixture runs with them off), the Redis fixture
             // as it is (appendonly yes, appendfsync always). A --store server is used as is and
@@ -532,20 +538,26 @@ pub(crate) async fn run(config: &Config, args: BenchArgs) -> Result<(), Failure>
             let jobs = args
                 .worker_jobs
                 .unwrap_or(if args.quick { 5_000 } else { 20_000 });
-            eprintln!("bench: {backend} Worker runtime, {jobs} jobs");
-            extras.push(
-                worker::throughput(
-                    target,
-                    jobs,
-                    &args.worker_counts,
-                    args.worker_payload,
-                    args.worker_kinds,
-                    args.quick,
-                )
-                .await?,
-            );
-            eprintln!("bench: {backend} Worker graceful handover");
-            extras.push(worker::handover(target, args.handover_runs).await?);
+            if effects_here {
+                eprintln!("bench: {backend} exactly-once effects, {jobs} jobs");
+                extras.push(effects::effects(target, jobs, &args.worker_counts).await?);
+            }
+            if args.parts.contains(&Part::Worker) {
+                eprintln!("bench: {backend} Worker runtime, {jobs} jobs");
+                extras.push(
+                    worker::throughput(
+                        target,
+                        jobs,
+                        &args.worker_counts,
+                        args.worker_payload,
+                        args.worker_kinds,
+                        args.quick,
+                    )
+                    .await?,
+                );
+                eprintln!("bench: {backend} Worker graceful handover");
+                extras.push(worker::handover(target, args.handover_runs).await?);
+            }
             // The durable server (if one was started) stops here.
             drop(durable);
         }
@@ -621,6 +633,7 @@ fn describe(v: &Value) -> String {
         Some("sweep") => sweep::describe(v),
         Some("worker" | "handover") => worker::describe(v),
         Some("pickup") => pickup::describe(v),
+        Some("effects") => effects::describe(v),
         _ => extra::describe(v),
     }
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use lease_core::backend::{check_effects, fenced_verdict};
 use lease_core::{BoxError, Effect, Ending, Error, LeaseStore, Result};
 use sqlx::postgres::PgRow;
-use sqlx::{Connection, PgConnection};
+use sqlx::PgConnection;
 
 use crate::batch::end_verdicts;
 use crate::durable::Waiter;
@@ -25,6 +25,10 @@ pub const MAX_EFFECTS_PER_TRANSACTION: usize = 64;
 
 /// The future a [`PgEffect`] returns.
 pub type EffectFuture<'c> = Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send + 'c>>;
+
+/// Each effect's savepoint, and the undoing of a failed one.
+const SAVEPOINT: &str = "SAVEPOINT lease_effect";
+const ROLLBACK_TO: &str = "ROLLBACK TO SAVEPOINT lease_effect";
 
 type EffectFn = dyn for<'c> Fn(&'c mut PgConnection) -> EffectFuture<'c> + Send + Sync;
 
@@ -202,12 +206,21 @@ impl PostgresLeaseStore {
             let effect = effect
                 .downcast::<PgEffect>()
                 .ok_or_else(|| PgError::Failed("an effect of another backend".to_owned()))?;
-            let mut savepoint = (&mut *tx).begin().await.map_err(fail)?;
-            match (effect.run)(&mut savepoint).await {
-                Ok(()) => savepoint.commit().await.map_err(fail)?,
+            // One round trip per effect: savepoints are never released (a released one that
+            // wrote keeps its subtransaction id all the same), so they nest, and a rollback to
+            // the latest of the name undoes exactly this effect.
+            sqlx::query(SAVEPOINT)
+                .execute(&mut *tx)
+                .await
+                .map_err(fail)?;
+            match (effect.run)(&mut tx).await {
+                Ok(()) => {}
                 Err(e) => {
                     // If the connection broke, this fails and so does the whole transaction.
-                    savepoint.rollback().await.map_err(fail)?;
+                    sqlx::query(ROLLBACK_TO)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(fail)?;
                     tracing::debug!(run = %ending.lease.run(), error = %e, "effect failed; rolled back to its savepoint");
                     *verdict = Some(Err(Error::EffectFailed {
                         run: ending.lease.run().clone(),

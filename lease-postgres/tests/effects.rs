@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use lease_conformance::fixtures::{postgres_url, unique_namespace};
 use lease_core::{
-    BoxError, CancellationToken, Effect, End, Ended, Ending, Error, InvalidInput, Lease,
-    LeaseStore, MemoryLeaseStore, RetryPolicy, RunContext, RunId, RunState, Ttl, Worker,
-    WorkerConfig, WorkerId,
+    BoxError, CancellationToken, Effect, End, Ended, Ending, Error, FaultyStore, InvalidInput,
+    Lease, LeaseStore, MemoryLeaseStore, ReplyFault, RetryPolicy, RunContext, RunId, RunState, Ttl,
+    Worker, WorkerConfig, WorkerId,
 };
 use lease_postgres::{sqlx, PgEffect, PostgresConfig, PostgresLeaseStore};
 
@@ -85,11 +85,12 @@ async fn claimed(store: &PostgresLeaseStore, run: &str) -> Lease {
 async fn a_failing_effect_rolls_back_alone_and_its_lease_stays_held() {
     let Some(store) = store().await else { return };
     let calls = Arc::new(AtomicUsize::new(0));
-    let (a, b, c, d) = (
+    let (a, b, c, d, e) = (
         claimed(&store, "a").await,
         claimed(&store, "b").await,
         claimed(&store, "c").await,
         claimed(&store, "d").await,
+        claimed(&store, "e").await,
     );
     // c's insert meets a row already there: a statement error, which aborts the transaction
     // unless the savepoint rescues it.
@@ -113,7 +114,7 @@ async fn a_failing_effect_rolls_back_alone_and_its_lease_stays_held() {
         })
     })
     .into();
-    let ends: Vec<Ending> = [&a, &b, &c, &d]
+    let ends: Vec<Ending> = [&a, &b, &c, &d, &e]
         .iter()
         .map(|l| Ending::new((*l).clone(), End::Complete))
         .collect();
@@ -122,6 +123,8 @@ async fn a_failing_effect_rolls_back_alone_and_its_lease_stays_held() {
         None,
         Some(insert(&store, &c, &calls)),
         Some(d_effect),
+        // After two failures, an effect that succeeds: only the failed ones are undone.
+        Some(insert(&store, &e, &calls)),
     ];
     let results = store
         .end_many_with_effects(&ends, &effects)
@@ -129,6 +132,7 @@ async fn a_failing_effect_rolls_back_alone_and_its_lease_stays_held() {
         .expect("the batch is decided");
     assert!(results[0].is_ok(), "{:?}", results[0]);
     assert!(results[1].is_ok(), "{:?}", results[1]);
+    assert!(results[4].is_ok(), "{:?}", results[4]);
     match &results[2] {
         Err(Error::EffectFailed { run, reason }) => {
             assert_eq!(run.as_str(), "c");
@@ -145,10 +149,18 @@ async fn a_failing_effect_rolls_back_alone_and_its_lease_stays_held() {
     }
     assert_eq!(
         payments(&store).await,
-        [("a".to_owned(), 1), ("c".to_owned(), 999)],
-        "a's effect committed, c's and d's rolled back to their savepoints"
+        [
+            ("a".to_owned(), 1),
+            ("c".to_owned(), 999),
+            ("e".to_owned(), 1)
+        ],
+        "a's and e's effects committed, c's and d's rolled back to their savepoints"
     );
-    for (run, state) in [("a", RunState::Completed), ("b", RunState::Completed)] {
+    for (run, state) in [
+        ("a", RunState::Completed),
+        ("b", RunState::Completed),
+        ("e", RunState::Completed),
+    ] {
         assert_eq!(store.inspect(&id(run)).await.unwrap().state, state, "{run}");
     }
     for lease in [&c, &d] {
@@ -422,4 +434,71 @@ async fn a_store_without_effects_fails_the_attempt_that_sets_one() {
     assert_eq!((report.completed, report.handler_errors), (0, 1));
     let why = record.failure.unwrap_or_default();
     assert!(why.contains("cannot apply this effect"), "{why}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_applied_but_unanswered_is_recognised_and_its_effect_runs_once() {
+    let Some(store) = store().await else { return };
+    let store = Arc::new(store);
+    let faulty = Arc::new(FaultyStore::new(store.clone()));
+    store.create(&id("once")).await.unwrap();
+    let sql = format!(
+        "INSERT INTO \"{}\".payments (run_id, fence) VALUES ($1, $2)",
+        store.schema()
+    );
+    let calls = Arc::new(AtomicUsize::new(0));
+    let config = WorkerConfig::new(Ttl::from_secs(30).unwrap()).with_concurrency(1);
+    let worker = Worker::new(faulty.clone(), WorkerId::new("w").unwrap(), config).unwrap();
+    let shutdown = CancellationToken::new();
+    let handler = {
+        let (faulty, calls) = (faulty.clone(), calls.clone());
+        move |ctx: RunContext| {
+            let (faulty, calls, sql) = (faulty.clone(), calls.clone(), sql.clone());
+            async move {
+                let (run, fence) = (ctx.run().to_string(), ctx.fence().get() as i64);
+                let switch = faulty.clone();
+                ctx.set_effect(PgEffect::new(move |conn| {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    // The call running this lost its reply already (chosen before it ran);
+                    // the next one, the batcher's retry, gets its answer.
+                    switch.set_reply(ReplyFault::Pass);
+                    let (sql, run) = (sql.clone(), run.clone());
+                    Box::pin(async move {
+                        sqlx::query(&sql)
+                            .bind(run)
+                            .bind(fence)
+                            .execute(&mut *conn)
+                            .await?;
+                        Ok(())
+                    })
+                }))?;
+                // The batch that carries this end is applied, and its caller told Unavailable.
+                faulty.set_reply(ReplyFault::Error);
+                Ok::<_, BoxError>(End::Complete)
+            }
+        }
+    };
+    let run = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { worker.run(handler, shutdown).await }
+    });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while store.inspect(&id("once")).await.unwrap().state != RunState::Completed {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not completed in 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Let the worker count the end, then stop it.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    shutdown.cancel();
+    let report = run.await.unwrap().unwrap();
+    assert_eq!(
+        (report.completed, report.refused, report.failed),
+        (1, 0, 0),
+        "the retry's LeaseEnded under the same fence is the first call's commit: {report:?}"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the effect ran once");
+    assert_eq!(payments(&store).await, [("once".to_owned(), 1)]);
 }

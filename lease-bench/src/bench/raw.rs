@@ -19,6 +19,7 @@ const LAGGING_MOVED_PER_CLAIM: i64 = 256;
 pub(crate) struct PgSql {
     claim: String,
     claim_next: String,
+    end_many: String,
     renew: String,
     renew_many: String,
     append: String,
@@ -33,6 +34,7 @@ impl PgSql {
         PgSql {
             claim: q(include_str!("../../../lease-postgres/sql/claim.sql")),
             claim_next: q(include_str!("../../../lease-postgres/sql/claim_next.sql")),
+            end_many: q(include_str!("../../../lease-postgres/sql/end_many.sql")),
             renew: q(include_str!("../../../lease-postgres/sql/renew.sql")),
             renew_many: q(include_str!("../../../lease-postgres/sql/renew_many.sql")),
             append: q(include_str!("../../../lease-postgres/sql/append.sql")),
@@ -59,6 +61,7 @@ pub(crate) struct RedisScripts {
     create: Script,
     claim: Script,
     claim_next: Script,
+    end_many: Script,
     renew: Script,
     fenced: Script,
 }
@@ -69,6 +72,7 @@ impl RedisScripts {
             create: lua!("create.lua"),
             claim: lua!("claim.lua"),
             claim_next: lua!("claim_next.lua"),
+            end_many: lua!("end_many.lua"),
             renew: lua!("renew.lua"),
             fenced: lua!("fenced.lua"),
         }
@@ -295,7 +299,8 @@ impl Raw {
                 let mut call = scripts.claim_next.key(format!("{tag}:runs"));
                 call.key(format!("{tag}:claimable"))
                     .key(format!("{tag}:attempts"))
-                    .key(format!("{tag}:payload"));
+                    .key(format!("{tag}:payload"))
+                    .key(format!("{tag}:hist"));
                 // The default kind's indexes at priorities 1 to 9.
                 for priority in 1..=9 {
                     call.key(format!("{tag}:claimable:p{priority}"));
@@ -307,15 +312,105 @@ impl Raw {
                     .arg(CLAIM_NEXT_SCAN)
                     .invoke_async(&mut conn.clone())
                     .await?;
-                // A flag (more to examine), then id, fence, expiry, attempts, payload, priority
-                // per run.
+                // A flag (more to examine), then id, fence, expiry, attempts, payload, priority,
+                // waited per run.
                 let items = items(reply)?;
                 items
                     .get(1..)
                     .unwrap_or_default()
-                    .chunks(6)
+                    .chunks(7)
                     .map(|t| Ok((unhex(text(&t[0])?)?, int(&t[1])?)))
                     .collect()
+            }
+        }
+    }
+
+    /// `end_many.sql` / `end_many.lua`: completes every `(run, fence)` lease with its
+    /// `payload` journaled (`complete-with`), in one statement or script call; fails unless
+    /// each was ended.
+    pub(crate) async fn complete_many(
+        &self,
+        leases: &[(String, u64, Vec<u8>)],
+    ) -> Result<(), BenchError> {
+        if leases.is_empty() {
+            return Ok(());
+        }
+        match self {
+            Raw::Pg { pool, sql, .. } => {
+                let n = leases.len();
+                let runs: Vec<&str> = leases.iter().map(|l| l.0.as_str()).collect();
+                let fences: Vec<i64> = leases.iter().map(|l| l.1 as i64).collect();
+                let payloads: Vec<Option<&[u8]>> =
+                    leases.iter().map(|l| Some(l.2.as_slice())).collect();
+                let rows = sqlx::query(&sql.end_many)
+                    .bind(runs)
+                    .bind(fences)
+                    .bind(vec!["completed"; n])
+                    .bind(payloads)
+                    .bind(vec![0_i64; n])
+                    .bind(vec![None::<&str>; n])
+                    .bind(vec![false; n])
+                    .bind(vec!["completed"; n])
+                    .bind(vec![None::<&str>; n])
+                    .fetch_all(pool)
+                    .await?;
+                let ended = rows
+                    .iter()
+                    .map(|row| row.try_get::<bool, _>("ended"))
+                    .collect::<Result<Vec<bool>, _>>()?;
+                if ended.len() != n || ended.iter().any(|e| !e) {
+                    return Err(BenchError::wrong(format!(
+                        "raw end_many ended {} of {n} leases",
+                        ended.iter().filter(|e| **e).count()
+                    )));
+                }
+                Ok(())
+            }
+            Raw::Redis { conn, tag, scripts } => {
+                static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                let id = format!(
+                    "raw-many-{}-{}",
+                    std::process::id(),
+                    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                );
+                let mut call = scripts.end_many.key(format!("{tag}:runs"));
+                call.key(format!("{tag}:claimable"))
+                    .key(format!("{tag}:c:{id}"))
+                    .key(format!("{tag}:failed"))
+                    .key(format!("{tag}:ended"))
+                    .key(format!("{tag}:delayed"))
+                    .key(format!("{tag}:suspended"))
+                    .key(format!("{tag}:attempts"))
+                    .key(format!("{tag}:kind"))
+                    .key(format!("{tag}:hist"))
+                    .arg(60_000);
+                for (run, fence, payload) in leases {
+                    let run = hex(run);
+                    call.key(format!("{tag}:k:{run}"))
+                        .key(format!("{tag}:j:{run}"))
+                        .key(format!("{tag}:claimable"))
+                        .arg("complete-with")
+                        .arg(&run)
+                        .arg(*fence)
+                        .arg(payload.as_slice())
+                        .arg("");
+                }
+                let reply: Value = call.invoke_async(&mut conn.clone()).await?;
+                let items = items(reply)?;
+                let done = items
+                    .into_iter()
+                    .filter(|item| {
+                        matches!(item, Value::Array(parts)
+                            if parts.first().and_then(|p| text(p).ok()) == Some(b"ok".as_slice()))
+                    })
+                    .count();
+                if done != leases.len() {
+                    return Err(BenchError::wrong(format!(
+                        "raw end_many ended {done} of {} leases",
+                        leases.len()
+                    )));
+                }
+                Ok(())
             }
         }
     }
@@ -455,6 +550,7 @@ impl Raw {
             .key(format!("{tag}:suspended"))
             .key(format!("{tag}:attempts"))
             .key(format!("{tag}:kind"))
+            .key(format!("{tag}:hist"))
             .arg(op)
             .arg(&id)
             .arg(fence)

@@ -236,7 +236,7 @@ async fn hold(lib: &Arc<dyn LeaseStore>, held: usize) -> Result<(), BenchError> 
     Ok(())
 }
 
-fn quoted(ns: &str) -> String {
+pub(super) fn quoted(ns: &str) -> String {
     format!("\"{}\"", ns.replace('"', "\"\""))
 }
 

@@ -98,7 +98,10 @@ async fn durability(target: &Target) -> Result<String, BenchError> {
     })
 }
 
-async fn create_backlog(lib: &Arc<dyn LeaseStore>, names: &[RunId]) -> Result<(), BenchError> {
+pub(super) async fn create_backlog(
+    lib: &Arc<dyn LeaseStore>,
+    names: &[RunId],
+) -> Result<(), BenchError> {
     create_backlog_with(lib, names, 0, &[Kind::default()]).await
 }
 
@@ -156,7 +159,7 @@ async fn create_backlog_with(
     Ok(())
 }
 
-fn effect(run: &RunId, fence: u64) -> Vec<u8> {
+pub(super) fn effect(run: &RunId, fence: u64) -> Vec<u8> {
     format!("effect of {run} under fence {fence}").into_bytes()
 }
 
@@ -258,7 +261,7 @@ async fn drain(
 
 /// Every run is completed with exactly one journal entry, written under its final fence, and
 /// holding the effect its handler returned.
-async fn checked_store(
+pub(super) async fn checked_store(
     target: &Target,
     ns: &str,
     lib: &Arc<dyn LeaseStore>,
@@ -345,8 +348,17 @@ pub(super) async fn throughput(
             "bench: {} {workers} workers drain {jobs} jobs",
             target.kind.name()
         );
-        let plain = drain(target, workers, setting, jobs, 0, 1).await?;
+        let mut plain = drain(target, workers, setting, jobs, 0, 1).await?;
         let rate = |row: &Value| row["jobs_per_s"].as_f64().unwrap_or(0.0);
+        // The limit: the same claim and end batches by hand, right after.
+        let claim = setting.concurrency.min(MAX_BATCH);
+        eprintln!(
+            "bench: {} limit row, {workers} loops claim {claim} and end them, {jobs} jobs",
+            target.kind.name()
+        );
+        let limit = super::limit::drain(target, workers, claim, jobs).await?;
+        plain["over_limit"] = json!(rate(&plain) / rate(&limit));
+        plain["limit"] = limit;
         if payload == 0 && kinds <= 1 {
             rows.push(plain);
             continue;
@@ -583,7 +595,7 @@ pub(super) fn describe(v: &Value) -> String {
         );
     }
     out += &format!(
-        "\nwith the fastest setting ({}):\n| instances | runs | jobs | jobs/s | vs plain | ends per end_many | validated |\n|--:|---|--:|--:|--:|--:|---|",
+        "\nwith the fastest setting ({}); the limit: as many loops claiming the setting's concurrency with claim_next and completing them with one end_many, by hand:\n| instances | runs | jobs | jobs/s | vs plain | limit jobs/s | vs limit | ends per end_many | validated |\n|--:|---|--:|--:|--:|--:|--:|--:|---|",
         setting(&v["best_setting"])
     );
     for r in v["rows"].as_array().into_iter().flatten() {
@@ -605,8 +617,15 @@ pub(super) fn describe(v: &Value) -> String {
                 Some((what, ratio)) => (what, format!("{ratio:.2}×")),
                 None => ("one kind, no payload".to_owned(), "1".to_owned()),
             };
+            let (limit, over) = match d.get("limit") {
+                Some(limit) => (
+                    format!("{:.0}", f(&limit["jobs_per_s"])),
+                    format!("{:.2}×", f(&d["over_limit"])),
+                ),
+                None => ("—".to_owned(), "—".to_owned()),
+            };
             out += &format!(
-                "\n| {} | {what} | {} | {:.0} | {ratio} | {:.1} | {} |",
+                "\n| {} | {what} | {} | {:.0} | {ratio} | {limit} | {over} | {:.1} | {} |",
                 r["workers"],
                 d["jobs"],
                 f(&d["jobs_per_s"]),
