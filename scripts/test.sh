@@ -82,7 +82,7 @@ else
   # iptables cuts) one at a time.
   log "cargo test -p lease-etcd (three-member cluster)"
   cargo test -p lease-etcd --lib --test conformance --test model -- --test-threads=3
-  cargo test -p lease-etcd --test faults --test operations -- --test-threads=1
+  cargo test -p lease-etcd --test faults --test operations --test wake -- --test-threads=1
   # The examples are checks too: each runs against the servers above and exits 0 only if what
   # it demonstrates held. postgres_worker runs twice: stopped by SIGTERM once its first
   # payments committed (it must shut down gracefully and exit 0), then to completion (it also

@@ -15,6 +15,7 @@
 //! | `j\0{run}\0{seq}` | a journal entry | until purge |
 //! | `k\0{run}\0{key}` | the entry's seq | until purge |
 //! | `s\0{state}{run}` | empty: the runs of a state by id (for `list`) | until the state changes |
+//! | `w\0{kind}` | milliseconds until claimable: put by every write that makes a run of the kind claimable, watched by the stores' wake-up listeners | overwritten (one key per kind) |
 
 use lease_core::{AttemptOutcome, Error, RunState};
 
@@ -211,6 +212,24 @@ impl Keys {
     pub(crate) fn run_of_state_entry<'a>(&self, key: &'a [u8]) -> Option<&'a str> {
         let base = self.prefix.len() + 3;
         key.get(base..).and_then(|r| std::str::from_utf8(r).ok())
+    }
+
+    /// The wake keys' family (`w\0`), which the stores' listeners watch.
+    pub(crate) fn wakes(&self) -> Vec<u8> {
+        self.kind(b'w')
+    }
+
+    /// The wake key of `kind` (its name: the default kind's too).
+    pub(crate) fn wake(&self, kind: &str) -> Vec<u8> {
+        let mut k = self.wakes();
+        k.extend_from_slice(kind.as_bytes());
+        k
+    }
+
+    /// The kind a wake key names.
+    pub(crate) fn kind_of_wake<'a>(&self, key: &'a [u8]) -> Option<&'a str> {
+        let base = self.prefix.len() + 2;
+        key.get(base..).and_then(|k| std::str::from_utf8(k).ok())
     }
 
     pub(crate) fn meta(&self) -> Vec<u8> {

@@ -29,7 +29,9 @@ pub const DEFAULT_PREFIX: &str = "lease";
 /// Parsed from `etcd://[user:password@]host:port[,host:port…][/prefix][?param=value&…]`
 /// (`etcds://` for TLS, with the `tls` feature). Parameters: `timeout_ms` (each call's
 /// client-side bound, default 5000), `connect_timeout_ms` (default 5000), `max_lease_ms` (the
-/// longest etcd times one block, whole seconds from 1 s to an hour, default 60000).
+/// longest etcd times one block, whole seconds from 1 s to an hour, default 60000),
+/// `wake_ups` (`true` by default; `false`: no watch, the workers poll, as
+/// [`with_wake_ups`](EtcdConfig::with_wake_ups) says).
 ///
 /// ```
 /// use lease_etcd::EtcdConfig;
@@ -48,6 +50,7 @@ pub struct EtcdConfig {
     connect_timeout: Duration,
     max_lease: Duration,
     tls: bool,
+    wake_ups: bool,
 }
 
 impl EtcdConfig {
@@ -67,6 +70,7 @@ impl EtcdConfig {
             max_lease: DEFAULT_MAX_LEASE,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             tls: false,
+            wake_ups: true,
         };
         config.validate()?;
         Ok(config)
@@ -153,6 +157,7 @@ impl EtcdConfig {
             max_lease: DEFAULT_MAX_LEASE,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             tls,
+            wake_ups: true,
         };
         for pair in query
             .into_iter()
@@ -172,10 +177,17 @@ impl EtcdConfig {
                 "timeout_ms" => config.timeout = millis()?,
                 "connect_timeout_ms" => config.connect_timeout = millis()?,
                 "max_lease_ms" => config.max_lease = millis()?,
+                "wake_ups" => {
+                    config.wake_ups = match value {
+                        "true" => true,
+                        "false" => false,
+                        _ => return Err(bad(format!("wake_ups={value:?} must be true or false"))),
+                    }
+                }
                 other => {
                     return Err(bad(format!(
                         "unknown URL parameter {other:?} (known: timeout_ms, \
-                         connect_timeout_ms, max_lease_ms)"
+                         connect_timeout_ms, max_lease_ms, wake_ups)"
                     )))
                 }
             }
@@ -288,6 +300,20 @@ impl EtcdConfig {
 
     pub(crate) fn tls(&self) -> bool {
         self.tls
+    }
+
+    /// Whether the store watches its wake keys, so that an idle
+    /// [`Worker`](lease_core::Worker) claims when a run becomes claimable instead of at its
+    /// next poll (on by default). Off: no watch; the workers poll. The writes put the wake
+    /// keys either way (other stores of the prefix may be listening).
+    pub fn with_wake_ups(mut self, on: bool) -> EtcdConfig {
+        self.wake_ups = on;
+        self
+    }
+
+    /// Whether the store watches its wake keys ([`with_wake_ups`](EtcdConfig::with_wake_ups)).
+    pub fn wake_ups(&self) -> bool {
+        self.wake_ups
     }
 }
 

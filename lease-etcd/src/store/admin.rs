@@ -235,6 +235,7 @@ impl EtcdLeaseStore {
                         ops: Vec::new(),
                         bytes: 0,
                         out,
+                        wake: None,
                     });
                 }
                 _ => {}

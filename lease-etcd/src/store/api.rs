@@ -138,4 +138,8 @@ impl LeaseStore for EtcdLeaseStore {
     async fn count_purgeable(&self, older_than: Duration) -> Result<u64> {
         self.count_purgeable_runs(older_than).await
     }
+
+    fn wakes(&self) -> Option<lease_core::Wakes> {
+        self.wake_ups()
+    }
 }

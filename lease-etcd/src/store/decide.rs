@@ -49,7 +49,7 @@ impl EtcdLeaseStore {
         let mut chunk: Vec<Plan<T>> = Vec::new();
         let (mut bytes, mut ops) = (0, 0);
         for plan in plans {
-            let cost = plan.ops.len() + plan.compares.len() + 1;
+            let cost = plan.ops.len() + plan.compares.len() + 1 + usize::from(plan.wake.is_some());
             if !chunk.is_empty() && (ops + cost > MAX_TXN_OPS || bytes + plan.bytes > CHUNK_BYTES) {
                 chunks.push(std::mem::take(&mut chunk));
                 bytes = 0;
@@ -71,21 +71,34 @@ impl EtcdLeaseStore {
     pub(super) async fn commit<T>(&self, chunk: Vec<Plan<T>>) -> Result<Vec<Option<T>>> {
         if chunk.len() == 1 {
             let plan = chunk.into_iter().next().expect("one plan");
+            let mut ops = plan.ops;
+            ops.extend(plan.wake.map(|(kind, ms)| self.wake_op(&kind, ms)));
             let response = self
-                .txn(Txn::new().when(plan.compares).and_then(plan.ops))
+                .txn(Txn::new().when(plan.compares).and_then(ops))
                 .await?;
             return Ok(vec![response.succeeded().then_some(plan.out)]);
         }
         let mut outs = Vec::with_capacity(chunk.len());
         let mut nested = Vec::with_capacity(chunk.len());
+        // One put per kind, beside the nested transactions (etcd refuses a key put twice in
+        // one request), whether or not each one's compare holds: a wake-up is a hint, and an
+        // item whose compare failed is decided again and wakes again.
+        let mut wakes: std::collections::BTreeMap<String, u64> = Default::default();
         for plan in chunk {
             nested.push(TxnOp::txn(
                 Txn::new().when(plan.compares).and_then(plan.ops),
             ));
             outs.push(plan.out);
+            if let Some((kind, ms)) = plan.wake {
+                let soonest = wakes.entry(kind).or_insert(ms);
+                *soonest = (*soonest).min(ms);
+            }
         }
+        let items = nested.len();
+        nested.extend(wakes.iter().map(|(kind, ms)| self.wake_op(kind, *ms)));
         let response = self.txn(Txn::new().and_then(nested)).await?;
-        let answers = response.op_responses();
+        let mut answers = response.op_responses();
+        answers.truncate(items);
         if answers.len() != outs.len() {
             return Err(Error::backend(BACKEND, "etcd answered a batch short"));
         }
@@ -213,15 +226,34 @@ impl EtcdLeaseStore {
         extra: Vec<TxnOp>,
         out: T,
     ) -> Plan<T> {
-        let mut ops = self.rewrite(run, seen.rec.as_ref().filter(|r| r.state.is_some()), new);
+        let old = seen.rec.as_ref().filter(|r| r.state.is_some());
+        let mut ops = self.rewrite(run, old, new);
         let bytes = extra.len() * 64;
         ops.extend(extra);
+        // A run that becomes claimable (created, released, given back with a delay,
+        // resumed, force-released) wakes its kind's workers; a claim, a renewal, a moved
+        // index entry do not.
+        let claimable =
+            |r: &Rec| r.state == Some(lease_core::RunState::Runnable) && r.owner.is_none();
+        let wake = (claimable(new) && !old.is_some_and(claimable)).then(|| {
+            let kind = new
+                .kind
+                .clone()
+                .unwrap_or_else(|| lease_core::DEFAULT_KIND.to_owned());
+            (kind, new.since.saturating_sub(now_micros()) / 1000)
+        });
         Plan {
             compares: vec![self.unchanged(run, seen)],
             ops,
             bytes,
             out,
+            wake,
         }
+    }
+
+    /// The put of `kind`'s wake key: the milliseconds until its run is claimable.
+    fn wake_op(&self, kind: &str, ms: u64) -> TxnOp {
+        TxnOp::put(self.keys.wake(kind), ms.to_string(), None)
     }
 
     pub(super) fn put_block(&self, run: &str, held: bool, lease: i64) -> TxnOp {

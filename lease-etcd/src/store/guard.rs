@@ -371,6 +371,7 @@ impl EtcdLeaseStore {
                     )],
                     bytes: 64,
                     out: (),
+                    wake: None,
                 });
             }
             written += plans.len();

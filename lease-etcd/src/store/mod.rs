@@ -23,6 +23,7 @@ mod decide;
 mod grants;
 mod guard;
 mod reads;
+mod wake;
 mod writes;
 
 pub use claims::SCAN_BUDGET;
@@ -90,6 +91,8 @@ pub struct EtcdLeaseStore {
     watch: Arc<guard::Watch>,
     /// The etcd leases blocks are attached to, reused per duration.
     grants: Arc<grants::Grants>,
+    /// The store's wake-ups; `None` when they are off (`wake_ups=false`).
+    listening: Option<Arc<lease_core::WakeListener>>,
 }
 
 /// The clients of one endpoint.
@@ -192,6 +195,9 @@ struct Plan<T> {
     ops: Vec<TxnOp>,
     bytes: usize,
     out: T,
+    /// The run becomes claimable: its kind and the milliseconds until then, for its kind's
+    /// wake key (put once per transaction: etcd refuses a key put twice in one).
+    wake: Option<(String, u64)>,
 }
 
 /// The client's wall clock in microseconds, strictly increasing within this process (so runs
@@ -307,6 +313,9 @@ impl EtcdLeaseStore {
             return Err(last.unwrap_or_else(|| timed_out("connecting to etcd", bound)));
         }
         let links_len = links.len();
+        let listening = config
+            .wake_ups()
+            .then(|| Arc::new(lease_core::WakeListener::new()));
         let store = EtcdLeaseStore {
             links,
             // Each store starts at an endpoint of its own, so a fleet spreads over the members.
@@ -319,6 +328,7 @@ impl EtcdLeaseStore {
             floor: Arc::new(AtomicI64::new(0)),
             grants: Arc::default(),
             watch: Arc::default(),
+            listening,
         };
         Ok(store)
     }
