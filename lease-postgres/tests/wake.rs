@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use lease_conformance::fixtures::{postgres_url, unique_namespace};
 use lease_conformance::spawn_reporting_worker;
-use lease_core::{CancellationToken, LeaseStore, RunId, Ttl, WorkerConfig, WorkerId, WorkerReport};
+use lease_core::{
+    CancellationToken, Kind, LeaseStore, RunId, Ttl, WorkerConfig, WorkerId, WorkerReport,
+};
 use lease_postgres::{sqlx, PostgresConfig, PostgresLeaseStore};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -183,4 +185,102 @@ async fn a_store_told_not_to_listen_polls() {
     shutdown.cancel();
     let report = handle.await.unwrap();
     assert_eq!((report.completed, report.wake_ups), (1, 0), "{report:?}");
+}
+
+/// Waits for a wake-up of `kind` on `rx` for at most `within`; whether one came.
+async fn woken_within(rx: &mut lease_core::WakeReceiver, kind: &Kind, within: Duration) -> bool {
+    timeout(within, rx.woken(std::slice::from_ref(kind)))
+        .await
+        .is_ok()
+}
+
+/// The trigger in the caller's transaction: a run created (`create_in`) or released
+/// (`end_in`) there wakes the workers when the transaction commits, never before and never if
+/// it rolls back; an id purged and created again wakes them too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_callers_transaction_wakes_at_its_commit_and_never_on_rollback() {
+    let Some(store) = store(|c| c).await else {
+        return;
+    };
+    let kind = Kind::default();
+    let wakes = store.wakes().expect("wake-ups are on");
+    let mut rx = wakes.subscribe();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !rx.is_live() {
+        assert!(Instant::now() < deadline, "the listener did not start");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    rx.clear();
+
+    // Rolled back: nothing.
+    let mut tx = store.pool().begin().await.unwrap();
+    store
+        .create_in(&mut tx, &RunId::new("undone").unwrap())
+        .await
+        .unwrap();
+    assert!(
+        !woken_within(&mut rx, &kind, Duration::from_millis(500)).await,
+        "woken before the commit"
+    );
+    tx.rollback().await.unwrap();
+    assert!(
+        !woken_within(&mut rx, &kind, Duration::from_millis(500)).await,
+        "woken by a transaction that rolled back"
+    );
+
+    // Committed: a wake-up, at the commit.
+    let run = RunId::new("enqueued").unwrap();
+    let mut tx = store.pool().begin().await.unwrap();
+    store.create_in(&mut tx, &run).await.unwrap();
+    tx.commit().await.unwrap();
+    assert!(
+        woken_within(&mut rx, &kind, Duration::from_secs(5)).await,
+        "no wake-up for a create_in that committed"
+    );
+
+    // Released in the caller's transaction.
+    let lease = store
+        .claim(
+            &run,
+            &WorkerId::new("w").unwrap(),
+            Ttl::from_secs(30).unwrap(),
+        )
+        .await
+        .unwrap();
+    rx.clear();
+    let mut tx = store.pool().begin().await.unwrap();
+    store.fence_in(&mut tx, &lease).await.unwrap();
+    store
+        .end_in(&mut tx, &lease, lease_core::End::Release)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert!(
+        woken_within(&mut rx, &kind, Duration::from_secs(5)).await,
+        "no wake-up for an end_in release that committed"
+    );
+
+    // Purged, then created again at its last fence.
+    let lease = store
+        .claim(
+            &run,
+            &WorkerId::new("w").unwrap(),
+            Ttl::from_secs(30).unwrap(),
+        )
+        .await
+        .unwrap();
+    store.complete(&lease).await.unwrap();
+    let purged = store.purge(Duration::ZERO, 10).await.unwrap();
+    assert_eq!(purged, [run.clone()]);
+    rx.clear();
+    let again = store.create(&run).await.unwrap();
+    assert_eq!(
+        again.fence,
+        lease.fence(),
+        "created again at its last fence"
+    );
+    assert!(
+        woken_within(&mut rx, &kind, Duration::from_secs(5)).await,
+        "no wake-up for an id purged and created again"
+    );
 }
