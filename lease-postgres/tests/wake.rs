@@ -271,7 +271,7 @@ async fn the_callers_transaction_wakes_at_its_commit_and_never_on_rollback() {
         .unwrap();
     store.complete(&lease).await.unwrap();
     let purged = store.purge(Duration::ZERO, 10).await.unwrap();
-    assert_eq!(purged, [run.clone()]);
+    assert_eq!(purged, std::slice::from_ref(&run));
     rx.clear();
     let again = store.create(&run).await.unwrap();
     assert_eq!(
