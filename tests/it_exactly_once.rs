@@ -140,19 +140,11 @@ async fn exactly_once_worker_child() {
                 let lease = ctx.lease();
                 jitter(30).await;
                 if batch {
-                    let (insert, run) = (insert.clone(), lease.run().to_string());
                     let fence = lease.fence().get() as i64;
-                    ctx.set_effect(PgEffect::new(move |conn| {
-                        let (insert, run) = (insert.clone(), run.clone());
-                        Box::pin(async move {
-                            sqlx::query(&insert)
-                                .bind(run)
-                                .bind(fence)
-                                .execute(&mut *conn)
-                                .await?;
-                            Ok(())
-                        })
-                    }))?;
+                    ctx.set_effect(PgEffect::statement(
+                        &*insert,
+                        [lease.run().as_str().into(), fence.into()],
+                    ))?;
                     jitter(20).await;
                     Ok(End::Complete)
                 } else if one {

@@ -94,6 +94,96 @@ impl PgEffect {
     }
 }
 
+impl PgEffect {
+    /// An effect of one statement with its parameters (`$1`, `$2`, …): the usual case, a row
+    /// inserted or updated in your own table.
+    ///
+    /// ```
+    /// # use lease_postgres::PgEffect;
+    /// let effect = PgEffect::statement(
+    ///     "INSERT INTO payments (run_id, fence, cents) VALUES ($1, $2, $3)",
+    ///     ["charge-2041".into(), 7_i64.into(), 1_200_i64.into()],
+    /// );
+    /// # drop(effect);
+    /// ```
+    pub fn statement(sql: impl Into<String>, binds: impl IntoIterator<Item = Bind>) -> PgEffect {
+        let sql: Arc<str> = sql.into().into();
+        let binds: Arc<[Bind]> = binds.into_iter().collect();
+        PgEffect::new(move |conn| {
+            let (sql, binds) = (sql.clone(), binds.clone());
+            Box::pin(async move {
+                let mut query = sqlx::query(&sql);
+                for bind in binds.iter() {
+                    query = match bind {
+                        Bind::Text(v) => query.bind(v.as_str()),
+                        Bind::Int(v) => query.bind(*v),
+                        Bind::Float(v) => query.bind(*v),
+                        Bind::Bool(v) => query.bind(*v),
+                        Bind::Bytes(v) => query.bind(v.as_slice()),
+                        Bind::NullText => query.bind(None::<&str>),
+                    };
+                }
+                query.execute(&mut *conn).await?;
+                Ok(())
+            })
+        })
+    }
+}
+
+/// A parameter of [`PgEffect::statement`], owned so the effect can run again on a retry.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Bind {
+    /// `text` (or any type Postgres casts a text parameter to).
+    Text(String),
+    /// `bigint`.
+    Int(i64),
+    /// `double precision`.
+    Float(f64),
+    /// `boolean`.
+    Bool(bool),
+    /// `bytea`.
+    Bytes(Vec<u8>),
+    /// A `NULL` of type `text`.
+    NullText,
+}
+
+impl From<&str> for Bind {
+    fn from(v: &str) -> Bind {
+        Bind::Text(v.to_owned())
+    }
+}
+
+impl From<String> for Bind {
+    fn from(v: String) -> Bind {
+        Bind::Text(v)
+    }
+}
+
+impl From<i64> for Bind {
+    fn from(v: i64) -> Bind {
+        Bind::Int(v)
+    }
+}
+
+impl From<f64> for Bind {
+    fn from(v: f64) -> Bind {
+        Bind::Float(v)
+    }
+}
+
+impl From<bool> for Bind {
+    fn from(v: bool) -> Bind {
+        Bind::Bool(v)
+    }
+}
+
+impl From<Vec<u8>> for Bind {
+    fn from(v: Vec<u8>) -> Bind {
+        Bind::Bytes(v)
+    }
+}
+
 impl From<PgEffect> for Effect {
     fn from(effect: PgEffect) -> Effect {
         Effect::new(effect)

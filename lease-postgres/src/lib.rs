@@ -14,7 +14,7 @@ mod transaction;
 mod wake;
 
 pub use config::{PostgresConfig, DEFAULT_SCHEMA};
-pub use effect::{EffectFuture, PgEffect, MAX_EFFECTS_PER_TRANSACTION};
+pub use effect::{Bind, EffectFuture, PgEffect, MAX_EFFECTS_PER_TRANSACTION};
 pub use store::{migrator, PostgresLeaseStore};
 pub use transaction::FencedTransaction;
 

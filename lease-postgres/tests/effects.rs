@@ -12,7 +12,7 @@ use lease_core::{
     Lease, LeaseStore, MemoryLeaseStore, ReplyFault, RetryPolicy, RunContext, RunId, RunState, Ttl,
     Worker, WorkerConfig, WorkerId,
 };
-use lease_postgres::{sqlx, PgEffect, PostgresConfig, PostgresLeaseStore};
+use lease_postgres::{sqlx, Bind, PgEffect, PostgresConfig, PostgresLeaseStore};
 
 async fn store() -> Option<PostgresLeaseStore> {
     let url = postgres_url().await?;
@@ -34,6 +34,16 @@ fn id(s: &str) -> RunId {
 
 /// An effect that inserts `(run, fence)` into `payments` and counts its runs in `calls`.
 fn insert(store: &PostgresLeaseStore, lease: &Lease, calls: &Arc<AtomicUsize>) -> Effect {
+    insert_then(store, lease, calls, || {})
+}
+
+/// [`insert`], calling `hook` each time the effect runs.
+fn insert_then(
+    store: &PostgresLeaseStore,
+    lease: &Lease,
+    calls: &Arc<AtomicUsize>,
+    hook: impl Fn() + Send + Sync + 'static,
+) -> Effect {
     let sql = format!(
         "INSERT INTO \"{}\".payments (run_id, fence) VALUES ($1, $2)",
         store.schema()
@@ -45,6 +55,7 @@ fn insert(store: &PostgresLeaseStore, lease: &Lease, calls: &Arc<AtomicUsize>) -
     );
     PgEffect::new(move |conn| {
         calls.fetch_add(1, Ordering::SeqCst);
+        hook();
         let (sql, run) = (sql.clone(), run.clone());
         Box::pin(async move {
             sqlx::query(&sql)
@@ -442,36 +453,22 @@ async fn a_batch_applied_but_unanswered_is_recognised_and_its_effect_runs_once()
     let store = Arc::new(store);
     let faulty = Arc::new(FaultyStore::new(store.clone()));
     store.create(&id("once")).await.unwrap();
-    let sql = format!(
-        "INSERT INTO \"{}\".payments (run_id, fence) VALUES ($1, $2)",
-        store.schema()
-    );
     let calls = Arc::new(AtomicUsize::new(0));
     let config = WorkerConfig::new(Ttl::from_secs(30).unwrap()).with_concurrency(1);
     let worker = Worker::new(faulty.clone(), WorkerId::new("w").unwrap(), config).unwrap();
     let shutdown = CancellationToken::new();
     let handler = {
-        let (faulty, calls) = (faulty.clone(), calls.clone());
+        let (store, faulty, calls) = (store.clone(), faulty.clone(), calls.clone());
         move |ctx: RunContext| {
-            let (faulty, calls, sql) = (faulty.clone(), calls.clone(), sql.clone());
+            let (store, faulty, calls) = (store.clone(), faulty.clone(), calls.clone());
             async move {
-                let (run, fence) = (ctx.run().to_string(), ctx.fence().get() as i64);
                 let switch = faulty.clone();
-                ctx.set_effect(PgEffect::new(move |conn| {
-                    calls.fetch_add(1, Ordering::SeqCst);
-                    // The call running this lost its reply already (chosen before it ran);
-                    // the next one, the batcher's retry, gets its answer.
-                    switch.set_reply(ReplyFault::Pass);
-                    let (sql, run) = (sql.clone(), run.clone());
-                    Box::pin(async move {
-                        sqlx::query(&sql)
-                            .bind(run)
-                            .bind(fence)
-                            .execute(&mut *conn)
-                            .await?;
-                        Ok(())
-                    })
-                }))?;
+                // The call running the effect lost its reply already (chosen before it ran);
+                // the next one, the batcher's retry, gets its answer.
+                let effect = insert_then(&store, &ctx.lease(), &calls, move || {
+                    switch.set_reply(ReplyFault::Pass)
+                });
+                ctx.set_effect(effect)?;
                 // The batch that carries this end is applied, and its caller told Unavailable.
                 faulty.set_reply(ReplyFault::Error);
                 Ok::<_, BoxError>(End::Complete)
@@ -501,4 +498,41 @@ async fn a_batch_applied_but_unanswered_is_recognised_and_its_effect_runs_once()
     );
     assert_eq!(calls.load(Ordering::SeqCst), 1, "the effect ran once");
     assert_eq!(payments(&store).await, [("once".to_owned(), 1)]);
+}
+
+#[tokio::test]
+async fn a_statement_effect_binds_each_kind_of_parameter() {
+    let Some(store) = store().await else { return };
+    let schema = store.schema().to_owned();
+    sqlx::query(&format!(
+        "CREATE TABLE \"{schema}\".typed (t TEXT, i BIGINT, f DOUBLE PRECISION, b BOOLEAN, \
+         y BYTEA, n TEXT)"
+    ))
+    .execute(store.pool())
+    .await
+    .unwrap();
+    let lease = claimed(&store, "typed").await;
+    let effect: Effect = PgEffect::statement(
+        format!("INSERT INTO \"{schema}\".typed VALUES ($1, $2, $3, $4, $5, $6)"),
+        [
+            "text".into(),
+            (-7_i64).into(),
+            2.5_f64.into(),
+            true.into(),
+            vec![0_u8, 255].into(),
+            Bind::NullText,
+        ],
+    )
+    .into();
+    let results = store
+        .end_many_with_effects(&[Ending::new(lease, End::Complete)], &[Some(effect)])
+        .await
+        .unwrap();
+    assert!(results[0].is_ok(), "{results:?}");
+    let row: (String, i64, f64, bool, Vec<u8>, Option<String>) =
+        sqlx::query_as(&format!("SELECT t, i, f, b, y, n FROM \"{schema}\".typed"))
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+    assert_eq!(row, ("text".to_owned(), -7, 2.5, true, vec![0, 255], None));
 }

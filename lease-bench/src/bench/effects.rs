@@ -89,17 +89,7 @@ fn handler(
                     Ok(End::Committed(Ended::Completed))
                 }
                 Mode::GroupCommitted => {
-                    ctx.set_effect(PgEffect::new(move |conn| {
-                        let (insert, run) = (insert.clone(), run.clone());
-                        Box::pin(async move {
-                            sqlx::query(&insert)
-                                .bind(run)
-                                .bind(fence)
-                                .execute(&mut *conn)
-                                .await?;
-                            Ok(())
-                        })
-                    }))?;
+                    ctx.set_effect(PgEffect::statement(&*insert, [run.into(), fence.into()]))?;
                     Ok(End::Complete)
                 }
             }
