@@ -79,7 +79,7 @@ pub use types::{
     MAX_COUNT, MAX_LIST, MAX_PAYLOAD_BYTES, MAX_PURGE_AGE, MAX_REASON_BYTES, MAX_RETRY_DELAY,
     MAX_RUN_PAYLOAD_BYTES,
 };
-pub use wake::{Wake, WakeReceiver, Wakes, MAX_WAKE_DELAY};
+pub use wake::{parse_kind_delay, Wake, WakeReceiver, Wakes, MAX_WAKE_DELAY};
 pub use wake_listener::{OpenSession, WakeListener, WakeSession};
 #[cfg(feature = "serde")]
 pub use worker::ArgsError;

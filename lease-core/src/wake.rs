@@ -22,6 +22,28 @@ const BUFFER: usize = 1024;
 /// found by the fallback poll.
 pub const MAX_WAKE_DELAY: Duration = Duration::from_secs(3600);
 
+/// Reads a `<kind> <ms>` wake-up payload (split at the last space: a kind may hold spaces):
+/// the kind of the run that became claimable and the milliseconds until it is. The Postgres
+/// trigger's notifications and the etcd wake keys carry it; give it to
+/// [`Wakes::deliver`]. `None` for anything else.
+///
+/// ```
+/// use std::time::Duration;
+/// use lease_core::{parse_kind_delay, Kind};
+/// assert_eq!(
+///     parse_kind_delay("send mail 250"),
+///     Some((Kind::new("send mail").unwrap(), Duration::from_millis(250)))
+/// );
+/// assert_eq!(parse_kind_delay("no-delay"), None);
+/// ```
+pub fn parse_kind_delay(payload: &str) -> Option<(Kind, Duration)> {
+    let (kind, ms) = payload.rsplit_once(' ')?;
+    Some((
+        Kind::new(kind).ok()?,
+        Duration::from_millis(ms.parse().ok()?),
+    ))
+}
+
 /// What a wake-up says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Wake {

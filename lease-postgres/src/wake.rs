@@ -5,9 +5,9 @@
 //! A notification is a hint. A session that drops loses what was sent meanwhile, so every new
 //! session starts with a wake-up for every kind, and the workers' fallback poll covers the rest.
 
-use std::time::Duration;
-
-use lease_core::{Kind, OpenSession, WakeListener, WakeSession, Wakes};
+// `kind delay_ms`, as the trigger sends it.
+use lease_core::parse_kind_delay as parse;
+use lease_core::{OpenSession, WakeListener, WakeSession, Wakes};
 use sqlx::postgres::{PgListener, PgPool};
 
 /// The store's wake-ups; the first call starts listening on sessions of `pool`.
@@ -53,17 +53,12 @@ async fn open(pool: &PgPool, schema: &str) -> Result<PgListener, sqlx::Error> {
     Ok(session)
 }
 
-/// `kind delay_ms` (split at the last space: a kind may hold spaces).
-fn parse(payload: &str) -> Option<(Kind, Duration)> {
-    let (kind, ms) = payload.rsplit_once(' ')?;
-    Some((
-        Kind::new(kind).ok()?,
-        Duration::from_millis(ms.parse().ok()?),
-    ))
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use lease_core::Kind;
+
     use super::*;
 
     #[tokio::test(start_paused = true)]

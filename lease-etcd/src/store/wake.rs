@@ -10,10 +10,9 @@
 //! poll finds it), as on the other backends.
 
 use std::collections::VecDeque;
-use std::time::Duration;
 
 use etcd_client::{EventType, WatchFilterType, WatchOptions, WatchStream};
-use lease_core::{Kind, OpenSession, WakeSession, Wakes};
+use lease_core::{parse_kind_delay, OpenSession, WakeSession, Wakes};
 
 use super::EtcdLeaseStore;
 use crate::codec::Keys;
@@ -48,7 +47,7 @@ impl EtcdLeaseStore {
                 })
             })
         };
-        Some(listener.wakes(&what, opener, parse))
+        Some(listener.wakes(&what, opener, parse_kind_delay))
     }
 }
 
@@ -87,34 +86,26 @@ impl WakeSession for Session {
     }
 }
 
-/// `<kind> <ms>`: the kind's name (it may hold spaces, never a control character) and the
-/// milliseconds until the run is claimable.
-fn parse(payload: &str) -> Option<(Kind, Duration)> {
-    let (kind, ms) = payload.rsplit_once(' ')?;
-    Some((
-        Kind::new(kind).ok()?,
-        Duration::from_millis(ms.parse().ok()?),
-    ))
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
-    fn payloads_name_the_kind_and_the_delay() {
-        assert_eq!(
-            parse("send mail 250"),
-            Some((Kind::new("send mail").unwrap(), Duration::from_millis(250)))
-        );
-        assert_eq!(parse("default 0"), Some((Kind::default(), Duration::ZERO)));
-        for bad in ["", "0", "kind x", "nospace", " 5"] {
-            assert_eq!(parse(bad), None, "{bad:?}");
-        }
+    fn wake_keys_name_their_kind() {
         let keys = Keys::new("ns");
         assert_eq!(
             keys.kind_of_wake(&keys.wake("send mail")),
             Some("send mail")
         );
+        let (kind, delay) = parse_kind_delay("send mail 250").unwrap();
+        assert_eq!(
+            (kind.as_str(), delay),
+            ("send mail", Duration::from_millis(250))
+        );
+        for bad in ["", "0", "kind x", "nospace", " 5"] {
+            assert_eq!(parse_kind_delay(bad), None, "{bad:?}");
+        }
     }
 }
