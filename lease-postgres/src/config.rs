@@ -262,7 +262,18 @@ impl PostgresConfig {
     /// in transaction mode (PgBouncer's `pool_mode = transaction`), where a `LISTEN` does not
     /// stay on one session: the workers then poll, as
     /// [`WorkerConfig::with_poll_interval`](lease_core::WorkerConfig::with_poll_interval)
-    /// says. The notifications are sent either way; they cost the writer little.
+    /// says.
+    ///
+    /// Off, the store's own writes notify nobody either (its sessions start with
+    /// `lease.wake_ups = off`, which the trigger reads). That saves what a notification costs
+    /// the writer: a transaction that notifies holds the server's notification queue lock
+    /// through its commit's flush, so concurrent creates and releases commit one after another
+    /// instead of in one flush (16 writers on a durable server: 0.25× the creates, 0.43× the
+    /// claim → release cycles; `tests/wake_cost.rs`). Turn them off on **every** store of the
+    /// schema, not only the writers': a worker that listens is not woken by a store that does
+    /// not notify, and finds those runs at its fallback poll. The store's caller pool
+    /// ([`PostgresLeaseStore::pool`](crate::PostgresLeaseStore::pool)) starts its sessions the
+    /// same way; writes in a transaction on a pool of your own (`create_in` on it) still notify.
     pub fn with_wake_ups(mut self, on: bool) -> PostgresConfig {
         self.wake_ups = Some(on);
         self

@@ -56,11 +56,22 @@ pub(crate) struct Route {
 /// The settings every session of the store's own pool starts with, in its startup packet (no
 /// round trip): every statement's wait for a row lock is bounded (fenced transactions tighten
 /// it), and every commit waits for its flush (and, under `sync_replicas`, the standbys'),
-/// whatever the server, database or role says. Checked on every new connection.
-fn session(options: PgConnectOptions, lock_wait: &str, app_name: &str) -> PgConnectOptions {
-    options
-        .options([("lock_timeout", lock_wait), ("synchronous_commit", "on")])
-        .application_name(app_name)
+/// whatever the server, database or role says; without wake-ups, `lease.wake_ups = off`,
+/// which the `runs_wake` trigger reads (the store's writes then notify nobody). Checked on
+/// every new connection.
+fn session(
+    options: PgConnectOptions,
+    lock_wait: &str,
+    app_name: &str,
+    wake_ups: bool,
+) -> PgConnectOptions {
+    let options = options.options([("lock_timeout", lock_wait), ("synchronous_commit", "on")]);
+    let options = if wake_ups {
+        options
+    } else {
+        options.options([("lease.wake_ups", "off")])
+    };
+    options.application_name(app_name)
 }
 
 impl Route {
@@ -71,12 +82,13 @@ impl Route {
         let hosts: Vec<PgConnectOptions> = parsed
             .hosts
             .iter()
-            .map(|host| session(host.clone(), &lock_wait, &app_name))
+            .map(|host| session(host.clone(), &lock_wait, &app_name, parsed.wake_ups))
             .collect();
         let caller_host = session(
             parsed.hosts[0].clone(),
             &lock_wait,
             &format!("{app_name} caller"),
+            parsed.wake_ups,
         );
         let sizes = (config.max_connections, config.acquire_timeout);
         Arc::new_cyclic(|me: &Weak<Route>| {
@@ -94,7 +106,12 @@ impl Route {
     pub(crate) fn over(caller: PgPool, config: &PostgresConfig, parsed: &Parsed) -> Arc<Route> {
         let app_name = app_name();
         let lock_wait = parsed.lock_wait.as_millis().to_string();
-        let host = session((*caller.connect_options()).clone(), &lock_wait, &app_name);
+        let host = session(
+            (*caller.connect_options()).clone(),
+            &lock_wait,
+            &app_name,
+            parsed.wake_ups,
+        );
         let sizes = (config.max_connections, config.acquire_timeout);
         Arc::new_cyclic(|me: &Weak<Route>| {
             let pool = checked_pool(me, host.clone(), sizes);

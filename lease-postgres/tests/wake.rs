@@ -284,3 +284,50 @@ async fn the_callers_transaction_wakes_at_its_commit_and_never_on_rollback() {
         "no wake-up for an id purged and created again"
     );
 }
+
+/// A store with wake-ups off notifies nobody (its sessions start with `lease.wake_ups = off`,
+/// which the trigger reads): a listening store of the same schema hears its creates only at
+/// its fallback poll, and hears its own at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_without_wake_ups_notifies_nobody() {
+    let Some(listening) = store(|c| c).await else {
+        return;
+    };
+    let url = postgres_url().await.unwrap();
+    let quiet = PostgresLeaseStore::connect(
+        PostgresConfig::from_url(url)
+            .with_schema(listening.schema())
+            .with_migrations(false)
+            .with_wake_ups(false),
+    )
+    .await
+    .unwrap();
+    let wakes = listening.wakes().unwrap();
+    let mut rx = wakes.subscribe();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !rx.is_live() {
+        assert!(Instant::now() < deadline, "the listener did not start");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    rx.clear();
+    let kind = Kind::default();
+    quiet.create(&RunId::new("silent").unwrap()).await.unwrap();
+    let mut tx = quiet.pool().begin().await.unwrap();
+    quiet
+        .create_in(&mut tx, &RunId::new("silent-in-tx").unwrap())
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert!(
+        !woken_within(&mut rx, &kind, Duration::from_secs(1)).await,
+        "a store without wake-ups notified"
+    );
+    listening
+        .create(&RunId::new("loud").unwrap())
+        .await
+        .unwrap();
+    assert!(
+        woken_within(&mut rx, &kind, Duration::from_secs(5)).await,
+        "the listening store's own create did not wake it"
+    );
+}
