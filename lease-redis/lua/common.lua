@@ -215,7 +215,9 @@ end
 -- and error '' for none, else '=' and the text, cut to at most 1024 bytes
 -- (lease_core::MAX_ATTEMPT_ERROR_BYTES) at a UTF-8 character boundary. No worker id or reason
 -- holds a control character, so neither separator occurs inside a field. claim.lua and
--- fenced.lua, which run without this prelude, repeat push_attempt; keep them in step.
+-- fenced.lua, which run without this prelude, repeat push_attempt; keep them in step
+-- (fenced.lua adds an eighth field, the id of the call that ended the attempt, which readers
+-- ignore).
 local function push_attempt(hist, id, number, fence, worker, claimed, ended, outcome, err)
   local e = ''
   if err then

@@ -1,19 +1,21 @@
 -- KEYS[1]: runs hash; KEYS[2]: the run's journal (list); KEYS[3]: claimable index (zset);
 -- KEYS[4]: the run's applied calls (hash: 'f' = their fence, call id -> first result; appends);
--- KEYS[5]: this call's record (string, expiring; ends); KEYS[6]: ended runs (zset: encoded
--- id scored by when it completed, in µs; for retention); KEYS[7]: suspended runs (zset, for
--- count); KEYS[8]: attempts hash (a release or a suspend gives the attempt back); KEYS[9]:
--- kinds hash (id -> kind, for kinds other than the default); KEYS[10]: history hash (an end
--- writes its attempt, as common.lua's push_attempt does). KEYS[3] is the index of the kind
--- ARGV[7].
+-- KEYS[5]: ended runs (zset: encoded id scored by when it completed, in µs; for retention);
+-- KEYS[6]: suspended runs (zset, for count); KEYS[7]: attempts hash (a release or a suspend
+-- gives the attempt back); KEYS[8]: kinds hash (id -> kind, for kinds other than the
+-- default); KEYS[9]: history hash (an end writes its attempt, as common.lua's push_attempt
+-- does, with this call's id after it). KEYS[3] is the index of the kind ARGV[6].
 -- ARGV[1]: operation: 'append', 'release', 'suspend' or 'complete'; ARGV[2]: encoded run id;
 -- ARGV[3]: presented fence; ARGV[4]: journal payload (append only; binary-safe); ARGV[5]:
--- this call's id; ARGV[6]: how long an end's record is kept, in ms; ARGV[7]: the kind the
--- lease names ('' for the default)
+-- this call's id; ARGV[6]: the kind the lease names ('' for the default)
 -- Returns: {'none'}; {'verdict', fence, state, owned ('1' or '0')}; {'ok', seq, now} for
 -- append; {'kind', actual} for an end whose lease names another kind than its run's (nothing
--- written: send again with the right index); {'ok'} otherwise. A call whose id is recorded under the presented fence was
--- applied already (a resend): it answers its first result and changes nothing.
+-- written: send again with the right index); {'ok'} otherwise. A call whose id is recorded
+-- under the presented fence was applied already (a resend): it answers its first result and
+-- changes nothing. An append's id is in the run's applied calls; an end's is the last field
+-- of the attempt it wrote, the history's last entry: nothing after the end can write the run's
+-- history without a claim, which moves the fence, so the record lasts as long as a resend can
+-- be answered, and costs no key of its own.
 -- Journal entries are stored as '<fence>:<written_at>:<payload>'; seq is the list position.
 -- A hot script, run without the common.lua prelude (whose helpers every call would build
 -- again): it reads and writes the record format common.lua describes; keep them in step.
@@ -43,8 +45,12 @@ if op == 'append' then
     local seq, at = string.match(calls[2], '^(%d+):(%d+)$')
     return { 'ok', seq, at }
   end
-elseif ended and redis.call('EXISTS', KEYS[5]) == 1 then
-  return { 'ok' }
+elseif ended then
+  -- The history's last entry: 'number<31>fence<31>…<31>error<31>call id' when this call wrote it.
+  local last = string.match(redis.call('HGET', KEYS[9], ARGV[2]) or '', '([^\30]*)$')
+  if string.match(last, '^%d*\31(%d+)\31') == f and string.match(last, '\31([^\31]*)$') == ARGV[5] then
+    return { 'ok' }
+  end
 end
 if ended then
   return { 'verdict', f, s, o == '' and '0' or '1' }
@@ -59,18 +65,30 @@ if op == 'append' then
   redis.call('HSET', KEYS[4], 'f', f, ARGV[5], seq .. ':' .. now)
   return { 'ok', tostring(seq), now }
 end
-local kind = redis.call('HGET', KEYS[9], ARGV[2]) or ''
-if kind ~= ARGV[7] then
+local kind = redis.call('HGET', KEYS[8], ARGV[2]) or ''
+if kind ~= ARGV[6] then
   return { 'kind', kind }
 end
--- The attempt's end into the history (as common.lua's push_attempt writes it; no error here),
--- numbered before any refund.
+-- The attempt's end into the history (as common.lua's push_attempt writes it; no error here;
+-- then this call's id), numbered before any refund. A voluntary end gives the attempt back to
+-- the run's budget (never below 0; a 0 is no field), so its number is the counter plus one.
 local t = redis.call('TIME')
 local at = t[1] .. string.format('%06d', t[2])
-local entry = (redis.call('HGET', KEYS[8], ARGV[2]) or '0') .. '\31' .. f .. '\31' .. o .. '\31'
+local number
+if op == 'complete' then
+  number = redis.call('HGET', KEYS[7], ARGV[2]) or '0'
+else
+  local left = redis.call('HINCRBY', KEYS[7], ARGV[2], -1)
+  if left <= 0 then
+    redis.call('HDEL', KEYS[7], ARGV[2])
+  end
+  number = string.format('%d', left + 1)
+end
+local entry = number .. '\31' .. f .. '\31' .. o .. '\31'
   .. (string.match(times, '^\1%d*,(%d*)') or '') .. '\31' .. at .. '\31'
   .. (op == 'release' and 'released' or op == 'suspend' and 'suspended' or 'completed') .. '\31'
-local old = redis.call('HGET', KEYS[10], ARGV[2])
+  .. '\31' .. ARGV[5]
+local old = redis.call('HGET', KEYS[9], ARGV[2])
 if old then
   local _, seps = string.gsub(old, '\30', '')
   if seps >= 9 then
@@ -78,7 +96,7 @@ if old then
   end
   entry = old .. '\30' .. entry
 end
-redis.call('HSET', KEYS[10], ARGV[2], entry)
+redis.call('HSET', KEYS[9], ARGV[2], entry)
 if op == 'release' then
   if f == '9223372036854775807' then
     redis.call('ZREM', KEYS[3], m) -- never claimable again
@@ -95,24 +113,15 @@ else
   s = op == 'suspend' and 'suspended' or 'completed'
   redis.call('ZREM', KEYS[3], m)
   if s == 'completed' then
-    redis.call('ZADD', KEYS[6], at, ARGV[2])
+    redis.call('ZADD', KEYS[5], at, ARGV[2])
   else
-    redis.call('ZADD', KEYS[7], at, ARGV[2])
+    redis.call('ZADD', KEYS[6], at, ARGV[2])
   end
 end
 -- Owner and expiry cleared; the times stay (the end's is its score in the ended zset).
 -- A released run's expiry field says since when it is claimable (common.lua's record format).
 local since = (op == 'release') and at or ''
 redis.call('HSET', KEYS[1], ARGV[2], s .. ':' .. f .. ':' .. h .. ':' .. since .. ':' .. m .. ':' .. times)
-if op ~= 'complete' then
-  -- A voluntary end: the attempt goes back to the run's budget (never below 0).
-  if redis.call('HINCRBY', KEYS[8], ARGV[2], -1) <= 0 then
-    redis.call('HDEL', KEYS[8], ARGV[2])
-  end
-end
 -- The lease is over: nothing more can be appended under its fence.
 redis.call('DEL', KEYS[4])
--- This call's record, to answer its resend (an end never applies twice anyway: the lease it
--- ended is no longer held; if the record expired, a resend answers LeaseEnded under its fence).
-redis.call('SET', KEYS[5], '1', 'PX', ARGV[6])
 return { 'ok' }

@@ -16,7 +16,7 @@
 //! | `{lease:ns}:seq` | string | the creation counter (claimable-index tiebreak) |
 //! | `{lease:ns}:k:<id>` | hash | the run's applied fenced writes under its latest fence: `f` = that fence, then call id → first result, so a resent write answers its first result |
 //! | `{lease:ns}:jk:<id>` | hash | the run's idempotency keys ([`append_keyed`](lease_core::LeaseStore::append_keyed)): key → position of its journal entry |
-//! | `{lease:ns}:c:<call>` | string | an `end_many` or single end's record of the items it ended, expiring (at least a minute, at least the leases' TTL), so a resend answers its first result |
+//! | `{lease:ns}:c:<call>` | string | an `end_many` call's record of the items it ended, expiring (at least a minute, at least the leases' TTL), so a resend answers its first result |
 //! | `{lease:ns}:ended` | zset | completed and failed runs, `<id>` scored by when they ended (µs, server clock): what [`purge`](lease_core::LeaseStore::purge) removes, oldest first |
 //! | `{lease:ns}:delayed` | zset | runs given back with a retry delay, `<id>` scored by the delay's end (entries whose delay is over no longer count): for [`count`](lease_core::LeaseStore::count) |
 //! | `{lease:ns}:suspended` | zset | suspended runs, `<id>` scored by when: for `count` |
@@ -24,7 +24,7 @@
 //! | `{lease:ns}:payload` | hash | runs' payloads: `<id>` → the bytes it was created with ([`NewRun::with_payload`](lease_core::NewRun::with_payload)); written by create, read by claims and inspect, removed by purge |
 //! | `{lease:ns}:failed` | hash | failed runs' reasons: `<id>` → the reason its last holder gave ([`End::Fail`](lease_core::End::Fail)) |
 //! | `{lease:ns}:attempts` | hash | the attempt budget's counters: `<id>` → claims since create or resume less voluntary ends ([`RunRecord::attempts`](lease_core::RunRecord::attempts)); no field is 0 |
-//! | `{lease:ns}:hist` | hash | the runs' attempt histories ([`RunRecord::history`](lease_core::RunRecord::history)): `<id>` → its last ended attempts; written by ends, force-release, cancel and the claim that takes over an expired lease, removed by purge |
+//! | `{lease:ns}:hist` | hash | the runs' attempt histories ([`RunRecord::history`](lease_core::RunRecord::history)): `<id>` → its last ended attempts; written by ends, force-release, cancel and the claim that takes over an expired lease (a single fenced end adds its call id as an eighth field, to answer its resend), removed by purge |
 //! | `{lease:ns}:barrier` | string | a counter written after each write that must be acknowledged by replicas, so `WAIT` confirms what the write saw |
 //! | `{lease:ns}:u:<id>:<name>` | any | callers' keys for [fenced scripts](crate::FencedScript) |
 //!

@@ -33,8 +33,9 @@ const CLAIM_NEXT_SCAN: usize = 128;
 /// The most runs one purge script call removes: the bound on its server time (a few ms).
 pub(crate) const PURGE_SCRIPT_RUNS: usize = 100;
 
-/// The least time a call's record of the ends it applied is kept (`{lease:ns}:c:<call>`), so
-/// a resend of the call learns its first answer.
+/// The least time an `end_many` call's record of the ends it applied is kept
+/// (`{lease:ns}:c:<call>`), so a resend of the call learns its first answer. (A single fenced
+/// end records its call in the attempt it writes into the run's history: no key of its own.)
 pub(crate) const CALL_RECORD_MS: u64 = 60_000;
 
 /// How many payload bytes one `journal` script call returns at most (beyond its last entry):
@@ -331,7 +332,6 @@ impl RedisLeaseStore {
                     .key(self.keys.journal(run))
                     .key(self.keys.claimable_of(kind))
                     .key(self.keys.calls(run))
-                    .key(self.keys.call(&id))
                     .key(self.keys.ended())
                     .key(self.keys.suspended())
                     .key(self.keys.attempts())
@@ -342,7 +342,6 @@ impl RedisLeaseStore {
                     .arg(lease.fence().get())
                     .arg(payload)
                     .arg(&id)
-                    .arg(lease.ttl().as_millis().max(CALL_RECORD_MS))
                     .arg(kind.arg());
                 call
             })

@@ -297,9 +297,42 @@ async fn a_resent_fenced_write_answers_its_first_result_and_changes_nothing() {
         store.inspect(&single).await.unwrap().state,
         RunState::Completed
     );
+
+    // A single release, resent: applied once (the attempt given back once, one history entry),
+    // answered Ok; a new call under the same lease (the caller's own retry) learns it ended.
+    let released = run("released");
+    store.create(&released).await.unwrap();
+    let released_lease = store
+        .claim(&released, &worker("a"), ttl(60_000))
+        .await
+        .unwrap();
+    proxy.arm(Mode::Resend);
+    let release = store.release(&released_lease).await;
+    assert!(release.is_ok(), "the resent release answered {release:?}");
+    let record = store.inspect(&released).await.unwrap();
+    assert_eq!(
+        (
+            record.state,
+            record.owner.as_ref(),
+            record.attempts,
+            record.history.as_ref().map(Vec::len)
+        ),
+        (RunState::Runnable, None, 0, Some(1)),
+        "the resent release applied twice: {record:?}"
+    );
+    let again = store.release(&released_lease).await;
+    assert!(
+        matches!(
+            again,
+            Err(lease_core::Error::LeaseEnded { fence, ended: lease_core::Ended::Released, .. })
+                if fence == released_lease.fence().get()
+        ),
+        "a new release call answered {again:?}"
+    );
     say(&format!(
         "resent by a proxy: append seq {}, journal 2 entries (one warm-up); fenced script returned {len}, \
-         list length {stored}; end_many {ended:?}; mixed batch {mixed:?}; complete {completed:?}",
+         list length {stored}; end_many {ended:?}; mixed batch {mixed:?}; complete {completed:?}; \
+         release {release:?}, then a new release call {again:?}",
         entry.seq
     ));
 }
