@@ -8,6 +8,7 @@ mod error;
 #[cfg(test)]
 mod fuzz_url;
 mod in_tx;
+mod notify;
 mod route;
 mod store;
 mod transaction;

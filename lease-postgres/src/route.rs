@@ -56,20 +56,22 @@ pub(crate) struct Route {
 /// The settings every session of the store's own pool starts with, in its startup packet (no
 /// round trip): every statement's wait for a row lock is bounded (fenced transactions tighten
 /// it), and every commit waits for its flush (and, under `sync_replicas`, the standbys'),
-/// whatever the server, database or role says; without wake-ups, `lease.wake_ups = off`,
-/// which the `runs_wake` trigger reads (the store's writes then notify nobody). Checked on
-/// every new connection.
+/// whatever the server, database or role says. A `silent` session starts with
+/// `lease.wake_ups = off`, which the `runs_wake` trigger reads: its writes notify nobody by
+/// themselves. The store's own pool is always silent (with wake-ups, the store sends its own
+/// writes' notifications after they commit, coalesced: [`Notifier`](crate::notify::Notifier));
+/// the caller pool only without wake-ups. Checked on every new connection.
 fn session(
     options: PgConnectOptions,
     lock_wait: &str,
     app_name: &str,
-    wake_ups: bool,
+    silent: bool,
 ) -> PgConnectOptions {
     let options = options.options([("lock_timeout", lock_wait), ("synchronous_commit", "on")]);
-    let options = if wake_ups {
-        options
-    } else {
+    let options = if silent {
         options.options([("lease.wake_ups", "off")])
+    } else {
+        options
     };
     options.application_name(app_name)
 }
@@ -82,13 +84,13 @@ impl Route {
         let hosts: Vec<PgConnectOptions> = parsed
             .hosts
             .iter()
-            .map(|host| session(host.clone(), &lock_wait, &app_name, parsed.wake_ups))
+            .map(|host| session(host.clone(), &lock_wait, &app_name, true))
             .collect();
         let caller_host = session(
             parsed.hosts[0].clone(),
             &lock_wait,
             &format!("{app_name} caller"),
-            parsed.wake_ups,
+            !parsed.wake_ups,
         );
         let sizes = (config.max_connections, config.acquire_timeout);
         Arc::new_cyclic(|me: &Weak<Route>| {
@@ -110,7 +112,7 @@ impl Route {
             (*caller.connect_options()).clone(),
             &lock_wait,
             &app_name,
-            parsed.wake_ups,
+            true,
         );
         let sizes = (config.max_connections, config.acquire_timeout);
         Arc::new_cyclic(|me: &Weak<Route>| {

@@ -10,7 +10,7 @@ use lease_core::backend::{
     fenced_verdict,
 };
 use lease_core::{
-    Ending, Error, Fence, IdempotencyKey, JournalEntry, Kind, Lease, LeaseStore, ListFilter,
+    End, Ending, Error, Fence, IdempotencyKey, JournalEntry, Kind, Lease, LeaseStore, ListFilter,
     NewRun, Result, RunId, RunRecord, RunState, StoreTime, Ttl, WorkerId,
 };
 use sqlx::migrate::Migrator;
@@ -178,6 +178,9 @@ pub struct PostgresLeaseStore {
     shown: String,
     /// The store's wake-ups; `None` when they are off (`wake_ups=false`).
     listening: Option<Arc<lease_core::WakeListener>>,
+    /// Sends the notifications of the store's own writes once they commit; `None` when
+    /// wake-ups are off.
+    notifier: Option<Arc<crate::notify::Notifier>>,
 }
 
 impl PostgresLeaseStore {
@@ -304,6 +307,15 @@ impl PostgresLeaseStore {
         }
     }
 
+    /// Hands a resumed or force-released run that is claimable now to the notifier.
+    fn claimable_now(&self, record: &RunRecord) {
+        if let Some(notifier) = &self.notifier {
+            if record.state == RunState::Runnable && record.owner.is_none() {
+                notifier.claimable(&record.kind, 0);
+            }
+        }
+    }
+
     fn assemble(
         route: Arc<Route>,
         config: &PostgresConfig,
@@ -324,7 +336,6 @@ impl PostgresLeaseStore {
             options.get_database().unwrap_or(""),
         );
         Ok(PostgresLeaseStore {
-            route,
             transaction_bound: (
                 config.transaction_floor.as_millis() as i64,
                 config.transaction_cap.as_millis() as i64,
@@ -333,6 +344,14 @@ impl PostgresLeaseStore {
             sql: Arc::new(Queries::new(schema)),
             shown,
             listening: wake_ups.then(|| Arc::new(lease_core::WakeListener::new())),
+            notifier: wake_ups.then(|| {
+                Arc::new(crate::notify::Notifier::new(
+                    route.own.clone(),
+                    schema,
+                    route.call_timeout,
+                ))
+            }),
+            route,
         })
     }
 
@@ -1028,14 +1047,18 @@ impl LeaseStore for PostgresLeaseStore {
     async fn create_with(&self, new: &NewRun) -> Result<RunRecord> {
         new.check()?;
         let run = new.run();
-        call!(self, |conn| {
+        let record = call!(self, |conn| {
             // No row and no record: the run was purged between the two reads; the next attempt
             // revives it.
             self.record_write(conn, &self.sql.create, run, Some(new), |current| {
                 current.map(|_| Error::AlreadyExists { run: run.clone() })
             })
             .await
-        })
+        })?;
+        if let Some(notifier) = &self.notifier {
+            notifier.created([new]);
+        }
+        Ok(record)
     }
 
     async fn create_many_with(&self, runs: &[NewRun]) -> Result<Vec<Result<()>>> {
@@ -1043,7 +1066,16 @@ impl LeaseStore for PostgresLeaseStore {
         if runs.is_empty() {
             return Ok(Vec::new());
         }
-        call!(self, |conn| self.create_batch(conn, runs).await)
+        let results = call!(self, |conn| self.create_batch(conn, runs).await)?;
+        if let Some(notifier) = &self.notifier {
+            notifier.created(
+                runs.iter()
+                    .zip(&results)
+                    .filter(|(_, r)| r.is_ok())
+                    .map(|(new, _)| new),
+            );
+        }
+        Ok(results)
     }
 
     async fn claim(&self, run: &RunId, worker: &WorkerId, ttl: Ttl) -> Result<Lease> {
@@ -1245,7 +1277,11 @@ impl LeaseStore for PostgresLeaseStore {
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {
-        call!(self, |conn| self.end(conn, lease, RunState::Runnable).await)
+        call!(self, |conn| self.end(conn, lease, RunState::Runnable).await)?;
+        if let Some(notifier) = &self.notifier {
+            notifier.claimable(lease.kind(), 0);
+        }
+        Ok(())
     }
 
     async fn suspend(&self, lease: &Lease) -> Result<()> {
@@ -1255,7 +1291,7 @@ impl LeaseStore for PostgresLeaseStore {
     }
 
     async fn resume(&self, run: &RunId) -> Result<RunRecord> {
-        call!(self, |conn| {
+        let record = call!(self, |conn| {
             self.record_write(conn, &self.sql.resume, run, None, |current| match current {
                 None => Some(Error::NotFound { run: run.clone() }),
                 Some(r) if !matches!(r.state, RunState::Suspended | RunState::Failed) => {
@@ -1267,7 +1303,9 @@ impl LeaseStore for PostgresLeaseStore {
                 Some(_) => None,
             })
             .await
-        })
+        })?;
+        self.claimable_now(&record);
+        Ok(record)
     }
 
     async fn complete(&self, lease: &Lease) -> Result<()> {
@@ -1331,7 +1369,22 @@ impl LeaseStore for PostgresLeaseStore {
         if ends.is_empty() {
             return Ok(Vec::new());
         }
-        call!(self, |conn| self.end_batch(conn, ends).await)
+        let results = call!(self, |conn| self.end_batch(conn, ends).await)?;
+        if let Some(notifier) = &self.notifier {
+            notifier.claimable_all(
+                ends.iter()
+                    .zip(&results)
+                    .filter(|(ending, result)| {
+                        result.is_ok()
+                            && matches!(
+                                ending.end,
+                                End::Release | End::RetryAfter(_) | End::AttemptFailed { .. }
+                            )
+                    })
+                    .map(|(ending, _)| (ending.lease.kind(), ending.end.delay_millis())),
+            );
+        }
+        Ok(results)
     }
 
     fn takes_effect(&self, effect: &lease_core::Effect) -> bool {
@@ -1442,7 +1495,7 @@ impl LeaseStore for PostgresLeaseStore {
     }
 
     async fn force_release(&self, run: &RunId) -> Result<RunRecord> {
-        call!(self, |conn| {
+        let record = call!(self, |conn| {
             self.record_write(
                 conn,
                 &self.sql.force_release,
@@ -1466,7 +1519,9 @@ impl LeaseStore for PostgresLeaseStore {
                 },
             )
             .await
-        })
+        })?;
+        self.claimable_now(&record);
+        Ok(record)
     }
 
     async fn cancel(&self, run: &RunId, reason: &str) -> Result<RunRecord> {

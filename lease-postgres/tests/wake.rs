@@ -7,7 +7,8 @@ use std::time::Duration;
 use lease_conformance::fixtures::{postgres_url, unique_namespace};
 use lease_conformance::spawn_reporting_worker;
 use lease_core::{
-    CancellationToken, Kind, LeaseStore, RunId, Ttl, WorkerConfig, WorkerId, WorkerReport,
+    CancellationToken, Kind, LeaseStore, LeaseStoreExt, RunId, Ttl, WorkerConfig, WorkerId,
+    WorkerReport,
 };
 use lease_postgres::{sqlx, PostgresConfig, PostgresLeaseStore};
 use tokio::sync::mpsc;
@@ -329,5 +330,80 @@ async fn a_store_without_wake_ups_notifies_nobody() {
     assert!(
         woken_within(&mut rx, &kind, Duration::from_secs(5)).await,
         "the listening store's own create did not wake it"
+    );
+}
+
+/// The next notification's payload.
+async fn next(listener: &mut sqlx::postgres::PgListener) -> String {
+    timeout(Duration::from_secs(5), listener.recv())
+        .await
+        .expect("no notification within 5 s")
+        .unwrap()
+        .payload()
+        .to_owned()
+}
+
+/// The store's own writes are notified by its notifier once they commit: what a raw `LISTEN`
+/// on the schema's channel receives. A run due at an instant is announced with the
+/// milliseconds left on the database clock when the notification is sent (notify.sql); runs of
+/// one kind and delay created in one batch are announced once; a retry delay carries its
+/// milliseconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stores_own_writes_are_announced_after_they_commit() {
+    let Some(store) = store(|c| c).await else {
+        return;
+    };
+    let channel: String = sqlx::query_scalar("SELECT 'lease_wake_' || md5($1)")
+        .bind(store.schema())
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    let mut listener = sqlx::postgres::PgListener::connect_with(store.pool())
+        .await
+        .unwrap();
+    listener.listen(&channel).await.unwrap();
+    let due = std::time::SystemTime::now() + Duration::from_secs(3);
+    store
+        .create_with(&lease_core::NewRun::new(RunId::new("at").unwrap()).with_run_at(due))
+        .await
+        .unwrap();
+    let payload = next(&mut listener).await;
+    let ms: u64 = payload
+        .strip_prefix("default ")
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or_else(|| panic!("payload {payload:?}"));
+    assert!(
+        (1_500..=3_000).contains(&ms),
+        "a run due in 3 s announced as due in {ms} ms"
+    );
+
+    let mail = Kind::new("mail").unwrap();
+    let batch: Vec<lease_core::NewRun> = (0..50)
+        .map(|i| {
+            lease_core::NewRun::new(RunId::new(format!("m{i}")).unwrap()).with_kind(mail.clone())
+        })
+        .collect();
+    store.create_many_with(&batch).await.unwrap();
+    assert_eq!(next(&mut listener).await, "mail 0");
+
+    let lease = store
+        .claim(
+            &RunId::new("m0").unwrap(),
+            &WorkerId::new("w").unwrap(),
+            Ttl::from_secs(30).unwrap(),
+        )
+        .await
+        .unwrap();
+    store
+        .retry_after(&lease, Duration::from_millis(1_500))
+        .await
+        .unwrap();
+    assert_eq!(next(&mut listener).await, "mail 1500");
+    // Nothing else was sent: the batch's 50 runs were one notification.
+    assert!(
+        timeout(Duration::from_millis(500), listener.recv())
+            .await
+            .is_err(),
+        "more notifications than writes"
     );
 }

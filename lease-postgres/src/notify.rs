@@ -1,0 +1,182 @@
+//! The store's own wake-ups: its sessions start with `lease.wake_ups = off`, so the
+//! `runs_wake` trigger does not notify inside its writes, and each write that made runs
+//! claimable hands its kinds to the store's [`Notifier`] once it has committed. One task sends
+//! what has gathered in one statement, then what gathered meanwhile, so however many sessions
+//! write, one notifying transaction is in flight at a time, and none of the writers takes the
+//! server's notification queue lock (a notifying commit holds it through its flush, so
+//! concurrent notifying commits are not flushed together: `tests/wake_cost.rs`).
+//!
+//! Writes in the caller's transactions (`create_in`, fenced transactions) are not the store's
+//! to see: the trigger notifies them when they commit, as before.
+//!
+//! A notification is a hint: one that cannot be sent is logged and dropped, and the workers'
+//! fallback poll finds the run.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use lease_core::{Kind, NewRun};
+use sqlx::PgPool;
+use tokio::sync::Notify;
+
+const NOTIFY: &str = include_str!("../sql/notify.sql");
+
+/// When a run of a kind becomes claimable, as its write knew it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Due {
+    /// In this many milliseconds from the write.
+    In(u64),
+    /// At this instant, in µs since the Unix epoch on the database clock.
+    At(i64),
+}
+
+/// The wake-ups of one store's writes, sent by one task. Dropped with the last clone of the
+/// store, which ends the task.
+pub(crate) struct Notifier {
+    shared: Arc<Shared>,
+    signal: Arc<Notify>,
+}
+
+struct Shared {
+    pool: PgPool,
+    schema: String,
+    /// The bound on one send (the store's call timeout).
+    limit: Duration,
+    /// What to send next; identical wake-ups gathered meanwhile are sent once.
+    pending: Mutex<HashSet<(String, Due)>>,
+    started: std::sync::Once,
+}
+
+impl Notifier {
+    pub(crate) fn new(pool: PgPool, schema: &str, limit: Duration) -> Notifier {
+        Notifier {
+            shared: Arc::new(Shared {
+                pool,
+                schema: schema.to_owned(),
+                limit,
+                pending: Mutex::new(HashSet::new()),
+                started: std::sync::Once::new(),
+            }),
+            signal: Arc::new(Notify::new()),
+        }
+    }
+
+    /// A committed write left a run of `kind` claimable in `delay_ms`.
+    pub(crate) fn claimable(&self, kind: &Kind, delay_ms: u64) {
+        self.add([(kind.as_str().to_owned(), Due::In(delay_ms))]);
+    }
+
+    /// A committed write left these runs claimable: each of `(kind, delay_ms)`.
+    pub(crate) fn claimable_all<'a>(&self, runs: impl IntoIterator<Item = (&'a Kind, u64)>) {
+        self.add(
+            runs.into_iter()
+                .map(|(kind, ms)| (kind.as_str().to_owned(), Due::In(ms))),
+        );
+    }
+
+    /// A committed create made these runs.
+    pub(crate) fn created<'a>(&self, runs: impl IntoIterator<Item = &'a NewRun>) {
+        self.add(runs.into_iter().flat_map(|new| {
+            let kind = new.kind().as_str();
+            let delay = (kind.to_owned(), Due::In(new.delay_millis()));
+            match new.run_at_micros() {
+                // Claimable at the later of the two: the instant, counted on the database
+                // clock when sent, and the delay (only if there is one, as a second hint).
+                Some(at) => {
+                    let mut dues = vec![(kind.to_owned(), Due::At(at))];
+                    if new.delay_millis() > 0 {
+                        dues.push(delay);
+                    }
+                    dues
+                }
+                None => vec![delay],
+            }
+        }));
+    }
+
+    /// Adds one write's wake-ups together, so the task sends them in one batch (a batch of
+    /// runs of one kind and delay is one notification).
+    fn add(&self, dues: impl IntoIterator<Item = (String, Due)>) {
+        let mut fresh = false;
+        {
+            let mut pending = lock(&self.shared.pending);
+            for due in dues {
+                fresh |= pending.insert(due);
+            }
+        }
+        if !fresh {
+            return; // each is waiting to be sent already
+        }
+        self.shared.started.call_once(|| {
+            tokio::spawn(send_loop(Arc::downgrade(&self.shared), self.signal.clone()));
+        });
+        self.signal.notify_one();
+    }
+}
+
+impl Drop for Notifier {
+    fn drop(&mut self) {
+        // Wakes the task, which finds the store gone and ends.
+        self.signal.notify_one();
+    }
+}
+
+async fn send_loop(shared: Weak<Shared>, signal: Arc<Notify>) {
+    loop {
+        signal.notified().await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let batch: Vec<(String, Due)> = lock(&shared.pending).drain().collect();
+        if batch.is_empty() {
+            continue;
+        }
+        let mut kinds = Vec::with_capacity(batch.len());
+        let mut ms = Vec::with_capacity(batch.len());
+        let mut at = Vec::with_capacity(batch.len());
+        for (kind, due) in batch {
+            kinds.push(kind);
+            match due {
+                Due::In(delay) => {
+                    ms.push(Some(i64::try_from(delay).unwrap_or(i64::MAX)));
+                    at.push(None);
+                }
+                Due::At(instant) => {
+                    ms.push(None);
+                    at.push(Some(instant));
+                }
+            }
+        }
+        let sent = tokio::time::timeout(
+            shared.limit,
+            sqlx::query(NOTIFY)
+                .bind(&shared.schema)
+                .bind(&kinds)
+                .bind(&ms)
+                .bind(&at)
+                .execute(&shared.pool),
+        )
+        .await;
+        match sent {
+            Ok(Ok(_)) => {}
+            // A hint lost, which the workers' fallback poll covers.
+            Ok(Err(e)) => tracing::debug!(
+                kinds = kinds.len(),
+                error = %crate::error::PgError::from(e),
+                "wake-ups not sent; workers find the runs at their fallback poll"
+            ),
+            Err(_) => tracing::debug!(
+                kinds = kinds.len(),
+                "wake-ups not sent within the call timeout; workers find the runs at their \
+                 fallback poll"
+            ),
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
