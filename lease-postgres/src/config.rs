@@ -266,7 +266,7 @@ impl PostgresConfig {
     /// The store's own writes are notified by the store once they commit, many at a time (its
     /// sessions start with `lease.wake_ups = off`, which the trigger reads, so that no writer
     /// holds the server's notification queue lock through its commit's flush; 16 writers on a
-    /// durable server: 0.87× the creates of a store without wake-ups, against 0.25× when each
+    /// durable server: 0.82× the creates of a store without wake-ups, against 0.25× when each
     /// write notified; `tests/wake_cost.rs`). Writes in your transactions are notified by the
     /// trigger at your commit.
     ///
