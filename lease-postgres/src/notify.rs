@@ -13,6 +13,7 @@
 //! fallback poll finds the run.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -45,7 +46,10 @@ struct Shared {
     limit: Duration,
     /// What to send next; identical wake-ups gathered meanwhile are sent once.
     pending: Mutex<HashSet<(String, Due)>>,
-    started: std::sync::Once,
+    /// Whether the sending task runs. It is started by the first wake-up, and again by the
+    /// next one after it ended (its runtime shut down under it: a store used from several
+    /// runtimes one after another).
+    running: AtomicBool,
 }
 
 impl Notifier {
@@ -56,7 +60,7 @@ impl Notifier {
                 schema: schema.to_owned(),
                 limit,
                 pending: Mutex::new(HashSet::new()),
-                started: std::sync::Once::new(),
+                running: AtomicBool::new(false),
             }),
             signal: Arc::new(Notify::new()),
         }
@@ -108,9 +112,16 @@ impl Notifier {
         if !fresh {
             return; // each is waiting to be sent already
         }
-        self.shared.started.call_once(|| {
-            tokio::spawn(send_loop(Arc::downgrade(&self.shared), self.signal.clone()));
-        });
+        if !self.shared.running.swap(true, Ordering::AcqRel) {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn(send_loop(Arc::downgrade(&self.shared), self.signal.clone()));
+                }
+                // Not on a Tokio runtime (the store's own calls always are): nothing can send
+                // now; the wake-ups wait for the next write's.
+                Err(_) => self.shared.running.store(false, Ordering::Release),
+            }
+        }
         self.signal.notify_one();
     }
 }
@@ -122,7 +133,19 @@ impl Drop for Notifier {
     }
 }
 
+/// Marks the task ended however it ends: returned, or dropped with its runtime.
+struct Running(Weak<Shared>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0.upgrade() {
+            shared.running.store(false, Ordering::Release);
+        }
+    }
+}
+
 async fn send_loop(shared: Weak<Shared>, signal: Arc<Notify>) {
+    let _running = Running(shared.clone());
     loop {
         signal.notified().await;
         let Some(shared) = shared.upgrade() else {

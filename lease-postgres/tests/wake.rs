@@ -407,3 +407,48 @@ async fn the_stores_own_writes_are_announced_after_they_commit() {
         "more notifications than writes"
     );
 }
+
+/// A store whose notifier task ended with the runtime it was started on starts it again on
+/// the runtime of its next write: that write is still announced.
+#[test]
+fn the_notifier_starts_again_on_the_next_runtime() {
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let first = runtime();
+    let Some(store) = first.block_on(store(|c| c)) else {
+        return;
+    };
+    first.block_on(async {
+        store
+            .create(&RunId::new("on-the-first").unwrap())
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    });
+    drop(first);
+    let second = runtime();
+    second.block_on(async {
+        let channel: String = sqlx::query_scalar("SELECT 'lease_wake_' || md5($1)")
+            .bind(store.schema())
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+        let mut listener = sqlx::postgres::PgListener::connect_with(store.pool())
+            .await
+            .unwrap();
+        listener.listen(&channel).await.unwrap();
+        let mail = Kind::new("mail").unwrap();
+        store
+            .create_with(
+                &lease_core::NewRun::new(RunId::new("on-the-second").unwrap()).with_kind(mail),
+            )
+            .await
+            .unwrap();
+        assert_eq!(next(&mut listener).await, "mail 0");
+    });
+}
