@@ -171,15 +171,22 @@ async fn send_loop(shared: Weak<Shared>, signal: Arc<Notify>) {
                 }
             }
         }
-        let sent = tokio::time::timeout(
-            shared.limit,
+        let send = || {
             sqlx::query(NOTIFY)
                 .bind(&shared.schema)
                 .bind(&kinds)
                 .bind(&ms)
                 .bind(&at)
-                .execute(&shared.pool),
-        )
+                .execute(&shared.pool)
+        };
+        let sent = tokio::time::timeout(shared.limit, async {
+            match send().await {
+                // Once more on another connection: the pool drops one that failed (an idle
+                // session the server closed when it restarted).
+                Err(_) => send().await,
+                sent => sent,
+            }
+        })
         .await;
         match sent {
             Ok(Ok(_)) => {}

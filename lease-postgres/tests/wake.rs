@@ -409,7 +409,8 @@ async fn the_stores_own_writes_are_announced_after_they_commit() {
 }
 
 /// A store whose notifier task ended with the runtime it was started on starts it again on
-/// the runtime of its next write: that write is still announced.
+/// the runtime of its next write: that write is still announced. (A Tokio runtime shut down
+/// under a pool also breaks its idle sessions; the store's calls fail once per such session.)
 #[test]
 fn the_notifier_starts_again_on_the_next_runtime() {
     let runtime = || {
@@ -433,6 +434,23 @@ fn the_notifier_starts_again_on_the_next_runtime() {
     drop(first);
     let second = runtime();
     second.block_on(async {
+        // The pool's idle sessions belong to the first runtime: each fails once and is
+        // dropped (as after a server restart), so the store answers again after a few calls.
+        let mut answered = 0;
+        for _ in 0..50 {
+            answered = if store.count().await.is_ok() {
+                answered + 1
+            } else {
+                0
+            };
+            if answered == 5 {
+                break;
+            }
+        }
+        assert_eq!(
+            answered, 5,
+            "the store did not answer on the second runtime"
+        );
         let channel: String = sqlx::query_scalar("SELECT 'lease_wake_' || md5($1)")
             .bind(store.schema())
             .fetch_one(store.pool())
