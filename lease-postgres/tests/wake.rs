@@ -333,6 +333,20 @@ async fn a_store_without_wake_ups_notifies_nobody() {
     );
 }
 
+/// A plain `LISTEN` session on the schema's channel (its name computed as the trigger does).
+async fn raw_listener(store: &PostgresLeaseStore) -> sqlx::postgres::PgListener {
+    let channel: String = sqlx::query_scalar("SELECT 'lease_wake_' || md5($1)")
+        .bind(store.schema())
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    let mut listener = sqlx::postgres::PgListener::connect_with(store.pool())
+        .await
+        .unwrap();
+    listener.listen(&channel).await.unwrap();
+    listener
+}
+
 /// The next notification's payload.
 async fn next(listener: &mut sqlx::postgres::PgListener) -> String {
     timeout(Duration::from_secs(5), listener.recv())
@@ -353,15 +367,7 @@ async fn the_stores_own_writes_are_announced_after_they_commit() {
     let Some(store) = store(|c| c).await else {
         return;
     };
-    let channel: String = sqlx::query_scalar("SELECT 'lease_wake_' || md5($1)")
-        .bind(store.schema())
-        .fetch_one(store.pool())
-        .await
-        .unwrap();
-    let mut listener = sqlx::postgres::PgListener::connect_with(store.pool())
-        .await
-        .unwrap();
-    listener.listen(&channel).await.unwrap();
+    let mut listener = raw_listener(&store).await;
     let due = std::time::SystemTime::now() + Duration::from_secs(3);
     store
         .create_with(&lease_core::NewRun::new(RunId::new("at").unwrap()).with_run_at(due))
@@ -451,15 +457,7 @@ fn the_notifier_starts_again_on_the_next_runtime() {
             answered, 5,
             "the store did not answer on the second runtime"
         );
-        let channel: String = sqlx::query_scalar("SELECT 'lease_wake_' || md5($1)")
-            .bind(store.schema())
-            .fetch_one(store.pool())
-            .await
-            .unwrap();
-        let mut listener = sqlx::postgres::PgListener::connect_with(store.pool())
-            .await
-            .unwrap();
-        listener.listen(&channel).await.unwrap();
+        let mut listener = raw_listener(&store).await;
         let mail = Kind::new("mail").unwrap();
         store
             .create_with(
