@@ -68,7 +68,7 @@ impl Notifier {
 
     /// A committed write left a run of `kind` claimable in `delay_ms`.
     pub(crate) fn claimable(&self, kind: &Kind, delay_ms: u64) {
-        self.add([(kind.as_str().to_owned(), Due::In(delay_ms))]);
+        self.claimable_all([(kind, delay_ms)]);
     }
 
     /// A committed write left these runs claimable: each of `(kind, delay_ms)`.
@@ -82,20 +82,15 @@ impl Notifier {
     /// A committed create made these runs.
     pub(crate) fn created<'a>(&self, runs: impl IntoIterator<Item = &'a NewRun>) {
         self.add(runs.into_iter().flat_map(|new| {
-            let kind = new.kind().as_str();
-            let delay = (kind.to_owned(), Due::In(new.delay_millis()));
-            match new.run_at_micros() {
-                // Claimable at the later of the two: the instant, counted on the database
-                // clock when sent, and the delay (only if there is one, as a second hint).
-                Some(at) => {
-                    let mut dues = vec![(kind.to_owned(), Due::At(at))];
-                    if new.delay_millis() > 0 {
-                        dues.push(delay);
-                    }
-                    dues
-                }
-                None => vec![delay],
-            }
+            let at = new.run_at_micros();
+            // Claimable at the later of the instant (counted on the database clock when sent)
+            // and the delay: with an instant, the delay is a second hint only if there is one.
+            let delay =
+                (at.is_none() || new.delay_millis() > 0).then(|| Due::In(new.delay_millis()));
+            at.map(Due::At)
+                .into_iter()
+                .chain(delay)
+                .map(|due| (new.kind().as_str().to_owned(), due))
         }));
     }
 
