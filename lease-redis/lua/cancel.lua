@@ -20,7 +20,7 @@ local now = now_micros()
 if r.s == 'completed' then
   return { 'refused', r.s }
 end
-local kind = kind_of(KEYS[9], r.id)
+local kind = kind_of(KEYS[9], r.id, r.t)
 if r.s ~= 'cancelled' then
   if kind ~= ARGV[3] then
     return { 'kind', kind }

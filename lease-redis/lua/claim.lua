@@ -26,7 +26,12 @@ local now = t[1] * 1000000 + t[2] -- exact in a double until year 2255
 if s ~= 'runnable' or (e ~= '' and tonumber(e) > now) or f == '9223372036854775807' then
   return { 'refused', s, o, e, f, string.format('%d', now) }
 end
-local kind = redis.call('HGET', KEYS[5], ARGV[1]) or ''
+-- The record's flags (common.lua): 'd' spares the kinds look-up, 'n' the payload's.
+local flags = string.match(times, '\2(%l*)$')
+local kind = ''
+if not (flags and string.find(flags, 'd', 1, true)) then
+  kind = redis.call('HGET', KEYS[5], ARGV[1]) or ''
+end
 if kind ~= ARGV[4] then
   return { 'kind', kind }
 end
@@ -61,11 +66,16 @@ end
 local expires = string.format('%d', now + ARGV[3] * 1000)
 -- Claimed now, not renewed since; the creation time stays.
 redis.call('HSET', KEYS[1], ARGV[1], 'runnable:' .. f .. ':' .. h .. ':' .. expires .. ':' .. m .. ':' .. ARGV[2]
-  .. '\1' .. (string.match(times, '^\1(%d*)') or '') .. ',' .. string.format('%d', now) .. ',')
+  .. '\1' .. (string.match(times, '^\1(%d*)') or '') .. ',' .. string.format('%d', now) .. ','
+  .. (flags and '\2' .. flags or ''))
 if f == '9223372036854775807' then
   redis.call('ZREM', KEYS[2], m) -- never claimable again
 else
   redis.call('ZADD', KEYS[2], expires, m)
 end
 -- The payload: its bytes, or false (a nil reply) for none.
-return { 'ok', f, expires, tostring(redis.call('HINCRBY', KEYS[3], ARGV[1], 1)), redis.call('HGET', KEYS[4], ARGV[1]) }
+local payload = false
+if not (flags and string.find(flags, 'n', 1, true)) then
+  payload = redis.call('HGET', KEYS[4], ARGV[1])
+end
+return { 'ok', f, expires, tostring(redis.call('HINCRBY', KEYS[3], ARGV[1], 1)), payload }

@@ -17,7 +17,11 @@
 -- were kept, a byte 1 (no worker id holds a control character, so a record without times
 -- reads the same) and the run's times in microseconds on the server clock: 'created,claimed,
 -- renewed' (when it was created, when its latest claim took it, when that lease was last
--- renewed; each empty when unknown or none). A run's end time is its score in the ended
+-- renewed; each empty when unknown or none). Then, in records created since they were kept, a
+-- byte 2 and the run's flags, letters for facts fixed at its creation that spare a script a
+-- look-up: 'd' (of the default class: no field in the kinds hash) and 'n' (no payload: no
+-- field in the payloads hash). A record without a flag (one created before flags were kept)
+-- says nothing, and its scripts look the fact up. A run's end time is its score in the ended
 -- runs zset (retention's). A failed or
 -- cancelled run's reason is in the failures hash, field id; a cancelled run's id is also in
 -- the cancelled set (count tells the two apart with it). A run's class is its kind and
@@ -69,15 +73,31 @@ local function write_run(runs, r)
 end
 
 -- A record's times suffix (r.t) as its three times: created, claimed, renewed ('' each when
--- unknown or none; all '' for a record written before times were kept).
+-- unknown or none; all '' for a record written before times were kept), and its flags ('' for
+-- none, or a record written before flags were kept).
 local function times_of(t)
-  local c, cl, rn = string.match(t, '^\1(%d*),(%d*),(%d*)$')
-  return c or '', cl or '', rn or ''
+  local c, cl, rn = string.match(t, '^\1(%d*),(%d*),(%d*)')
+  return c or '', cl or '', rn or '', string.match(t, '\2(%l*)$') or ''
 end
 
--- The times suffix of a record.
-local function times_suffix(created, claimed, renewed)
+-- The times suffix of a record, its flags after them.
+local function times_suffix(created, claimed, renewed, flags)
+  if flags and flags ~= '' then
+    return '\1' .. created .. ',' .. claimed .. ',' .. renewed .. '\2' .. flags
+  end
   return '\1' .. created .. ',' .. claimed .. ',' .. renewed
+end
+
+-- The flags of a run created of class `class` ('' for the default) with the payload `marked`
+-- ('' for none, else '=' and its bytes).
+local function creation_flags(class, marked)
+  return (class == '' and 'd' or '') .. (marked == '' and 'n' or '')
+end
+
+-- Whether the times suffix `t` of a record carries the flag `letter`.
+local function flagged(t, letter)
+  local flags = string.match(t or '', '\2(%l*)$')
+  return flags ~= nil and string.find(flags, letter, 1, true) ~= nil
 end
 
 -- Runnable, unowned or expired, past any retry delay, and not at the last fence.
@@ -131,16 +151,19 @@ local function take(runs, zkey, r, worker, expires, now)
   r.f = succ(r.f)
   r.o = worker
   r.e = num(expires)
-  local created = times_of(r.t)
-  r.t = times_suffix(created, num(now), '')
+  local created, _, _, flags = times_of(r.t)
+  r.t = times_suffix(created, num(now), '', flags)
   write_run(runs, r)
   index(zkey, r, expires)
   return r.f
 end
 
 -- The run's class as the kinds hash `kinds` keeps it: '' for the default kind at priority 0
--- (no field).
-local function kind_of(kinds, id)
+-- (no field; not looked up when its record's times suffix `t` says so).
+local function kind_of(kinds, id, t)
+  if flagged(t, 'd') then
+    return ''
+  end
   return redis.call('HGET', kinds, id) or ''
 end
 
@@ -164,7 +187,7 @@ local function record(r, failures, attempts, kinds, ended)
   end
   local created, claimed, renewed = times_of(r.t)
   return { r.s, r.o, r.e, r.f, r.h, reason, redis.call('HGET', attempts, r.id) or '0',
-    kind_of(kinds, r.id), created .. ',' .. claimed .. ',' .. renewed .. ',' .. ended_at }
+    kind_of(kinds, r.id, r.t), created .. ',' .. claimed .. ',' .. renewed .. ',' .. ended_at }
 end
 
 -- A reply of `status`, then the record's fields, then `now`.
@@ -178,8 +201,12 @@ local function record_reply(status, rec, now)
 end
 
 -- A run's payload as a reply element: its bytes, or false (a nil reply) for none, so an empty
--- payload stays apart from none and the bytes are not copied once more.
-local function payload_of(payloads, id)
+-- payload stays apart from none and the bytes are not copied once more (not looked up when its
+-- record's times suffix `t` says it has none).
+local function payload_of(payloads, id, t)
+  if flagged(t, 'n') then
+    return false
+  end
   return redis.call('HGET', payloads, id)
 end
 
@@ -214,11 +241,11 @@ end
 -- on the server clock (claimed '' when unknown), outcome lease_core::AttemptOutcome's name,
 -- and error '' for none, else '=' and the text, cut to at most 1024 bytes
 -- (lease_core::MAX_ATTEMPT_ERROR_BYTES) at a UTF-8 character boundary. No worker id or reason
--- holds a control character, so neither separator occurs inside a field. claim.lua and
--- fenced.lua, which run without this prelude, repeat push_attempt; keep them in step
--- (fenced.lua adds an eighth field, the id of the call that ended the attempt, which readers
--- ignore).
-local function push_attempt(hist, id, number, fence, worker, claimed, ended, outcome, err)
+-- holds a control character, so neither separator occurs inside a field. An attempt a
+-- fenced end wrote has an eighth field, the id of the call that ended it (`call`), by which a
+-- resend of that call knows it was applied; readers ignore it. claim.lua and fenced.lua,
+-- which run without this prelude, repeat push_attempt; keep them in step.
+local function push_attempt(hist, id, number, fence, worker, claimed, ended, outcome, err, call)
   local e = ''
   if err then
     local cut = #err
@@ -233,6 +260,9 @@ local function push_attempt(hist, id, number, fence, worker, claimed, ended, out
   end
   local entry = number .. '\31' .. fence .. '\31' .. worker .. '\31' .. claimed .. '\31'
     .. ended .. '\31' .. outcome .. '\31' .. e
+  if call then
+    entry = entry .. '\31' .. call
+  end
   local old = redis.call('HGET', hist, id)
   if old then
     local _, seps = string.gsub(old, '\30', '')
@@ -245,9 +275,10 @@ local function push_attempt(hist, id, number, fence, worker, claimed, ended, out
 end
 
 -- Writes the held lease's attempt of run r (owner, fence and times not yet cleared) into the
--- history, ended at `ended` as `outcome`; its number is the budget's counter before any refund.
-local function end_attempt(hist, attempts, r, ended, outcome, err)
+-- history, ended at `ended` as `outcome` by the call `call` (nil when not a fenced end); its
+-- number is the budget's counter before any refund.
+local function end_attempt(hist, attempts, r, ended, outcome, err, call)
   local _, claimed = times_of(r.t)
   push_attempt(hist, r.id, redis.call('HGET', attempts, r.id) or '0', r.f, r.o, claimed,
-    num(ended), outcome, err)
+    num(ended), outcome, err, call)
 end

@@ -65,7 +65,11 @@ if op == 'append' then
   redis.call('HSET', KEYS[4], 'f', f, ARGV[5], seq .. ':' .. now)
   return { 'ok', tostring(seq), now }
 end
-local kind = redis.call('HGET', KEYS[8], ARGV[2]) or ''
+-- The record's flag 'd' (common.lua) spares the kinds look-up.
+local kind = ''
+if not string.find(string.match(times, '\2(%l*)$') or '', 'd', 1, true) then
+  kind = redis.call('HGET', KEYS[8], ARGV[2]) or ''
+end
 if kind ~= ARGV[6] then
   return { 'kind', kind }
 end
@@ -122,6 +126,7 @@ end
 -- A released run's expiry field says since when it is claimable (common.lua's record format).
 local since = (op == 'release') and at or ''
 redis.call('HSET', KEYS[1], ARGV[2], s .. ':' .. f .. ':' .. h .. ':' .. since .. ':' .. m .. ':' .. times)
--- The lease is over: nothing more can be appended under its fence.
-redis.call('DEL', KEYS[4])
+-- The lease's applied appends stay (a resent append still answers its first result) until the
+-- next lease's first append drops them, or purge does: nothing can be appended under an ended
+-- lease, held no more.
 return { 'ok' }

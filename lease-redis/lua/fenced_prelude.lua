@@ -39,7 +39,7 @@ if lease_op ~= '' and lease_op ~= 'complete' and lease_op ~= 'complete-with'
   return redis.error_reply('unknown end ' .. lease_op) -- before any write: nothing to undo
 end
 if lease_op ~= '' then
-  local kind = kind_of(KEYS[8], lease_run.id)
+  local kind = kind_of(KEYS[8], lease_run.id, lease_run.t)
   if kind ~= ARGV[6] then
     return { 'kind', kind }
   end
@@ -85,8 +85,8 @@ local function lease_record(result)
   if lease_op == 'release' or lease_op == 'suspend' then
     refund(KEYS[7], lease_run.id)
   end
-  if lease_op ~= '' or lease_calls[1] ~= lease_run.f then
-    redis.call('DEL', KEYS[2]) -- the calls of an earlier fence, or of a lease now ended
+  if lease_calls[1] ~= lease_run.f then
+    redis.call('DEL', KEYS[2]) -- the calls of an earlier fence
   end
   redis.call('HSET', KEYS[2], 'f', lease_run.f, ARGV[3], cmsgpack.pack(result))
   return result

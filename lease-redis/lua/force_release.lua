@@ -17,7 +17,7 @@ local now = now_micros()
 if r.s ~= 'runnable' then
   return { 'refused', r.s }
 end
-local kind = kind_of(KEYS[6], r.id)
+local kind = kind_of(KEYS[6], r.id, r.t)
 if kind ~= ARGV[2] then
   return { 'kind', kind }
 end

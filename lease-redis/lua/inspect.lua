@@ -9,6 +9,6 @@ if not r then
   return { 'none' }
 end
 local out = record_reply('ok', record(r, KEYS[2], KEYS[3], KEYS[5], KEYS[6]), now_micros())
-out[#out + 1] = payload_of(KEYS[4], ARGV[1])
+out[#out + 1] = payload_of(KEYS[4], ARGV[1], r.t)
 out[#out + 1] = redis.call('HGET', KEYS[7], ARGV[1])
 return out

@@ -8,7 +8,7 @@ for i = 1, #ARGV do
   local r = read_run(KEYS[1], ARGV[i])
   if r then
     local rec = record(r, KEYS[2], KEYS[3], KEYS[5], KEYS[6])
-    rec[#rec + 1] = payload_of(KEYS[4], ARGV[i])
+    rec[#rec + 1] = payload_of(KEYS[4], ARGV[i], r.t)
     out[#out + 1] = rec
   else
     out[#out + 1] = {}

@@ -25,7 +25,7 @@ for i, id in ipairs(ids) do
   if r
     and (ARGV[3] == '' or r.s == ARGV[3])
     and (ARGV[4] ~= '1' or (r.o ~= '' and r.e ~= '' and tonumber(r.e) <= now))
-    and (ARGV[6] == '' or '=' .. string.match(kind_of(KEYS[5], id), '^[^\n]*') == ARGV[6]) then
+    and (ARGV[6] == '' or '=' .. string.match(kind_of(KEYS[5], id, r.t), '^[^\n]*') == ARGV[6]) then
     out[#out + 1] = id
     for _, field in ipairs(record(r, KEYS[3], KEYS[4], KEYS[5], KEYS[6])) do
       out[#out + 1] = field

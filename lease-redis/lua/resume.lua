@@ -14,7 +14,7 @@ local now = now_micros()
 if r.s ~= 'suspended' and r.s ~= 'failed' then
   return record_reply('refused', record(r, KEYS[3], KEYS[6], KEYS[7], KEYS[4]), now)
 end
-local kind = kind_of(KEYS[7], r.id)
+local kind = kind_of(KEYS[7], r.id, r.t)
 if kind ~= ARGV[2] then
   return { 'kind', kind }
 end

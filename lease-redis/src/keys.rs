@@ -5,7 +5,7 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `{lease:ns}:runs` | hash | every run record, field `<id>`: state, fence, heartbeats, expiry, index member, owner |
+//! | `{lease:ns}:runs` | hash | every run record, field `<id>`: state, fence, heartbeats, expiry, index member, owner, times, and flags for facts fixed at creation (default class, no payload) that spare the hot scripts a look-up (`lua/common.lua` has the format) |
 //! | `{lease:ns}:j:<id>` | list | the run's journal, one entry per element |
 //! | `{lease:ns}:claimable` | zset | runnable runs of the default kind scored by the instant (µs) they become claimable |
 //! | `{lease:ns}:claimable:<kind>` | zset | the same for the runs of another [kind](lease_core::Kind), its name hex-encoded |
@@ -14,9 +14,8 @@
 //! | `{lease:ns}:kinds` | set | every class but the default that a run was created with, for `count` (never shrinks) |
 //! | `{lease:ns}:ids` | zset | every run id, score 0, so members sort by id |
 //! | `{lease:ns}:seq` | string | the creation counter (claimable-index tiebreak) |
-//! | `{lease:ns}:k:<id>` | hash | the run's applied fenced writes under its latest fence: `f` = that fence, then call id → first result, so a resent write answers its first result |
+//! | `{lease:ns}:k:<id>` | hash | the run's applied fenced writes under its latest fence: `f` = that fence, then call id → first result, so a resent write answers its first result; dropped by the next fence's first write, or by purge |
 //! | `{lease:ns}:jk:<id>` | hash | the run's idempotency keys ([`append_keyed`](lease_core::LeaseStore::append_keyed)): key → position of its journal entry |
-//! | `{lease:ns}:c:<call>` | string | an `end_many` call's record of the items it ended, expiring (at least a minute, at least the leases' TTL), so a resend answers its first result |
 //! | `{lease:ns}:ended` | zset | completed and failed runs, `<id>` scored by when they ended (µs, server clock): what [`purge`](lease_core::LeaseStore::purge) removes, oldest first |
 //! | `{lease:ns}:delayed` | zset | runs given back with a retry delay, `<id>` scored by the delay's end (entries whose delay is over no longer count): for [`count`](lease_core::LeaseStore::count) |
 //! | `{lease:ns}:suspended` | zset | suspended runs, `<id>` scored by when: for `count` |
@@ -24,7 +23,7 @@
 //! | `{lease:ns}:payload` | hash | runs' payloads: `<id>` → the bytes it was created with ([`NewRun::with_payload`](lease_core::NewRun::with_payload)); written by create, read by claims and inspect, removed by purge |
 //! | `{lease:ns}:failed` | hash | failed runs' reasons: `<id>` → the reason its last holder gave ([`End::Fail`](lease_core::End::Fail)) |
 //! | `{lease:ns}:attempts` | hash | the attempt budget's counters: `<id>` → claims since create or resume less voluntary ends ([`RunRecord::attempts`](lease_core::RunRecord::attempts)); no field is 0 |
-//! | `{lease:ns}:hist` | hash | the runs' attempt histories ([`RunRecord::history`](lease_core::RunRecord::history)): `<id>` → its last ended attempts; written by ends, force-release, cancel and the claim that takes over an expired lease (a single fenced end adds its call id as an eighth field, to answer its resend), removed by purge |
+//! | `{lease:ns}:hist` | hash | the runs' attempt histories ([`RunRecord::history`](lease_core::RunRecord::history)): `<id>` → its last ended attempts; written by ends, force-release, cancel and the claim that takes over an expired lease (a fenced end, single or in `end_many`, adds its call id as an eighth field, to answer its resend), removed by purge |
 //! | `{lease:ns}:barrier` | string | a counter written after each write that must be acknowledged by replicas, so `WAIT` confirms what the write saw |
 //! | `{lease:ns}:u:<id>:<name>` | any | callers' keys for [fenced scripts](crate::FencedScript) |
 //!
@@ -239,11 +238,6 @@ impl Keys {
     /// The run's idempotency keys: key → position of its journal entry.
     pub(crate) fn journal_keys(&self, run: &RunId) -> String {
         format!("{}:jk:{}", self.tag, encode(run.as_str()))
-    }
-
-    /// One call's record of the leases it ended (expires).
-    pub(crate) fn call(&self, id: &str) -> String {
-        format!("{}:c:{id}", self.tag)
     }
 
     /// Ended runs by when they ended (zset: encoded id scored by µs), for retention.

@@ -33,11 +33,6 @@ const CLAIM_NEXT_SCAN: usize = 128;
 /// The most runs one purge script call removes: the bound on its server time (a few ms).
 pub(crate) const PURGE_SCRIPT_RUNS: usize = 100;
 
-/// The least time an `end_many` call's record of the ends it applied is kept
-/// (`{lease:ns}:c:<call>`), so a resend of the call learns its first answer. (A single fenced
-/// end records its call in the attempt it writes into the run's history: no key of its own.)
-pub(crate) const CALL_RECORD_MS: u64 = 60_000;
-
 /// How many payload bytes one `journal` script call returns at most (beyond its last entry):
 /// the bound on one call's copy of a long journal.
 const JOURNAL_PAGE_BYTES: usize = 4 << 20;
@@ -695,14 +690,8 @@ impl LeaseStore for RedisLeaseStore {
         if ends.is_empty() {
             return Ok(Vec::new());
         }
+        // Written into each attempt the call ends, where a resend of the call finds it.
         let id = call_id();
-        // Kept at least as long as the longest lease of the batch: a resend comes sooner.
-        let keep = ends
-            .iter()
-            .map(|e| e.lease.ttl().as_millis())
-            .max()
-            .unwrap_or(0)
-            .max(CALL_RECORD_MS);
         let mut payloads: Vec<Cow<'_, [u8]>> = Vec::with_capacity(ends.len());
         for Ending { end, .. } in ends {
             payloads.push(match end {
@@ -733,7 +722,6 @@ impl LeaseStore for RedisLeaseStore {
             let mut call = Call::new(&SCRIPTS.end_many);
             call.key(self.keys.runs())
                 .key(self.keys.claimable())
-                .key(self.keys.call(&id))
                 .key(self.keys.failures())
                 .key(self.keys.ended())
                 .key(self.keys.delayed())
@@ -741,13 +729,12 @@ impl LeaseStore for RedisLeaseStore {
                 .key(self.keys.attempts())
                 .key(self.keys.kinds())
                 .key(self.keys.history())
-                .arg(keep);
+                .arg(&id);
             for ((Ending { lease, end, .. }, payload), kind) in
                 ends.iter().zip(&payloads).zip(&kinds)
             {
                 // Declared, like every key a script touches, even if the item is refused.
-                call.key(self.keys.calls(lease.run()))
-                    .key(self.keys.journal(lease.run()))
+                call.key(self.keys.journal(lease.run()))
                     .key(self.keys.claimable_of(kind))
                     .arg(end.as_str())
                     .arg(keys::encode(lease.run().as_str()))

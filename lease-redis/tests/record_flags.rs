@@ -1,0 +1,344 @@
+//! The run record's flags (`lua/common.lua`): facts fixed at a run's creation (of the default
+//! class; no payload) that spare the hot scripts a look-up. A record written before flags were
+//! kept must read and run exactly as before, by looking the facts up; a record with them must
+//! not be looked up at all; and the applied-calls bookkeeping that the ends no longer drop must
+//! still answer a resend. On private redis-servers.
+
+use std::time::Duration;
+
+use lease_conformance::fixtures::{unavailable, unique_namespace, RedisServer};
+use lease_core::{End, Ending, Kind, LeaseStore, NewRun, RunId, RunState, Ttl, WorkerId};
+use lease_redis::{RedisConfig, RedisLeaseStore};
+use redis::aio::MultiplexedConnection;
+
+const HINT: &str = "install redis-server (apt-get install redis-server)";
+
+fn server() -> Option<RedisServer> {
+    match RedisServer::start_with(true, None) {
+        Ok(server) => Some(server),
+        Err(why) => unavailable("redis-server", why, HINT),
+    }
+}
+
+async fn connect(url: &str, namespace: &str) -> RedisLeaseStore {
+    let config = RedisConfig::from_url(url)
+        .with_namespace(namespace)
+        .with_response_timeout(Duration::from_secs(5));
+    RedisLeaseStore::connect(config).await.expect("connect")
+}
+
+async fn raw(url: &str) -> MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+fn run(id: &str) -> RunId {
+    RunId::new(id).unwrap()
+}
+
+fn worker() -> WorkerId {
+    WorkerId::new("w").unwrap()
+}
+
+fn ttl() -> Ttl {
+    Ttl::from_millis(60_000).unwrap()
+}
+
+fn hex(id: &str) -> String {
+    id.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+async fn record(conn: &mut MultiplexedConnection, ns: &str, id: &str) -> String {
+    redis::cmd("HGET")
+        .arg(format!("{{lease:{ns}}}:runs"))
+        .arg(hex(id))
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+/// The record's flags: the letters after byte 2 (`None` without the byte).
+fn flags(record: &str) -> Option<&str> {
+    record.split_once('\u{2}').map(|(_, flags)| flags)
+}
+
+/// Writes the record of `id` back without its flags, as a version before them wrote it.
+async fn strip_flags(conn: &mut MultiplexedConnection, ns: &str, id: &str) {
+    let old = record(conn, ns, id).await;
+    // A run of another kind with a payload has no flag to strip.
+    let without = old
+        .split_once('\u{2}')
+        .map_or(old.as_str(), |(without, _)| without);
+    let _: () = redis::cmd("HSET")
+        .arg(format!("{{lease:{ns}}}:runs"))
+        .arg(hex(id))
+        .arg(without)
+        .query_async(conn)
+        .await
+        .unwrap();
+}
+
+/// `HGET` calls the server has run so far (inside scripts too), from `INFO commandstats`.
+async fn hgets(conn: &mut MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_hget:calls="))
+        .map(|rest| rest.split(',').next().unwrap().parse().unwrap())
+        .unwrap_or(0)
+}
+
+/// Creation writes the flags of what it knows: 'd' for the default class, 'n' for no payload
+/// (a run with neither fact has no flags, as a record written before them); claims, renewals
+/// and ends keep them.
+#[tokio::test]
+async fn creation_writes_the_flags_and_every_write_keeps_them() {
+    let Some(server) = server() else { return };
+    let ns = unique_namespace("flags");
+    let store = connect(&server.url(), &ns).await;
+    let mut conn = raw(&server.url()).await;
+    let mail = Kind::new("mail").unwrap();
+    store.create(&run("plain")).await.unwrap();
+    store
+        .create_with(&NewRun::new(run("carrying")).with_payload(b"".to_vec()))
+        .await
+        .unwrap();
+    store
+        .create_many_with(&[
+            NewRun::new(run("kinded")).with_kind(mail.clone()),
+            NewRun::new(run("both"))
+                .with_kind(mail.clone())
+                .with_payload(b"x".to_vec()),
+        ])
+        .await
+        .unwrap();
+    for (id, want) in [("plain", "dn"), ("carrying", "d"), ("kinded", "n")] {
+        let rec = record(&mut conn, &ns, id).await;
+        assert_eq!(flags(&rec), Some(want), "{id}: {rec:?}");
+    }
+    assert_eq!(flags(&record(&mut conn, &ns, "both").await), None);
+
+    let lease = store.claim(&run("plain"), &worker(), ttl()).await.unwrap();
+    assert_eq!(flags(&record(&mut conn, &ns, "plain").await), Some("dn"));
+    let lease = store.renew(&lease).await.unwrap();
+    assert_eq!(flags(&record(&mut conn, &ns, "plain").await), Some("dn"));
+    store.release(&lease).await.unwrap();
+    assert_eq!(flags(&record(&mut conn, &ns, "plain").await), Some("dn"));
+    let taken = store.claim_next(&worker(), ttl(), 10).await.unwrap();
+    assert_eq!(taken.len(), 2, "plain and carrying: {taken:?}");
+    let kinded = store
+        .claim_next_kind(&mail, &worker(), ttl(), 10)
+        .await
+        .unwrap();
+    let mut ends: Vec<Ending> = taken
+        .into_iter()
+        .chain(kinded)
+        .map(|lease| Ending::new(lease, End::Complete))
+        .collect();
+    ends.rotate_left(1);
+    for result in store.end_many(&ends).await.unwrap() {
+        result.unwrap();
+    }
+    for (id, want) in [
+        ("plain", "dn"),
+        ("carrying", "d"),
+        ("kinded", "n"),
+        ("both", ""),
+    ] {
+        let rec = record(&mut conn, &ns, id).await;
+        assert_eq!(
+            flags(&rec),
+            Some(want).filter(|f| !f.is_empty()),
+            "{id} after its end: {rec:?}"
+        );
+        assert_eq!(
+            store.inspect(&run(id)).await.unwrap().state,
+            RunState::Completed,
+            "{id}"
+        );
+    }
+}
+
+/// A claim → renew → release of a default-class run without a payload reads its record and
+/// nothing else: no kind, no payload looked up. Only the history (the release writes its
+/// attempt) is read besides. A record without flags looks both up.
+#[tokio::test]
+async fn a_flagged_record_spares_the_kind_and_payload_look_ups() {
+    let Some(server) = server() else { return };
+    let ns = unique_namespace("flag-cost");
+    let store = connect(&server.url(), &ns).await;
+    let mut conn = raw(&server.url()).await;
+    let cycle = |id: RunId| {
+        let store = &store;
+        async move {
+            let lease = store.claim(&id, &worker(), ttl()).await.unwrap();
+            let lease = store.renew(&lease).await.unwrap();
+            store.release(&lease).await.unwrap();
+        }
+    };
+    store.create(&run("new")).await.unwrap();
+    store.create(&run("old")).await.unwrap();
+    cycle(run("new")).await; // the scripts loaded, outside the count
+    strip_flags(&mut conn, &ns, "old").await;
+
+    let before = hgets(&mut conn).await;
+    cycle(run("new")).await;
+    let flagged = hgets(&mut conn).await - before;
+    // claim: the record; renew: the record; release: the record and the history.
+    assert_eq!(flagged, 4, "HGETs of a flagged record's cycle");
+
+    let before = hgets(&mut conn).await;
+    cycle(run("old")).await;
+    let unflagged = hgets(&mut conn).await - before;
+    // Besides: the claim's kind and payload, the release's kind.
+    assert_eq!(unflagged, 7, "HGETs of an unflagged record's cycle");
+}
+
+/// A record written before flags were kept, of another kind and with a payload, still runs
+/// by looking them up: a claim that presumes the default kind learns the run's kind and claims
+/// it, the payload is handed over byte-exact, and a batch end and a single end find the run's
+/// index. An unflagged default-class record without a payload reads no payload.
+#[tokio::test]
+async fn a_record_without_flags_looks_the_facts_up() {
+    let Some(server) = server() else { return };
+    let ns = unique_namespace("no-flags");
+    let store = connect(&server.url(), &ns).await;
+    let mut conn = raw(&server.url()).await;
+    let mail = Kind::new("mail").unwrap();
+    store
+        .create_with(
+            &NewRun::new(run("old-mail"))
+                .with_kind(mail.clone())
+                .with_payload(b"to: a@b".to_vec()),
+        )
+        .await
+        .unwrap();
+    store.create(&run("old-plain")).await.unwrap();
+    strip_flags(&mut conn, &ns, "old-mail").await;
+    strip_flags(&mut conn, &ns, "old-plain").await;
+
+    let lease = store
+        .claim(&run("old-mail"), &worker(), ttl())
+        .await
+        .unwrap();
+    assert_eq!(lease.payload(), Some(&b"to: a@b"[..]));
+    store.release(&lease).await.unwrap();
+    let read = store.inspect(&run("old-mail")).await.unwrap();
+    assert_eq!(read.kind, mail, "{read:?}");
+    assert_eq!(read.payload.as_deref(), Some(&b"to: a@b"[..]));
+    assert!(
+        store
+            .claim_next(&worker(), ttl(), 10)
+            .await
+            .unwrap()
+            .iter()
+            .all(|l| l.run().as_str() == "old-plain"),
+        "the default kind's claim_next took a run of another kind"
+    );
+    let again = store
+        .claim_next_kind(&mail, &worker(), ttl(), 10)
+        .await
+        .unwrap();
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_eq!(again[0].payload(), Some(&b"to: a@b"[..]));
+    let ended = store
+        .end_many(&[Ending::new(again[0].clone(), End::Complete)])
+        .await
+        .unwrap();
+    assert!(matches!(ended[..], [Ok(())]), "{ended:?}");
+    assert_eq!(
+        store.inspect(&run("old-mail")).await.unwrap().state,
+        RunState::Completed
+    );
+    let plain = store.inspect(&run("old-plain")).await.unwrap();
+    assert_eq!(plain.payload, None, "{plain:?}");
+    assert_eq!(flags(&record(&mut conn, &ns, "old-mail").await), None);
+}
+
+/// The keys `fenced.lua` declares for run `id` in namespace `ns`, in its order.
+fn fenced_keys(ns: &str, id: &str) -> Vec<String> {
+    let tag = format!("{{lease:{ns}}}");
+    let id = hex(id);
+    [
+        format!("{tag}:runs"),
+        format!("{tag}:j:{id}"),
+        format!("{tag}:claimable"),
+        format!("{tag}:k:{id}"),
+        format!("{tag}:ended"),
+        format!("{tag}:suspended"),
+        format!("{tag}:attempts"),
+        format!("{tag}:kind"),
+        format!("{tag}:hist"),
+    ]
+    .into()
+}
+
+/// An append resent after its lease ended (suspended here; a reply lost, the same call sent again
+/// late) answers its first result, and appends nothing: the end no longer drops the lease's
+/// applied calls. A new call under the ended lease is refused; after the next claim, an append
+/// under the new fence drops the old calls, and the old call resent is refused by the fence.
+#[tokio::test]
+async fn an_append_resent_after_its_lease_ended_answers_its_first_result() {
+    let Some(server) = server() else { return };
+    let ns = unique_namespace("late-resend");
+    let store = connect(&server.url(), &ns).await;
+    let mut conn = raw(&server.url()).await;
+    let id = run("r");
+    store.create(&id).await.unwrap();
+    let lease = store.claim(&id, &worker(), ttl()).await.unwrap();
+    let fenced = redis::Script::new(include_str!("../lua/fenced.lua"));
+    let append = |call: &'static str, fence: u64| {
+        let mut invocation = fenced.prepare_invoke();
+        for key in fenced_keys(&ns, "r") {
+            invocation.key(key);
+        }
+        invocation
+            .arg("append")
+            .arg(hex("r"))
+            .arg(fence)
+            .arg(b"the effect".to_vec())
+            .arg(call)
+            .arg("");
+        invocation
+    };
+    let first: Vec<redis::Value> = append("call-1", lease.fence().get())
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    store.suspend(&lease).await.unwrap();
+    let resent: Vec<redis::Value> = append("call-1", lease.fence().get())
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(resent, first, "the late resend answered otherwise");
+    assert_eq!(store.journal(&id).await.unwrap().len(), 1, "appended twice");
+    let new_call: Vec<redis::Value> = append("call-2", lease.fence().get())
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        new_call.first(),
+        Some(&redis::Value::BulkString(b"verdict".to_vec())),
+        "a new call under an ended lease: {new_call:?}"
+    );
+
+    store.resume(&id).await.unwrap();
+    let next = store.claim(&id, &worker(), ttl()).await.unwrap();
+    store.append(&next, b"the next lease's").await.unwrap();
+    let stale: Vec<redis::Value> = append("call-1", lease.fence().get())
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        stale.first(),
+        Some(&redis::Value::BulkString(b"verdict".to_vec())),
+        "the old call under a moved fence: {stale:?}"
+    );
+    assert_eq!(store.journal(&id).await.unwrap().len(), 2);
+}
