@@ -228,10 +228,12 @@ local function store_payload(payloads, id, marked)
   end
 end
 
--- Gives a voluntary end's attempt back to the run's budget (never below 0; a 0 is no field).
+-- Gives a voluntary end's attempt back to the run's budget (never below 0). A counter back at
+-- 0 keeps its field ('0'): the run waits for its next claim, which counts 1 again, and purge
+-- removes it; deleting it would cost every first attempt's release one more command.
 local function refund(attempts, id)
-  if redis.call('HINCRBY', attempts, id, -1) <= 0 then
-    redis.call('HDEL', attempts, id)
+  if redis.call('HINCRBY', attempts, id, -1) < 0 then
+    redis.call('HSET', attempts, id, '0')
   end
 end
 

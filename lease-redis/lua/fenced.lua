@@ -75,7 +75,8 @@ if kind ~= ARGV[6] then
 end
 -- The attempt's end into the history (as common.lua's push_attempt writes it; no error here;
 -- then this call's id), numbered before any refund. A voluntary end gives the attempt back to
--- the run's budget (never below 0; a 0 is no field), so its number is the counter plus one.
+-- the run's budget (never below 0; a 0 keeps its field, as common.lua's refund says), so its
+-- number is the counter plus one.
 local t = redis.call('TIME')
 local at = t[1] .. string.format('%06d', t[2])
 local number
@@ -83,8 +84,8 @@ if op == 'complete' then
   number = redis.call('HGET', KEYS[7], ARGV[2]) or '0'
 else
   local left = redis.call('HINCRBY', KEYS[7], ARGV[2], -1)
-  if left <= 0 then
-    redis.call('HDEL', KEYS[7], ARGV[2])
+  if left < 0 then
+    redis.call('HSET', KEYS[7], ARGV[2], '0')
   end
   number = string.format('%d', left + 1)
 end

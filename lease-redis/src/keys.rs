@@ -22,7 +22,7 @@
 //! | `{lease:ns}:tomb` | hash | purged runs' last fences: `<id>` → fence; a run created again under the id starts there |
 //! | `{lease:ns}:payload` | hash | runs' payloads: `<id>` → the bytes it was created with ([`NewRun::with_payload`](lease_core::NewRun::with_payload)); written by create, read by claims and inspect, removed by purge |
 //! | `{lease:ns}:failed` | hash | failed runs' reasons: `<id>` → the reason its last holder gave ([`End::Fail`](lease_core::End::Fail)) |
-//! | `{lease:ns}:attempts` | hash | the attempt budget's counters: `<id>` → claims since create or resume less voluntary ends ([`RunRecord::attempts`](lease_core::RunRecord::attempts)); no field is 0 |
+//! | `{lease:ns}:attempts` | hash | the attempt budget's counters: `<id>` → claims since create or resume less voluntary ends ([`RunRecord::attempts`](lease_core::RunRecord::attempts)); no field reads 0 |
 //! | `{lease:ns}:hist` | hash | the runs' attempt histories ([`RunRecord::history`](lease_core::RunRecord::history)): `<id>` → its last ended attempts; written by ends, force-release, cancel and the claim that takes over an expired lease (a fenced end, single or in `end_many`, adds its call id as an eighth field, to answer its resend), removed by purge |
 //! | `{lease:ns}:barrier` | string | a counter written after each write that must be acknowledged by replicas, so `WAIT` confirms what the write saw |
 //! | `{lease:ns}:u:<id>:<name>` | any | callers' keys for [fenced scripts](crate::FencedScript) |
