@@ -26,11 +26,17 @@ local now = t[1] * 1000000 + t[2] -- exact in a double until year 2255
 if s ~= 'runnable' or (e ~= '' and tonumber(e) > now) or f == '9223372036854775807' then
   return { 'refused', s, o, e, f, string.format('%d', now) }
 end
--- The record's flags (common.lua): 'd' spares the kinds look-up, 'n' the payload's.
-local flags = string.match(times, '\2(%l*)$')
-local kind = ''
-if not (flags and string.find(flags, 'd', 1, true)) then
-  kind = redis.call('HGET', KEYS[5], ARGV[1]) or ''
+-- The record's facts (common.lua): its class, or the flag 'd', spares the kinds look-up, the
+-- flag 'n' the payload's.
+local created, facts = string.match(times, '^\1(%d*),%d*,%d*(.*)$')
+local flags = facts and string.match(facts, '^\2(%l*)')
+local kind = facts and string.match(facts, '\3(.*)$')
+if not kind then
+  if flags and string.find(flags, 'd', 1, true) then
+    kind = ''
+  else
+    kind = redis.call('HGET', KEYS[5], ARGV[1]) or ''
+  end
 end
 if kind ~= ARGV[4] then
   return { 'kind', kind }
@@ -66,8 +72,7 @@ end
 local expires = string.format('%d', now + ARGV[3] * 1000)
 -- Claimed now, not renewed since; the creation time stays.
 redis.call('HSET', KEYS[1], ARGV[1], 'runnable:' .. f .. ':' .. h .. ':' .. expires .. ':' .. m .. ':' .. ARGV[2]
-  .. '\1' .. (string.match(times, '^\1(%d*)') or '') .. ',' .. string.format('%d', now) .. ','
-  .. (flags and '\2' .. flags or ''))
+  .. '\1' .. (created or '') .. ',' .. string.format('%d', now) .. ',' .. (facts or ''))
 if f == '9223372036854775807' then
   redis.call('ZREM', KEYS[2], m) -- never claimable again
 else

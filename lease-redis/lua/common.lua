@@ -17,11 +17,13 @@
 -- were kept, a byte 1 (no worker id holds a control character, so a record without times
 -- reads the same) and the run's times in microseconds on the server clock: 'created,claimed,
 -- renewed' (when it was created, when its latest claim took it, when that lease was last
--- renewed; each empty when unknown or none). Then, in records created since they were kept, a
--- byte 2 and the run's flags, letters for facts fixed at its creation that spare a script a
--- look-up: 'd' (of the default class: no field in the kinds hash) and 'n' (no payload: no
--- field in the payloads hash). A record without a flag (one created before flags were kept)
--- says nothing, and its scripts look the fact up. A run's end time is its score in the ended
+-- renewed; each empty when unknown or none). Then, in records created since they were kept, the
+-- facts fixed at the run's creation that spare a script a look-up: a byte 2 and the run's
+-- flags, letters: 'd' (of the default class: no field in the kinds hash) and 'n' (no payload:
+-- no field in the payloads hash); then, for a run of another class, a byte 3 and its class (as
+-- the kinds hash keeps it; a kind holds no control character, so the class runs to the
+-- record's end). A record without them (one created before they were kept) says nothing, and
+-- its scripts look the facts up. A run's end time is its score in the ended
 -- runs zset (retention's). A failed or
 -- cancelled run's reason is in the failures hash, field id; a cancelled run's id is also in
 -- the cancelled set (count tells the two apart with it). A run's class is its kind and
@@ -73,30 +75,31 @@ local function write_run(runs, r)
 end
 
 -- A record's times suffix (r.t) as its three times: created, claimed, renewed ('' each when
--- unknown or none; all '' for a record written before times were kept), and its flags ('' for
--- none, or a record written before flags were kept).
+-- unknown or none; all '' for a record written before times were kept), and its facts (the
+-- rest: '' for a record written before they were kept).
 local function times_of(t)
-  local c, cl, rn = string.match(t, '^\1(%d*),(%d*),(%d*)')
-  return c or '', cl or '', rn or '', string.match(t, '\2(%l*)$') or ''
+  local c, cl, rn, facts = string.match(t, '^\1(%d*),(%d*),(%d*)(.*)$')
+  return c or '', cl or '', rn or '', facts or ''
 end
 
--- The times suffix of a record, its flags after them.
-local function times_suffix(created, claimed, renewed, flags)
-  if flags and flags ~= '' then
-    return '\1' .. created .. ',' .. claimed .. ',' .. renewed .. '\2' .. flags
-  end
-  return '\1' .. created .. ',' .. claimed .. ',' .. renewed
+-- The times suffix of a record, its facts (times_of's fourth value) after them.
+local function times_suffix(created, claimed, renewed, facts)
+  return '\1' .. created .. ',' .. claimed .. ',' .. renewed .. (facts or '')
 end
 
--- The flags of a run created of class `class` ('' for the default) with the payload `marked`
+-- The facts of a run created of class `class` ('' for the default) with the payload `marked`
 -- ('' for none, else '=' and its bytes).
-local function creation_flags(class, marked)
-  return (class == '' and 'd' or '') .. (marked == '' and 'n' or '')
+local function creation_facts(class, marked)
+  local flags = '\2' .. (class == '' and 'd' or '') .. (marked == '' and 'n' or '')
+  if class ~= '' then
+    return flags .. '\3' .. class
+  end
+  return flags
 end
 
 -- Whether the times suffix `t` of a record carries the flag `letter`.
 local function flagged(t, letter)
-  local flags = string.match(t or '', '\2(%l*)$')
+  local flags = string.match(t or '', '\2(%l*)')
   return flags ~= nil and string.find(flags, letter, 1, true) ~= nil
 end
 
@@ -151,18 +154,24 @@ local function take(runs, zkey, r, worker, expires, now)
   r.f = succ(r.f)
   r.o = worker
   r.e = num(expires)
-  local created, _, _, flags = times_of(r.t)
-  r.t = times_suffix(created, num(now), '', flags)
+  local created, _, _, facts = times_of(r.t)
+  r.t = times_suffix(created, num(now), '', facts)
   write_run(runs, r)
   index(zkey, r, expires)
   return r.f
 end
 
 -- The run's class as the kinds hash `kinds` keeps it: '' for the default kind at priority 0
--- (no field; not looked up when its record's times suffix `t` says so).
+-- (no field). Not looked up when its record's times suffix `t` says it.
 local function kind_of(kinds, id, t)
-  if flagged(t, 'd') then
-    return ''
+  if t then
+    local class = string.match(t, '\3(.*)$')
+    if class then
+      return class
+    end
+    if flagged(t, 'd') then
+      return ''
+    end
   end
   return redis.call('HGET', kinds, id) or ''
 end

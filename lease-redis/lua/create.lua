@@ -27,7 +27,7 @@ if at > now then
 end
 -- The record's expiry field: the instant it is claimable from (common.lua's record format).
 write_run(KEYS[1], { id = ARGV[1], s = 'runnable', f = fence, h = '0', e = num(at), m = member, o = '',
-  t = times_suffix(num(now), '', '', creation_flags(ARGV[5], ARGV[3])) })
+  t = times_suffix(num(now), '', '', creation_facts(ARGV[5], ARGV[3])) })
 index(KEYS[2], { f = fence, m = member }, at)
 wake(KEYS[2], at, now)
 redis.call('ZADD', KEYS[3], 0, ARGV[1])

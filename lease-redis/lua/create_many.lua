@@ -51,7 +51,7 @@ for n, id in ipairs(new) do
   local fence = redis.call('HGET', KEYS[5], id) or '0'
   -- The record's expiry field: the instant it is claimable from (common.lua's record format).
   write_run(KEYS[1], { id = id, s = 'runnable', f = fence, h = '0', e = num(at), m = member, o = '',
-    t = times_suffix(num(now), '', '', creation_flags(ARGV[5 * items[n]], payloads[n])) })
+    t = times_suffix(num(now), '', '', creation_facts(ARGV[5 * items[n]], payloads[n])) })
   index(KEYS[10 + items[n]], { f = fence, m = member }, at)
   wake(KEYS[10 + items[n]], at, now)
   redis.call('ZADD', KEYS[3], 0, id)

@@ -65,10 +65,14 @@ if op == 'append' then
   redis.call('HSET', KEYS[4], 'f', f, ARGV[5], seq .. ':' .. now)
   return { 'ok', tostring(seq), now }
 end
--- The record's flag 'd' (common.lua) spares the kinds look-up.
-local kind = ''
-if not string.find(string.match(times, '\2(%l*)$') or '', 'd', 1, true) then
-  kind = redis.call('HGET', KEYS[8], ARGV[2]) or ''
+-- The record's class, or its flag 'd' (common.lua), spares the kinds look-up.
+local kind = string.match(times, '\3(.*)$')
+if not kind then
+  if string.find(string.match(times, '\2(%l*)') or '', 'd', 1, true) then
+    kind = ''
+  else
+    kind = redis.call('HGET', KEYS[8], ARGV[2]) or ''
+  end
 end
 if kind ~= ARGV[6] then
   return { 'kind', kind }

@@ -43,11 +43,10 @@ for i = 1, #ARGV, 3 do
           h = string.sub(h, 1, j - 1) .. string.char(string.byte(h, j) + 1) .. string.rep('0', #h - j)
         end
       end
-      -- Renewed now; the creation and claim times stay, and the flags.
-      local created, claimed = string.match(times, '^\1(%d*),(%d*)')
-      local flags = string.match(times, '\2%l*$')
+      -- Renewed now; the creation and claim times stay, and the facts.
+      local created, claimed, facts = string.match(times, '^\1(%d*),(%d*),%d*(.*)$')
       redis.call('HSET', KEYS[1], id, 'runnable:' .. f .. ':' .. h .. ':' .. e .. ':' .. m .. ':' .. o
-        .. '\1' .. (created or '') .. ',' .. (claimed or '') .. ',' .. string.format('%d', now) .. (flags or ''))
+        .. '\1' .. (created or '') .. ',' .. (claimed or '') .. ',' .. string.format('%d', now) .. (facts or ''))
       redis.call('ZADD', KEYS[(i + 2) / 3 + 1], 'XX', e, m)
       out[#out + 1] = { 'ok', e }
     end

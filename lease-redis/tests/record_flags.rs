@@ -1,5 +1,5 @@
-//! The run record's flags (`lua/common.lua`): facts fixed at a run's creation (of the default
-//! class; no payload) that spare the hot scripts a look-up. A record written before flags were
+//! The run record's facts (`lua/common.lua`): what is fixed at a run's creation (its flags: of
+//! the default class, no payload; its class otherwise) and spares the hot scripts a look-up. A record written before flags were
 //! kept must read and run exactly as before, by looking the facts up; a record with them must
 //! not be looked up at all; and the applied-calls bookkeeping that the ends no longer drop must
 //! still answer a resend. On private redis-servers.
@@ -60,12 +60,13 @@ async fn record(conn: &mut MultiplexedConnection, ns: &str, id: &str) -> String 
         .unwrap()
 }
 
-/// The record's flags: the letters after byte 2 (`None` without the byte).
+/// The record's facts: its flags after byte 2, then any class after byte 3 (`None` without
+/// them).
 fn flags(record: &str) -> Option<&str> {
-    record.split_once('\u{2}').map(|(_, flags)| flags)
+    record.split_once('\u{2}').map(|(_, facts)| facts)
 }
 
-/// Writes the record of `id` back without its flags, as a version before them wrote it.
+/// Writes the record of `id` back without its facts, as a version before them wrote it.
 async fn strip_flags(conn: &mut MultiplexedConnection, ns: &str, id: &str) {
     let old = record(conn, ns, id).await;
     // A run of another kind with a payload has no flag to strip.
@@ -94,11 +95,10 @@ async fn hgets(conn: &mut MultiplexedConnection) -> u64 {
         .unwrap_or(0)
 }
 
-/// Creation writes the flags of what it knows: 'd' for the default class, 'n' for no payload
-/// (a run with neither fact has no flags, as a record written before them); claims, renewals
-/// and ends keep them.
+/// Creation writes the facts it knows: the flags 'd' (the default class) and 'n' (no payload),
+/// and the class of a run of another kind or priority; claims, renewals and ends keep them.
 #[tokio::test]
-async fn creation_writes_the_flags_and_every_write_keeps_them() {
+async fn creation_writes_the_facts_and_every_write_keeps_them() {
     let Some(server) = server() else { return };
     let ns = unique_namespace("flags");
     let store = connect(&server.url(), &ns).await;
@@ -114,15 +114,21 @@ async fn creation_writes_the_flags_and_every_write_keeps_them() {
             NewRun::new(run("kinded")).with_kind(mail.clone()),
             NewRun::new(run("both"))
                 .with_kind(mail.clone())
+                .with_priority(3)
                 .with_payload(b"x".to_vec()),
         ])
         .await
         .unwrap();
-    for (id, want) in [("plain", "dn"), ("carrying", "d"), ("kinded", "n")] {
+    let facts = [
+        ("plain", "dn"),
+        ("carrying", "d"),
+        ("kinded", "n\u{3}mail"),
+        ("both", "\u{3}mail\n3"),
+    ];
+    for (id, want) in facts {
         let rec = record(&mut conn, &ns, id).await;
         assert_eq!(flags(&rec), Some(want), "{id}: {rec:?}");
     }
-    assert_eq!(flags(&record(&mut conn, &ns, "both").await), None);
 
     let lease = store.claim(&run("plain"), &worker(), ttl()).await.unwrap();
     assert_eq!(flags(&record(&mut conn, &ns, "plain").await), Some("dn"));
@@ -130,12 +136,18 @@ async fn creation_writes_the_flags_and_every_write_keeps_them() {
     assert_eq!(flags(&record(&mut conn, &ns, "plain").await), Some("dn"));
     store.release(&lease).await.unwrap();
     assert_eq!(flags(&record(&mut conn, &ns, "plain").await), Some("dn"));
+    let both = store.claim(&run("both"), &worker(), ttl()).await.unwrap();
+    let both = store.renew(&both).await.unwrap();
+    assert_eq!(both.payload(), Some(&b"x"[..]));
+    store.release(&both).await.unwrap();
     let taken = store.claim_next(&worker(), ttl(), 10).await.unwrap();
     assert_eq!(taken.len(), 2, "plain and carrying: {taken:?}");
     let kinded = store
         .claim_next_kind(&mail, &worker(), ttl(), 10)
         .await
         .unwrap();
+    assert_eq!(kinded.len(), 2, "both, then kinded: {kinded:?}");
+    assert_eq!(kinded[0].run().as_str(), "both", "priority 3 first");
     let mut ends: Vec<Ending> = taken
         .into_iter()
         .chain(kinded)
@@ -145,24 +157,17 @@ async fn creation_writes_the_flags_and_every_write_keeps_them() {
     for result in store.end_many(&ends).await.unwrap() {
         result.unwrap();
     }
-    for (id, want) in [
-        ("plain", "dn"),
-        ("carrying", "d"),
-        ("kinded", "n"),
-        ("both", ""),
-    ] {
+    for (id, want) in facts {
         let rec = record(&mut conn, &ns, id).await;
-        assert_eq!(
-            flags(&rec),
-            Some(want).filter(|f| !f.is_empty()),
-            "{id} after its end: {rec:?}"
-        );
+        assert_eq!(flags(&rec), Some(want), "{id} after its end: {rec:?}");
         assert_eq!(
             store.inspect(&run(id)).await.unwrap().state,
             RunState::Completed,
             "{id}"
         );
     }
+    let read = store.inspect(&run("both")).await.unwrap();
+    assert_eq!((&read.kind, read.priority), (&mail, 3), "{read:?}");
 }
 
 /// A claim → renew → release of a default-class run without a payload reads its record and
@@ -198,6 +203,49 @@ async fn a_flagged_record_spares_the_kind_and_payload_look_ups() {
     let unflagged = hgets(&mut conn).await - before;
     // Besides: the claim's kind and payload, the release's kind.
     assert_eq!(unflagged, 7, "HGETs of an unflagged record's cycle");
+
+    // A run of another kind with a payload, claimed through its kind's index: its class is in
+    // its record, so only the payload is looked up; without the facts, the release looks the
+    // class up too.
+    let mail = Kind::new("mail").unwrap();
+    let kinded_cycle = || {
+        let (store, mail) = (&store, &mail);
+        async move {
+            let taken = store
+                .claim_next_kind(mail, &worker(), ttl(), 1)
+                .await
+                .unwrap();
+            assert_eq!(taken[0].payload(), Some(&b"p"[..]));
+            let lease = store.renew(&taken[0]).await.unwrap();
+            store.release(&lease).await.unwrap();
+        }
+    };
+    store
+        .create_with(
+            &NewRun::new(run("mail"))
+                .with_kind(mail.clone())
+                .with_payload(b"p".to_vec()),
+        )
+        .await
+        .unwrap();
+    kinded_cycle().await; // the script loaded, outside the count
+    let before = hgets(&mut conn).await;
+    kinded_cycle().await;
+    // claim_next: the record and the payload; renew: the record; release: the record and
+    // the history.
+    assert_eq!(
+        hgets(&mut conn).await - before,
+        5,
+        "HGETs of a kinded record's cycle"
+    );
+    strip_flags(&mut conn, &ns, "mail").await;
+    let before = hgets(&mut conn).await;
+    kinded_cycle().await;
+    assert_eq!(
+        hgets(&mut conn).await - before,
+        6,
+        "HGETs of an old kinded record's cycle"
+    );
 }
 
 /// A record written before flags were kept, of another kind and with a payload, still runs
