@@ -395,7 +395,6 @@ impl Raw {
                 );
                 let mut call = scripts.end_many.key(format!("{tag}:runs"));
                 call.key(format!("{tag}:claimable"))
-                    .key(format!("{tag}:c:{id}"))
                     .key(format!("{tag}:failed"))
                     .key(format!("{tag}:ended"))
                     .key(format!("{tag}:delayed"))
@@ -403,11 +402,10 @@ impl Raw {
                     .key(format!("{tag}:attempts"))
                     .key(format!("{tag}:kind"))
                     .key(format!("{tag}:hist"))
-                    .arg(60_000);
+                    .arg(&id);
                 for (run, fence, payload) in leases {
                     let run = hex(run);
-                    call.key(format!("{tag}:k:{run}"))
-                        .key(format!("{tag}:j:{run}"))
+                    call.key(format!("{tag}:j:{run}"))
                         .key(format!("{tag}:claimable"))
                         .arg("complete-with")
                         .arg(&run)
@@ -677,12 +675,14 @@ impl Raw {
                     }
                     let replies: Vec<Value> = pipe.query_async(&mut conn.clone()).await?;
                     for pair in replies.chunks(2) {
-                        // 'state:fence:heartbeats:expiry:member:owner', as common.lua writes it.
+                        // 'state:fence:heartbeats:expiry:member:owner', as common.lua writes it,
+                        // then times and facts from a byte 1 on (no owner holds one).
                         let record = String::from_utf8_lossy(
                             text(&pair[0])
                                 .map_err(|_| BenchError::wrong("validation: run missing"))?,
                         )
                         .into_owned();
+                        let record = record.split('\u{1}').next().unwrap_or_default();
                         let mut fields = record.splitn(6, ':');
                         let mut field = || fields.next().unwrap_or_default().to_owned();
                         let (state, fence, heartbeats, _expiry, _member, owner) =
