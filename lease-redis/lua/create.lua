@@ -6,7 +6,9 @@
 -- is the index of the run's kind.
 -- ARGV[1]: encoded run id; ARGV[2]: start delay in ms (0: claimable at once); ARGV[3]: the
 -- payload, '' for none or '=' followed by its bytes; ARGV[4]: run_at, µs since the Unix epoch
--- ('' for none): claimable from the later of it and the delay's end, on this server's clock
+-- ('' for none): claimable from the later of it and the delay's end, on this server's clock;
+-- ARGV[5]: the run's class ('' for the default kind at priority 0), kept in the kinds hash
+-- and, with the run's other facts, in its record
 -- Returns: {'exists'} if the run exists; else {'ok', now, fence, not_before} (fence: 0, or a
 -- purged id's last fence, where its next claim continues; not_before: the delay's end on this
 -- server's clock in µs, or '' without a delay). A delayed run is unowned with its expiry at
