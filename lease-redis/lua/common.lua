@@ -285,6 +285,14 @@ local function push_attempt(hist, id, number, fence, worker, claimed, ended, out
   redis.call('HSET', hist, id, entry)
 end
 
+-- Whether the last attempt in the history hash `hist` of run `id` was ended under `fence` by
+-- the call `call` (its eighth field, as push_attempt writes it): a resend of that call. fenced.lua,
+-- which runs without this prelude, repeats the check.
+local function ended_by(hist, id, fence, call)
+  local last = string.match(redis.call('HGET', hist, id) or '', '([^\30]*)$')
+  return string.match(last, '^%d*\31(%d+)\31') == fence and string.match(last, '\31([^\31]*)$') == call
+end
+
 -- Writes the held lease's attempt of run r (owner, fence and times not yet cleared) into the
 -- history, ended at `ended` as `outcome` by the call `call` (nil when not a fenced end); its
 -- number is the budget's counter before any refund.

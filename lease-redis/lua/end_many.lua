@@ -69,8 +69,7 @@ for i = 2, #ARGV, 5 do
   elseif not held(r, ARGV[i + 2]) then
     -- Ended under this fence: by this very call (a resend), or otherwise. A held lease needs
     -- no such look-up: a call that ended it would have left it ended.
-    local last = string.match(redis.call('HGET', KEYS[9], r.id) or '', '([^\30]*)$')
-    if string.match(last, '^%d*\31(%d+)\31') == r.f and string.match(last, '\31([^\31]*)$') == ARGV[1] then
+    if ended_by(KEYS[9], r.id, r.f, ARGV[1]) then
       out[#out + 1] = { 'ok' }
     else
       out[#out + 1] = { 'verdict', r.f, r.s, owned_flag(r) }

@@ -46,7 +46,8 @@ if op == 'append' then
     return { 'ok', seq, at }
   end
 elseif ended then
-  -- The history's last entry: 'number<31>fence<31>…<31>error<31>call id' when this call wrote it.
+  -- The history's last entry: 'number<31>fence<31>…<31>error<31>call id' when this call wrote it
+  -- (common.lua's ended_by, repeated here without the prelude).
   local last = string.match(redis.call('HGET', KEYS[9], ARGV[2]) or '', '([^\30]*)$')
   if string.match(last, '^%d*\31(%d+)\31') == f and string.match(last, '\31([^\31]*)$') == ARGV[5] then
     return { 'ok' }
