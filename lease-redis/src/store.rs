@@ -20,7 +20,7 @@ use crate::error::RedisError;
 use crate::guard::Guard;
 use crate::keys::{self, Class, Keys};
 use crate::link::Link;
-use crate::reply::Reply;
+use crate::reply::{PayloadMark, Reply};
 
 /// How many run ids one `list` script call examines at most, whatever its filter keeps: the
 /// bound on the work one call asks of the server.
@@ -305,6 +305,72 @@ impl RedisLeaseStore {
         reply: &Reply,
         i: usize,
     ) -> Result<Lease> {
+        Ok(self
+            .lease_only(run, worker, ttl, reply, i)?
+            .with_payload(reply.payload(i + 3)?))
+    }
+
+    /// The leases `claim_next.lua` handed out, with the payloads their marks call for, read
+    /// with one `HMGET` (a payload copied through the script engine costs the server several
+    /// times what the command costs). A payload is immutable and removed only with its run,
+    /// by a purge of the ended run: a lease whose record said it has one that is gone now
+    /// lost its run since the claim (cancelled and purged), and is left out, as an expired
+    /// one would be. An error of the read withholds the leases as an unconfirmed claim does
+    /// (they expire by their TTL).
+    async fn with_payloads(&self, claimed: Vec<(Lease, PayloadMark)>) -> Result<Vec<Lease>> {
+        let wanted: Vec<&Lease> = claimed
+            .iter()
+            .filter(|(_, mark)| *mark != PayloadMark::None)
+            .map(|(lease, _)| lease)
+            .collect();
+        if wanted.is_empty() {
+            return Ok(claimed.into_iter().map(|(lease, _)| lease).collect());
+        }
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(self.keys.payloads());
+        for lease in &wanted {
+            cmd.arg(keys::encode(lease.run().as_str()));
+        }
+        let reply = Reply::new(
+            "claim_next (payloads HMGET)",
+            self.link.command(&cmd).await?,
+        )?;
+        if reply.len() != wanted.len() {
+            return Err(reply
+                .bad(format!("expected {} payloads", wanted.len()))
+                .into());
+        }
+        let mut read = 0;
+        let mut out = Vec::with_capacity(claimed.len());
+        for (lease, mark) in claimed {
+            if mark == PayloadMark::None {
+                out.push(lease);
+                continue;
+            }
+            let payload = reply.payload(read)?;
+            read += 1;
+            if payload.is_none() && mark == PayloadMark::Present {
+                tracing::warn!(
+                    run = %lease.run(),
+                    fence = lease.fence().get(),
+                    "a run claimed with a payload has none now (purged since): left out"
+                );
+                continue;
+            }
+            out.push(lease.with_payload(payload));
+        }
+        Ok(out)
+    }
+
+    /// [`lease`](Self::lease) without its payload.
+    fn lease_only(
+        &self,
+        run: RunId,
+        worker: &WorkerId,
+        ttl: Ttl,
+        reply: &Reply,
+        i: usize,
+    ) -> Result<Lease> {
         Ok(Lease::new(
             run,
             worker.clone(),
@@ -313,8 +379,7 @@ impl RedisLeaseStore {
             reply.time(i + 1)?,
         )
         .map_err(|e| reply.bad(e.to_string()))?
-        .with_attempt(reply.parse(i + 2)?)
-        .with_payload(reply.payload(i + 3)?))
+        .with_attempt(reply.parse(i + 2)?))
     }
 
     async fn fenced(&self, lease: &Lease, op: &str, payload: &[u8]) -> Result<Reply> {
@@ -545,19 +610,20 @@ impl LeaseStore for RedisLeaseStore {
                     let run = keys::decode(reply.str(i)?)?;
                     let priority: u8 = reply.parse(i + 5)?;
                     let waited = Duration::from_micros(reply.parse(i + 6)?);
-                    Ok(self
-                        .lease(run, worker, ttl, &reply, i + 1)?
+                    let lease = self
+                        .lease_only(run, worker, ttl, &reply, i + 1)?
                         .with_kind(kind.clone())
                         .with_priority(priority)
-                        .with_waited(Some(waited)))
+                        .with_waited(Some(waited));
+                    Ok((lease, reply.payload_mark(i + 4)?))
                 })
-                .collect::<Result<Vec<Lease>>>()?;
+                .collect::<Result<Vec<(Lease, PayloadMark)>>>()?;
             if !claimed.is_empty() {
                 // Unconfirmed leases are never handed out; those of earlier calls are
                 // withheld too (they expire by their TTL, their fences never reused).
                 ack.confirm()?;
             }
-            leases.extend(claimed);
+            leases.extend(self.with_payloads(claimed).await?);
             if !more || leases.len() >= max {
                 return Ok(leases);
             }

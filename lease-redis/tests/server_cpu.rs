@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use lease_conformance::fixtures::{unavailable, unique_namespace, RedisServer};
-use lease_core::{LeaseStore, RunId, Ttl, WorkerId};
+use lease_core::{LeaseStore, NewRun, RunId, Ttl, WorkerId};
 use lease_redis::{RedisConfig, RedisLeaseStore};
 use redis::aio::MultiplexedConnection;
 use redis::Script;
@@ -260,4 +260,65 @@ async fn cycles_per_second_ours_and_rslock_like() {
             ours as f64 / rslock as f64
         );
     }
+}
+
+/// Server µs per run claimed by `claim_next` in batches of 100, runs without a payload and
+/// runs with 1 KiB each, alternating, one client: what handing out a payload costs the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run with --ignored --nocapture"]
+async fn claim_next_per_run_with_and_without_payloads() {
+    const BATCH: usize = 100;
+    const CLAIMED: usize = 2_000;
+    let Some(server) = server() else { return };
+    let url = server.url();
+    let mut conn = raw(&url).await;
+    let worker = WorkerId::new("w").unwrap();
+    let ttl = Ttl::from_secs(60).unwrap();
+    let mut per_run: HashMap<&str, Vec<f64>> = HashMap::new();
+    for round in 0..ROUNDS {
+        for (label, bytes) in [("no payload", 0), ("1 KiB payloads", 1024)] {
+            let store = store(&url, &unique_namespace("payload-cost")).await;
+            // Loads the script outside the count.
+            assert!(store
+                .claim_next(&worker, ttl, BATCH)
+                .await
+                .unwrap()
+                .is_empty());
+            let runs: Vec<NewRun> = ids(&format!("r{round}-"), CLAIMED)
+                .into_iter()
+                .map(|id| match bytes {
+                    0 => NewRun::new(id),
+                    n => NewRun::new(id).with_payload(vec![b'p'; n]),
+                })
+                .collect();
+            for chunk in runs.chunks(500) {
+                for created in store.create_many_with(chunk).await.unwrap() {
+                    created.unwrap();
+                }
+            }
+            reset(&mut conn).await;
+            let mut claimed = 0;
+            while claimed < CLAIMED {
+                let leases = store.claim_next(&worker, ttl, BATCH).await.unwrap();
+                assert!(!leases.is_empty(), "{claimed} of {CLAIMED} claimed");
+                for lease in &leases {
+                    assert_eq!(lease.payload().map_or(0, <[u8]>::len), bytes);
+                }
+                claimed += leases.len();
+            }
+            let label_round = format!("round {round}, claim_next of {BATCH}, {label}, per run");
+            let us = report(&label_round, &mut conn, &["evalsha"], CLAIMED).await;
+            per_run.entry(label).or_default().push(us);
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let plain = median(per_run.get_mut("no payload").unwrap());
+    let payload = median(per_run.get_mut("1 KiB payloads").unwrap());
+    println!(
+        "medians: {plain:.2} µs per run without a payload, {payload:.2} with 1 KiB: {:.2}×",
+        payload / plain
+    );
 }

@@ -197,7 +197,7 @@ impl Raw {
 const TOP_LEVEL: [&str; 6] = ["set", "evalsha", "evalsha_ro", "eval", "eval_ro", "wait"];
 
 /// `INFO commandstats` (calls and usec per command) and the server's CPU seconds.
-async fn server_stats(
+pub(super) async fn server_stats(
     conn: &mut ConnectionManager,
 ) -> Result<(HashMap<String, (u64, u64)>, f64), BenchError> {
     let text: String = redis::cmd("INFO")

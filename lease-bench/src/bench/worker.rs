@@ -185,6 +185,17 @@ async fn drain(
     let completed = Arc::new(AtomicU64::new(0));
     let all_done = Arc::new(Notify::new());
     let shutdown = CancellationToken::new();
+    // The Redis server's CPU seconds before and after the drain: a figure the machine's load
+    // moves far less than jobs/s, since the server is the bottleneck.
+    let server_cpu = || async {
+        match &target.raw {
+            RawConn::Redis(conn) => {
+                Ok::<_, BenchError>(Some(super::best::server_stats(&mut conn.clone()).await?.1))
+            }
+            RawConn::Pg(_) => Ok(None),
+        }
+    };
+    let cpu_before = server_cpu().await?;
     let t0 = Instant::now();
     let mut tasks = Vec::with_capacity(workers);
     for w in 0..workers {
@@ -221,6 +232,7 @@ async fn drain(
     let limit = Duration::from_secs(300);
     let waited = tokio::time::timeout(limit, all_done.notified()).await;
     let secs = t0.elapsed().as_secs_f64();
+    let cpu_after = server_cpu().await?;
     shutdown.cancel();
     let mut reports: Vec<WorkerReport> = Vec::with_capacity(workers);
     for task in tasks {
@@ -250,6 +262,9 @@ async fn drain(
         "kinds": kinds.len(),
         "secs": secs,
         "jobs_per_s": jobs as f64 / secs,
+        "server_cpu_us_per_job": cpu_before
+            .zip(cpu_after)
+            .map(|(before, after)| (after - before) * 1e6 / jobs as f64),
         "claimed": claimed,
         "batches": batches,
         "ends_per_batch": done as f64 / batches.max(1) as f64,
@@ -595,7 +610,7 @@ pub(super) fn describe(v: &Value) -> String {
         );
     }
     out += &format!(
-        "\nwith the fastest setting ({}); the limit: as many loops claiming the setting's concurrency with claim_next and completing them with one end_many, by hand:\n| instances | runs | jobs | jobs/s | vs plain | limit jobs/s | vs limit | ends per end_many | validated |\n|--:|---|--:|--:|--:|--:|--:|--:|---|",
+        "\nwith the fastest setting ({}); the limit: as many loops claiming the setting's concurrency with claim_next and completing them with one end_many, by hand:\n| instances | runs | jobs | jobs/s | vs plain | server CPU µs / job | vs plain | limit jobs/s | vs limit | ends per end_many | validated |\n|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|---|",
         setting(&v["best_setting"])
     );
     for r in v["rows"].as_array().into_iter().flatten() {
@@ -612,7 +627,12 @@ pub(super) fn describe(v: &Value) -> String {
                 drains.push((with, Some((what, ratio))));
             }
         }
+        let plain_cpu = r.get("plain").unwrap_or(r)["server_cpu_us_per_job"].as_f64();
         for (d, vs) in drains {
+            let (cpu, cpu_ratio) = match (d["server_cpu_us_per_job"].as_f64(), plain_cpu) {
+                (Some(us), Some(plain)) => (format!("{us:.1}"), format!("{:.2}×", us / plain)),
+                _ => ("—".to_owned(), "—".to_owned()),
+            };
             let (what, ratio) = match vs {
                 Some((what, ratio)) => (what, format!("{ratio:.2}×")),
                 None => ("one kind, no payload".to_owned(), "1".to_owned()),
@@ -625,7 +645,7 @@ pub(super) fn describe(v: &Value) -> String {
                 None => ("—".to_owned(), "—".to_owned()),
             };
             out += &format!(
-                "\n| {} | {what} | {} | {:.0} | {ratio} | {limit} | {over} | {:.1} | {} |",
+                "\n| {} | {what} | {} | {:.0} | {ratio} | {cpu} | {cpu_ratio} | {limit} | {over} | {:.1} | {} |",
                 r["workers"],
                 d["jobs"],
                 f(&d["jobs_per_s"]),
