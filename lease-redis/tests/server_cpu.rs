@@ -307,7 +307,7 @@ async fn claim_next_per_run_with_and_without_payloads() {
                 claimed += leases.len();
             }
             let label_round = format!("round {round}, claim_next of {BATCH}, {label}, per run");
-            let us = report(&label_round, &mut conn, &["evalsha"], CLAIMED).await;
+            let us = report(&label_round, &mut conn, &["evalsha", "hmget"], CLAIMED).await;
             per_run.entry(label).or_default().push(us);
         }
     }
