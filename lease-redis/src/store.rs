@@ -296,20 +296,6 @@ impl RedisLeaseStore {
         answer
     }
 
-    /// The lease of a claim reply's fence, expiry, attempts and payload from `i`.
-    fn lease(
-        &self,
-        run: RunId,
-        worker: &WorkerId,
-        ttl: Ttl,
-        reply: &Reply,
-        i: usize,
-    ) -> Result<Lease> {
-        Ok(self
-            .lease_only(run, worker, ttl, reply, i)?
-            .with_payload(reply.payload(i + 3)?))
-    }
-
     /// The leases `claim_next.lua` handed out, with the payloads their marks call for, read
     /// with one `HMGET` (a payload copied through the script engine costs the server several
     /// times what the command costs). A payload is immutable and removed only with its run,
@@ -362,8 +348,9 @@ impl RedisLeaseStore {
         Ok(out)
     }
 
-    /// [`lease`](Self::lease) without its payload.
-    fn lease_only(
+    /// The lease of a claim reply's fence, expiry and attempts from `i` (its payload is
+    /// added by the caller: in the reply after them for a claim, read apart for `claim_next`).
+    fn lease(
         &self,
         run: RunId,
         worker: &WorkerId,
@@ -522,6 +509,7 @@ impl LeaseStore for RedisLeaseStore {
             "ok" => {
                 let lease = self
                     .lease(run.clone(), worker, ttl, &reply, 1)?
+                    .with_payload(reply.payload(4)?)
                     .with_kind(kind.kind)
                     .with_priority(kind.priority);
                 ack.confirm()?;
@@ -611,7 +599,7 @@ impl LeaseStore for RedisLeaseStore {
                     let priority: u8 = reply.parse(i + 5)?;
                     let waited = Duration::from_micros(reply.parse(i + 6)?);
                     let lease = self
-                        .lease_only(run, worker, ttl, &reply, i + 1)?
+                        .lease(run, worker, ttl, &reply, i + 1)?
                         .with_kind(kind.clone())
                         .with_priority(priority)
                         .with_waited(Some(waited));
