@@ -177,6 +177,27 @@ async fn the_watch_moves_to_another_member_when_its_own_dies() {
     tokio::task::block_in_place(|| cluster.restart(watched)).unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_told_not_to_watch_has_no_wake_ups() {
+    let Some(cluster) = cluster() else { return };
+    let config = EtcdConfig::new(endpoints(&cluster), "unwatched")
+        .unwrap()
+        .with_wake_ups(false);
+    let store = EtcdLeaseStore::connect(config).await.unwrap();
+    assert!(store.wakes().is_none());
+    let url = format!(
+        "etcd://{}/unwatched?wake_ups=false",
+        cluster.endpoint(0).trim_start_matches("http://")
+    );
+    assert!(!EtcdConfig::from_url(&url).unwrap().wake_ups());
+    let bad = EtcdConfig::from_url(&url.replace("false", "maybe")).unwrap_err();
+    assert!(
+        bad.to_string()
+            .contains("wake_ups=\"maybe\" must be true or false"),
+        "{bad}"
+    );
+}
+
 /// The one member that serves a watch (the store's own, the only one in its cluster), among
 /// the members but `dead`.
 fn watched_member(cluster: &EtcdCluster, dead: Option<usize>) -> usize {
