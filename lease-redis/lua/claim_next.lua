@@ -1,19 +1,18 @@
 -- KEYS[1]: runs hash; KEYS[2]: the kind's claimable index at priority 0 (zset, score =
 -- instant claimable in microseconds, member = 16 hex digits of creation order followed by the
--- encoded run id); KEYS[3]: attempts hash; KEYS[4]: unused (the
--- payloads hash, read by the caller); KEYS[5]: history hash (a
--- claim that takes over an expired lease writes that attempt, ended at its expiry);
--- KEYS[5+p]: the kind's claimable index at priority p, for p from 1 to 9
+-- encoded run id); KEYS[3]: attempts hash; KEYS[4]: history hash (a claim that takes over an
+-- expired lease writes that attempt, ended at its expiry); KEYS[4+p]: the kind's claimable
+-- index at priority p, for p from 1 to 9
 -- ARGV[1]: worker id; ARGV[2]: TTL in milliseconds; ARGV[3]: most runs to claim; ARGV[4]:
 -- most index entries to examine that turn out not to be claimable
 -- Returns: flat {more, encoded id, fence, expiry, attempts, payload mark, priority, waited
 -- (µs the run had been claimable: now less its index score), encoded id, ...}, the highest
 -- priority first, then the longest claimable first (each claim counts against its run's
 -- attempt budget), where more is '1' if the examination budget ran out before `max` runs
--- were claimed or the due entries ran out (call again), else '0'. The payload mark is 1 if
--- the record says the run has a payload, 2 if the record is older than its facts (it may
--- have one), nil if it has none: the caller reads the payloads it needs with one HMGET of its
--- own, so that they are not copied through the script engine (a few µs per 1 KiB payload).
+-- were claimed or the due entries ran out (call again), else '0'. The payload mark is
+-- common.lua's payload_mark (1: a payload, 2: perhaps, nil: none): the caller reads the
+-- payloads it needs with one HMGET of its own, so that they are not copied through the
+-- script engine (a few µs per 1 KiB payload).
 -- Claims, renewals and ends keep the index exact, so a due entry is normally claimable. An
 -- entry that is not (its run gone or ended, or held: an index written by an older version of
 -- this adapter, whose renewals left it behind) is removed or moved to the lease's expiry; at
@@ -23,22 +22,12 @@ local expires = now + tonumber(ARGV[2]) * 1000
 local max = tonumber(ARGV[3])
 local budget = tonumber(ARGV[4])
 local out = { '0' }
--- See "payload mark" above.
-local function payload_mark(t)
-  if not string.find(t, '\2', 1, true) then
-    return 2
-  end
-  if flagged(t, 'n') then
-    return false
-  end
-  return 1
-end
 local taken = 0
 -- The priorities from the highest down; each index's claimable range in order.
 for priority = 9, 0, -1 do
   local zkey = KEYS[2]
   if priority > 0 then
-    zkey = KEYS[5 + priority]
+    zkey = KEYS[4 + priority]
   end
   while taken < max do
     local members = redis.call('ZRANGEBYSCORE', zkey, '-inf', num(now), 'WITHSCORES', 'LIMIT', 0,
@@ -55,7 +44,7 @@ for priority = 9, 0, -1 do
       local r = read_run(KEYS[1], string.sub(m, 17))
       if r and r.m == m and claimable(r, now) then
         if r.o ~= '' then
-          end_attempt(KEYS[5], KEYS[3], r, tonumber(r.e), 'expired', nil)
+          end_attempt(KEYS[4], KEYS[3], r, tonumber(r.e), 'expired', nil)
         end
         local fence = take(KEYS[1], zkey, r, ARGV[1], expires, now)
         out[#out + 1] = r.id

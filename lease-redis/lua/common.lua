@@ -209,11 +209,23 @@ local function record_reply(status, rec, now)
   return out
 end
 
+-- What the record's times suffix `t` says of its run's payload: 1 if it has one, false if
+-- none, 2 if the record is older than its facts (it may have one).
+local function payload_mark(t)
+  if not string.find(t or '', '\2', 1, true) then
+    return 2
+  end
+  if flagged(t, 'n') then
+    return false
+  end
+  return 1
+end
+
 -- A run's payload as a reply element: its bytes, or false (a nil reply) for none, so an empty
 -- payload stays apart from none and the bytes are not copied once more (not looked up when its
 -- record's times suffix `t` says it has none).
 local function payload_of(payloads, id, t)
-  if flagged(t, 'n') then
+  if not payload_mark(t) then
     return false
   end
   return redis.call('HGET', payloads, id)

@@ -573,7 +573,6 @@ impl LeaseStore for RedisLeaseStore {
             call.key(self.keys.runs())
                 .key(&indexes[0])
                 .key(self.keys.attempts())
-                .key(self.keys.payloads())
                 .key(self.keys.history());
             for index in &indexes[1..] {
                 call.key(index);

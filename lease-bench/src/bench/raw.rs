@@ -299,7 +299,6 @@ impl Raw {
                 let mut call = scripts.claim_next.key(format!("{tag}:runs"));
                 call.key(format!("{tag}:claimable"))
                     .key(format!("{tag}:attempts"))
-                    .key(format!("{tag}:payload"))
                     .key(format!("{tag}:hist"));
                 // The default kind's indexes at priorities 1 to 9.
                 for priority in 1..=9 {
