@@ -87,6 +87,17 @@ async fn hgets(conn: &mut MultiplexedConnection) -> u64 {
     calls(conn, "hget").await
 }
 
+/// `HGET`s and `HMGET`s the server has run since `before` (from [`reads`] then).
+async fn reads_since(conn: &mut MultiplexedConnection, before: (u64, u64)) -> (u64, u64) {
+    let now = reads(conn).await;
+    (now.0 - before.0, now.1 - before.1)
+}
+
+/// `HGET`s and `HMGET`s the server has run so far (inside scripts too).
+async fn reads(conn: &mut MultiplexedConnection) -> (u64, u64) {
+    (hgets(conn).await, calls(conn, "hmget").await)
+}
+
 /// Calls of `command` the server has run so far (inside scripts too).
 async fn calls(conn: &mut MultiplexedConnection, command: &str) -> u64 {
     let info: String = redis::cmd("INFO")
@@ -235,26 +246,20 @@ async fn a_flagged_record_spares_the_kind_and_payload_look_ups() {
         .await
         .unwrap();
     kinded_cycle().await; // the script loaded, outside the count
-    let before = (hgets(&mut conn).await, calls(&mut conn, "hmget").await);
+    let before = reads(&mut conn).await;
     kinded_cycle().await;
     // claim_next: the record, then the batch's payloads in one HMGET; renew: the record;
     // release: the record and the history.
     assert_eq!(
-        (
-            hgets(&mut conn).await - before.0,
-            calls(&mut conn, "hmget").await - before.1
-        ),
+        reads_since(&mut conn, before).await,
         (4, 1),
         "HGETs and HMGETs of a kinded record's cycle"
     );
     strip_flags(&mut conn, &ns, "mail").await;
-    let before = (hgets(&mut conn).await, calls(&mut conn, "hmget").await);
+    let before = reads(&mut conn).await;
     kinded_cycle().await;
     assert_eq!(
-        (
-            hgets(&mut conn).await - before.0,
-            calls(&mut conn, "hmget").await - before.1
-        ),
+        reads_since(&mut conn, before).await,
         (5, 1),
         "HGETs and HMGETs of an old kinded record's cycle"
     );
@@ -290,7 +295,7 @@ async fn a_batch_reads_its_payloads_with_one_command() {
     // Two records written before the facts: one with a payload, one without.
     strip_flags(&mut conn, &ns, "b-02").await;
     strip_flags(&mut conn, &ns, "b-04").await;
-    let before = (hgets(&mut conn).await, calls(&mut conn, "hmget").await);
+    let before = reads(&mut conn).await;
     let taken = store
         .claim_next_kind(&batch, &worker(), ttl(), 12)
         .await
@@ -308,10 +313,7 @@ async fn a_batch_reads_its_payloads_with_one_command() {
     // The records, then one HMGET (the unflagged record without a payload is read there
     // too, and answers none).
     assert_eq!(
-        (
-            hgets(&mut conn).await - before.0,
-            calls(&mut conn, "hmget").await - before.1
-        ),
+        reads_since(&mut conn, before).await,
         (12, 1),
         "HGETs and HMGETs of a batch of 12"
     );
