@@ -45,7 +45,9 @@ pub(crate) struct Partition {
 }
 
 fn iptables(args: &[&str]) -> Result<(), String> {
+    // -w: wait for the xtables lock that another test process may hold, instead of failing.
     let out = Command::new("iptables")
+        .arg("-w")
         .args(args)
         .output()
         .map_err(|e| format!("cannot run iptables: {e}"))?;
@@ -75,14 +77,23 @@ fn rules(port: u16) -> [Vec<String>; 2] {
     })
 }
 
-/// Removes rules left by an earlier run of these tests that was killed before its cleanup.
+/// Removes rules left by an earlier run of these tests that was killed before its cleanup: those
+/// whose process (the pid in their comment) is gone. Another test process's rules stay: test
+/// binaries run side by side.
 fn remove_stale_rules() {
-    let Ok(out) = Command::new("iptables").args(["-S", "INPUT"]).output() else {
+    let Ok(out) = Command::new("iptables").args(["-w", "-S", "INPUT"]).output() else {
         return;
     };
     for line in String::from_utf8_lossy(&out.stdout).lines() {
-        if let Some(spec) = line.strip_prefix("-A INPUT ") {
-            if spec.contains(&format!("--comment {TAG}")) {
+        let Some(spec) = line.strip_prefix("-A INPUT ") else {
+            continue;
+        };
+        let owner = spec
+            .split_whitespace()
+            .find_map(|word| word.strip_prefix(&format!("{TAG}-")))
+            .and_then(|pid| pid.parse::<u32>().ok());
+        if let Some(pid) = owner {
+            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
                 let mut args = vec!["-D", "INPUT"];
                 args.extend(spec.split_whitespace());
                 let _ = iptables(&args);
