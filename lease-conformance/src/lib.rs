@@ -213,9 +213,16 @@ macro_rules! life_benchmarks {
     };
 }
 
-/// Expands to one `#[tokio::test]` per conformance scenario, each running against a store from
+/// Expands to one `#[tokio::test]` per store scenario, each running against a store from
 /// `$factory`: an expression evaluating to a future of `Option<Arc<dyn StoreFactory>>`, where
 /// `None` means the backend's server is unavailable and the fixture already said why (outside CI).
+///
+/// The store scenarios are every rule a backend implements. The runtime built on the trait
+/// (`RunScope`, the heartbeat hub, the Worker's slots, deadlines and shutdown) is the same code
+/// whatever the store, so its scenarios run once, in [`runtime_tests!`] on the memory store
+/// under Tokio's paused clock; here one of them,
+/// [`scope_heartbeats_keep_a_lease_past_its_ttl`], stays as a real-time smoke of heartbeats
+/// against the backend's own clock.
 #[macro_export]
 macro_rules! conformance_tests {
     ($factory:expr) => {
@@ -255,17 +262,12 @@ macro_rules! conformance_tests {
             inspect_many_answers_each_run_in_order,
             a_retry_delay_holds_the_run_back_on_the_store_clock,
             a_failed_run_stays_failed_until_an_operator_resumes_it,
-            worker_gives_up_on_a_poison_run_after_its_attempts,
             purge_removes_old_ended_runs_and_never_reuses_a_fence,
             a_purged_id_created_again_refuses_every_lease_of_its_old_life,
             purge_racing_creates_never_reissues_a_fence,
             a_failure_reason_with_a_control_character_is_refused_before_any_io,
-            a_worker_escapes_control_characters_in_the_reasons_it_records,
-            a_handler_that_crashes_every_attempt_fails_the_run_after_its_budget,
-            a_handler_that_hangs_fails_after_its_attempt_deadlines,
             the_attempt_budget_counts_failures_not_waits_deploys_or_snoozes,
             an_end_the_handler_committed_is_reported_once_after_a_renewal_met_it,
-            a_scope_fails_a_run_claimed_past_its_budget,
             count_tells_how_many_runs_are_in_each_state,
             count_tells_the_queue_lag_on_the_store_clock,
             records_tell_since_when_a_run_has_been_claimable,
@@ -288,14 +290,47 @@ macro_rules! conformance_tests {
             by_id_calls_and_mislabelled_leases_keep_a_run_in_its_kind,
             higher_priorities_are_claimed_first_and_the_oldest_first_within_one,
             a_worker_serves_each_kind_with_its_handler_and_starves_none,
-            worker_runs_at_most_its_concurrency_limit,
             worker_handler_ignoring_its_token_is_still_fenced,
-            worker_shutdown_hands_runs_over_within_one_poll,
             worker_reports_no_end_before_its_batch_commits,
             wake_ups_come_when_a_run_becomes_claimable,
             an_idle_worker_is_woken_by_a_new_run_not_by_its_poll,
             workers_with_retention_purge_ended_runs_under_one_lease,
             scope_heartbeats_keep_a_lease_past_its_ttl,
+        );
+    };
+    (@each $factory:expr; $($scenario:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() {
+                let Some(factory) = $factory.await else { return };
+                $crate::$scenario(&*factory).await;
+            }
+        )*
+    };
+}
+
+/// Expands to one `#[tokio::test(start_paused = true)]` per runtime scenario: `RunScope`, the
+/// heartbeat hub, and the Worker's slots, attempt deadlines, budgets and shutdown, each against a
+/// store from `$factory` (as for [`conformance_tests!`]). The runtime is the same code over
+/// every backend, so these run once, over the memory store, whose clock is Tokio's: with the
+/// clock paused, a scenario's seconds of TTLs, deadlines and heartbeats pass as fast as the
+/// runtime can do its work, and no margin depends on the machine's speed. The calling crate
+/// needs Tokio's `test-util` feature (a paused clock).
+///
+/// ```ignore
+/// lease_conformance::runtime_tests!(lease_conformance::fixtures::memory());
+/// ```
+#[macro_export]
+macro_rules! runtime_tests {
+    ($factory:expr) => {
+        $crate::runtime_tests!(@each $factory;
+            a_handler_that_crashes_every_attempt_fails_the_run_after_its_budget,
+            a_handler_that_hangs_fails_after_its_attempt_deadlines,
+            a_scope_fails_a_run_claimed_past_its_budget,
+            a_worker_escapes_control_characters_in_the_reasons_it_records,
+            worker_gives_up_on_a_poison_run_after_its_attempts,
+            worker_runs_at_most_its_concurrency_limit,
+            worker_shutdown_hands_runs_over_within_one_poll,
             scope_over_a_hanging_store_cancels_at_its_local_deadline_before_store_expiry,
             scope_whose_renewal_is_rejected_cancels_with_the_rejection,
             scope_suspend_stops_heartbeats,
@@ -307,11 +342,12 @@ macro_rules! conformance_tests {
             hub_renews_in_chunks_of_at_most_max_batch,
             heartbeats_stop_once_a_lease_ends,
             scope_deadline_counts_from_the_send_instant_of_a_late_renewal,
+            scope_heartbeats_keep_a_lease_past_its_ttl,
         );
     };
     (@each $factory:expr; $($scenario:ident),* $(,)?) => {
         $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[tokio::test(start_paused = true)]
             async fn $scenario() {
                 let Some(factory) = $factory.await else { return };
                 $crate::$scenario(&*factory).await;
