@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the build and the tests need when it is missing: PostgreSQL, Redis, iptables,
-# etcd (server and etcdctl), protoc (the etcd client compiles etcd's protobuf files) and
+# etcd (server and etcdctl) and
 # chromium (the browser test of `lease ui`). Needs
 # root and apt-get to install; otherwise says what is missing. Stops the services Debian starts
 # on install: the tests start private servers instead.
@@ -15,7 +15,7 @@ command -v redis-server >/dev/null || missing+=(redis-server)
 command -v iptables >/dev/null || [ -x /usr/sbin/iptables ] || missing+=(iptables)
 command -v etcd >/dev/null || missing+=(etcd-server)
 command -v etcdctl >/dev/null || missing+=(etcd-client)
-command -v protoc >/dev/null || missing+=(protobuf-compiler)
+
 command -v chromium >/dev/null || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then

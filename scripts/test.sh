@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The project's test command: installs what the tests need when it is missing (PostgreSQL,
-# Redis, iptables, etcd, protoc: scripts/install-deps.sh), starts one private PostgreSQL and one private Redis on free loopback ports,
-# exports DATABASE_URL and REDIS_URL for the test fixtures, runs the whole workspace's tests, and
-# stops the servers however it exits. Extra arguments go to `cargo test`.
+# Redis, iptables, etcd: scripts/install-deps.sh), starts one private PostgreSQL and one private
+# Redis on free loopback ports, exports DATABASE_URL and REDIS_URL for the test fixtures, runs
+# the tests (scripts/run-tests.sh: one build, then the binaries in parallel by cost group, with a
+# table of where the time went), and stops the servers however it exits.
 #
-#   bash scripts/test.sh                 # everything
-#   bash scripts/test.sh -p lease-redis  # arguments are passed to `cargo test`
+#   bash scripts/test.sh                 # everything: unit, store and fault tests, and examples
+#   bash scripts/test.sh --quick         # unit and store tests: the edit-test loop
+#   bash scripts/test.sh -p lease-redis  # other arguments are passed to `cargo test`
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,7 +17,23 @@ log() { printf '==> %s\n' "$*" >&2; }
 bash scripts/install-deps.sh
 pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# A free port below the fixtures' range (20000-32767) and below Linux's ephemeral range, where no
+# outgoing connection takes it as its source port.
+free_port() {
+  python3 -c '
+import random, socket
+for port in random.sample(range(15000, 20000), 5000):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(port)
+    break
+'
+}
 
 work=$(mktemp -d /tmp/lease-test.XXXXXX)
 chmod 755 "$work"
@@ -68,52 +86,22 @@ if [ -z "${REDIS_URL:-}" ] && command -v redis-server >/dev/null; then
 fi
 
 # --- tests ------------------------------------------------------------------------------------
+quick=0
+if [ "${1:-}" = "--quick" ]; then
+  quick=1
+  shift
+fi
 if [ $# -gt 0 ]; then
   log "cargo test $*"
   cargo test "$@"
-else
-  log "cargo test --workspace --exclude distribution --exclude lease-etcd"
-  cargo test --workspace --exclude distribution --exclude lease-etcd
-  log "cargo test -p lease-core --features serde --test args (typed run arguments)"
-  cargo test -p lease-core --features serde --test args
-  # etcd: the suite and the model on a private three-member cluster. Its scenarios mostly wait
-  # out whole-second leases, so they run three at a time (more, and the three members on two
-  # cores starve the heartbeat scenarios' margins); the fault tests (SIGKILL of the leader,
-  # iptables cuts) one at a time.
-  log "cargo test -p lease-etcd (three-member cluster)"
-  cargo test -p lease-etcd --lib --test conformance --test model -- --test-threads=3
-  cargo test -p lease-etcd --test faults --test operations --test wake -- --test-threads=1
-  # The examples are checks too: each runs against the servers above and exits 0 only if what
-  # it demonstrates held. postgres_worker runs twice: stopped by SIGTERM once its first
-  # payments committed (it must shut down gracefully and exit 0), then to completion (it also
-  # finishes the runs the first one left, and finds no run paid twice).
-  log "examples"
-  cargo build -p distribution --examples
-  cargo run -q -p distribution --example custom_backend
-  cargo run -q -p distribution --example redis_fenced_script
-  cargo run -q -p distribution --example metrics
-  log "example postgres_worker, stopped by SIGTERM mid-way"
-  out="$work/postgres_worker.out"
-  cargo run -q -p distribution --example postgres_worker >"$out" 2>&1 &
-  example=$!
-  for _ in $(seq 600); do
-    grep -q '^ready:' "$out" && break
-    kill -0 "$example" 2>/dev/null || break
-    sleep 0.05
-  done
-  kill -TERM "$example" 2>/dev/null || true
-  rc=0
-  wait "$example" || rc=$?
-  cat "$out"
-  if [ "$rc" -ne 0 ] || ! grep -q '^stopped by SIGTERM' "$out"; then
-    log "postgres_worker did not stop gracefully on SIGTERM (exit $rc)"
-    exit 1
-  fi
-  log "example postgres_worker, to completion"
-  cargo run -q -p distribution --example postgres_worker
-  log "cargo test -p distribution --example custom_backend (the conformance suite)"
-  cargo test -p distribution --example custom_backend
-  # The whole-system tests start worker processes and cut the network: one at a time.
-  log "cargo test -p distribution -- --test-threads=1"
-  cargo test -p distribution -- --test-threads=1
+  exit
 fi
+# One build of every test binary and example, then the binaries in parallel by cost group
+# (scripts/tests.list): --quick runs the unit and store groups, the full command the fault
+# group too.
+export LEASE_TEST_LOGS="$work/logs"
+if [ "$quick" -eq 1 ]; then
+  bash scripts/run-tests.sh unit store
+  exit
+fi
+bash scripts/run-tests.sh unit store fault

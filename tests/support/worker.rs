@@ -11,7 +11,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 
-/// The directory holding the `lease` and `lease-test-worker` binaries, built once per test
+/// The directory holding the `lease` and `lease-test-worker` binaries: `LEASE_TEST_BIN_DIR`
+/// when set (scripts/run-tests.sh builds them with the tests), else built once per test
 /// process.
 ///
 /// They are built in their own target directory (`target/lease-it`): building them in the
@@ -20,6 +21,18 @@ use tokio::sync::mpsc;
 fn bin_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
+        // scripts/run-tests.sh builds them with the tests, in the tests' own target directory.
+        if let Some(dir) = std::env::var_os("LEASE_TEST_BIN_DIR") {
+            let dir = PathBuf::from(dir);
+            for bin in ["lease", "lease-test-worker"] {
+                assert!(
+                    dir.join(bin).is_file(),
+                    "LEASE_TEST_BIN_DIR={} has no {bin} binary",
+                    dir.display()
+                );
+            }
+            return dir;
+        }
         let exe = std::env::current_exe().expect("test executable path");
         // target/<profile>/deps/<test> → target/<profile>
         let profile_dir = exe
