@@ -2,6 +2,8 @@
 
 use lease_core::Error;
 
+use crate::rpc;
+
 /// Tags every error this adapter returns.
 pub(crate) const BACKEND: &str = "etcd";
 
@@ -9,10 +11,10 @@ pub(crate) const BACKEND: &str = "etcd";
 /// request that timed out or was cut by a leader change. Misconfigured: authentication and
 /// permission failures (the message is the server's and never holds the password). Anything
 /// else is a backend failure.
-pub(crate) fn classify(err: etcd_client::Error) -> Error {
+pub(crate) fn classify(err: rpc::Error) -> Error {
     use tonic::Code;
     match err {
-        etcd_client::Error::GRpcStatus(status) => {
+        rpc::Error::Status(status) => {
             let mut message = format!("{} ({:?})", status.message(), status.code());
             // A transport failure ("tcp connect error") says why only in its sources.
             let mut source = std::error::Error::source(&status);
@@ -74,20 +76,18 @@ pub(crate) fn classify(err: etcd_client::Error) -> Error {
                 _ => Error::backend(BACKEND, message),
             }
         }
-        etcd_client::Error::TransportError(e) => Error::unavailable(BACKEND, e.to_string()),
-        etcd_client::Error::IoError(e) => Error::unavailable(BACKEND, e.to_string()),
-        etcd_client::Error::InvalidUri(e) => Error::misconfigured(BACKEND, e.to_string()),
-        etcd_client::Error::InvalidArgs(e) => Error::misconfigured(BACKEND, e),
-        other => Error::backend(BACKEND, other.to_string()),
+        rpc::Error::Transport(e) => Error::unavailable(BACKEND, e.to_string()),
+        rpc::Error::InvalidUri(e) => Error::misconfigured(BACKEND, e),
+        rpc::Error::InvalidArgs(e) => Error::misconfigured(BACKEND, e),
     }
 }
 
 /// Whether etcd refused a request for its auth token: expired or invalid ("invalid auth
 /// token"), or issued before a user or role changed ("revision of auth store is old"). etcd
 /// refuses both before applying anything, so the request can be sent again with a fresh token.
-pub(crate) fn is_stale_token(err: &etcd_client::Error) -> bool {
+pub(crate) fn is_stale_token(err: &rpc::Error) -> bool {
     match err {
-        etcd_client::Error::GRpcStatus(status) => {
+        rpc::Error::Status(status) => {
             let message = status.message();
             message.contains("invalid auth token")
                 || message.contains("revision of auth store is old")
@@ -101,8 +101,8 @@ pub(crate) fn is_stale_token(err: &etcd_client::Error) -> bool {
 /// refuses in its interceptor before the handler runs) and "leader changed" (a linearizable
 /// read cut while it waited for the read index; etcd answers it only on that path, before
 /// reading anything).
-pub(crate) fn is_refused_unapplied(err: &etcd_client::Error) -> bool {
-    matches!(err, etcd_client::Error::GRpcStatus(status)
+pub(crate) fn is_refused_unapplied(err: &rpc::Error) -> bool {
+    matches!(err, rpc::Error::Status(status)
         if status.code() == tonic::Code::Unavailable
             && (status.message() == "etcdserver: no leader"
                 || status.message() == "etcdserver: leader changed"))

@@ -20,6 +20,8 @@
 mod codec;
 mod config;
 mod error;
+#[doc(hidden)]
+pub mod rpc;
 mod store;
 
 pub use config::{

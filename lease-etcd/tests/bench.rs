@@ -10,9 +10,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, LockOptions};
 use lease_conformance::fixtures::etcd::{EtcdCluster, EtcdFixture, MEMBERS};
 use lease_core::{End, Ending, Lease, LeaseStore, RunId, RunState, Ttl, WorkerId, MAX_BATCH};
+use lease_etcd::rpc::Client;
 
 /// Concurrent tasks per row, the same for the library's rows and the peer's.
 const TASKS: usize = 8;
@@ -167,16 +167,10 @@ async fn check_held(store: &dyn LeaseStore, runs: &[RunId], owner: &WorkerId, he
 async fn acquire(client: &Client, name: String) -> String {
     let mut client = client.clone();
     let granted = client
-        .lease_grant(TTL_SECS as i64, None)
+        .lease_grant(TTL_SECS as i64)
         .await
         .expect("lease grant");
-    let locked = client
-        .lock(
-            name.clone(),
-            Some(LockOptions::new().with_lease(granted.id())),
-        )
-        .await
-        .expect("lock");
+    let locked = client.lock(name.clone(), granted.id()).await.expect("lock");
     let key = String::from_utf8(locked.key().to_vec()).expect("a UTF-8 lock key");
     assert!(
         key.starts_with(&format!("{name}/")),
@@ -439,7 +433,7 @@ async fn etcd_throughput_beside_etcds_own_lock() {
         "etcd 3.4, {MEMBERS} members on 127.0.0.1 (fixture: heartbeat 50 ms, election 500 ms; \
          member {leader} led), {TASKS} concurrent tasks per row (library and peer alike), TTL \
          {TTL_SECS} s; the library's client calls member 0 (it fails over to the next on \
-         error), the peer's etcd-client balances over all {MEMBERS}"
+         error), the peer's client (lease_etcd::rpc) balances over all {MEMBERS}"
     );
     println!(
         "ratios against the peer's acquire + release measured right before and after the row \

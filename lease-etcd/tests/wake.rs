@@ -27,7 +27,7 @@ fn cluster() -> Option<EtcdCluster> {
 
 /// The revision at which `kind`'s wake key under `prefix` was last put (0: never).
 async fn wake_key_revision(cluster: &EtcdCluster, prefix: &str, kind: &str) -> i64 {
-    let mut client = etcd_client::Client::connect([cluster.endpoint(0)], None)
+    let mut client = lease_etcd::rpc::Client::connect([cluster.endpoint(0)], None)
         .await
         .unwrap();
     let key = format!("{prefix}\0w\0{kind}");

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use etcd_client::{DeleteOptions, TxnOp};
+use crate::rpc::{DeleteOptions, TxnOp};
 use lease_core::backend::{check_new_runs, check_purge};
 use lease_core::{AttemptOutcome, Error, NewRun, Result, RunId, RunRecord, RunState};
 

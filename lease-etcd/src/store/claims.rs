@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, Txn};
+use crate::rpc::{Compare, CompareOp, Txn};
 use lease_core::backend::{check_claim_max, check_renew_batch, claim_refusal};
 use lease_core::{
     AttemptOutcome, Error, Fence, Kind, Lease, LeaseStore, Result, RunId, StoreTime, Ttl, WorkerId,
@@ -417,7 +417,7 @@ impl EtcdLeaseStore {
             .rev()
             .map(|p| (p, self.keys.runnable_family(name, p)))
             .collect();
-        let ops: Vec<etcd_client::TxnOp> = families
+        let ops: Vec<crate::rpc::TxnOp> = families
             .iter()
             .map(|(_, family)| Self::count_op(family.clone(), prefix_end(family)))
             .collect();

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use etcd_client::{
+use crate::rpc::{
     Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
 use lease_core::{Error, Result, RunId};
@@ -294,7 +294,7 @@ impl EtcdLeaseStore {
         limit: i64,
         values: bool,
         revision: i64,
-    ) -> Result<etcd_client::GetResponse> {
+    ) -> Result<crate::rpc::GetResponse> {
         let mut options = GetOptions::new().with_range(to).with_limit(limit);
         if !values {
             options = options.with_keys_only();
@@ -324,7 +324,7 @@ impl EtcdLeaseStore {
 }
 
 /// Where the next page of a range starts: just past its last key, if etcd said there is more.
-pub(super) fn next_page(page: &etcd_client::GetResponse) -> Option<Vec<u8>> {
+pub(super) fn next_page(page: &crate::rpc::GetResponse) -> Option<Vec<u8>> {
     match page.kvs().last() {
         Some(last) if page.more() => {
             let mut from = last.key().to_vec();

@@ -76,7 +76,7 @@ impl EtcdLeaseStore {
             let asked = Instant::now();
             let granted = self
                 .call("a lease grant", |mut l| async move {
-                    l.leases.grant(s + pad, None).await
+                    l.leases.grant(s + pad).await
                 })
                 .await?;
             if !granted.error().is_empty() {
@@ -109,7 +109,7 @@ impl EtcdLeaseStore {
         let answers = futures_util::future::try_join_all(ids.iter().map(|&id| async move {
             let answer = self
                 .call("a lease time-to-live", |mut l| async move {
-                    l.leases.time_to_live(id, None).await
+                    l.leases.time_to_live(id).await
                 })
                 .await?;
             Ok::<_, Error>((id, answer.ttl()))

@@ -21,7 +21,7 @@
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
+use crate::rpc::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
 use lease_core::{Error, Result};
 
 use lease_core::MAX_BATCH;
@@ -227,7 +227,7 @@ impl EtcdLeaseStore {
         &self,
         revision: i64,
         binding: Binding,
-    ) -> Result<etcd_client::TxnResponse> {
+    ) -> Result<crate::rpc::TxnResponse> {
         let meta = self.keys.meta();
         let unchanged = if revision == 0 {
             Compare::create_revision(meta.clone(), CompareOp::Equal, 0)

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use etcd_client::{
+use crate::rpc::{
     Client, Compare, ConnectOptions, KvClient, LeaseClient, ResponseHeader, Txn, TxnOp,
     TxnOpResponse, TxnResponse,
 };
@@ -280,7 +280,9 @@ impl EtcdLeaseStore {
         }
         #[cfg(feature = "tls")]
         if config.tls() {
-            options = options.with_tls(etcd_client::TlsOptions::new());
+            // The platform's roots (`with_enabled_roots`: the `tls` feature enables tonic's
+            // `tls-native-roots`); a bare `TlsOptions::new()` trusts no root at all.
+            options = options.with_tls(crate::rpc::TlsOptions::new().with_enabled_roots());
         }
         #[cfg(not(feature = "tls"))]
         debug_assert!(
@@ -355,7 +357,7 @@ impl EtcdLeaseStore {
     async fn call<T, F, Fut>(&self, what: &str, make: F) -> Result<T>
     where
         F: Fn(Link) -> Fut,
-        Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+        Fut: std::future::Future<Output = std::result::Result<T, crate::rpc::Error>>,
     {
         let bound = self.config.timeout();
         let started = tokio::time::Instant::now();

@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{GetOptions, ResponseHeader, Txn, TxnOp, TxnOpResponse};
+use crate::rpc::{GetOptions, ResponseHeader, Txn, TxnOp, TxnOpResponse};
 use lease_core::backend::{check_list, check_purge};
 use lease_core::{
     Fence, InvalidInput, JournalEntry, Kind, ListFilter, Result, RunCounts, RunId, RunRecord,
@@ -349,7 +349,7 @@ impl EtcdLeaseStore {
 #[cfg(test)]
 mod tests {
     use super::super::*;
-    use etcd_client::{DeleteOptions, TxnOp};
+    use crate::rpc::{DeleteOptions, TxnOp};
     use lease_conformance::fixtures::etcd::{EtcdCluster, HINT, MEMBERS};
     use lease_core::{LeaseStore, ListFilter, RunId, RunState, Ttl, WorkerId};
 

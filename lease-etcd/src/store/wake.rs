@@ -11,7 +11,7 @@
 
 use std::collections::VecDeque;
 
-use etcd_client::{EventType, WatchFilterType, WatchOptions, WatchStream};
+use crate::rpc::{EventType, WatchFilterType, WatchOptions, WatchStream};
 use lease_core::{parse_kind_delay, OpenSession, WakeSession, Wakes};
 
 use super::EtcdLeaseStore;
@@ -22,7 +22,7 @@ impl EtcdLeaseStore {
     pub(super) fn wake_ups(&self) -> Option<Wakes> {
         let listener = self.listening.as_ref()?;
         let what = format!("etcd wake keys under {:?}", self.config.prefix());
-        let clients: Vec<etcd_client::Client> =
+        let clients: Vec<crate::rpc::Client> =
             self.links.iter().map(|l| l.client.clone()).collect();
         let (keys, family) = (self.keys.clone(), self.keys.wakes());
         let opener = move || -> OpenSession {

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
+use crate::rpc::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
 use lease_core::{
     AttemptOutcome, End, Ending, Error, Fence, IdempotencyKey, InvalidInput, JournalEntry, Lease,
     Result, RunId, StoreTime,
