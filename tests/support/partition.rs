@@ -81,7 +81,10 @@ fn rules(port: u16) -> [Vec<String>; 2] {
 /// whose process (the pid in their comment) is gone. Another test process's rules stay: test
 /// binaries run side by side.
 fn remove_stale_rules() {
-    let Ok(out) = Command::new("iptables").args(["-w", "-S", "INPUT"]).output() else {
+    let Ok(out) = Command::new("iptables")
+        .args(["-w", "-S", "INPUT"])
+        .output()
+    else {
         return;
     };
     for line in String::from_utf8_lossy(&out.stdout).lines() {
