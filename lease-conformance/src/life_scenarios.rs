@@ -424,16 +424,24 @@ pub async fn purge_removes_old_ended_runs_and_never_reuses_a_fence(factory: &dyn
         .await
         .unwrap();
     assert!(many[0].is_ok());
-    assert_eq!(store.inspect(&done).await.unwrap().fence.get(), 1);
-    // Purged twice: the tombstone keeps the highest fence.
+    // Every run starts at the fence floor, the highest fence purged (gave-up's 3), above
+    // done's own last fence (1).
+    assert_eq!(store.inspect(&done).await.unwrap().fence.get(), 3);
+    // Purged twice: the floor keeps the highest fence.
     let l = store.claim(&done, &worker("c"), long()).await.unwrap();
-    assert_eq!(l.fence().get(), 2);
+    assert_eq!(l.fence().get(), 4);
     store.complete(&l).await.unwrap();
     assert_eq!(
         store.purge(Duration::ZERO, 10).await.unwrap(),
         std::slice::from_ref(&done)
     );
-    assert_eq!(store.create(&done).await.unwrap().fence.get(), 2);
+    assert_eq!(store.create(&done).await.unwrap().fence.get(), 4);
+    let fresh = created(&*store, "never-seen").await;
+    assert_eq!(
+        store.inspect(&fresh).await.unwrap().fence.get(),
+        4,
+        "an id never used before starts at the floor too"
+    );
 }
 
 /// The purge benchmark (not a conformance scenario: run by the backends' ignored

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::{
-    End, Ended, Ending, Error, Fence, Lease, LeaseStore, ListFilter, RunId, RunState, StoreTime,
+    End, Ended, Ending, Error, Fence, Lease, LeaseStore, ListFilter, RunId, RunRecord, RunState, StoreTime,
     Ttl, WorkerId,
 };
 use proptest::prelude::*;
@@ -91,8 +91,8 @@ pub enum Step {
     List(Option<u8>),
     /// `purge(0, max)`: every ended run is due.
     Purge(usize),
-    /// `purge(0, MAX_BATCH)` and `create(run)` at once: either order is right, never a
-    /// creation below the purged run's last fence.
+    /// `purge(0, MAX_BATCH)` and `create(run)` at once: either order is right, and the id's
+    /// next claim never reuses a fence of its purged life.
     PurgeRacingCreate(usize),
     /// Let this many milliseconds pass.
     Advance(u64),
@@ -156,6 +156,9 @@ struct Run {
     payload: Option<Vec<u8>>,
     /// Of the other kind ([`OTHER_KIND`]), not the default.
     other: bool,
+    /// Not claimed since its creation: its first claim may start above the fence floor
+    /// rather than one above the fence it was created at.
+    unclaimed: bool,
 }
 
 impl Run {
@@ -172,6 +175,7 @@ impl Run {
             journal: Vec::new(),
             payload: None,
             other: false,
+            unclaimed: true,
         }
     }
 }
@@ -205,8 +209,14 @@ struct Model {
     timing: Timing,
     runs: BTreeMap<RunId, Run>,
     leases: Vec<Lease>,
-    /// Purged runs' last fences: a run created again starts there.
-    tombstones: BTreeMap<RunId, u64>,
+    /// A lower bound of the store's fence floor (the highest fence of any purged run, where
+    /// every run is created): the store is shared by every case, and a purge here also
+    /// removes ended runs of earlier cases, whose fences the model does not know. It rises
+    /// with this case's purges and with every fence a create reports.
+    floor: u64,
+    /// The highest fence each id was ever claimed at, over all its lives: no claim may
+    /// issue one at or below it.
+    issued: BTreeMap<RunId, u64>,
     /// Runs created by `Step::Create` so far: each gets a payload of its own (none, empty, or
     /// text naming the life), so a payload left over from an earlier life of the id shows;
     /// and, on a store with kinds, every other life is of the other kind.
@@ -216,11 +226,40 @@ struct Model {
 }
 
 impl Model {
-    /// A run as `create` leaves it: fence 0, or a purged id's last fence.
-    fn created(&self, id: &RunId) -> Run {
+    /// A run as `create` left it, which said it starts at `fence`: checked to be at least the
+    /// floor as the model knows it, so never below a fence this case purged.
+    fn created(&mut self, fence: u64, what: &str) -> Run {
+        assert!(
+            fence >= self.floor,
+            "{what}: created at {fence}, below the fence floor ({})",
+            self.floor
+        );
+        self.floor = fence;
         let mut run = Run::created();
-        run.fence = self.tombstones.get(id).copied().unwrap_or(0);
+        run.fence = fence;
         run
+    }
+
+    /// Checks the fence of `lease`, a claim of `id` (as `run` was before it): one above the
+    /// run's fence, or for the first claim of a life above the floor if that is higher (a
+    /// store may lift a run created below the floor there), and above every fence the id was
+    /// ever claimed at, in any life.
+    fn check_claim(&mut self, id: &RunId, run: &Run, lease: &Lease, what: &str) {
+        let got = lease.fence().get();
+        let lifted = run.unclaimed && got > run.fence.max(self.floor);
+        assert!(
+            got == run.fence + 1 || lifted,
+            "{what}: the next fence: {got} after {} (floor {})",
+            run.fence,
+            self.floor
+        );
+        let issued = self.issued.entry(id.clone()).or_insert(0);
+        assert!(
+            got > *issued,
+            "{what}: {id} claimed at {got}, at or below a fence it was claimed at before ({})",
+            *issued
+        );
+        *issued = got;
     }
 
     /// How late after its window the store may still judge a lease live (or a delay running).
@@ -359,7 +398,8 @@ pub async fn check_sequence_with(
         timing,
         runs: BTreeMap::new(),
         leases: Vec::new(),
-        tombstones: BTreeMap::new(),
+        floor: 0,
+        issued: BTreeMap::new(),
         lives: 0,
         kinds,
     };
@@ -427,8 +467,7 @@ async fn apply(
             };
             expect_same(what, &got, &want);
             if let Ok(record) = got {
-                let mut run = model.created(id);
-                assert_eq!(record.fence.get(), run.fence, "{what}: a purged id's fence");
+                let mut run = model.created(record.fence.get(), what);
                 assert_eq!(record.payload, payload, "{what}: the created payload");
                 assert_eq!(record.kind, kind(other), "{what}: the created kind");
                 run.payload = payload;
@@ -480,8 +519,9 @@ async fn apply(
             };
             expect_same(what, &got, &want);
             if let Ok(lease) = got {
+                let before = model.runs.get(id).expect("known").clone();
+                model.check_claim(id, &before, &lease, what);
                 let run = model.runs.get_mut(id).expect("known");
-                assert_eq!(lease.fence().get(), run.fence + 1, "{what}: the next fence");
                 assert_eq!(
                     lease.payload(),
                     run.payload.as_deref(),
@@ -537,8 +577,9 @@ async fn apply(
                 assert_eq!(got.len(), *max, "{what}: at most max");
             }
             for lease in got {
+                let before = model.runs.get(lease.run()).expect("known").clone();
+                model.check_claim(lease.run(), &before, &lease, what);
                 let run = model.runs.get_mut(lease.run()).expect("known");
-                assert_eq!(lease.fence().get(), run.fence + 1, "{what}: the next fence");
                 assert_eq!(
                     lease.payload(),
                     run.payload.as_deref(),
@@ -679,7 +720,9 @@ async fn apply(
                 };
                 expect_same(what, &one, &want);
                 if one.is_ok() {
-                    let run = model.created(id);
+                    // A batch answers no fence: read it.
+                    let fence = store.inspect(id).await.expect("created").fence.get();
+                    let run = model.created(fence, what);
                     model.runs.insert(id.clone(), run);
                 }
             }
@@ -865,7 +908,7 @@ async fn apply(
                     "{what}: purged {id}, which is {}",
                     run.state
                 );
-                model.tombstones.insert(id.clone(), run.fence);
+                model.floor = model.floor.max(run.fence);
             }
             if got.len() < *max {
                 for (id, run) in &model.runs {
@@ -889,6 +932,7 @@ async fn apply(
             );
             let purged = purged.unwrap_or_else(|e| panic!("{what}: purge: {e}"));
             let existed = model.runs.get(id).map(|run| run.fence);
+            let floor_before = model.floor;
             for gone in purged.iter().filter(|gone| ids.contains(gone)) {
                 let run = model
                     .runs
@@ -902,26 +946,31 @@ async fn apply(
                     "{what}: purged {gone}, which is {}",
                     run.state
                 );
-                model.tombstones.insert(gone.clone(), run.fence);
+                model.floor = model.floor.max(run.fence);
             }
+            // Created at the floor as it stood before the purge or after it: a store whose
+            // create reads the floor in a snapshot (Postgres) may create a purged id below its
+            // last fence, and then must lift its first claim above the floor, which the
+            // claims check (Model::check_claim) with every fence the id was claimed at.
+            let mut created_at = |record: &RunRecord| {
+                let fence = record.fence.get();
+                assert!(
+                    fence >= floor_before,
+                    "{what}: created at {fence}, below the fence floor before the purge \
+                     ({floor_before})"
+                );
+                model.floor = model.floor.max(fence);
+                let mut run = Run::created();
+                run.fence = fence;
+                model.runs.insert(id.clone(), run);
+            };
             match (existed, purged.contains(id), created) {
-                // It did not exist: created, at its last fence if it had one.
-                (None, _, Ok(record)) => {
-                    let run = model.created(id);
-                    assert_eq!(record.fence.get(), run.fence, "{what}: a purged id's fence");
-                    model.runs.insert(id.clone(), run);
-                }
+                // It did not exist: created.
+                (None, _, Ok(record)) => created_at(&record),
                 // It existed and was not purged: it exists.
                 (Some(_), false, Err(Error::AlreadyExists { .. })) => {}
-                // Purged, then created: at its last fence, never below.
-                (Some(fence), true, Ok(record)) => {
-                    assert_eq!(
-                        record.fence.get(),
-                        fence,
-                        "{what}: created again below (or above) its last fence"
-                    );
-                    model.runs.insert(id.clone(), model.created(id));
-                }
+                // Purged, then created.
+                (Some(_), true, Ok(record)) => created_at(&record),
                 // Created (refused, it existed), then purged: gone.
                 (Some(_), true, Err(Error::AlreadyExists { .. })) => {}
                 (existed, purged, created) => panic!(
@@ -936,6 +985,7 @@ async fn apply(
 
 fn claimed(run: &mut Run, lease: &Lease, sent: Instant, received: Instant) {
     run.fence = lease.fence().get();
+    run.unclaimed = false;
     run.delay = None;
     run.owner = Some(lease.owner().clone());
     run.window = Some((

@@ -46,8 +46,10 @@ pub struct MemoryLeaseStore {
 #[derive(Default)]
 struct State {
     runs: HashMap<RunId, Slot>,
-    /// Purged runs' last fences: a run created again with one of these ids starts there.
-    tombstones: HashMap<RunId, Fence>,
+    /// The fence floor: the highest fence of any purged run. Every run created starts at it, so
+    /// an id created again never reuses a fence its purged life issued, and a purge deletes
+    /// the run outright: storage stays bounded however many runs pass through.
+    floor: Fence,
     /// Claimable-since order: (instant the run became claimable, creation order) → run.
     next_order: u64,
 }
@@ -176,7 +178,7 @@ impl MemoryLeaseStore {
             return Err(Error::AlreadyExists { run: run.clone() });
         }
         state.next_order += 1;
-        let fence = state.tombstones.get(run).copied().unwrap_or(Fence::ZERO);
+        let fence = state.floor;
         let slot = Slot {
             state: RunState::Runnable,
             owner: None,
@@ -836,7 +838,7 @@ impl LeaseStore for MemoryLeaseStore {
         let purged: Vec<RunId> = due.into_values().collect();
         for run in &purged {
             let slot = state.runs.remove(run).expect("collected above");
-            state.tombstones.insert(run.clone(), slot.fence);
+            state.floor = state.floor.max(slot.fence);
         }
         Ok(purged)
     }

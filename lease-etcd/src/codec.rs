@@ -6,7 +6,8 @@
 //!
 //! | key | value | lifetime |
 //! |---|---|---|
-//! | `r\0{run}` | the run record ([`Rec`]), fence included | never leased, never deleted (a purge leaves a tombstone) |
+//! | `r\0{run}` | the run record ([`Rec`]), fence included | never leased; deleted by purge (records an older release left as tombstones are honoured by create) |
+//! | `F\0` | the fence floor: the highest fence of any purged run, in decimal | raised by purge, compared by create: every run starts at it |
 //! | `b\0{run}` | `h` (held) or `d` (delayed) | attached to an etcd lease: gone when it expires |
 //! | `d\0{run}` | empty: the run is delayed (for counts) | on the delay's lease, beside the block |
 //! | `i\0{state}{since}{run}` | empty | the state index, ordered by claimable-since / ended-at; runnable runs of the default kind |
@@ -55,6 +56,12 @@ impl Keys {
     pub(crate) fn run_of_record<'a>(&self, key: &'a [u8]) -> Option<&'a str> {
         let base = self.prefix.len() + 2;
         key.get(base..).and_then(|r| std::str::from_utf8(r).ok())
+    }
+
+    /// The fence floor: every run is created at it, and every purge raises it to the fences it
+    /// removes, so an id purged and created again never reuses a fence.
+    pub(crate) fn floor(&self) -> Vec<u8> {
+        self.kind(b'F')
     }
 
     pub(crate) fn blocks(&self) -> Vec<u8> {
@@ -375,6 +382,9 @@ impl Rec {
         });
     }
 
+    /// A tombstone as an older release wrote it in a purged run's place (this release deletes
+    /// the record and raises the fence floor instead; create still honours old tombstones).
+    #[cfg(test)]
     pub(crate) fn tombstone(fence: u64) -> Rec {
         Rec {
             state: None,

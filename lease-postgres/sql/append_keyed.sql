@@ -6,7 +6,7 @@
 -- with the same key that committed meanwhile is invisible to this statement's snapshot and
 -- makes the insert fail on journal_idem_key (23505): the caller runs the statement again.
 WITH cur AS (
-    SELECT fence FROM {schema}.runs WHERE run_id = $1 AND state <> 'purged' FOR UPDATE
+    SELECT fence FROM {schema}.runs WHERE run_id = $1 FOR UPDATE
 ), existing AS (
     SELECT j.seq, j.fence, j.payload, j.written_at
     FROM {schema}.journal j, cur

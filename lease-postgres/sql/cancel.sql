@@ -1,5 +1,5 @@
 -- $1 run_id, $2 reason, $3 the reason as a history entry keeps it (lease_core::attempt_error)
--- Returns: the cancelled record, or no row if the run is missing (or purged), completed, or
+-- Returns: the cancelled record, or no row if the run is missing, completed, or
 -- already cancelled. A holder is fenced out: the fence stays, the state is no longer
 -- 'runnable', so its fenced writes, ends and renewals match nothing and are explained as
 -- cancelled. A row a caller's transaction locked (end_in, fence_in) is cancelled after that

@@ -6,7 +6,11 @@ UPDATE {schema}.runs
 SET lease_owner = $2,
     lease_expires_at = now() + $3::bigint * interval '1 millisecond',
     claimable_at = now() + $3::bigint * interval '1 millisecond',
-    fence = fence + 1,
+    -- The first claim of a run's life starts above the fence floor (sql/create.sql says why
+    -- the floor the run was created at may be below it).
+    fence = CASE WHEN claimed_at IS NULL
+                 THEN greatest(fence, (SELECT f.fence FROM {schema}.fence_floor f))
+                 ELSE fence END + 1,
     attempts = attempts + 1,
     claimed_at = now(),
     renewed_at = NULL,
@@ -19,6 +23,8 @@ WHERE run_id = $1
   AND (lease_owner IS NULL OR lease_expires_at <= now())
   -- An unowned run given back with a retry delay is not claimable before it ends.
   AND (lease_owner IS NOT NULL OR claimable_at <= now())
-  AND fence < 9223372036854775807
+  AND CASE WHEN claimed_at IS NULL
+           THEN greatest(fence, (SELECT f.fence FROM {schema}.fence_floor f))
+           ELSE fence END < 9223372036854775807
 RETURNING fence, (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS expires_us, attempts, kind, priority,
           (SELECT p.payload FROM {schema}.run_payloads p WHERE p.run_id = $1) AS payload

@@ -46,7 +46,9 @@ WITH RECURSIVE levels(priority) AS (
           AND priority = levels.priority
           AND claimable_at <= now()
           AND (lease_owner IS NULL OR lease_expires_at <= now())
-          AND fence < 9223372036854775807
+          AND CASE WHEN claimed_at IS NULL
+                   THEN greatest(fence, (SELECT f.fence FROM {schema}.fence_floor f))
+                   ELSE fence END < 9223372036854775807
         ORDER BY kind, priority, claimable_at, created_seq
         LIMIT $3
         FOR UPDATE SKIP LOCKED
@@ -58,7 +60,10 @@ WITH RECURSIVE levels(priority) AS (
     SET lease_owner = $1,
         lease_expires_at = now() + $2::bigint * interval '1 millisecond',
         claimable_at = now() + $2::bigint * interval '1 millisecond',
-        fence = r.fence + 1,
+        -- A life's first claim starts above the fence floor, as in sql/claim.sql.
+        fence = CASE WHEN r.claimed_at IS NULL
+                     THEN greatest(r.fence, (SELECT f.fence FROM {schema}.fence_floor f))
+                     ELSE r.fence END + 1,
         attempts = r.attempts + 1,
         claimed_at = now(),
         renewed_at = NULL,

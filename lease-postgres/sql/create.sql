@@ -4,37 +4,25 @@
 -- Returns: the new record, or no row if the run exists. A delayed run is runnable and unowned
 -- with claimable_at in the future, as after a retry delay: claim and claim_next wait for it,
 -- on the database clock.
--- A purged id kept its row (state 'purged', its last fence): it is revived there, so its next
--- claim continues above every fence the id ever carried. The revival and the insert decide on
--- the row's latest version: under READ COMMITTED, a purge in progress is either not seen (the
--- run still exists: no row, and a retry sees the purge) or waited for; under REPEATABLE READ
--- or SERIALIZABLE, a purge committed after the transaction's snapshot makes the insert's
--- conflict check fail with a serialization failure (40001) instead of inserting below the
--- fence. Never inserts a row where one exists, purged or not.
+-- The run starts at the schema's fence floor (the highest fence of any purged run), so an id
+-- purged and created again continues above every fence it carried. The floor is read in the
+-- statement's snapshot: a purge of the same id that committed after it (the insert waited for
+-- the purge's delete, or a REPEATABLE READ snapshot predates it) leaves the new run below the
+-- floor, and its first claim lifts it (sql/claim.sql), so no fence is issued twice either way.
 -- The transaction commits synchronously whatever the session says (create_in runs this inside
 -- the caller's transaction).
-WITH revived AS (
-    UPDATE {schema}.runs
-    SET state = 'runnable', lease_owner = NULL, lease_expires_at = NULL, heartbeats = 0,
-        created_at = now(), claimed_at = NULL, renewed_at = NULL,
-        claimable_at = greatest(now() + $2::bigint * interval '1 millisecond',
-                                'epoch'::timestamptz + $5::bigint * interval '1 microsecond'),
-        journal_len = 0, failure = NULL, attempts = 0, history = '[]',
-        created_seq = DEFAULT, kind = $4, priority = $6
-    WHERE run_id = $1 AND state = 'purged'
-    RETURNING *
-), inserted AS (
-    INSERT INTO {schema}.runs (run_id, claimable_at, kind, priority)
-    SELECT $1, greatest(now() + $2::bigint * interval '1 millisecond',
-                        'epoch'::timestamptz + $5::bigint * interval '1 microsecond'), $4, $6
-    WHERE NOT EXISTS (SELECT 1 FROM revived)
+WITH inserted AS (
+    INSERT INTO {schema}.runs (run_id, fence, claimable_at, kind, priority)
+    SELECT $1, (SELECT f.fence FROM {schema}.fence_floor f),
+           greatest(now() + $2::bigint * interval '1 millisecond',
+                    'epoch'::timestamptz + $5::bigint * interval '1 microsecond'), $4, $6
     ON CONFLICT (run_id) DO NOTHING
     RETURNING *
 ), stored AS (
     -- The payload, with the row it belongs to: a purged id's old payload was deleted by the
     -- purge, so the conflict clause only guards against a row left by hand.
     INSERT INTO {schema}.run_payloads (run_id, payload)
-    SELECT r.run_id, $3::bytea FROM (SELECT run_id FROM revived UNION ALL SELECT run_id FROM inserted) AS r
+    SELECT inserted.run_id, $3::bytea FROM inserted
     WHERE $3::bytea IS NOT NULL
     ON CONFLICT (run_id) DO UPDATE SET payload = excluded.payload
 ), durable AS (
@@ -51,4 +39,4 @@ SELECT run_id, state, lease_owner, (extract(epoch FROM lease_expires_at) * 10000
        CASE WHEN state IN ('completed', 'failed', 'cancelled')
             THEN (extract(epoch FROM claimable_at) * 1000000)::bigint END AS ended_us,
        failure, attempts, $3::bytea AS payload, kind, priority
-FROM (SELECT * FROM revived UNION ALL SELECT * FROM inserted) AS r, durable
+FROM inserted AS r, durable

@@ -28,7 +28,7 @@ WITH input AS (
            input.failure, input.refund, input.outcome, input.error, r.run_id, r.state,
            r.lease_owner, r.fence
     FROM input
-    JOIN {schema}.runs r ON r.run_id = input.run_id COLLATE "C" AND r.state <> 'purged'
+    JOIN {schema}.runs r ON r.run_id = input.run_id COLLATE "C"
     FOR UPDATE OF r SKIP LOCKED
 ), ended AS (
     UPDATE {schema}.runs r
@@ -67,8 +67,7 @@ FROM (
     -- Existence only (a skipped row is not read); no lock, so this never waits.
     SELECT input.ord, false AS ended, false AS locked,
            EXISTS (SELECT 1 FROM {schema}.runs cur
-                   WHERE cur.run_id = input.run_id COLLATE "C"
-                     AND cur.state <> 'purged') AS run_exists,
+                   WHERE cur.run_id = input.run_id COLLATE "C") AS run_exists,
            NULL::text AS state, NULL::text AS lease_owner, NULL::bigint AS fence
     FROM input
     UNION ALL

@@ -1,5 +1,5 @@
 -- $1 run_id
--- Returns: the record, or no row if the run does not exist (a purged run's row does not), with
+-- Returns: the record, or no row if the run does not exist, with
 -- its attempt history as one array per field, oldest first (null: none).
 SELECT run_id, state, lease_owner, (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS expires_us, fence, heartbeats, (extract(epoch FROM now()) * 1000000)::bigint AS observed_us,
        CASE WHEN state = 'runnable' AND lease_owner IS NULL AND claimable_at > now()
@@ -23,4 +23,4 @@ FROM {schema}.runs r, LATERAL (
            array_agg(a.e->>'o' ORDER BY a.i) AS h_outcome,
            array_agg(a.e->>'r' ORDER BY a.i) AS h_error
     FROM jsonb_array_elements(r.history) WITH ORDINALITY AS a(e, i)) AS h
-WHERE r.run_id = $1 AND r.state <> 'purged'
+WHERE r.run_id = $1

@@ -16,5 +16,5 @@ SELECT i.ord, r.run_id, r.state, r.lease_owner,
        r.failure, r.attempts, r.kind, r.priority,
        (SELECT p.payload FROM {schema}.run_payloads p WHERE p.run_id = r.run_id) AS payload
 FROM unnest($1::text[]) WITH ORDINALITY AS i(run_id, ord)
-LEFT JOIN {schema}.runs r ON r.run_id = i.run_id COLLATE "C" AND r.state <> 'purged'
+LEFT JOIN {schema}.runs r ON r.run_id = i.run_id COLLATE "C"
 ORDER BY i.ord

@@ -13,8 +13,7 @@ SELECT run_id, state, lease_owner, (extract(epoch FROM lease_expires_at) * 10000
             THEN (extract(epoch FROM claimable_at) * 1000000)::bigint END AS ended_us,
        failure, attempts, kind, priority
 FROM {schema}.runs
-WHERE state <> 'purged'
-  AND ($1::text IS NULL OR state = $1::text)
+WHERE ($1::text IS NULL OR state = $1::text)
   AND (NOT $2::bool OR (lease_owner IS NOT NULL AND lease_expires_at <= now()))
   AND ($3::text IS NULL OR run_id > $3::text COLLATE "C")
   AND ($5::text IS NULL OR kind = $5::text)

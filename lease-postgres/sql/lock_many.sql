@@ -1,5 +1,5 @@
 -- $1 run_ids (text[], distinct), $2 floor_ms, $3 cap_ms
--- Returns: for each run of $1 that exists (and is not purged), its fence verdict inputs, locking
+-- Returns: for each run of $1 that exists, its fence verdict inputs, locking
 -- its row until the transaction ends; no row for the others. Rows are locked in run_id order, so
 -- two such transactions never deadlock. In the same round trip it bounds the transaction, on the
 -- server, by bound_ms = the least time left of the locked leases on the database clock, at least
@@ -10,7 +10,7 @@
 WITH locked AS (
     SELECT r.run_id, r.state, r.lease_owner, r.fence, r.lease_expires_at
     FROM {schema}.runs r
-    WHERE r.run_id = ANY($1::text[]) AND r.state <> 'purged'
+    WHERE r.run_id = ANY($1::text[])
     ORDER BY r.run_id
     FOR UPDATE OF r
 ), bound AS (

@@ -1,10 +1,11 @@
 -- $1 age in ms, $2 most runs
 -- Returns: the ids of the runs purged. Up to $2 runs that ended (completed, failed or
--- cancelled) at least
--- $1 ms ago by the database clock, oldest end first, found through runs_ended; rows locked by
--- another transaction are skipped. Each run's journal, payload and attempt history are deleted and its row kept as its
--- tombstone: state 'purged', its fence and nothing else, invisible to every read. A create of
--- the id revives the row at that fence (sql/create.sql), so no fence is ever issued twice.
+-- cancelled) at least $1 ms ago by the database clock, oldest end first, found through
+-- runs_ended; rows locked by another transaction are skipped. Each run is deleted with its
+-- journal and payload, and the schema's fence floor is raised to its fence in the same
+-- statement: a run created afterwards starts at the floor (sql/create.sql), and the first
+-- claim of a run's life takes its fence above the floor (sql/claim.sql), so the id, created
+-- again, never reuses a fence. Nothing of the run stays behind.
 WITH doomed AS (
     SELECT run_id
     FROM {schema}.runs
@@ -19,9 +20,13 @@ WITH doomed AS (
 ), payloads AS (
     DELETE FROM {schema}.run_payloads p
     WHERE p.run_id = ANY ((SELECT array_agg(doomed.run_id) FROM doomed)::text[])
+), gone AS (
+    DELETE FROM {schema}.runs r
+    WHERE r.run_id = ANY ((SELECT array_agg(doomed.run_id) FROM doomed)::text[])
+    RETURNING r.run_id, r.fence
+), raised AS (
+    UPDATE {schema}.fence_floor f
+    SET fence = greatest(f.fence, (SELECT max(gone.fence) FROM gone))
+    WHERE EXISTS (SELECT 1 FROM gone)
 )
-UPDATE {schema}.runs r
-SET state = 'purged', heartbeats = 0, journal_len = 0, failure = NULL, attempts = 0, history = '[]',
-    claimable_at = now()
-WHERE r.run_id = ANY ((SELECT array_agg(doomed.run_id) FROM doomed)::text[])
-RETURNING r.run_id
+SELECT run_id FROM gone

@@ -145,21 +145,22 @@ impl PostgresLeaseStore {
             .unwrap_or_else(|| Err(PgError::Failed("no verdict".to_owned()).into()))
     }
 
-    /// In the caller's transaction on `conn`: creates `run` (runnable, fence 0) — the
+    /// In the caller's transaction on `conn`: creates `run` (runnable, unclaimed) — the
     /// **transactional enqueue**. The run exists if and only if the caller's transaction
     /// commits, and no `claim_next` sees it before (it is invisible to other sessions until
     /// the commit), so a job is enqueued exactly when the business change that needs it
     /// commits.
     ///
-    /// A purged id is created again at its last fence, as
-    /// [`create`](lease_core::LeaseStore::create) does. Under `REPEATABLE READ` or
-    /// `SERIALIZABLE`, if the id was purged after the transaction took its snapshot, the
-    /// statement fails with a serialization failure ([`Error::Unavailable`]; roll back and run
-    /// the transaction again) rather than create the run below its last fence.
+    /// A purged id is created again as [`create`](lease_core::LeaseStore::create) does: its
+    /// first claim takes a fence above every fence its purged life carried, whatever the
+    /// isolation level and however old the transaction's snapshot. Under `REPEATABLE READ` or
+    /// `SERIALIZABLE`, if another transaction created the id after this one took its snapshot,
+    /// the statement fails with a serialization failure ([`Error::Unavailable`]; roll back and
+    /// run the transaction again).
     ///
     /// # Errors
     /// [`Error::AlreadyExists`]; [`Error::Unavailable`] if the connection failed, no answer
-    /// came within the call timeout, or the snapshot predates a purge of the id. A failed
+    /// came within the call timeout, or the snapshot predates another creation of the id. A failed
     /// statement aborts the caller's transaction: check for the run beforehand if an existing
     /// one is expected, or use [`create_many_in`](PostgresLeaseStore::create_many_in), which
     /// answers per id without failing.
@@ -189,7 +190,7 @@ impl PostgresLeaseStore {
                 query
                     .fetch_optional(&mut *conn)
                     .await
-                    .map_err(|e| self.purged_meanwhile(&format!("run {run}"), e).into())
+                    .map_err(|e| self.created_meanwhile(&format!("run {run}"), e).into())
             })
             .await?;
         match row {
@@ -199,16 +200,15 @@ impl PostgresLeaseStore {
     }
 
     /// A serialization failure of a create in the caller's transaction, said as what it
-    /// almost always is: the id was purged after the transaction's snapshot.
-    fn purged_meanwhile(&self, what: &str, e: sqlx::Error) -> PgError {
+    /// almost always is: the id was created after the transaction's snapshot.
+    fn created_meanwhile(&self, what: &str, e: sqlx::Error) -> PgError {
         let serialization =
             matches!(&e, sqlx::Error::Database(db) if db.code().as_deref() == Some("40001"));
         let e = self.route.fail(e);
         if serialization {
             return PgError::Busy(format!(
-                "{what} changed after this transaction's snapshot (purged, or created again, \
-                 meanwhile), so none is created below its last fence; roll back and run the \
-                 transaction again ({e})"
+                "{what} was created by another transaction after this one's snapshot; roll \
+                 back and run the transaction again ({e})"
             ));
         }
         e
@@ -257,7 +257,7 @@ impl PostgresLeaseStore {
         let rows = self
             .in_time(async {
                 query.fetch_all(&mut *conn).await.map_err(|e| {
-                    self.purged_meanwhile(&format!("one of the {} runs", runs.len()), e)
+                    self.created_meanwhile(&format!("one of the {} runs", runs.len()), e)
                         .into()
                 })
             })

@@ -1049,7 +1049,7 @@ impl LeaseStore for PostgresLeaseStore {
         let run = new.run();
         let record = call!(self, |conn| {
             // No row and no record: the run was purged between the two reads; the next attempt
-            // revives it.
+            // creates it.
             self.record_write(conn, &self.sql.create, run, Some(new), |current| {
                 current.map(|_| Error::AlreadyExists { run: run.clone() })
             })

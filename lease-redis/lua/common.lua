@@ -47,6 +47,12 @@ local function num(n)
 end
 
 -- A decimal string plus one, exactly, at any length.
+-- The larger of two fences written as decimal strings without leading zeros.
+local function fence_max(a, b)
+  if #a > #b or (#a == #b and a > b) then return a end
+  return b
+end
+
 local function succ(d)
   local i = #d
   while i > 0 and string.byte(d, i) == 57 do

@@ -1,6 +1,6 @@
 -- KEYS[1]: runs hash; KEYS[2]: claimable index (zset); KEYS[3]: all run ids (zset, score 0,
--- by encoded id); KEYS[4]: creation counter; KEYS[5]: tombstones (hash: purged id -> its
--- last fence); KEYS[6]: attempts hash; KEYS[7]: delayed runs (zset: encoded id scored by its
+-- by encoded id); KEYS[4]: creation counter; KEYS[5]: the fence floor (string: the highest
+-- fence of any purged run); KEYS[6]: attempts hash; KEYS[7]: delayed runs (zset: encoded id scored by its
 -- delay's end; for count); KEYS[8]: payloads hash; KEYS[9]: kinds hash (id -> kind, for
 -- kinds other than the default); KEYS[10]: every kind but the default (set, for count). KEYS[2]
 -- is the index of the run's kind.
@@ -9,8 +9,9 @@
 -- ('' for none): claimable from the later of it and the delay's end, on this server's clock;
 -- ARGV[5]: the run's class ('' for the default kind at priority 0), kept in the kinds hash
 -- and, with the run's other facts, in its record
--- Returns: {'exists'} if the run exists; else {'ok', now, fence, not_before} (fence: 0, or a
--- purged id's last fence, where its next claim continues; not_before: the delay's end on this
+-- Returns: {'exists'} if the run exists; else {'ok', now, fence, not_before} (fence: the
+-- floor, above every fence a purged run carried, so an id purged and created again never
+-- reuses one; not_before: the delay's end on this
 -- server's clock in µs, or '' without a delay). A delayed run is unowned with its expiry at
 -- the delay's end, as after a retry delay: claim and claim_next wait for it.
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
@@ -20,7 +21,7 @@ local now = now_micros()
 local order = redis.call('INCR', KEYS[4])
 -- Zero-padded creation order first: equal scores then sort by creation, oldest first.
 local member = string.format('%016x', order) .. ARGV[1]
-local fence = redis.call('HGET', KEYS[5], ARGV[1]) or '0'
+local fence = redis.call('GET', KEYS[5]) or '0'
 local at, e = not_before(now, tonumber(ARGV[2]), ARGV[4]), ''
 if at > now then
   e = num(at)

@@ -1,6 +1,6 @@
 -- KEYS[1]: runs hash; KEYS[2]: unused (the default kind's claimable index); KEYS[3]: all run ids (zset, score 0,
--- by encoded id); KEYS[4]: creation counter; KEYS[5]: tombstones (hash: purged id -> its
--- last fence, where a run created again starts); KEYS[6]: attempts hash; KEYS[7]: delayed
+-- by encoded id); KEYS[4]: creation counter; KEYS[5]: the fence floor (string: the highest
+-- fence of any purged run, where every run starts); KEYS[6]: attempts hash; KEYS[7]: delayed
 -- runs (zset: encoded id scored by its delay's end; for count); KEYS[8]: payloads hash;
 -- KEYS[9]: kinds hash (id -> kind, for kinds other than the default); KEYS[10]: every kind but
 -- the default (set, for count); KEYS[10+i]: the claimable index of run i's kind
@@ -38,6 +38,7 @@ if #new == 0 then
   return out
 end
 local now = now_micros()
+local floor = redis.call('GET', KEYS[5]) or '0' -- every run starts at the fence floor
 local first = redis.call('INCRBY', KEYS[4], #new) - #new
 redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', num(now)) -- delays over: claimable
 for n, id in ipairs(new) do
@@ -48,7 +49,7 @@ for n, id in ipairs(new) do
   end
   -- Zero-padded creation order first: equal scores then sort by creation, oldest first.
   local member = string.format('%016x', first + n) .. id
-  local fence = redis.call('HGET', KEYS[5], id) or '0'
+  local fence = floor
   -- The record's expiry field: the instant it is claimable from (common.lua's record format).
   write_run(KEYS[1], { id = id, s = 'runnable', f = fence, h = '0', e = num(at), m = member, o = '',
     t = times_suffix(num(now), '', '', creation_facts(ARGV[5 * items[n]], payloads[n])) })

@@ -149,6 +149,26 @@ impl RedisLeaseStore {
         Ok(out)
     }
 
+    /// Folds the purged runs' fences an older release kept (a hash, one field per purged id)
+    /// into the fence floor, a page per call, and leaves the format marker in their place
+    /// (`lua/fold_tombstones.lua`). Runs at connect, before the store serves: a namespace
+    /// written by the older release keeps its guarantee, and its storage shrinks to one key.
+    pub(crate) async fn fold_tombstones(&self) -> Result<()> {
+        let mut cursor = "0".to_owned();
+        loop {
+            let mut call = Call::new(&SCRIPTS.fold_tombstones);
+            call.key(self.keys.tombstones())
+                .key(self.keys.floor())
+                .arg(&cursor);
+            let (reply, ack) = self.write("fold_tombstones", &call).await?;
+            ack.confirm()?;
+            match reply.str(0)? {
+                "done" => return Ok(()),
+                next => cursor = next.to_owned(),
+            }
+        }
+    }
+
     pub(crate) async fn purge_runs(&self, older_than: Duration, max: usize) -> Result<Vec<RunId>> {
         check_purge(older_than, max)?;
         let age_ms = older_than.as_millis() as u64; // at most MAX_PURGE_AGE, checked
@@ -169,7 +189,7 @@ impl RedisLeaseStore {
             call.key(self.keys.runs())
                 .key(self.keys.ended())
                 .key(self.keys.ids())
-                .key(self.keys.tombstones())
+                .key(self.keys.floor())
                 .key(self.keys.failures())
                 .key(self.keys.claimable())
                 .key(self.keys.attempts())

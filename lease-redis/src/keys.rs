@@ -19,7 +19,8 @@
 //! | `{lease:ns}:ended` | zset | completed and failed runs, `<id>` scored by when they ended (µs, server clock): what [`purge`](lease_core::LeaseStore::purge) removes, oldest first |
 //! | `{lease:ns}:delayed` | zset | runs given back with a retry delay, `<id>` scored by the delay's end (entries whose delay is over no longer count): for [`count`](lease_core::LeaseStore::count) |
 //! | `{lease:ns}:suspended` | zset | suspended runs, `<id>` scored by when: for `count` |
-//! | `{lease:ns}:tomb` | hash | purged runs' last fences: `<id>` → fence; a run created again under the id starts there |
+//! | `{lease:ns}:floor` | string | the fence floor: the highest fence of any purged run; every run is created at it, so an id purged and created again never reuses a fence, and a purge deletes everything else of the run |
+//! | `{lease:ns}:tomb` | string | the format marker: an older release kept a hash of purged runs' fences here; connecting folds such a hash into the floor and leaves this string, on which that release's create and purge fail (WRONGTYPE) |
 //! | `{lease:ns}:payload` | hash | runs' payloads: `<id>` → the bytes it was created with ([`NewRun::with_payload`](lease_core::NewRun::with_payload)); written by create, read by claims and inspect, removed by purge |
 //! | `{lease:ns}:failed` | hash | failed runs' reasons: `<id>` → the reason its last holder gave ([`End::Fail`](lease_core::End::Fail)) |
 //! | `{lease:ns}:attempts` | hash | the attempt budget's counters: `<id>` → claims since create or resume less voluntary ends ([`RunRecord::attempts`](lease_core::RunRecord::attempts)); no field reads 0 |
@@ -255,7 +256,12 @@ impl Keys {
         format!("{}:suspended", self.tag)
     }
 
-    /// Purged runs' last fences (hash: encoded id → fence).
+    /// The fence floor (string: the highest fence of any purged run).
+    pub(crate) fn floor(&self) -> String {
+        format!("{}:floor", self.tag)
+    }
+
+    /// The format marker, where an older release kept purged runs' fences (a hash).
     pub(crate) fn tombstones(&self) -> String {
         format!("{}:tomb", self.tag)
     }

@@ -78,6 +78,7 @@ pub(crate) struct Scripts {
     pub(crate) list: Lua,
     pub(crate) purge_due: Lua,
     pub(crate) purge: Lua,
+    pub(crate) fold_tombstones: Lua,
     pub(crate) count_purgeable: Lua,
     pub(crate) count: Lua,
     pub(crate) count_kinds: Lua,
@@ -102,6 +103,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     list: Lua::new(lua!("list.lua")),
     purge_due: Lua::new(lua!("purge_due.lua")),
     purge: Lua::new(lua!("purge.lua")),
+    fold_tombstones: Lua::new(lua!("fold_tombstones.lua")),
     count_purgeable: Lua::new(lua!("count_purgeable.lua")),
     count: Lua::new(lua!("count.lua")),
     count_kinds: Lua::new(lua!("count_kinds.lua")),
@@ -147,14 +149,16 @@ impl RedisLeaseStore {
     async fn open(config: RedisConfig, client: Option<redis::Client>) -> Result<RedisLeaseStore> {
         let keys = Keys::new(config.namespace());
         let link = Link::connect(&config, Guard::new(&config), keys.barrier(), client).await?;
-        Ok(RedisLeaseStore {
+        let store = RedisLeaseStore {
             link: Arc::new(link),
             keys,
             listening: config
                 .wake_ups()
                 .then(|| Arc::new(lease_core::WakeListener::new())),
             config,
-        })
+        };
+        store.fold_tombstones().await?;
+        Ok(store)
     }
 
     /// A store on the single server of the caller's `client`, with every other setting of
@@ -447,7 +451,7 @@ impl LeaseStore for RedisLeaseStore {
             .key(self.keys.claimable_of(&Class::of_new(new)))
             .key(self.keys.ids())
             .key(self.keys.counter())
-            .key(self.keys.tombstones())
+            .key(self.keys.floor())
             .key(self.keys.attempts())
             .key(self.keys.delayed())
             .key(self.keys.payloads())
@@ -845,7 +849,7 @@ impl LeaseStore for RedisLeaseStore {
             .key(self.keys.claimable())
             .key(self.keys.ids())
             .key(self.keys.counter())
-            .key(self.keys.tombstones())
+            .key(self.keys.floor())
             .key(self.keys.attempts())
             .key(self.keys.delayed())
             .key(self.keys.payloads())

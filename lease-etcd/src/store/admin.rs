@@ -2,12 +2,18 @@
 
 use std::time::Duration;
 
-use crate::rpc::{DeleteOptions, TxnOp};
+use crate::rpc::{DeleteOptions, Txn, TxnOp, TxnOpResponse};
 use lease_core::backend::{check_new_runs, check_purge};
 use lease_core::{AttemptOutcome, Error, NewRun, Result, RunId, RunRecord, RunState};
 
 use super::{now_micros, state_of, EtcdLeaseStore, Plan, Seen};
 use crate::codec::{prefix_end, Keys, Rec};
+use crate::error::BACKEND;
+
+/// Runs per purge transaction: each takes up to 8 operations (record, index and state
+/// entries, journal, keys, payload, block and delay marker), and etcd's default
+/// `--max-txn-ops` is 128 (the floor's put and compare besides).
+const PURGE_CHUNK: usize = 15;
 
 /// A range of keys: from, and the end (exclusive).
 type KeyRange = (Vec<u8>, Vec<u8>);
@@ -82,14 +88,16 @@ impl EtcdLeaseStore {
             })
             .collect();
         let mut decided = self
-            .decide(&ids, |i, seen, now| {
+            .decide_at(&ids, true, |i, seen, now, floor| {
                 let run = ids[i];
+                // At the fence floor (compared below), or at a tombstone an older release
+                // left, if higher.
                 let fence = match &seen.rec {
                     Some(rec) if rec.state.is_some() => {
                         return Err(Error::AlreadyExists { run: run.clone() })
                     }
-                    Some(tombstone) => tombstone.fence,
-                    None => 0,
+                    Some(tombstone) => tombstone.fence.max(floor.fence),
+                    None => floor.fence,
                 };
                 // Creation order within the batch: each id one microsecond after the one before.
                 let since = now + i as u64;
@@ -114,6 +122,7 @@ impl EtcdLeaseStore {
                     extra.push(TxnOp::put(self.keys.payload(run.as_str()), bytes, None));
                 }
                 let mut plan = self.plan(run.as_str(), seen, &rec, extra, ());
+                plan.compares.push(self.floor_unchanged(floor));
                 plan.bytes += payload.map_or(0, <[u8]>::len);
                 Ok(plan)
             })
@@ -249,6 +258,11 @@ impl EtcdLeaseStore {
         .await
     }
 
+    /// Purges in rounds: the due runs are read, then deleted (record, index and state
+    /// entries, journal, idempotency keys, payload, block) in one transaction per chunk that
+    /// also raises the fence floor to their fences and holds only if the floor is as read: a
+    /// create of any id compares the floor too, so none starts below a fence purged before it
+    /// committed. A chunk whose floor moved (another purge) is decided again.
     pub(super) async fn purge_runs(&self, older_than: Duration, max: usize) -> Result<Vec<RunId>> {
         check_purge(older_than, max)?;
         let mut due: Vec<(u64, RunId)> = Vec::new();
@@ -262,37 +276,100 @@ impl EtcdLeaseStore {
         }
         due.sort();
         due.truncate(max);
-        let ids: Vec<&RunId> = due.iter().map(|(_, r)| r).collect();
-        let seen = self.read(&ids).await?;
-        let mut plans = Vec::new();
-        for ((since, run), item) in due.iter().zip(&seen) {
-            let Ok(rec) = item.live(run) else { continue };
-            let ended = matches!(
-                rec.state,
-                Some(RunState::Completed | RunState::Failed | RunState::Cancelled)
-            );
-            if !ended || rec.since != *since {
-                continue; // changed since the index was read: not removed
+        let mut purged = Vec::new();
+        for chunk in due.chunks(PURGE_CHUNK) {
+            purged.extend(self.purge_chunk(chunk).await?);
+        }
+        Ok(purged)
+    }
+
+    async fn purge_chunk(&self, due: &[(u64, RunId)]) -> Result<Vec<RunId>> {
+        for round in 0..super::ROUNDS {
+            if round > 0 {
+                tokio::time::sleep(Duration::from_millis(round as u64)).await;
             }
-            let r = run.as_str();
-            let journal = self.keys.journal_prefix(r);
-            let keys = self.keys.keys_prefix(r);
-            let mut extra = vec![
-                TxnOp::delete(
+            let floor = self.floor().await?;
+            let ids: Vec<&RunId> = due.iter().map(|(_, r)| r).collect();
+            let seen = self.read(&ids).await?;
+            let mut nested = Vec::new();
+            let mut runs = Vec::new();
+            let mut top = floor.fence;
+            for ((since, run), item) in due.iter().zip(&seen) {
+                let Ok(rec) = item.live(run) else { continue };
+                let ended = matches!(
+                    rec.state,
+                    Some(RunState::Completed | RunState::Failed | RunState::Cancelled)
+                );
+                if !ended || rec.since != *since {
+                    continue; // changed since the index was read: not removed
+                }
+                let r = run.as_str();
+                let journal = self.keys.journal_prefix(r);
+                let keys = self.keys.keys_prefix(r);
+                let mut ops = self.erase(r, rec);
+                ops.push(TxnOp::delete(
                     journal.clone(),
                     Some(DeleteOptions::new().with_range(prefix_end(&journal))),
-                ),
-                TxnOp::delete(
+                ));
+                ops.push(TxnOp::delete(
                     keys.clone(),
                     Some(DeleteOptions::new().with_range(prefix_end(&keys))),
-                ),
-            ];
-            if rec.payload {
-                extra.push(TxnOp::delete(self.keys.payload(r), None));
+                ));
+                if rec.payload {
+                    ops.push(TxnOp::delete(self.keys.payload(r), None));
+                }
+                ops.extend(self.delete_block(r));
+                nested.push(TxnOp::txn(
+                    Txn::new()
+                        .when([self.unchanged(r, item)])
+                        .and_then(ops),
+                ));
+                runs.push(run.clone());
+                top = top.max(rec.fence);
             }
-            extra.extend(self.delete_block(r));
-            plans.push(self.plan(r, item, &Rec::tombstone(rec.fence), extra, run.clone()));
+            if runs.is_empty() {
+                return Ok(Vec::new());
+            }
+            // Raised whichever runs' compares hold: a floor above a fence that stays is
+            // harmless (runs created later start higher), one below a purged fence is not.
+            nested.push(TxnOp::put(self.keys.floor(), top.to_string(), None));
+            let response = self
+                .txn(
+                    Txn::new()
+                        .when([self.floor_unchanged(floor)])
+                        .and_then(nested),
+                )
+                .await?;
+            if !response.succeeded() {
+                continue; // the floor moved: another purge; read again
+            }
+            let answers = response.op_responses();
+            return Ok(runs
+                .into_iter()
+                .zip(answers)
+                .filter_map(|(run, answer)| match answer {
+                    TxnOpResponse::Txn(inner) if inner.succeeded() => Some(run),
+                    _ => None,
+                })
+                .collect());
         }
-        Ok(self.execute(plans).await?.into_iter().flatten().collect())
+        Err(Error::unavailable(
+            BACKEND,
+            "the fence floor kept changing under this purge (other purges); retry",
+        ))
+    }
+
+    /// The ops that delete `rec`'s record and its index and state entries.
+    fn erase(&self, run: &str, rec: &Rec) -> Vec<TxnOp> {
+        let mut ops = vec![TxnOp::delete(self.keys.record(run), None)];
+        if let Some(state) = rec.state {
+            ops.push(TxnOp::delete(
+                self.keys
+                    .index(state, rec.kind.as_deref(), rec.priority, rec.since, run),
+                None,
+            ));
+            ops.push(TxnOp::delete(self.keys.state_entry(state, run), None));
+        }
+        ops
     }
 }

@@ -10,7 +10,9 @@ use lease_core::{Error, Result, RunId};
 
 use std::sync::atomic::Ordering;
 
-use super::{now_micros, EtcdLeaseStore, Plan, Seen, CHUNK, CHUNK_BYTES, MAX_TXN_OPS, ROUNDS};
+use super::{
+    now_micros, EtcdLeaseStore, Floor, Plan, Seen, CHUNK, CHUNK_BYTES, MAX_TXN_OPS, ROUNDS,
+};
 use crate::codec::Rec;
 use crate::error::BACKEND;
 
@@ -120,6 +122,18 @@ impl EtcdLeaseStore {
         runs: &[&RunId],
         mut plan: impl FnMut(usize, &Seen, u64) -> Result<Plan<T>>,
     ) -> Result<Vec<Result<T>>> {
+        self.decide_at(runs, false, |i, seen, now, _| plan(i, seen, now))
+            .await
+    }
+
+    /// [`decide`](Self::decide), the fence floor read afresh each round (with `floor`) and
+    /// handed to `plan`, whose write compares it (see [`floor_unchanged`](Self::floor_unchanged)).
+    pub(super) async fn decide_at<T>(
+        &self,
+        runs: &[&RunId],
+        floor: bool,
+        mut plan: impl FnMut(usize, &Seen, u64, Floor) -> Result<Plan<T>>,
+    ) -> Result<Vec<Result<T>>> {
         let mut results: Vec<Option<Result<T>>> = (0..runs.len()).map(|_| None).collect();
         let mut pending: Vec<usize> = (0..runs.len()).collect();
         for round in 0..ROUNDS {
@@ -128,11 +142,16 @@ impl EtcdLeaseStore {
             }
             let now = now_micros();
             let ids: Vec<&RunId> = pending.iter().map(|&i| runs[i]).collect();
+            let at = if floor {
+                self.floor().await?
+            } else {
+                Floor::default()
+            };
             let seen = self.read(&ids).await?;
             let mut plans = Vec::new();
             let mut planned = Vec::new();
             for (&i, item) in pending.iter().zip(&seen) {
-                match plan(i, item, now) {
+                match plan(i, item, now, at) {
                     Ok(p) => {
                         plans.push(p);
                         planned.push(i);
@@ -175,6 +194,30 @@ impl EtcdLeaseStore {
             .await?
             .pop()
             .expect("one result per run")
+    }
+
+    /// The fence floor as it stands: the highest fence of any purged run, and the revision
+    /// that wrote it (0: never written, floor 0).
+    pub(super) async fn floor(&self) -> Result<Floor> {
+        let response = self
+            .txn(Txn::new().and_then([TxnOp::get(self.keys.floor(), None)]))
+            .await?;
+        let mut floor = Floor::default();
+        if let Some(TxnOpResponse::Get(get)) = response.op_responses().first() {
+            if let Some(kv) = get.kvs().first() {
+                floor.fence = std::str::from_utf8(kv.value())
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .ok_or_else(|| Error::backend(BACKEND, "the fence floor is not a number"))?;
+                floor.rev = kv.mod_revision();
+            }
+        }
+        Ok(floor)
+    }
+
+    /// The compare that the fence floor is still `floor`.
+    pub(super) fn floor_unchanged(&self, floor: Floor) -> Compare {
+        Compare::mod_revision(self.keys.floor(), CompareOp::Equal, floor.rev)
     }
 
     /// The compare that the record is as read.

@@ -60,8 +60,9 @@ const MAX_DECODING: usize = 96 << 20;
 
 /// A [`LeaseStore`](lease_core::LeaseStore) on etcd v3 (3.4 and later).
 ///
-/// Each run is a record key that is never leased and never deleted (a purge leaves a
-/// tombstone with the fence), so its fence survives anything etcd's Raft log survives. A
+/// Each run is a record key that is never leased, so its fence survives anything etcd's Raft
+/// log survives; a purge deletes the run's keys and raises the namespace's fence floor, where
+/// every run is created, so an id created again never reuses a fence. A
 /// claim attaches a *block* key to an etcd lease that outlives the claim's TTL (one lease per
 /// duration, reused for a second; TTLs past `max_lease` in re-armed links): while the block
 /// exists the run is held, and when etcd expires the lease (timed by its leader) the block
@@ -174,6 +175,16 @@ impl Seen {
             _ => Err(Error::NotFound { run: run.clone() }),
         }
     }
+}
+
+/// The fence floor as one read saw it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Floor {
+    /// The highest fence of any purged run (0 before the first purge).
+    fence: u64,
+    /// The revision that last wrote the floor key, 0 while it does not exist (etcd compares a
+    /// missing key's revisions as 0).
+    rev: i64,
 }
 
 /// What one page of `claim_next` claimed.
