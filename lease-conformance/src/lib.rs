@@ -35,6 +35,7 @@ mod run_at_scenarios;
 mod safety_scenarios;
 mod scenarios;
 mod scope_scenarios;
+mod storage_scenarios;
 mod time_scenarios;
 mod wake_scenarios;
 mod worker_scenarios;
@@ -56,6 +57,9 @@ pub use run_at_scenarios::*;
 pub use safety_scenarios::*;
 pub use scenarios::*;
 pub use scope_scenarios::*;
+pub use storage_scenarios::{
+    a_churned_id_comes_back_above_its_fence, churn_and_purge, churn_in_batches, Churned,
+};
 pub use time_scenarios::*;
 pub use wake_scenarios::*;
 pub use worker_scenarios::*;

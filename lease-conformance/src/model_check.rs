@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::{
-    End, Ended, Ending, Error, Fence, Lease, LeaseStore, ListFilter, RunId, RunRecord, RunState, StoreTime,
-    Ttl, WorkerId,
+    End, Ended, Ending, Error, Fence, Lease, LeaseStore, ListFilter, RunId, RunRecord, RunState,
+    StoreTime, Ttl, WorkerId,
 };
 use proptest::prelude::*;
 use tokio::time::Instant;

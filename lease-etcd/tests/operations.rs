@@ -539,3 +539,32 @@ async fn reads_cut_by_a_leader_change_are_sent_again() {
         "the readers kept reading through the moves: {total}"
     );
 }
+
+/// Retention deletes: 300 runs with payloads, journals, idempotency keys, kinds, a failure and
+/// a cancel, all purged, leave at most 30 keys under the prefix (the fence floor, the store's
+/// binding, the kinds' wake keys), none of them a run's; the purged id created again is
+/// claimed above its last fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purged_runs_leave_no_keys_behind() {
+    let Some(mut cluster) = required(
+        "etcd cluster",
+        EtcdCluster::start().map_err(|e| e.to_string()),
+        HINT,
+    ) else {
+        return;
+    };
+    let config = EtcdConfig::new(endpoints(&cluster), "retention").unwrap();
+    let store = EtcdLeaseStore::connect(config.clone()).await.unwrap();
+    let churned = lease_conformance::churn_and_purge(&store, 300).await;
+    let keys = tokio::task::block_in_place(|| {
+        cluster.ctl(&["get", "--prefix", config.prefix(), "--keys-only"])
+    })
+    .unwrap();
+    let keys: Vec<&str> = keys.lines().filter(|l| !l.is_empty()).collect();
+    eprintln!(
+        "keys left after 300 runs were purged: {} {keys:?}",
+        keys.len()
+    );
+    assert!(keys.len() <= 30, "{} keys left: {keys:?}", keys.len());
+    lease_conformance::a_churned_id_comes_back_above_its_fence(&store, &churned).await;
+}

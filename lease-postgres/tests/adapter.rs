@@ -486,7 +486,13 @@ async fn eight_concurrent_connects_migrate_an_empty_schema_once() {
     .unwrap();
     assert_eq!(
         tables,
-        ["_sqlx_migrations", "journal", "run_payloads", "runs"]
+        [
+            "_sqlx_migrations",
+            "fence_floor",
+            "journal",
+            "run_payloads",
+            "runs"
+        ]
     );
     let applied: i64 = sqlx::query_scalar(&format!(
         "SELECT count(*) FROM \"{schema}\"._sqlx_migrations WHERE success"

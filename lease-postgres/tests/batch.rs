@@ -506,8 +506,8 @@ async fn held_table(
             .unwrap();
     };
     sqlx::query(&format!(
-        "INSERT INTO \"{schema}\".runs (run_id) \
-         SELECT CASE WHEN g <= $1 THEN 'held-' ELSE 'free-' END || lpad(g::text, 7, '0') \
+        "INSERT INTO \"{schema}\".runs (run_id, fence) \
+         SELECT CASE WHEN g <= $1 THEN 'held-' ELSE 'free-' END || lpad(g::text, 7, '0'), 0 \
          FROM generate_series(1, $2) AS g"
     ))
     .bind(held as i64)

@@ -262,8 +262,8 @@ async fn renewing_two_thousand_leases_skips_only_the_locked_row() {
     .unwrap();
     let schema = store.schema().to_owned();
     sqlx::query(&format!(
-        "INSERT INTO \"{schema}\".runs (run_id) \
-         SELECT 'run-' || lpad(g::text, 4, '0') FROM generate_series(1, 2000) AS g"
+        "INSERT INTO \"{schema}\".runs (run_id, fence) \
+         SELECT 'run-' || lpad(g::text, 4, '0'), 0 FROM generate_series(1, 2000) AS g"
     ))
     .execute(store.pool())
     .await
@@ -373,4 +373,43 @@ async fn renewing_two_thousand_leases_skips_only_the_locked_row() {
     }
     assert!(!scopes[locked_index].is_cancelled());
     drop(scopes);
+}
+
+/// Retention deletes: 300 runs with payloads, journals and idempotency keys, ended and purged,
+/// leave no row of theirs in any table of the schema (the fence floor's one row, and the
+/// migrations' bookkeeping, are all that is left), and an id created again is claimed above
+/// its last fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purged_runs_leave_no_rows_behind() {
+    let Some(url) = postgres_url().await else {
+        return;
+    };
+    let store = PostgresLeaseStore::connect(config(&url)).await.unwrap();
+    let churned = lease_conformance::churn_and_purge(&store, 300).await;
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.tables WHERE table_schema = $1",
+    )
+    .bind(store.schema())
+    .fetch_all(store.pool())
+    .await
+    .unwrap();
+    let mut rows = std::collections::BTreeMap::new();
+    for table in &tables {
+        let n: i64 = sqlx::query_scalar(&format!(
+            "SELECT count(*) FROM \"{}\".\"{table}\"",
+            store.schema()
+        ))
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+        rows.insert(table.clone(), n);
+    }
+    let total: i64 = rows.values().sum();
+    eprintln!("rows left after 300 runs were purged: {total} {rows:?}");
+    for table in ["runs", "journal", "run_payloads"] {
+        assert_eq!(rows.get(table), Some(&0), "{table}: {rows:?}");
+    }
+    assert_eq!(rows.get("fence_floor"), Some(&1), "{rows:?}");
+    assert!(total <= 30, "{total} rows left: {rows:?}");
+    lease_conformance::a_churned_id_comes_back_above_its_fence(&store, &churned).await;
 }

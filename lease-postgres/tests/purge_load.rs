@@ -2,3 +2,46 @@
 //! `cargo test --release -p lease-postgres --test purge_load -- --ignored --nocapture`. Ignored in
 //! `cargo test`: the purge benchmark creates and completes 100,000 runs first.
 lease_conformance::life_benchmarks!(lease_conformance::fixtures::postgres());
+
+/// Retention that deletes, at scale: a million runs created, completed and purged 1,000 at a
+/// time; the runs table's rows and the schema's tables' size (with indexes and TOAST) every
+/// 100,000 runs. `LEASE_FLAT_RUNS` sets the total.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark: run with --ignored --release"]
+async fn a_million_runs_purged_leave_the_tables_flat() {
+    use lease_postgres::{sqlx, PostgresConfig, PostgresLeaseStore};
+    let Some(url) = lease_conformance::fixtures::postgres_url().await else {
+        return;
+    };
+    let total = std::env::var("LEASE_FLAT_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let schema = lease_conformance::fixtures::unique_namespace("lease_flat");
+    let store = PostgresLeaseStore::connect(PostgresConfig::from_url(&url).with_schema(&schema))
+        .await
+        .unwrap();
+    let pool = store.pool().clone();
+    let measure = || {
+        let pool = pool.clone();
+        let schema = schema.clone();
+        async move {
+            let (rows, bytes): (i64, i64) = sqlx::query_as(&format!(
+                "SELECT (SELECT count(*) FROM \"{schema}\".runs) \
+                      + (SELECT count(*) FROM \"{schema}\".journal) \
+                      + (SELECT count(*) FROM \"{schema}\".run_payloads), \
+                        (SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c \
+                         JOIN pg_namespace n ON n.oid = c.relnamespace \
+                         WHERE n.nspname = $1 AND c.relkind = 'r')"
+            ))
+            .bind(&schema)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            format!("{rows} rows, {} kB on disk", bytes / 1024)
+        }
+    };
+    for line in lease_conformance::churn_in_batches(&store, total, 1_000, 100_000, measure).await {
+        eprintln!("flat: {line}");
+    }
+}

@@ -1,8 +1,9 @@
 -- KEYS[1]: the namespace's tombstones as an older release kept them (a hash: purged id -> its
 -- last fence), or this release's marker in their place; KEYS[2]: the fence floor
 -- ARGV[1]: the HSCAN cursor to continue from ('0' to start)
--- Returns: {cursor}: the cursor to call again with, or 'done' once the tombstones are folded and the
--- marker is set.
+-- Returns: {cursor, wrote}: the cursor to call again with, or 'done' once the tombstones are
+-- folded and the marker is set; wrote is 1 if this call wrote anything (replicas must confirm
+-- it before the store serves: a create reads the floor alone), 0 if not.
 -- Moves a page of tombstones into the floor (the floor rises to their highest fence) and
 -- deletes them. Once none is left, KEYS[1] becomes a string: a process of the older release
 -- still running against the namespace then fails its create and purge (WRONGTYPE) instead of
@@ -18,12 +19,12 @@ if kind == 'hash' then
   end
   redis.call('SET', KEYS[2], floor)
   if redis.call('EXISTS', KEYS[1]) == 1 then
-    return { page[1] } -- '0' again when the scan ended with fields written meanwhile
+    return { page[1], '1' } -- '0' again when the scan ended with fields written meanwhile
   end
 elseif kind == 'string' then
-  return { 'done' }
+  return { 'done', '0' }
 elseif kind ~= 'none' then
   return redis.error_reply('the key ' .. KEYS[1] .. ' is a ' .. kind .. '; this store keeps its format marker there')
 end
 redis.call('SET', KEYS[1], 'format 2: purged runs raise the fence floor (:floor); no tombstones')
-return { 'done' }
+return { 'done', '1' }

@@ -161,7 +161,9 @@ impl RedisLeaseStore {
                 .key(self.keys.floor())
                 .arg(&cursor);
             let (reply, ack) = self.write("fold_tombstones", &call).await?;
-            ack.confirm()?;
+            if reply.parse::<u8>(1)? == 1 {
+                ack.confirm()?;
+            }
             match reply.str(0)? {
                 "done" => return Ok(()),
                 next => cursor = next.to_owned(),

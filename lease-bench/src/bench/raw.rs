@@ -586,7 +586,7 @@ impl Raw {
             Raw::Pg { pool, sql, .. } => {
                 for chunk in runs.chunks(10_000) {
                     sqlx::query(&format!(
-                        "INSERT INTO {}.runs (run_id) SELECT unnest($1::text[])",
+                        "INSERT INTO {}.runs (run_id, fence) SELECT unnest($1::text[]), 0",
                         sql.quoted
                     ))
                     .bind(chunk)

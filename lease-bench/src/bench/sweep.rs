@@ -171,8 +171,8 @@ async fn load(
     if let (RawConn::Pg(pool), true) = (&target.raw, range.len() > LIBRARY_LOAD_MAX) {
         let q = quoted(ns);
         sqlx::query(&format!(
-            "INSERT INTO {q}.runs (run_id) \
-             SELECT 'sw-' || lpad(g::text, 8, '0') FROM generate_series($1, $2 - 1) AS g"
+            "INSERT INTO {q}.runs (run_id, fence) \
+             SELECT 'sw-' || lpad(g::text, 8, '0'), 0 FROM generate_series($1, $2 - 1) AS g"
         ))
         .bind(range.start as i64)
         .bind(range.end as i64)

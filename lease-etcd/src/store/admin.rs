@@ -320,9 +320,7 @@ impl EtcdLeaseStore {
                 }
                 ops.extend(self.delete_block(r));
                 nested.push(TxnOp::txn(
-                    Txn::new()
-                        .when([self.unchanged(r, item)])
-                        .and_then(ops),
+                    Txn::new().when([self.unchanged(r, item)]).and_then(ops),
                 ));
                 runs.push(run.clone());
                 top = top.max(rec.fence);

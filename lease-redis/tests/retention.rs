@@ -1,0 +1,163 @@
+//! Retention that deletes, on a private redis-server: purged runs leave nothing under the
+//! namespace but a bounded set of keys (the fence floor among them), and a namespace an older
+//! release wrote, with a hash of per-run tombstones, is folded into the floor at connect.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use lease_conformance::fixtures::{unavailable, unique_namespace, RedisServer};
+use lease_core::{LeaseStore, RunId, Ttl, WorkerId};
+use lease_redis::{RedisConfig, RedisLeaseStore};
+use redis::aio::MultiplexedConnection;
+
+const HINT: &str = "install redis-server (apt-get install redis-server)";
+
+fn server() -> Option<RedisServer> {
+    match RedisServer::start_with(true, None) {
+        Ok(server) => Some(server),
+        Err(why) => unavailable("redis-server", why, HINT),
+    }
+}
+
+async fn connect(url: &str, namespace: &str) -> lease_core::Result<RedisLeaseStore> {
+    let config = RedisConfig::from_url(url)
+        .with_namespace(namespace)
+        .with_response_timeout(Duration::from_secs(5));
+    RedisLeaseStore::connect(config).await
+}
+
+async fn raw(url: &str) -> MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// Every key under the namespace's hash tag with its number of entries: a field of a hash, a
+/// member of a set or sorted set, an element of a list; 1 for a string.
+async fn entries(conn: &mut MultiplexedConnection, ns: &str) -> BTreeMap<String, u64> {
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{{lease:{ns}}}*"))
+        .query_async(conn)
+        .await
+        .unwrap();
+    let mut out = BTreeMap::new();
+    for key in keys {
+        let kind: String = redis::cmd("TYPE")
+            .arg(&key)
+            .query_async(conn)
+            .await
+            .unwrap();
+        let count = match kind.as_str() {
+            "string" => None,
+            "hash" => Some("HLEN"),
+            "set" => Some("SCARD"),
+            "zset" => Some("ZCARD"),
+            "list" => Some("LLEN"),
+            other => panic!("{key} is a {other}"),
+        };
+        let n: u64 = match count {
+            None => 1,
+            Some(command) => redis::cmd(command)
+                .arg(&key)
+                .query_async(conn)
+                .await
+                .unwrap(),
+        };
+        out.insert(key, n);
+    }
+    out
+}
+
+/// 300 runs with payloads, journals, idempotency keys, kinds, a failure and a cancel, all
+/// purged: at most 30 entries are left under the namespace (the floor, the creation counter,
+/// the kinds seen, the format marker), none of them a run's; and the purged id created again
+/// is claimed above its last fence.
+#[tokio::test]
+async fn purged_runs_leave_no_keys_or_fields_behind() {
+    let Some(server) = server() else { return };
+    let ns = unique_namespace("retention");
+    let store = connect(&server.url(), &ns).await.unwrap();
+    let mut conn = raw(&server.url()).await;
+    let churned = lease_conformance::churn_and_purge(&store, 300).await;
+    let left = entries(&mut conn, &ns).await;
+    let total: u64 = left.values().sum();
+    eprintln!("entries left after 300 runs were purged: {total} {left:?}");
+    assert!(total <= 30, "{total} entries left: {left:?}");
+    let floor: String = redis::cmd("GET")
+        .arg(format!("{{lease:{ns}}}:floor"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        floor.parse::<u64>().unwrap() >= churned.fence,
+        "floor {floor}"
+    );
+    lease_conformance::a_churned_id_comes_back_above_its_fence(&store, &churned).await;
+}
+
+/// A namespace an older release wrote keeps per-run tombstones in a hash: connecting folds
+/// them into the floor (every id starts above the highest), deletes them, and leaves a string
+/// in their place, so the older release's create fails loudly instead of reading nothing.
+#[tokio::test]
+async fn an_older_releases_tombstones_are_folded_into_the_floor() {
+    let Some(server) = server() else { return };
+    let ns = unique_namespace("tombs");
+    let mut conn = raw(&server.url()).await;
+    let tomb = format!("{{lease:{ns}}}:tomb");
+    // 2,000 tombstones: more than one HSCAN page; the highest fence on an id of its own.
+    let mut fields: Vec<(String, String)> = (0..2000)
+        .map(|i| (format!("{:x}", 0x1000 + i), (i % 7 + 1).to_string()))
+        .collect();
+    fields.push(("6f6c64".to_owned(), "41".to_owned())); // "old" at fence 41
+    let _: () = redis::cmd("HSET")
+        .arg(&tomb)
+        .arg(&fields)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let store = connect(&server.url(), &ns).await.unwrap();
+    let kind: String = redis::cmd("TYPE")
+        .arg(&tomb)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        kind, "string",
+        "the tombstones are gone, the marker is there"
+    );
+    let floor: String = redis::cmd("GET")
+        .arg(format!("{{lease:{ns}}}:floor"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(floor, "41");
+    let old = RunId::new("old").unwrap();
+    assert_eq!(store.create(&old).await.unwrap().fence.get(), 41);
+    let lease = store
+        .claim(
+            &old,
+            &WorkerId::new("w").unwrap(),
+            Ttl::from_millis(60_000).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(lease.fence().get(), 42);
+    // What the older release's create did first, refused on the marker.
+    let refused: redis::RedisResult<Option<String>> = redis::cmd("HGET")
+        .arg(&tomb)
+        .arg("6f6c64")
+        .query_async(&mut conn)
+        .await;
+    let err = refused.unwrap_err();
+    assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+    // A second connect finds the marker and changes nothing.
+    drop(connect(&server.url(), &ns).await.unwrap());
+    let again: String = redis::cmd("GET")
+        .arg(format!("{{lease:{ns}}}:floor"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(again, "41");
+}
