@@ -46,8 +46,9 @@
 //!   caller's own fence; `append_keyed` answers the first entry written with its key.
 //! - **Durability.** A fence may never be issued twice: refuse, at connect, a configuration
 //!   in which an acknowledged claim can be lost (see `DESIGN.md`, "Durability").
-//! - **Retention** (`purge`) leaves a tombstone with the last fence, so a run created again
-//!   under the same id starts above every fence it ever issued.
+//! - **Retention** (`purge`) deletes the run and raises a per-store fence floor to its fence;
+//!   every run is created at the floor, so a run created again under the same id starts
+//!   above every fence it ever issued.
 //! - **Cancel safety.** A dropped call may or may not have applied; an applied claim the
 //!   caller never saw expires by its TTL.
 //!

@@ -167,8 +167,8 @@ enum Command {
         json: JsonAlias,
     },
     /// Retention: remove completed, failed and cancelled runs that ended longer ago than --older-than,
-    /// with their journals, oldest first, 1,000 per store call. Each leaves a tombstone with
-    /// its last fence, so an id created again never reuses a fence.
+    /// with their journals, oldest first, 1,000 per store call. Nothing of them is kept but the
+    /// store's fence floor, so an id created again never reuses a fence.
     Purge {
         /// The age: a number and a unit, ms, s, m, h or d (for example 7d, 36h, 90s).
         #[arg(long, value_name = "AGE", value_parser = ops::parse_age)]

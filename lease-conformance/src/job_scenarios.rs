@@ -314,8 +314,8 @@ pub async fn a_cancel_racing_the_holders_end_has_exactly_one_winner(factory: &dy
     assert_eq!(completed + cancelled, 200);
 }
 
-/// Retention takes cancelled runs as it takes completed and failed ones, leaving the
-/// tombstone: the id created again starts past the cancelled run's fence, and the cancelled
+/// Retention takes cancelled runs as it takes completed and failed ones, raising the fence
+/// floor: the id created again starts past the cancelled run's fence, and the cancelled
 /// holder's lease stays refused.
 pub async fn purge_removes_cancelled_runs_and_never_reuses_their_fence(factory: &dyn StoreFactory) {
     let store = factory.fresh().await;

@@ -67,7 +67,7 @@ pub struct PurgerReport {
 /// waiting for a batch that is out when its lease ends. A batch already sent may still be
 /// applied by the store after another purger took over, so two batches can overlap once,
 /// around a takeover. That is safe: a purge removes only ended runs older than the age, each
-/// at most once, and leaves a tombstone so that no fence is issued again. The lease keeps the
+/// at most once, and raises the store's fence floor so that no fence is issued again. The lease keeps the
 /// fleet's purging to one purger's load, not the store's correctness.
 ///
 /// ```

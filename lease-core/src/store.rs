@@ -439,12 +439,14 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     /// none is due. Each call's work is bounded by `max`: call again until it returns fewer
     /// than `max`.
     ///
-    /// **A fence is never reused.** A purged run leaves a *tombstone*, its id and last fence
-    /// (a few bytes, kept for good), and a later [`create`](LeaseStore::create) of the id
-    /// starts at that fence, so no lease of the new run carries a fence a lease of the old one
-    /// carried, and a writer still holding an old lease is refused (`LeaseEnded` until the
-    /// new run is claimed, `StaleFence` after). A run that is
-    /// resumed or otherwise changed while a purge looks at it is not removed.
+    /// **Purging deletes, and a fence is never reused.** Nothing of a purged run is kept:
+    /// the purge raises the store's *fence floor* (one number per namespace) to the run's
+    /// fence, every [`create`](LeaseStore::create) starts a run at the floor, and the first
+    /// claim of a run's life takes a fence above the floor, so no lease of an id created
+    /// again carries a fence a lease of its purged life carried, and a writer still holding
+    /// an old lease is refused (`LeaseEnded` or `StaleFence`). Storage stays flat however
+    /// many runs pass through. A run that is resumed or otherwise changed while a purge looks
+    /// at it is not removed.
     ///
     /// The default implementation refuses with
     /// [`InvalidInput::Unsupported`](crate::InvalidInput::Unsupported).
