@@ -24,7 +24,7 @@ async fn a_million_runs_purged_leave_the_keys_flat() {
         .unwrap_or(1_000_000);
     let ns = unique_namespace("flat");
     let store = lease_redis::RedisLeaseStore::connect(
-        lease_redis::RedisConfig::from_url(&server.url()).with_namespace(&ns),
+        lease_redis::RedisConfig::from_url(server.url()).with_namespace(&ns),
     )
     .await
     .unwrap();
