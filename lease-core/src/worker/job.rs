@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
+use tokio::task::{JoinError, JoinHandle};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -127,13 +128,14 @@ pub(super) async fn job(job: Job) {
         let mut stopped = Stopped::No;
         // A handler whose lease is lost is cancelled through its token and may finish (its
         // writes are fenced); one still running when the shutdown's grace ends is stopped, and
-        // so is one still running a grace after its attempt deadline.
-        let outcome = tokio::select! {
-            joined = &mut task => joined,
+        // so is one still running a grace after its attempt deadline. Stopped means aborted and
+        // no longer waited for: a handler blocking its thread never yields, so its abort lands
+        // only when (if ever) it does.
+        let joined = tokio::select! {
+            joined = &mut task => Some(joined),
             _ = abandon.cancelled() => {
                 stopped = Stopped::Shutdown;
-                task.abort();
-                task.await
+                stop(&mut task).await
             }
             () = sleep_until_opt(deadline) => {
                 stopped = Stopped::AttemptDeadline;
@@ -141,18 +143,19 @@ pub(super) async fn job(job: Job) {
                 tracing::warn!(timeout = ?attempt_timeout, "attempt deadline passed; cancelling the handler");
                 token.cancel();
                 tokio::select! {
-                    joined = &mut task => joined,
+                    joined = &mut task => Some(joined),
                     () = tokio::time::sleep(grace) => {
                         tracing::warn!(?grace, "handler ignored its cancelled token past the grace; aborting it");
-                        task.abort();
-                        task.await
+                        stop(&mut task).await
                     }
-                    _ = abandon.cancelled() => {
-                        task.abort();
-                        task.await
-                    }
+                    _ = abandon.cancelled() => stop(&mut task).await,
                 }
             }
+        };
+        let outcome = match joined {
+            Some(Ok(returned)) => Outcome::Returned(returned),
+            Some(Err(e)) if e.is_panic() => Outcome::Panicked(panic_message(e.into_panic())),
+            Some(Err(_)) | None => Outcome::Stopped,
         };
         if stopped == Stopped::No && scope.is_cancelled() {
             stopped = if abandon.is_cancelled() {
@@ -163,11 +166,11 @@ pub(super) async fn job(job: Job) {
         }
         metrics::gauge!(observe::WORKER_IN_FLIGHT).decrement(1.0);
         let label = match &outcome {
-            Ok(Ok(_)) => "ok",
-            Ok(Err(_)) => "error",
-            Err(e) if e.is_panic() => "panic",
-            Err(_) if stopped == Stopped::AttemptDeadline => "timeout",
-            Err(_) => "abandoned",
+            Outcome::Returned(Ok(_)) => "ok",
+            Outcome::Returned(Err(_)) => "error",
+            Outcome::Panicked(_) => "panic",
+            Outcome::Stopped if stopped == Stopped::AttemptDeadline => "timeout",
+            Outcome::Stopped => "abandoned",
         };
         metrics::histogram!(observe::WORKER_HANDLER_DURATION, "outcome" => label)
             .record(started.elapsed().as_secs_f64());
@@ -191,7 +194,7 @@ pub(super) async fn job(job: Job) {
             // Returned after a cancellation that was not the shutdown's: giving the run back
             // would refund the attempt, so a handler that hangs until it is cancelled would
             // never use up its budget. It counts as failed, whatever it gave back.
-            Ok(Ok(end))
+            Outcome::Returned(Ok(end))
                 if matches!(stopped, Stopped::AttemptDeadline | Stopped::Scope)
                     && end.refunds_attempt() =>
             {
@@ -203,11 +206,13 @@ pub(super) async fn job(job: Job) {
             }
             // A reason the store would refuse (a NUL, a terminal escape) is escaped, so the
             // run fails as its handler asked instead of staying held.
-            Ok(Ok(End::Fail(reason))) if crate::types::check_reason(&reason).is_err() => {
+            Outcome::Returned(Ok(End::Fail(reason)))
+                if crate::types::check_reason(&reason).is_err() =>
+            {
                 (End::Fail(crate::types::sanitize_reason(&reason)), true)
             }
-            Ok(Ok(end)) => (end, true),
-            Ok(Err(_)) if stopped == Stopped::Shutdown => {
+            Outcome::Returned(Ok(end)) => (end, true),
+            Outcome::Returned(Err(_)) if stopped == Stopped::Shutdown => {
                 // The shutdown's grace ended: not the run's fault. Handed back at once.
                 bump(&counters.handler_errors);
                 failed(&End::Release);
@@ -216,7 +221,7 @@ pub(super) async fn job(job: Job) {
                 );
                 (End::Release, false)
             }
-            Ok(Err(e)) => {
+            Outcome::Returned(Err(e)) => {
                 bump(&counters.handler_errors);
                 let why = match stopped {
                     Stopped::No => e.to_string(),
@@ -227,15 +232,14 @@ pub(super) async fn job(job: Job) {
                 tracing::warn!(error = %e, then = ?end, "handler failed");
                 (end, false)
             }
-            Err(e) if e.is_panic() => {
+            Outcome::Panicked(why) => {
                 bump(&counters.handler_errors);
-                let why = panic_message(e.into_panic());
                 let end = after_failure(&retry, attempt, &why);
                 failed(&end);
                 tracing::error!(panic = %why, then = ?end, "handler panicked");
                 (end, false)
             }
-            Err(_) if stopped == Stopped::AttemptDeadline => {
+            Outcome::Stopped if stopped == Stopped::AttemptDeadline => {
                 bump(&counters.handler_errors);
                 let end = after_failure(
                     &retry,
@@ -249,7 +253,7 @@ pub(super) async fn job(job: Job) {
                 tracing::warn!(then = ?end, "handler aborted after its attempt deadline");
                 (end, false)
             }
-            Err(_) => {
+            Outcome::Stopped => {
                 bump(&counters.abandoned);
                 tracing::warn!("handler outlived the shutdown grace; releasing the run");
                 (End::Release, false)
@@ -322,6 +326,31 @@ fn reason_of(end: &End) -> CancelReason {
         crate::RunState::Runnable => CancelReason::Released,
         crate::RunState::Failed => CancelReason::Failed,
         crate::RunState::Cancelled => CancelReason::Cancelled,
+    }
+}
+
+/// How a handler's task came out.
+enum Outcome {
+    /// It returned.
+    Returned(std::result::Result<End, crate::error::BoxError>),
+    /// It panicked, with this message.
+    Panicked(String),
+    /// It was stopped: aborted, and not waited for.
+    Stopped,
+}
+
+/// Aborts `task` and stops waiting for it: its result if it had already ended, `None` if not.
+///
+/// An abort lands when the task next yields; a handler blocking its thread (a
+/// `std::thread::sleep`, a blocking client, a CPU loop) never does, and waiting for it would
+/// keep the attempt, its slot, its lease's renewals and the shutdown waiting as long as it
+/// blocks. Its thread is left to it; whatever it writes later is refused by the fence.
+async fn stop<T>(task: &mut JoinHandle<T>) -> Option<std::result::Result<T, JoinError>> {
+    task.abort();
+    if task.is_finished() {
+        Some(task.await)
+    } else {
+        None
     }
 }
 

@@ -58,7 +58,8 @@ use purging::stop_purger;
 ///   resumed, less voluntary ends). A run **claimed** past the budget (its holders crashed or
 ///   vanished) is failed without running its handler. With
 ///   [`with_attempt_timeout`](WorkerConfig::with_attempt_timeout) a handler past its deadline
-///   is cancelled, then aborted after the grace: a failed attempt. Whatever a handler returns
+///   is cancelled, then stopped after the grace (aborted, and no longer waited for): a failed
+///   attempt. Whatever a handler returns
 ///   after a cancellation that was not the shutdown's (its attempt deadline, its lease's local
 ///   deadline) counts as a failed attempt too; only the shutdown and an explicit
 ///   [`End::Release`] hand the run back at once. The ends of many handlers go to the store in one
@@ -69,11 +70,59 @@ use purging::stop_purger;
 ///   the TTL; an item that answers [`Error::LeaseEnded`](crate::Error::LeaseEnded) with its own fence and end on a
 ///   retry was committed by the first attempt and counts as done.
 /// - On `shutdown` it stops claiming, lets running handlers finish for up to the grace period,
-///   then cancels the rest and **releases** their runs, so another worker claims them at once
-///   instead of after the TTL; it returns when every lease it held is ended or given up.
+///   then cancels and stops the rest and **releases** their runs, so another worker claims them
+///   at once instead of after the TTL; it returns when every lease it held is ended or given
+///   up: within the grace and one more store call, whatever the handlers do.
 ///
 /// A handler that ignores its token and writes after its lease was lost is refused by the
 /// store's fence, not merely late.
+///
+/// # Handlers that block their thread
+///
+/// Handlers run as Tokio tasks, and a task is only stopped when it yields. One that blocks its
+/// thread (`std::thread::sleep`, a blocking client, a CPU loop) cannot be stopped: once its
+/// attempt deadline and the grace have passed (or the shutdown's grace), the worker aborts it
+/// and **stops waiting for it**. The lease is ended as for any stopped handler (a failed
+/// attempt, counted in the budget; released at the shutdown), the renewals stop, the slot serves
+/// the next run, and `run` returns at shutdown. The blocked thread is **leaked** to the handler
+/// until it returns; what it writes then is refused by the fence
+/// ([`Error::LeaseEnded`](crate::Error::LeaseEnded), or
+/// [`Error::StaleFence`](crate::Error::StaleFence) once the run was claimed again), and the
+/// future is dropped at its first yield.
+///
+/// - On a **multi-thread** runtime each blocked handler takes one worker thread out of the
+///   runtime. The worker's own tasks (deadlines, renewals, ends, claims) run on the others, so
+///   keep more runtime threads than the handlers that may block at once: with every worker
+///   thread blocked, nothing of the runtime runs, this worker included. A handler blocked
+///   again by each retry of its run takes another thread each time.
+/// - On a **`current_thread`** runtime a blocked handler blocks the whole runtime: no
+///   deadline, renewal or shutdown runs until it yields, and the lease may expire meanwhile
+///   (its later writes are still fenced). Attempt deadlines hold there only for handlers that
+///   yield.
+///
+/// Blocking work belongs in [`spawn_blocking`](tokio::task::spawn_blocking), watching the
+/// handler's token, which the deadline, a lost lease and the shutdown cancel. The handler
+/// awaits the blocking task, so it is stopped on time; the blocking closure itself cannot be
+/// aborted, so it checks the token between steps and stops writing once it is cancelled:
+///
+/// ```
+/// # use lease_core::{BoxError, End, RunContext};
+/// async fn handler(ctx: RunContext) -> Result<End, BoxError> {
+///     let token = ctx.token();
+///     let done = tokio::task::spawn_blocking(move || {
+///         for _step in 0..100 {
+///             if token.is_cancelled() {
+///                 return false; // the attempt is over: stop, write nothing more
+///             }
+///             // ... one bounded piece of blocking work ...
+///         }
+///         true
+///     })
+///     .await?;
+///     Ok(if done { End::Complete } else { End::Release })
+/// }
+/// # let _ = handler;
+/// ```
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
