@@ -361,9 +361,22 @@ impl Config {
         Ok(self)
     }
 
-    /// Overlays the process environment: `LEASE_STORE`, `LEASE_TTL_MS`, `LEASE_HEARTBEAT_MS`,
-    /// `LEASE_NAMESPACE`, `LEASE_REPLICAS`, `LEASE_REPLICA_TIMEOUT_MS`, `LEASE_SYNC_REPLICAS`,
-    /// `LEASE_MAX_CONNECTIONS`, `LEASE_MIGRATE`.
+    /// The environment variables [`with_env`](Config::with_env) reads: the store's settings,
+    /// `LEASE_STORE` (with its password, if the URL has one) among them. The `lease` command
+    /// removes these from the environment of the commands it starts.
+    pub const ENV_VARS: &'static [&'static str] = &[
+        "LEASE_STORE",
+        "LEASE_TTL_MS",
+        "LEASE_HEARTBEAT_MS",
+        "LEASE_NAMESPACE",
+        "LEASE_REPLICAS",
+        "LEASE_REPLICA_TIMEOUT_MS",
+        "LEASE_SYNC_REPLICAS",
+        "LEASE_MAX_CONNECTIONS",
+        "LEASE_MIGRATE",
+    ];
+
+    /// Overlays the process environment: the variables of [`Config::ENV_VARS`].
     ///
     /// # Errors
     /// [`ConfigError::BadSetting`] naming the variable.
@@ -876,6 +889,24 @@ mod tests {
             .with_vars(|k| (k == "LEASE_MIGRATE").then(|| "maybe".to_string()))
             .unwrap_err();
         assert!(env.to_string().contains("LEASE_MIGRATE"), "{env}");
+    }
+
+    /// `ENV_VARS` names every variable the configuration reads, and no other: the `lease`
+    /// command keeps exactly these from its children.
+    #[test]
+    fn env_vars_are_the_variables_read() {
+        let asked = std::sync::Mutex::new(Vec::new());
+        Config::default()
+            .with_vars(|k| {
+                asked.lock().unwrap().push(k.to_owned());
+                None
+            })
+            .unwrap();
+        let mut asked = asked.into_inner().unwrap();
+        let mut listed: Vec<String> = Config::ENV_VARS.iter().map(|v| v.to_string()).collect();
+        asked.sort();
+        listed.sort();
+        assert_eq!(asked, listed);
     }
 
     #[test]

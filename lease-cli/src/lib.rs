@@ -165,6 +165,18 @@ impl StoreArgs {
     }
 }
 
+/// Prepares the environment of a command `lease run` or `lease worker` starts: the parent's,
+/// less the store's settings ([`Config::ENV_VARS`]: `LEASE_STORE` with its password,
+/// `LEASE_NAMESPACE`, `LEASE_TTL_MS` and the rest), which are the `lease` process's to use,
+/// not the command's. Everything else passes through; the caller adds the lease's own
+/// variables (`LEASE_RUN`, `LEASE_FENCE`, …).
+pub fn without_store_env(command: &mut tokio::process::Command) -> &mut tokio::process::Command {
+    for var in Config::ENV_VARS {
+        command.env_remove(var);
+    }
+    command
+}
+
 /// Runs `work` on a two-thread runtime with logging to stderr, and turns its outcome into the
 /// process's exit code, printing a failure as `PROGRAM: MESSAGE`.
 ///

@@ -202,13 +202,15 @@ enum Command {
     /// runs this. Prints what was replaced.
     EtcdRebind,
     /// Run a command while holding the run's lease (a singleton job across hosts): claim the
-    /// run, start CMD with LEASE_RUN and LEASE_FENCE in its environment, heartbeat while it
-    /// runs, and stop it (SIGTERM, then SIGKILL after --kill-after-ms) before the lease can
+    /// run, start CMD with LEASE_RUN and LEASE_FENCE in its environment (which is lease's own,
+    /// less the store's settings: LEASE_STORE, LEASE_NAMESPACE, LEASE_TTL_MS,
+    /// LEASE_HEARTBEAT_MS, LEASE_REPLICAS, LEASE_REPLICA_TIMEOUT_MS, LEASE_SYNC_REPLICAS,
+    /// LEASE_MAX_CONNECTIONS, LEASE_MIGRATE), heartbeat while it runs, and stop it (SIGTERM, then SIGKILL after --kill-after-ms) before the lease can
     /// expire on the store's clock if the lease is lost. Exits with the command's code.
     Run(run::RunArgs),
     /// Serve runs as a worker of the fleet, running CMD once per run claimed (with LEASE_RUN,
-    /// LEASE_FENCE, LEASE_KIND and LEASE_ATTEMPT in its environment and the run's payload on
-    /// its standard input): exit 0 completes the run, any other exit fails the attempt
+    /// LEASE_FENCE, LEASE_KIND and LEASE_ATTEMPT in its environment, which is lease's own less
+    /// the store's settings as for `lease run`, and the run's payload on its standard input): exit 0 completes the run, any other exit fails the attempt
     /// (retried with backoff up to --max-attempts). Each command is stopped (SIGTERM, then
     /// SIGKILL after --kill-after-ms) before its lease can expire on the store's clock.
     /// Runs until SIGINT or SIGTERM, then lets the commands finish for --grace and gives back
@@ -391,4 +393,23 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     lease_cli::main_with("lease", dispatch(cli))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// `lease run --help` names every store setting its command does not get.
+    #[test]
+    fn run_help_names_the_variables_kept_from_the_command() {
+        let mut cli = super::Cli::command();
+        let help = cli
+            .find_subcommand_mut("run")
+            .expect("lease run")
+            .render_long_help()
+            .to_string();
+        for var in distribution::Config::ENV_VARS {
+            assert!(help.contains(var), "{var} missing from lease run --help");
+        }
+    }
 }

@@ -23,7 +23,7 @@ use distribution::{
     connect, min_margin, Backend, CancelReason, Config, Error, LeaseStore, LeaseStoreExt, RunId,
     RunScope, ScopeConfig, WorkerId,
 };
-use lease_cli::{exit, run_id, usage, Failure};
+use lease_cli::{exit, run_id, usage, without_store_env, Failure};
 use rustix::process::{kill_process_group, Pid, Signal};
 use tokio::process::Child;
 use tokio::signal::unix::{signal, SignalKind};
@@ -166,7 +166,7 @@ pub(crate) async fn run(config: &Config, args: RunArgs) -> Result<u8, Failure> {
     // Installed before the command starts: a signal from now on is the command's to receive.
     let mut signals = Signals::new()?;
     let mut command = tokio::process::Command::new(&args.command[0]);
-    command
+    without_store_env(&mut command)
         .args(&args.command[1..])
         .env("LEASE_RUN", run.as_str())
         .env("LEASE_FENCE", scope.fence().get().to_string())

@@ -21,7 +21,7 @@ use distribution::{
     connect, observe, Backend, BoxError, Config, End, Kind, Kinds, RetryPolicy, RunContext, Worker,
     WorkerConfig, WorkerId,
 };
-use lease_cli::{usage, Failure};
+use lease_cli::{usage, without_store_env, Failure};
 use rustix::process::{kill_process_group, Pid, Signal};
 use tokio::io::AsyncWriteExt;
 
@@ -165,15 +165,15 @@ pub(crate) async fn worker(config: &Config, args: WorkerArgs) -> Result<(), Fail
 }
 
 /// Runs the command for one claimed run: `LEASE_RUN`, `LEASE_FENCE`, `LEASE_KIND` and
-/// `LEASE_ATTEMPT` in its environment, the run's payload on its standard input (empty
-/// without one). Exit 0 completes the run; anything else fails the attempt.
+/// `LEASE_ATTEMPT` in its environment (the worker's own, less the store's settings), the
+/// run's payload on its standard input (empty without one). Exit 0 completes the run; anything else fails the attempt.
 async fn run_command(
     command: &[OsString],
     ctx: RunContext,
     kill_grace: Duration,
 ) -> Result<End, BoxError> {
     let mut process = tokio::process::Command::new(&command[0]);
-    process
+    without_store_env(&mut process)
         .args(&command[1..])
         .env("LEASE_RUN", ctx.run().as_str())
         .env("LEASE_FENCE", ctx.fence().get().to_string())

@@ -163,12 +163,22 @@ pub async fn wake_ups_come_when_a_run_becomes_claimable(factory: &dyn StoreFacto
 
 /// An idle worker on a store with wake-ups, polling only every minute, runs a run created
 /// after it went idle within seconds, and a run released by another client as fast: it was
-/// woken, not polled. (A store without wake-ups is skipped: its workers poll.)
+/// woken, not polled. A store without wake-ups must not declare them (its workers poll, as
+/// every scenario running a `Worker` on it shows), and one with them must declare them.
 pub async fn an_idle_worker_is_woken_by_a_new_run_not_by_its_poll(factory: &dyn StoreFactory) {
     let store = factory.fresh().await;
+    let declared = factory.capabilities().wake_ups;
     let Some(wakes) = store.wakes() else {
+        assert!(
+            !declared,
+            "the factory declares wake-ups and {store} sends none"
+        );
         return;
     };
+    assert!(
+        declared,
+        "{store} sends wake-ups the factory does not declare"
+    );
     let probe = wakes.subscribe();
     let t = crate::timing(factory);
     let kind = Kind::new("prompt").unwrap();
@@ -221,4 +231,35 @@ pub async fn an_idle_worker_is_woken_by_a_new_run_not_by_its_poll(factory: &dyn 
         report.wake_ups >= 3,
         "the runs were not found by wake-ups: {report:?}"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use lease_core::{LeaseStore, MemoryLeaseStore};
+
+    use crate::{Capabilities, StoreFactory};
+
+    /// The memory store, which sends wake-ups, behind a factory that says it sends none.
+    struct Undeclared;
+
+    #[async_trait::async_trait]
+    impl StoreFactory for Undeclared {
+        async fn fresh(&self) -> Arc<dyn LeaseStore> {
+            Arc::new(MemoryLeaseStore::new())
+        }
+
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::default().without_wake_ups()
+        }
+    }
+
+    /// The scenario holds the store's wake-ups to the factory's word, rather than reading
+    /// only the store and passing whatever the factory declares.
+    #[tokio::test]
+    #[should_panic(expected = "sends wake-ups the factory does not declare")]
+    async fn the_idle_worker_scenario_checks_the_declared_capability() {
+        super::an_idle_worker_is_woken_by_a_new_run_not_by_its_poll(&Undeclared).await;
+    }
 }

@@ -44,9 +44,10 @@ if lease_op ~= '' then
     return { 'kind', kind }
   end
 end
--- Ends the lease as ARGV[4] says, after the snippet, and records this call's result: the calls
--- of the lease are replaced by this one when it ended the lease (nothing else can be applied
--- under the fence any more), else added to.
+-- Ends the lease as ARGV[4] says, after the snippet, and records this call's result in the
+-- run's applied calls (KEYS[2]): added to those of the same fence, which stay (a resend of any
+-- of them, even after this call ended the lease, answers its first result); the calls of an
+-- earlier fence are dropped first.
 local function lease_record(result)
   local now
   if lease_op ~= '' then

@@ -195,9 +195,11 @@ impl WorkerConfig {
 
     /// Each attempt's deadline, apart from the lease's heartbeat: a handler still running `d`
     /// after it started has its token cancelled, gets the [grace](WorkerConfig::with_grace) to
-    /// return, and is then aborted (one that ignores its token too). The attempt counts as
-    /// failed: the run is retried with the policy's backoff, or failed at its last attempt,
-    /// while the worker goes on serving other runs. Off by default; `d` must be 1 ms to 30 days.
+    /// return, and is then aborted and no longer waited for (one that ignores its token too,
+    /// and one that blocks its thread: see [`Worker`](crate::Worker)'s *Handlers that block
+    /// their thread*). The attempt counts as failed: the run is retried with the policy's
+    /// backoff, or failed at its last attempt, while the worker goes on serving other runs.
+    /// Off by default; `d` must be 1 ms to 30 days.
     pub fn with_attempt_timeout(mut self, d: Duration) -> WorkerConfig {
         self.attempt_timeout = Some(d);
         self

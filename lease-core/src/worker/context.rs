@@ -55,7 +55,10 @@ impl RunContext {
     /// Cancelled when the lease may be lost (a refused renewal, the local deadline), when the
     /// attempt outlives its [deadline](crate::WorkerConfig::with_attempt_timeout), or when a
     /// shutdown's grace period ends. Stop work when it is: what the handler returns after a
-    /// cancellation that was not the shutdown counts as a failed attempt.
+    /// cancellation that was not the shutdown counts as a failed attempt. Blocking work in
+    /// `spawn_blocking` takes a clone and checks it between steps: the worker stops waiting
+    /// for the handler, but cannot stop a thread (see [`Worker`](crate::Worker)'s *Handlers
+    /// that block their thread*).
     pub fn token(&self) -> CancellationToken {
         self.token.clone()
     }

@@ -2,11 +2,13 @@
 //! [`RunScope`] and one [`Heartbeats`] hub, with the ends of leases group-committed.
 //!
 //! Split by role: [`config`] (how it runs), [`context`] (what a handler sees, what the worker
-//! reports), [`batcher`] (the group-committed ends), and here the claim loop and the jobs.
+//! reports), [`batcher`] (the group-committed ends), [`job`] (one claimed run: its handler and
+//! its end), and here the claim loop.
 
 mod batcher;
 mod config;
 mod context;
+mod job;
 mod kinds;
 mod purging;
 
@@ -20,22 +22,22 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::error::{Error, InvalidInput, Result};
+use crate::error::{InvalidInput, Result};
 use crate::heartbeats::Heartbeats;
 use crate::id::WorkerId;
 use crate::kind::Kind;
-use crate::observe;
 use crate::retention::PURGER_KIND;
-use crate::scope::{CancelReason, RunScope, ScopeConfig};
+use crate::scope::{RunScope, ScopeConfig};
 use crate::store::LeaseStore;
 use crate::types::{End, Ending, MAX_BATCH};
 
-use batcher::{batcher, submit, Batcher, Pending, Shared};
+use batcher::{batcher, submit, Batcher, Shared};
 pub use config::{RetryPolicy, WorkerConfig, DEFAULT_WAKE_POLL};
 #[cfg(feature = "serde")]
 pub use context::ArgsError;
 use context::{bump, Counters, Observer};
 pub use context::{EndReport, Handler, HandlerFuture, RunContext, WorkerReport};
+use job::{job, Job};
 pub use kinds::Kinds;
 use kinds::{Lane, Slot};
 use purging::stop_purger;
@@ -56,7 +58,8 @@ use purging::stop_purger;
 ///   resumed, less voluntary ends). A run **claimed** past the budget (its holders crashed or
 ///   vanished) is failed without running its handler. With
 ///   [`with_attempt_timeout`](WorkerConfig::with_attempt_timeout) a handler past its deadline
-///   is cancelled, then aborted after the grace: a failed attempt. Whatever a handler returns
+///   is cancelled, then stopped after the grace (aborted, and no longer waited for): a failed
+///   attempt. Whatever a handler returns
 ///   after a cancellation that was not the shutdown's (its attempt deadline, its lease's local
 ///   deadline) counts as a failed attempt too; only the shutdown and an explicit
 ///   [`End::Release`] hand the run back at once. The ends of many handlers go to the store in one
@@ -67,11 +70,59 @@ use purging::stop_purger;
 ///   the TTL; an item that answers [`Error::LeaseEnded`](crate::Error::LeaseEnded) with its own fence and end on a
 ///   retry was committed by the first attempt and counts as done.
 /// - On `shutdown` it stops claiming, lets running handlers finish for up to the grace period,
-///   then cancels the rest and **releases** their runs, so another worker claims them at once
-///   instead of after the TTL; it returns when every lease it held is ended or given up.
+///   then cancels and stops the rest and **releases** their runs, so another worker claims them
+///   at once instead of after the TTL; it returns when every lease it held is ended or given
+///   up: within the grace and one more store call, whatever the handlers do.
 ///
 /// A handler that ignores its token and writes after its lease was lost is refused by the
 /// store's fence, not merely late.
+///
+/// # Handlers that block their thread
+///
+/// Handlers run as Tokio tasks, and a task is only stopped when it yields. One that blocks its
+/// thread (`std::thread::sleep`, a blocking client, a CPU loop) cannot be stopped: once its
+/// attempt deadline and the grace have passed (or the shutdown's grace), the worker aborts it
+/// and **stops waiting for it**. The lease is ended as for any stopped handler (a failed
+/// attempt, counted in the budget; released at the shutdown), the renewals stop, the slot serves
+/// the next run, and `run` returns at shutdown. The blocked thread is **leaked** to the handler
+/// until it returns; what it writes then is refused by the fence
+/// ([`Error::LeaseEnded`](crate::Error::LeaseEnded), or
+/// [`Error::StaleFence`](crate::Error::StaleFence) once the run was claimed again), and the
+/// future is dropped at its first yield.
+///
+/// - On a **multi-thread** runtime each blocked handler takes one worker thread out of the
+///   runtime. The worker's own tasks (deadlines, renewals, ends, claims) run on the others, so
+///   keep more runtime threads than the handlers that may block at once: with every worker
+///   thread blocked, nothing of the runtime runs, this worker included. A handler blocked
+///   again by each retry of its run takes another thread each time.
+/// - On a **`current_thread`** runtime a blocked handler blocks the whole runtime: no
+///   deadline, renewal or shutdown runs until it yields, and the lease may expire meanwhile
+///   (its later writes are still fenced). Attempt deadlines hold there only for handlers that
+///   yield.
+///
+/// Blocking work belongs in [`spawn_blocking`](tokio::task::spawn_blocking), watching the
+/// handler's token, which the deadline, a lost lease and the shutdown cancel. The handler
+/// awaits the blocking task, so it is stopped on time; the blocking closure itself cannot be
+/// aborted, so it checks the token between steps and stops writing once it is cancelled:
+///
+/// ```
+/// # use lease_core::{BoxError, End, RunContext};
+/// async fn handler(ctx: RunContext) -> Result<End, BoxError> {
+///     let token = ctx.token();
+///     let done = tokio::task::spawn_blocking(move || {
+///         for _step in 0..100 {
+///             if token.is_cancelled() {
+///                 return false; // the attempt is over: stop, write nothing more
+///             }
+///             // ... one bounded piece of blocking work ...
+///         }
+///         true
+///     })
+///     .await?;
+///     Ok(if done { End::Complete } else { End::Release })
+/// }
+/// # let _ = handler;
+/// ```
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
@@ -533,318 +584,5 @@ async fn pause(by: Duration, shutdown: &CancellationToken) {
     tokio::select! {
         _ = shutdown.cancelled() => {}
         _ = tokio::time::sleep(by) => {}
-    }
-}
-
-struct Job {
-    scope: Arc<RunScope>,
-    handler: Arc<dyn Handler>,
-    ends: mpsc::UnboundedSender<Pending>,
-    counters: Arc<Counters>,
-    shutdown: CancellationToken,
-    /// Cancelled when the shutdown's grace period ends.
-    abandon: CancellationToken,
-    retry: RetryPolicy,
-    attempt_timeout: Option<Duration>,
-    grace: Duration,
-    _slot: Slot,
-}
-
-/// How a failed attempt ends: retried after the policy's delay (the attempt counted), or failed
-/// with `why` at the policy's last attempt.
-fn after_failure(retry: &RetryPolicy, attempt: u64, why: &str) -> End {
-    let reason = crate::types::sanitize_reason(why);
-    if retry.gives_up(attempt) {
-        End::Fail(reason)
-    } else {
-        End::AttemptFailed {
-            retry_after: retry.delay(attempt),
-            reason,
-        }
-    }
-}
-
-/// A panic's message, when it carries one.
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
-    let text = payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned());
-    match text {
-        Some(text) => format!("handler panicked: {text}"),
-        None => "handler panicked".to_owned(),
-    }
-}
-
-/// Why a handler's token was cancelled before it returned, as far as the end goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Stopped {
-    /// Not cancelled.
-    No,
-    /// The shutdown's grace ended: the run is handed back at once, no attempt counted.
-    Shutdown,
-    /// The attempt deadline passed: a failed attempt.
-    AttemptDeadline,
-    /// The lease's scope was cancelled (its local deadline, a refused renewal): a failed
-    /// attempt, if the lease can still be ended.
-    Scope,
-}
-
-/// One claimed run: its handler (unless its scope is already cancelled, the worker is shutting
-/// down, or the run's attempt budget is spent), then the end of its lease through the batcher.
-async fn job(job: Job) {
-    let Job {
-        scope,
-        handler,
-        ends,
-        counters,
-        shutdown,
-        abandon,
-        retry,
-        attempt_timeout,
-        grace,
-        _slot,
-    } = job;
-    let run = scope.run().clone();
-    let lease = scope.lease();
-    let (fence, attempt) = (lease.fence(), lease.attempt());
-    // The effect the handler handed in (`RunContext::set_effect`), if it ran.
-    let mut effect_slot = None;
-    let (end, by_handler) = if let Some(max) = retry.max_attempts().filter(|max| attempt > *max) {
-        // Claimed past the budget: every earlier attempt failed, timed out or vanished (a
-        // crash leaves no end behind, only a count). Never run it again.
-        bump(&counters.exhausted);
-        let reason = crate::scope::exhausted_reason(attempt - 1, max);
-        tracing::warn!(
-            attempt,
-            max,
-            "attempt budget spent; failing the run without running it"
-        );
-        (End::Fail(reason), false)
-    } else if scope.is_cancelled() || shutdown.is_cancelled() {
-        // Never start work on a lease that may be lost, or after the shutdown began; give the
-        // run back (a fenced write: refused harmlessly if the lease is gone).
-        bump(&counters.not_started);
-        (End::Release, false)
-    } else {
-        bump(&counters.started);
-        let token = scope.token().child_token();
-        let ctx = RunContext {
-            payload: scope.lease().payload_shared(),
-            scope: scope.clone(),
-            token: token.clone(),
-            effect: Arc::default(),
-        };
-        effect_slot = Some(ctx.effect.clone());
-        let started = Instant::now();
-        metrics::gauge!(observe::WORKER_IN_FLIGHT).increment(1.0);
-        let mut task = tokio::spawn(handler.call(ctx).instrument(tracing::Span::current()));
-        let deadline = attempt_timeout.map(|d| started + d);
-        let mut stopped = Stopped::No;
-        // A handler whose lease is lost is cancelled through its token and may finish (its
-        // writes are fenced); one still running when the shutdown's grace ends is stopped, and
-        // so is one still running a grace after its attempt deadline.
-        let outcome = tokio::select! {
-            joined = &mut task => joined,
-            _ = abandon.cancelled() => {
-                stopped = Stopped::Shutdown;
-                task.abort();
-                task.await
-            }
-            () = sleep_until_opt(deadline) => {
-                stopped = Stopped::AttemptDeadline;
-                bump(&counters.timed_out);
-                tracing::warn!(timeout = ?attempt_timeout, "attempt deadline passed; cancelling the handler");
-                token.cancel();
-                tokio::select! {
-                    joined = &mut task => joined,
-                    () = tokio::time::sleep(grace) => {
-                        tracing::warn!(?grace, "handler ignored its cancelled token past the grace; aborting it");
-                        task.abort();
-                        task.await
-                    }
-                    _ = abandon.cancelled() => {
-                        task.abort();
-                        task.await
-                    }
-                }
-            }
-        };
-        if stopped == Stopped::No && scope.is_cancelled() {
-            stopped = if abandon.is_cancelled() {
-                Stopped::Shutdown
-            } else {
-                Stopped::Scope
-            };
-        }
-        metrics::gauge!(observe::WORKER_IN_FLIGHT).decrement(1.0);
-        let label = match &outcome {
-            Ok(Ok(_)) => "ok",
-            Ok(Err(_)) => "error",
-            Err(e) if e.is_panic() => "panic",
-            Err(_) if stopped == Stopped::AttemptDeadline => "timeout",
-            Err(_) => "abandoned",
-        };
-        metrics::histogram!(observe::WORKER_HANDLER_DURATION, "outcome" => label)
-            .record(started.elapsed().as_secs_f64());
-        let failed = |then: &End| {
-            let then = match then {
-                End::Fail(_) => "fail",
-                End::AttemptFailed { .. } | End::RetryAfter(_) => "retry",
-                _ => "release",
-            };
-            metrics::counter!(observe::WORKER_HANDLER_ERRORS, "outcome" => label, "then" => then)
-                .increment(1);
-        };
-        let why_stopped = || match stopped {
-            Stopped::AttemptDeadline => format!(
-                "attempt timed out after {:?}",
-                attempt_timeout.unwrap_or_default()
-            ),
-            _ => "the lease's local deadline passed before the handler returned".to_owned(),
-        };
-        match outcome {
-            // Returned after a cancellation that was not the shutdown's: giving the run back
-            // would refund the attempt, so a handler that hangs until it is cancelled would
-            // never use up its budget. It counts as failed, whatever it gave back.
-            Ok(Ok(end))
-                if matches!(stopped, Stopped::AttemptDeadline | Stopped::Scope)
-                    && end.refunds_attempt() =>
-            {
-                bump(&counters.handler_errors);
-                let end = after_failure(&retry, attempt, &why_stopped());
-                failed(&end);
-                tracing::warn!(then = ?end, "handler gave its run back after its token was cancelled; the attempt counts");
-                (end, false)
-            }
-            // A reason the store would refuse (a NUL, a terminal escape) is escaped, so the
-            // run fails as its handler asked instead of staying held.
-            Ok(Ok(End::Fail(reason))) if crate::types::check_reason(&reason).is_err() => {
-                (End::Fail(crate::types::sanitize_reason(&reason)), true)
-            }
-            Ok(Ok(end)) => (end, true),
-            Ok(Err(_)) if stopped == Stopped::Shutdown => {
-                // The shutdown's grace ended: not the run's fault. Handed back at once.
-                bump(&counters.handler_errors);
-                failed(&End::Release);
-                tracing::warn!(
-                    "handler failed after the shutdown's grace cancelled it; releasing the run"
-                );
-                (End::Release, false)
-            }
-            Ok(Err(e)) => {
-                bump(&counters.handler_errors);
-                let why = match stopped {
-                    Stopped::No => e.to_string(),
-                    _ => format!("{}: {e}", why_stopped()),
-                };
-                let end = after_failure(&retry, attempt, &why);
-                failed(&end);
-                tracing::warn!(error = %e, then = ?end, "handler failed");
-                (end, false)
-            }
-            Err(e) if e.is_panic() => {
-                bump(&counters.handler_errors);
-                let why = panic_message(e.into_panic());
-                let end = after_failure(&retry, attempt, &why);
-                failed(&end);
-                tracing::error!(panic = %why, then = ?end, "handler panicked");
-                (end, false)
-            }
-            Err(_) if stopped == Stopped::AttemptDeadline => {
-                bump(&counters.handler_errors);
-                let end = after_failure(
-                    &retry,
-                    attempt,
-                    &format!(
-                        "{}; the handler ignored its token and was aborted",
-                        why_stopped()
-                    ),
-                );
-                failed(&end);
-                tracing::warn!(then = ?end, "handler aborted after its attempt deadline");
-                (end, false)
-            }
-            Err(_) => {
-                bump(&counters.abandoned);
-                tracing::warn!("handler outlived the shutdown grace; releasing the run");
-                (End::Release, false)
-            }
-        }
-    };
-    drop(_slot);
-    let effect = effect_slot.and_then(|slot| slot.lock().unwrap_or_else(|e| e.into_inner()).take());
-    let effect = match effect {
-        // The attempt failed (or was cut short): nothing of it commits.
-        Some(_) if !by_handler => {
-            tracing::debug!("dropping the effect of an attempt that failed");
-            None
-        }
-        Some(_) if matches!(end, End::Committed(_)) => {
-            tracing::warn!("the handler set an effect and ended its lease itself (End::Committed); the effect is dropped");
-            None
-        }
-        other => other,
-    };
-    if let Some(CancelReason::Rejected(e)) = scope.cancel_reason().map(|(_, r)| r) {
-        // The store already said the lease is gone; an end would only be refused again. Not
-        // for an end the handler committed itself: a renewal that met it ("ended under your
-        // fence") is the very proof, which the batcher's check confirms.
-        if !matches!(end, End::Committed(_)) {
-            tracing::debug!(%run, %fence, error = %e, "lease lost before its end; not ending it");
-            bump(&counters.refused);
-            return;
-        }
-    }
-    // Retried until the lease's local deadline: before it, nobody (this worker included)
-    // can claim the run again.
-    let give_up_at = scope.deadline();
-    let ended = scope
-        .end_with(reason_of(&end), |lease| {
-            submit(
-                &ends,
-                Ending::new(lease, end),
-                effect,
-                by_handler,
-                give_up_at,
-            )
-        })
-        .await;
-    if let Err(Error::EffectFailed { reason, .. }) = ended {
-        // Rolled back alone, nothing written, the lease still held: a failed attempt.
-        bump(&counters.handler_errors);
-        let end = after_failure(&retry, attempt, &format!("effect failed: {reason}"));
-        let then = if matches!(end, End::Fail(_)) {
-            "fail"
-        } else {
-            "retry"
-        };
-        metrics::counter!(observe::WORKER_HANDLER_ERRORS, "outcome" => "effect", "then" => then)
-            .increment(1);
-        tracing::warn!(error = %reason, then = ?end, "effect failed and was rolled back");
-        let _ = scope
-            .end_with(reason_of(&end), |lease| {
-                submit(&ends, Ending::new(lease, end), None, false, give_up_at)
-            })
-            .await;
-    }
-}
-
-/// How a scope ends when `end` commits.
-fn reason_of(end: &End) -> CancelReason {
-    match end.state() {
-        crate::RunState::Completed => CancelReason::Completed,
-        crate::RunState::Suspended => CancelReason::Suspended,
-        crate::RunState::Runnable => CancelReason::Released,
-        crate::RunState::Failed => CancelReason::Failed,
-        crate::RunState::Cancelled => CancelReason::Cancelled,
-    }
-}
-
-/// Completes at `deadline`, or never without one.
-async fn sleep_until_opt(deadline: Option<Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }

@@ -12,9 +12,9 @@ use super::{assert_misconfigured, config, connect, run, say, server, ttl, worker
 use lease_redis::RedisLeaseStore;
 
 /// `maxmemory-policy allkeys-*` is refused, naming the setting; `noeviction` and
-/// `volatile-lru` are accepted as safe (only end calls' records expire, and losing one changes
-/// only how a late resend is answered, never a fence); with
-/// `volatile=true` an `allkeys-*` policy is accepted and shown.
+/// `volatile-lru` are accepted as safe (the adapter sets an expiry on none of its keys, so a
+/// `volatile-*` policy evicts none of them); with `volatile=true` an `allkeys-*` policy is
+/// accepted and shown.
 #[tokio::test]
 async fn an_allkeys_eviction_policy_is_refused_and_noeviction_accepted() {
     let Some(server) = server(
