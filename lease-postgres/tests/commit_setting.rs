@@ -1,0 +1,172 @@
+//! A caller cannot switch off the durability the store confirmed: whatever the caller's own
+//! statements set (`SET LOCAL synchronous_commit = off`, or the session-level `SET`), every
+//! commit that ends a lease or commits a fenced transaction is made with
+//! `synchronous_commit = on` — the fenced transaction's commit with and without an end, the
+//! caller's own transaction ended by `end_in`, and a batch of `PgEffect`s.
+//!
+//! The observable: the caller's table has a deferred constraint trigger, which runs at commit,
+//! after every statement of the transaction (the store's ending statement included), and
+//! records the `synchronous_commit` in force there, the one the server commits with.
+
+use lease_conformance::fixtures::{postgres_url, unique_namespace};
+use lease_core::{Effect, End, Ending, Lease, LeaseStore, RunId, Ttl, WorkerId};
+use lease_postgres::{sqlx, PgEffect, PostgresConfig, PostgresLeaseStore};
+use sqlx::Connection;
+
+/// The two ways a caller's statement can turn synchronous commit off for its transaction.
+const OFF: [&str; 2] = [
+    "SET LOCAL synchronous_commit = off",
+    "SET synchronous_commit = off",
+];
+
+/// A store in a fresh schema with the caller's table `payments(run_id)`, whose rows note at
+/// commit the `synchronous_commit` in force into `settings(run_id, setting)`.
+async fn store() -> Option<PostgresLeaseStore> {
+    let url = postgres_url().await?;
+    let store = PostgresLeaseStore::connect(
+        PostgresConfig::from_url(url).with_schema(unique_namespace("commit_setting")),
+    )
+    .await
+    .expect("connect");
+    let s = format!("\"{}\"", store.schema());
+    for statement in [
+        format!("CREATE TABLE {s}.payments (run_id TEXT PRIMARY KEY)"),
+        format!("CREATE TABLE {s}.settings (run_id TEXT PRIMARY KEY, setting TEXT NOT NULL)"),
+        format!(
+            "CREATE FUNCTION {s}.note_setting() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN INSERT INTO {s}.settings VALUES (NEW.run_id, \
+             current_setting('synchronous_commit')); RETURN NULL; END $$"
+        ),
+        format!(
+            "CREATE CONSTRAINT TRIGGER at_commit AFTER INSERT ON {s}.payments \
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {s}.note_setting()"
+        ),
+    ] {
+        sqlx::query(&statement)
+            .execute(store.pool())
+            .await
+            .expect(&statement);
+    }
+    Some(store)
+}
+
+fn payment(store: &PostgresLeaseStore) -> String {
+    format!(
+        "INSERT INTO \"{}\".payments (run_id) VALUES ($1)",
+        store.schema()
+    )
+}
+
+/// The `synchronous_commit` that `run`'s payment committed with.
+async fn committed_with(store: &PostgresLeaseStore, run: &str) -> String {
+    sqlx::query_scalar(&format!(
+        "SELECT setting FROM \"{}\".settings WHERE run_id = $1",
+        store.schema()
+    ))
+    .bind(run)
+    .fetch_one(store.pool())
+    .await
+    .unwrap_or_else(|e| panic!("{run}'s payment did not commit: {e}"))
+}
+
+async fn claimed(store: &PostgresLeaseStore, run: &str) -> Lease {
+    let run = RunId::new(run).unwrap();
+    store.create(&run).await.unwrap();
+    store
+        .claim(
+            &run,
+            &WorkerId::new("w").unwrap(),
+            Ttl::from_secs(60).unwrap(),
+        )
+        .await
+        .unwrap()
+}
+
+/// A fenced transaction whose statements turn synchronous commit off commits with it on,
+/// whether it ends its lease or only commits its writes. Before, a `commit()` without an end
+/// committed asynchronously (the store's `on` came first, at the lock, and the caller's `off`
+/// after it won).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_transaction_commits_synchronously_whatever_its_statements_set() {
+    let Some(store) = store().await else { return };
+    for (i, off) in OFF.iter().enumerate() {
+        for ends in [false, true] {
+            let run = format!("fenced-{i}-{}", if ends { "end" } else { "commit" });
+            let lease = claimed(&store, &run).await;
+            let mut tx = store.fenced_transaction(&lease).await.unwrap();
+            sqlx::query(off).execute(&mut *tx).await.unwrap();
+            sqlx::query(&payment(&store))
+                .bind(&run)
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            if ends {
+                tx.end(End::Complete).await.unwrap();
+            } else {
+                tx.commit().await.unwrap();
+            }
+            assert_eq!(committed_with(&store, &run).await, "on", "{run}: {off}");
+        }
+    }
+}
+
+/// The caller's own transaction, `fence_in`, a statement turning synchronous commit off, the
+/// payment, `end_in` last: it commits with synchronous commit on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_callers_transaction_ended_by_end_in_commits_synchronously() {
+    let Some(store) = store().await else { return };
+    for (i, off) in OFF.iter().enumerate() {
+        let run = format!("caller-{i}");
+        let lease = claimed(&store, &run).await;
+        let mut conn = store.pool().acquire().await.unwrap();
+        let mut tx = conn.begin().await.unwrap();
+        store.fence_in(&mut tx, &lease).await.unwrap();
+        sqlx::query(off).execute(&mut *tx).await.unwrap();
+        sqlx::query(&payment(&store))
+            .bind(&run)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        store.end_in(&mut tx, &lease, End::Complete).await.unwrap();
+        tx.commit().await.unwrap();
+        // The session-level setting outlives the transaction: not the store's to undo, but
+        // this test's connection goes back to a pool.
+        sqlx::query("RESET synchronous_commit")
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        assert_eq!(committed_with(&store, &run).await, "on", "{run}: {off}");
+    }
+}
+
+/// A batch of `PgEffect`s, each turning synchronous commit off before its payment, commits
+/// with it on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_effects_commits_synchronously_whatever_they_set() {
+    let Some(store) = store().await else { return };
+    let mut ends = Vec::new();
+    let mut effects = Vec::new();
+    for (i, off) in OFF.iter().enumerate() {
+        let run = format!("effect-{i}");
+        let lease = claimed(&store, &run).await;
+        let sql = payment(&store);
+        let effect: Effect = PgEffect::new(move |conn| {
+            let (sql, run) = (sql.clone(), run.clone());
+            Box::pin(async move {
+                sqlx::query(off).execute(&mut *conn).await?;
+                sqlx::query(&sql).bind(run).execute(&mut *conn).await?;
+                Ok(())
+            })
+        })
+        .into();
+        ends.push(Ending::new(lease, End::Complete));
+        effects.push(Some(effect));
+    }
+    for result in store.end_many_with_effects(&ends, &effects).await.unwrap() {
+        result.unwrap();
+    }
+    for (i, off) in OFF.iter().enumerate() {
+        let run = format!("effect-{i}");
+        assert_eq!(committed_with(&store, &run).await, "on", "{run}: {off}");
+    }
+}
