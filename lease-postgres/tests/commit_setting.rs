@@ -170,3 +170,45 @@ async fn a_batch_of_effects_commits_synchronously_whatever_they_set() {
         assert_eq!(committed_with(&store, &run).await, "on", "{run}: {off}");
     }
 }
+
+/// A fenced transaction one of whose statements failed (so the server aborted it) is not
+/// reported committed: its commit is refused saying so, nothing of it is there, and the lease
+/// is still held. Before, the COMMIT of the aborted transaction (which the server answers as a
+/// rollback, without an error) was reported as done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aborted_fenced_transaction_is_not_reported_committed() {
+    let Some(store) = store().await else { return };
+    let lease = claimed(&store, "aborted").await;
+    let mut tx = store.fenced_transaction(&lease).await.unwrap();
+    sqlx::query(&payment(&store))
+        .bind("aborted")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("SELECT 1 / 0")
+        .execute(&mut *tx)
+        .await
+        .expect_err("division by zero");
+    let err = tx
+        .commit()
+        .await
+        .expect_err("an aborted transaction reported committed");
+    assert!(
+        err.to_string().contains("already aborted"),
+        "the refusal says why: {err}"
+    );
+    let rows: i64 = sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM \"{}\".payments",
+        store.schema()
+    ))
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(rows, 0, "nothing of the transaction committed");
+    let record = store.inspect(lease.run()).await.unwrap();
+    assert_eq!(
+        (record.fence, record.owner.is_some()),
+        (lease.fence(), true),
+        "the lease is still held"
+    );
+}
