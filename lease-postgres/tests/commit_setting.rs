@@ -212,3 +212,113 @@ async fn an_aborted_fenced_transaction_is_not_reported_committed() {
         "the lease is still held"
     );
 }
+
+/// Whether the WAL of `conn`'s server is flushed up to `target`.
+async fn flushed_to(conn: &mut sqlx::PgConnection, target: &str) -> bool {
+    sqlx::query_scalar("SELECT pg_current_wal_flush_lsn() >= $1::pg_lsn")
+        .bind(target)
+        .fetch_one(conn)
+        .await
+        .unwrap()
+}
+
+/// The caller's exactly-once pattern committed asynchronously on `conn`: `fence_in`, the
+/// payment, `end_in`, then `SET LOCAL synchronous_commit = off` after the store's last
+/// statement, commit. Returns the WAL insert position right after the commit (past its record),
+/// having checked that the commit is not flushed yet.
+async fn pay_asynchronously(
+    store: &PostgresLeaseStore,
+    conn: &mut sqlx::PgConnection,
+    lease: &Lease,
+) -> String {
+    let mut tx = conn.begin().await.unwrap();
+    store.fence_in(&mut tx, lease).await.unwrap();
+    sqlx::query(&payment(store))
+        .bind(lease.run().as_str())
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    store.end_in(&mut tx, lease, End::Complete).await.unwrap();
+    sqlx::query("SET LOCAL synchronous_commit = off")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let target: String = sqlx::query_scalar("SELECT pg_current_wal_insert_lsn()::text")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    assert!(
+        !flushed_to(conn, &target).await,
+        "the asynchronous commit was flushed at once: the WAL writer woke (the test's premise \
+         failed, not the store)"
+    );
+    target
+}
+
+/// Without `sync_replicas`, a commit the caller made asynchronous after the store's last
+/// statement is flushed before the store reports it done: by `confirm_in` on the committing
+/// connection, and by a retried end answered "already ended under your fence" (what a
+/// `Worker` confirming `End::Committed` and a retry of an unanswered end see). On a private
+/// server whose WAL writer sleeps 10 s, so that only a flush the store asks for brings the
+/// commit to disk in time. Before, both returned at once, and a crash then lost an end
+/// reported committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_asynchronous_commit_is_flushed_before_it_is_reported_done() {
+    use lease_conformance::fixtures::PostgresServer;
+    let server = match PostgresServer::start() {
+        Ok(server) => server,
+        Err(why) => {
+            return lease_conformance::fixtures::unavailable(
+                "a postgres server",
+                why,
+                "install postgresql (apt-get install -y postgresql)",
+            )
+            .unwrap_or(())
+        }
+    };
+    {
+        let mut admin = sqlx::PgConnection::connect(&server.url()).await.unwrap();
+        for sql in [
+            "ALTER SYSTEM SET wal_writer_delay = '10s'",
+            "ALTER SYSTEM SET autovacuum = off",
+            "SELECT pg_reload_conf()",
+        ] {
+            sqlx::query(sql).execute(&mut admin).await.unwrap();
+        }
+    }
+    let store = PostgresLeaseStore::connect(
+        PostgresConfig::from_url(server.url()).with_schema(unique_namespace("async_flush")),
+    )
+    .await
+    .expect("connect");
+    sqlx::query(&format!(
+        "CREATE TABLE \"{}\".payments (run_id TEXT PRIMARY KEY)",
+        store.schema()
+    ))
+    .execute(store.pool())
+    .await
+    .unwrap();
+    let mut conn = store.pool().acquire().await.unwrap();
+
+    let lease = claimed(&store, "confirmed-in").await;
+    let target = pay_asynchronously(&store, &mut conn, &lease).await;
+    store.confirm_in(&mut conn).await.unwrap();
+    assert!(
+        flushed_to(&mut conn, &target).await,
+        "confirm_in returned before the commit (WAL {target}) was flushed"
+    );
+
+    let lease = claimed(&store, "retried").await;
+    let target = pay_asynchronously(&store, &mut conn, &lease).await;
+    let err = store.complete(&lease).await.unwrap_err();
+    assert!(
+        matches!(err, lease_core::Error::LeaseEnded { fence, .. } if fence == lease.fence().get()),
+        "{err:?}"
+    );
+    assert!(
+        flushed_to(&mut conn, &target).await,
+        "\"already ended under your fence\" was answered before that end (WAL {target}) was \
+         flushed"
+    );
+}
