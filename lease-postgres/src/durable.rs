@@ -8,10 +8,12 @@
 //! - [`confirm_seen`](Route::confirm_seen), after an answer about something another session
 //!   may have committed (a lease already ended under the caller's fence, a run that already
 //!   exists, a caller's transaction): that commit may have been asynchronous (a caller's
-//!   `SET LOCAL synchronous_commit = off`, a role default), below the insert position but not
-//!   yet the flush position. A barrier (`sql/barrier.sql`: one WAL record, committed
-//!   synchronously) flushes everything before it and waits for the standbys; the target is
-//!   then its own position.
+//!   `SET LOCAL synchronous_commit = off` after the store's last statement, a role default),
+//!   below the insert position but not yet the flush position. A barrier
+//!   (`sql/barrier.sql`: one WAL record, committed synchronously) flushes everything before
+//!   it and waits for the standbys; the target is then its own position. Without
+//!   `sync_replicas` the barrier is still written: it is what makes such a commit durable on
+//!   the server's own disk before the answer reports it done.
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
@@ -27,6 +29,7 @@ const SYNC_ACKED: &str = include_str!("../sql/sync_acked.sql");
 const CANCEL_SYNC_WAITS: &str = include_str!("../sql/cancel_sync_waits.sql");
 const BARRIER: &str = include_str!("../sql/barrier.sql");
 const WAL_INSERT: &str = include_str!("../sql/wal_insert.sql");
+const WAL_FLUSHED: &str = include_str!("../sql/wal_flushed.sql");
 
 /// Whose wait for a standby the store may cancel when a write outlives the sync timeout.
 #[derive(Clone, Copy, Debug)]
@@ -126,25 +129,28 @@ impl Route {
         self.flushed_to(conn, None, since).await
     }
 
-    /// Under `sync_replicas`: returns once the standbys hold everything the server behind
-    /// `conn` (one of the store's own sessions) had committed, or reported, when the call
-    /// began, whoever committed it and however: a barrier, then its confirmation. For an
-    /// answer that reports another session's commit as the caller's (a lease already ended
-    /// under its fence, a run that already exists). Without `sync_replicas`, at once.
+    /// Returns once everything the server behind `conn` (one of the store's own sessions)
+    /// had committed, or reported, when the call began is flushed to its disk and, under
+    /// `sync_replicas`, held by the standbys, whoever committed it and however: a barrier,
+    /// then (with standbys) its confirmation. For an answer that reports another session's
+    /// commit as the caller's (a lease already ended under its fence, a run that already
+    /// exists), which may have been asynchronous.
     pub(crate) async fn confirm_seen(&self, conn: &mut PgConnection) -> Result<(), PgError> {
-        if self.sync_replicas == 0 {
-            return Ok(());
-        }
         let since = Instant::now();
         let lsn: String = self
             .bounded(sqlx::query_scalar(BARRIER).fetch_one(&mut *conn))
             .await?;
+        if self.sync_replicas == 0 {
+            return Ok(());
+        }
         self.flushed_to(conn, Some(lsn), since).await
     }
 
     /// [`confirm_seen`](Route::confirm_seen) after a commit made on a connection that is gone
     /// (a fenced transaction's), on one of the store's own sessions: valid only if the store
-    /// did not move hosts since `switches` was read before the commit.
+    /// did not move hosts since `switches` was read before the commit. Without
+    /// `sync_replicas`, at once: the store made that commit synchronous itself (its last
+    /// statement sets `synchronous_commit = on`), so it was flushed before it returned.
     pub(crate) async fn confirm_after(&self, switches: u64) -> Result<(), PgError> {
         if self.sync_replicas == 0 {
             return Ok(());
@@ -154,14 +160,33 @@ impl Route {
         self.same_host(switches)
     }
 
-    /// Under `sync_replicas`: returns once the standbys hold everything committed on the
-    /// caller's connection `conn` before the call. The target is read on `conn` (its server's
-    /// insert position, past any commit it made, asynchronous or not); a barrier on one of
-    /// the store's own sessions flushes it and waits for the standbys; then `conn`'s server
-    /// is asked, so a store that moved hosts meanwhile cannot answer for it.
+    /// Returns once everything committed on the caller's connection `conn` before the call
+    /// is flushed to its server's disk and, under `sync_replicas`, held by the standbys. The
+    /// target is read on `conn` (its server's insert position, past any commit it made,
+    /// asynchronous or not); a barrier on one of the store's own sessions flushes it and
+    /// waits for the standbys; then `conn`'s server is asked, so a store that moved hosts
+    /// meanwhile cannot answer for it. Without `sync_replicas` and with the WAL already
+    /// flushed past the insert position (the caller's commit was synchronous, and nothing
+    /// else is pending), one read on `conn` and no barrier.
     pub(crate) async fn confirm_caller(&self, conn: &mut PgConnection) -> Result<(), PgError> {
         if self.sync_replicas == 0 {
-            return Ok(());
+            let (target, flushed) = self.wal_flushed(conn, None).await?;
+            if flushed {
+                return Ok(());
+            }
+            {
+                let mut own = self.own.acquire().await.map_err(|e| self.fail(e))?;
+                let _: String = self
+                    .bounded(sqlx::query_scalar(BARRIER).fetch_one(&mut *own))
+                    .await?;
+            }
+            // Asked of `conn`'s server, so a barrier that ran on another cannot answer for it.
+            return match self.wal_flushed(conn, Some(target)).await? {
+                (_, true) => Ok(()),
+                (target, false) => Err(PgError::Busy(format!(
+                    "the commit on the caller's connection (WAL {target}) was not flushed by                      the store's barrier (the store is on another server than the caller's                      connection); not reported as done"
+                ))),
+            };
         }
         let since = Instant::now();
         let target: String = sqlx::query_scalar(WAL_INSERT)
@@ -177,6 +202,24 @@ impl Route {
         }
         self.same_host(switches)?;
         self.flushed_to(conn, Some(target), since).await
+    }
+
+    /// `target` (the WAL insert position of `conn`'s server now, when `None`) and whether
+    /// that server flushed its WAL up to it.
+    async fn wal_flushed(
+        &self,
+        conn: &mut PgConnection,
+        target: Option<String>,
+    ) -> Result<(String, bool), PgError> {
+        let row = sqlx::query(WAL_FLUSHED)
+            .bind(target)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(|e| self.fail(e))?;
+        Ok((
+            row.try_get("target").map_err(PgError::from)?,
+            row.try_get("flushed").map_err(PgError::from)?,
+        ))
     }
 
     fn same_host(&self, switches: u64) -> Result<(), PgError> {

@@ -266,16 +266,20 @@ impl PostgresLeaseStore {
     }
 
     /// After the caller committed on `conn` a transaction holding the store's part: returns
-    /// once the configured synchronous standbys flushed it (`sync_replicas`), as every write
-    /// of the store is confirmed; at once without `sync_replicas`. Run it on the connection
-    /// that committed, before reporting the job done. It covers any commit made on `conn`
-    /// before it, synchronous or not: the target is the server's WAL insert position, and a
-    /// barrier write of the store's flushes it to the standbys. Bounded by the call timeout.
+    /// once the server flushed it to disk and the configured synchronous standbys
+    /// (`sync_replicas`) flushed it too, as every write of the store is confirmed. Run it on
+    /// the connection that committed, before reporting the job done. It covers any commit
+    /// made on `conn` before it, synchronous or not (a `SET LOCAL synchronous_commit = off`
+    /// after [`end_in`](Self::end_in)): the target is the server's WAL insert position, and a
+    /// barrier write of the store's (one synchronously committed WAL record) flushes it, and
+    /// sends it to the standbys. Without `sync_replicas`, a WAL already flushed that far
+    /// costs one read on `conn` and no barrier. Bounded by the call timeout.
     ///
     /// # Errors
     /// A retryable [`Error::Unavailable`] when the standbys did not flush the commit within
-    /// the sync timeout (it committed on the primary and may be lost on failover), or no
-    /// answer came within the call timeout.
+    /// the sync timeout (it committed on the primary and may be lost on failover), when the
+    /// store's sessions are on another server than `conn` (the barrier could not flush its
+    /// commit), or no answer came within the call timeout.
     pub async fn confirm_in(&self, conn: &mut PgConnection) -> Result<()> {
         self.in_time(async { Ok(self.route.confirm_caller(conn).await?) })
             .await

@@ -10,6 +10,8 @@ use sqlx::{PgConnection, Postgres, Transaction};
 use crate::durable::Waiter;
 use crate::store::PostgresLeaseStore;
 
+const COMMIT_SYNCHRONOUSLY: &str = include_str!("../sql/commit_synchronously.sql");
+
 /// A database transaction that holds the lock on a run's row, opened by
 /// [`PostgresLeaseStore::fenced_transaction`] after the lease passed the fenced-write rules.
 ///
@@ -75,9 +77,11 @@ impl FencedTransaction {
 
     /// Commits the caller's statements; the fence held throughout.
     ///
-    /// The commit and, under `sync_replicas`, its confirmation are each bounded by the call
-    /// timeout. The confirmation covers the commit even if the caller's statements turned
-    /// synchronous commit off for it (a barrier write flushes it to the standbys first).
+    /// The transaction commits synchronously whatever the caller's statements set
+    /// (`SET LOCAL synchronous_commit = off` or the session-level `SET`): the store sets it
+    /// back to `on`, transaction-local, in a statement just before the commit, so a commit
+    /// reported done is flushed. The commit and, under `sync_replicas`, its confirmation are
+    /// each bounded by the call timeout.
     ///
     /// # Errors
     /// [`Error::Unavailable`](lease_core::Error::Unavailable) if the server already aborted the transaction because it outlived
@@ -87,7 +91,20 @@ impl FencedTransaction {
     /// time (it happened on the primary and may be lost on failover);
     /// [`Error::Backend`](lease_core::Error::Backend) if the database refused it (nothing was
     /// committed).
-    pub async fn commit(self) -> Result<()> {
+    pub async fn commit(mut self) -> Result<()> {
+        let limit = self.store.route.call_timeout;
+        let synchronous = sqlx::query(COMMIT_SYNCHRONOUSLY).execute(&mut *self.tx);
+        match tokio::time::timeout(limit, synchronous).await {
+            Ok(result) => result.map_err(|e| self.store.route.fail(e))?,
+            Err(_) => return Err(self.store.timed_out(limit).into()),
+        };
+        self.commit_as_set().await
+    }
+
+    /// Commits with the `synchronous_commit` the transaction's last statement left: the
+    /// store's own, `on` (`commit_synchronously.sql`, or an ending statement, which sets it
+    /// too), then confirms.
+    async fn commit_as_set(self) -> Result<()> {
         let FencedTransaction {
             tx, store, waiter, ..
         } = self;
@@ -123,7 +140,8 @@ impl FencedTransaction {
             Ok(result) => result?,
             Err(_) => return Err(self.store.timed_out(limit).into()),
         }
-        self.commit().await
+        // The ending statement (end_many.sql) set synchronous commit on, last.
+        self.commit_as_set().await
     }
 
     /// [`end`](FencedTransaction::end) with [`End::Complete`].

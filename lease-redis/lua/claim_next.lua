@@ -2,17 +2,20 @@
 -- instant claimable in microseconds, member = 16 hex digits of creation order followed by the
 -- encoded run id); KEYS[3]: attempts hash; KEYS[4]: history hash (a claim that takes over an
 -- expired lease writes that attempt, ended at its expiry); KEYS[4+p]: the kind's claimable
--- index at priority p, for p from 1 to 9
+-- index at priority p, for p from 1 to 9; KEYS[14]: payloads hash
 -- ARGV[1]: worker id; ARGV[2]: TTL in milliseconds; ARGV[3]: most runs to claim; ARGV[4]:
 -- most index entries to examine that turn out not to be claimable
--- Returns: flat {more, encoded id, fence, expiry, attempts, payload mark, priority, waited
+-- Returns: flat {more, encoded id, fence, expiry, attempts, payload, priority, waited
 -- (µs the run had been claimable: now less its index score), encoded id, ...}, the highest
 -- priority first, then the longest claimable first (each claim counts against its run's
 -- attempt budget), where more is '1' if the examination budget ran out before `max` runs
--- were claimed or the due entries ran out (call again), else '0'. The payload mark is
--- common.lua's payload_mark (1: a payload, 2: perhaps, nil: none): the caller reads the
--- payloads it needs with one HMGET of its own, so that they are not copied through the
--- script engine (a few µs per 1 KiB payload).
+-- were claimed or the due entries ran out (call again), else '0'. The payload is common.lua's
+-- payload_of: its bytes, or nil for none. It is read here, in the claim's own atomic step, so
+-- that it is the payload of the life this call claimed: a read after the script could meet
+-- the run cancelled, purged and created again since, and hand the dead lease the new life's
+-- payload. (Copied through the script, a 1 KiB payload costs the server about 2.3 µs per run
+-- claimed, against about 1 µs read apart, on a claim of about 13 µs: BENCHMARKS.md,
+-- lease-redis/tests/server_cpu.rs.)
 -- Claims, renewals and ends keep the index exact, so a due entry is normally claimable. An
 -- entry that is not (its run gone or ended, or held: an index written by an older version of
 -- this adapter, whose renewals left it behind) is removed or moved to the lease's expiry; at
@@ -51,7 +54,7 @@ for priority = 9, 0, -1 do
         out[#out + 1] = fence
         out[#out + 1] = num(expires)
         out[#out + 1] = tostring(redis.call('HINCRBY', KEYS[3], r.id, 1))
-        out[#out + 1] = payload_mark(r.t)
+        out[#out + 1] = payload_of(KEYS[14], r.id, r.t)
         out[#out + 1] = tostring(priority)
         out[#out + 1] = num(math.max(now - tonumber(members[j + 1]), 0))
         taken = taken + 1

@@ -262,13 +262,6 @@ impl Link {
             .map_err(|e| self.failed(&e, id))
     }
 
-    /// Runs one plain command on the shared connection (on a Cluster, routed by its first
-    /// key): a read of keys the caller names, such as the payloads of the runs it claimed.
-    pub(crate) async fn command(&self, cmd: &Cmd) -> Result<Value, RedisError> {
-        let (id, mut conn) = self.shared().await?;
-        conn.query(cmd).await.map_err(|e| self.failed(&e, id))
-    }
-
     /// Runs a write. Without replicas to wait for, as [`read`](Link::read). With
     /// `replicas=N`, on a connection of its own, as one pipeline: the script, a write of the
     /// namespace's barrier, and `WAIT N timeout`. The replication stream is ordered, so once

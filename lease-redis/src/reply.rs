@@ -9,17 +9,6 @@ use redis::Value;
 use crate::error::RedisError;
 use crate::keys::Class;
 
-/// What a claimed run's record says of its payload.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum PayloadMark {
-    /// It has none.
-    None,
-    /// It has one (perhaps empty).
-    Present,
-    /// The record is older than the facts that say: it may have one.
-    Unknown,
-}
-
 /// A script's reply as its elements.
 pub(crate) struct Reply {
     script: &'static str,
@@ -92,18 +81,6 @@ impl Reply {
             Some(Value::Nil) => Ok(None),
             Some(Value::BulkString(bytes)) => Ok(Some(Arc::from(bytes.as_slice()))),
             other => Err(self.bad(format!("element {i}: expected a payload, got {other:?}"))),
-        }
-    }
-
-    /// `claim_next.lua`'s payload mark: nil, 1 or 2.
-    pub(crate) fn payload_mark(&self, i: usize) -> Result<PayloadMark, RedisError> {
-        match self.items.get(i) {
-            Some(Value::Nil) => Ok(PayloadMark::None),
-            Some(Value::Int(1)) => Ok(PayloadMark::Present),
-            Some(Value::Int(2)) => Ok(PayloadMark::Unknown),
-            other => Err(self.bad(format!(
-                "element {i}: expected a payload mark, got {other:?}"
-            ))),
         }
     }
 

@@ -20,7 +20,7 @@ use crate::error::RedisError;
 use crate::guard::Guard;
 use crate::keys::{self, Class, Keys};
 use crate::link::Link;
-use crate::reply::{PayloadMark, Reply};
+use crate::reply::Reply;
 
 /// How many run ids one `list` script call examines at most, whatever its filter keeps: the
 /// bound on the work one call asks of the server.
@@ -300,60 +300,8 @@ impl RedisLeaseStore {
         answer
     }
 
-    /// The leases `claim_next.lua` handed out, with the payloads their marks call for, read
-    /// with one `HMGET` (a payload copied through the script engine costs the server several
-    /// times what the command costs). A payload is immutable and removed only with its run,
-    /// by a purge of the ended run: a lease whose record said it has one that is gone now
-    /// lost its run since the claim (cancelled and purged), and is left out, as an expired
-    /// one would be. An error of the read withholds the leases as an unconfirmed claim does
-    /// (they expire by their TTL).
-    async fn with_payloads(&self, claimed: Vec<(Lease, PayloadMark)>) -> Result<Vec<Lease>> {
-        let wanted: Vec<&Lease> = claimed
-            .iter()
-            .filter(|(_, mark)| *mark != PayloadMark::None)
-            .map(|(lease, _)| lease)
-            .collect();
-        if wanted.is_empty() {
-            return Ok(claimed.into_iter().map(|(lease, _)| lease).collect());
-        }
-        let mut cmd = redis::cmd("HMGET");
-        cmd.arg(self.keys.payloads());
-        for lease in &wanted {
-            cmd.arg(keys::encode(lease.run().as_str()));
-        }
-        let reply = Reply::new(
-            "claim_next (payloads HMGET)",
-            self.link.command(&cmd).await?,
-        )?;
-        if reply.len() != wanted.len() {
-            return Err(reply
-                .bad(format!("expected {} payloads", wanted.len()))
-                .into());
-        }
-        let mut read = 0;
-        let mut out = Vec::with_capacity(claimed.len());
-        for (lease, mark) in claimed {
-            if mark == PayloadMark::None {
-                out.push(lease);
-                continue;
-            }
-            let payload = reply.payload(read)?;
-            read += 1;
-            if payload.is_none() && mark == PayloadMark::Present {
-                tracing::warn!(
-                    run = %lease.run(),
-                    fence = lease.fence().get(),
-                    "a run claimed with a payload has none now (purged since): left out"
-                );
-                continue;
-            }
-            out.push(lease.with_payload(payload));
-        }
-        Ok(out)
-    }
-
-    /// The lease of a claim reply's fence, expiry and attempts from `i` (its payload is
-    /// added by the caller: in the reply after them for a claim, read apart for `claim_next`).
+    /// The lease of a claim reply's fence, expiry and attempts from `i` (its payload, in the
+    /// reply after them, is added by the caller).
     fn lease(
         &self,
         run: RunId,
@@ -581,6 +529,7 @@ impl LeaseStore for RedisLeaseStore {
             for index in &indexes[1..] {
                 call.key(index);
             }
+            call.key(self.keys.payloads());
             call.arg(worker.as_str())
                 .arg(ttl.as_millis())
                 .arg(max - leases.len())
@@ -606,15 +555,17 @@ impl LeaseStore for RedisLeaseStore {
                         .with_kind(kind.clone())
                         .with_priority(priority)
                         .with_waited(Some(waited));
-                    Ok((lease, reply.payload_mark(i + 4)?))
+                    // Read by the script that claimed the run: the payload of the life it
+                    // claimed.
+                    Ok(lease.with_payload(reply.payload(i + 4)?))
                 })
-                .collect::<Result<Vec<(Lease, PayloadMark)>>>()?;
+                .collect::<Result<Vec<Lease>>>()?;
             if !claimed.is_empty() {
                 // Unconfirmed leases are never handed out; those of earlier calls are
                 // withheld too (they expire by their TTL, their fences never reused).
                 ack.confirm()?;
             }
-            leases.extend(self.with_payloads(claimed).await?);
+            leases.extend(claimed);
             if !more || leases.len() >= max {
                 return Ok(leases);
             }

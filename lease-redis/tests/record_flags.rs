@@ -248,11 +248,11 @@ async fn a_flagged_record_spares_the_kind_and_payload_look_ups() {
     kinded_cycle().await; // the script loaded, outside the count
     let before = reads(&mut conn).await;
     kinded_cycle().await;
-    // claim_next: the record, then the batch's payloads in one HMGET; renew: the record;
-    // release: the record and the history.
+    // claim_next: the record and the payload, in its script; renew: the record; release: the
+    // record and the history.
     assert_eq!(
         reads_since(&mut conn, before).await,
-        (4, 1),
+        (5, 0),
         "HGETs and HMGETs of a kinded record's cycle"
     );
     strip_flags(&mut conn, &ns, "mail").await;
@@ -260,16 +260,17 @@ async fn a_flagged_record_spares_the_kind_and_payload_look_ups() {
     kinded_cycle().await;
     assert_eq!(
         reads_since(&mut conn, before).await,
-        (5, 1),
+        (6, 0),
         "HGETs and HMGETs of an old kinded record's cycle"
     );
 }
 
-/// A `claim_next` batch reads the payloads of the runs it takes with one command, whatever
-/// its size, and each lease gets its own run's payload byte-exact: an empty one as empty,
-/// none as none, whether its record carries the facts or not.
+/// A `claim_next` batch reads the payloads of the runs it takes in its claiming script, one
+/// command for the whole batch, and each lease gets its own run's payload byte-exact: an empty
+/// one as empty, none as none, whether its record carries the facts or not. A record whose
+/// facts say it has no payload is not looked up.
 #[tokio::test]
-async fn a_batch_reads_its_payloads_with_one_command() {
+async fn a_batch_reads_its_payloads_in_its_claiming_script() {
     let Some(server) = server() else { return };
     let ns = unique_namespace("flag-batch");
     let store = connect(&server.url(), &ns).await;
@@ -295,12 +296,24 @@ async fn a_batch_reads_its_payloads_with_one_command() {
     // Two records written before the facts: one with a payload, one without.
     strip_flags(&mut conn, &ns, "b-02").await;
     strip_flags(&mut conn, &ns, "b-04").await;
+    // The script loaded, outside the count.
+    assert!(store
+        .claim_next_kind(&Kind::new("warm").unwrap(), &worker(), ttl(), 1)
+        .await
+        .unwrap()
+        .is_empty());
     let before = reads(&mut conn).await;
+    let scripts = calls(&mut conn, "evalsha").await;
     let taken = store
         .claim_next_kind(&batch, &worker(), ttl(), 12)
         .await
         .unwrap();
     assert_eq!(taken.len(), 12);
+    assert_eq!(
+        calls(&mut conn, "evalsha").await - scripts,
+        1,
+        "commands of a batch of 12"
+    );
     for lease in &taken {
         let i: usize = lease.run().as_str()[2..].parse().unwrap();
         assert_eq!(
@@ -310,11 +323,11 @@ async fn a_batch_reads_its_payloads_with_one_command() {
             lease.run()
         );
     }
-    // The records, then one HMGET (the unflagged record without a payload is read there
-    // too, and answers none).
+    // The 12 records, then in the same script the payloads of the 9 runs that have one and
+    // of the unflagged record without one (which answers none); none of the 2 flagged 'n'.
     assert_eq!(
         reads_since(&mut conn, before).await,
-        (12, 1),
+        (22, 0),
         "HGETs and HMGETs of a batch of 12"
     );
 }
@@ -460,40 +473,4 @@ async fn an_append_resent_after_its_lease_ended_answers_its_first_result() {
         "the old call under a moved fence: {stale:?}"
     );
     assert_eq!(store.journal(&id).await.unwrap().len(), 2);
-}
-
-/// A run whose record says it has a payload, claimed when the payload is gone (only a purge of
-/// the ended run removes it, so between the claim and the payload's read its run was
-/// cancelled and purged; here it is removed by hand), is left out of the batch, and its
-/// neighbours are handed out with theirs.
-#[tokio::test]
-async fn a_claimed_run_whose_payload_is_gone_is_left_out() {
-    let Some(server) = server() else { return };
-    let ns = unique_namespace("flag-gone");
-    let store = connect(&server.url(), &ns).await;
-    let mut conn = raw(&server.url()).await;
-    let runs: Vec<NewRun> = ["g-0", "g-1", "g-2"]
-        .iter()
-        .map(|id| NewRun::new(run(id)).with_payload(id.as_bytes().to_vec()))
-        .collect();
-    for created in store.create_many_with(&runs).await.unwrap() {
-        created.unwrap();
-    }
-    let removed: u64 = redis::cmd("HDEL")
-        .arg(format!("{{lease:{ns}}}:payload"))
-        .arg(hex("g-1"))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(removed, 1, "the payload's field");
-    let taken = store.claim_next(&worker(), ttl(), 3).await.unwrap();
-    let handed: Vec<(&str, Option<&[u8]>)> = taken
-        .iter()
-        .map(|l| (l.run().as_str(), l.payload()))
-        .collect();
-    assert_eq!(
-        handed,
-        [("g-0", Some(&b"g-0"[..])), ("g-2", Some(&b"g-2"[..]))],
-        "the run without its payload is left out, the others keep theirs"
-    );
 }

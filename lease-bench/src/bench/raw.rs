@@ -304,6 +304,7 @@ impl Raw {
                 for priority in 1..=9 {
                     call.key(format!("{tag}:claimable:p{priority}"));
                 }
+                call.key(format!("{tag}:payload"));
                 let reply: Value = call
                     .arg(worker)
                     .arg(ttl_ms)
