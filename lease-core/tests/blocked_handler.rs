@@ -229,3 +229,62 @@ async fn a_shutdown_returns_within_its_grace_while_a_handler_blocks_its_thread()
         other => panic!("the stuck handler's late write was not refused: {other:?}"),
     }
 }
+
+/// The acceptance case: the default retry policy, so each retry of the run blocks a thread
+/// again. After the first attempt blocked past its stop, the worker runs its handlers on
+/// threads of their own, so the retry's block leaves the runtime's two threads to the worker:
+/// the run is claimable again (or failed) well within 15 s, and `Worker::run` returns within
+/// its grace of the shutdown, while two handlers' threads are still blocked. Before, the
+/// retry blocked the runtime's second thread and nothing of the worker ran until a block
+/// ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_of_a_blocking_handler_leave_the_runtime_to_the_worker() {
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+    let blocks = id("blocks");
+    store.create(&blocks).await.unwrap();
+    let config = WorkerConfig::new(Ttl::from_secs(30).unwrap())
+        .with_poll_interval(Duration::from_millis(10))
+        .with_attempt_timeout(Duration::from_secs(1))
+        .with_grace(Duration::from_secs(1));
+    let (running, shutdown, started, _late) = start(&store, config);
+    let first = receive(&started, Duration::from_secs(5), "the first attempt").await;
+    // Deadline and grace (2 s), then claimable again after the policy's first delay.
+    let record = until(&*store, &blocks, Duration::from_secs(15), |r| {
+        r.owner.is_none() || r.fence.get() > 1
+    })
+    .await;
+    assert_eq!(record.state, RunState::Runnable, "retried: {record:?}");
+    assert_eq!(record.attempts, 1, "the deadline counted: {record:?}");
+    let second = receive(&started, Duration::from_secs(10), "the retry").await;
+    assert!(
+        second.duration_since(first) < BLOCK,
+        "the first block is still on"
+    );
+
+    shutdown.cancel();
+    let stopping = Instant::now();
+    let report = tokio::time::timeout(Duration::from_secs(10), running)
+        .await
+        .expect("Worker::run returned within 10 s of the shutdown")
+        .unwrap()
+        .unwrap();
+    let took = stopping.elapsed();
+    assert!(
+        took < Duration::from_secs(3),
+        "returned {took:?} after the shutdown"
+    );
+    assert!(
+        first.elapsed() < BLOCK,
+        "both blocks were still on at the return"
+    );
+    // The retry's own deadline and the shutdown's grace end about together: it is stopped
+    // by one or the other.
+    assert_eq!(report.timed_out + report.abandoned, 2, "{report:?}");
+    assert!(report.timed_out >= 1, "{report:?}");
+    let record = store.inspect(&blocks).await.unwrap();
+    assert_eq!(record.owner, None, "ended at the shutdown: {record:?}");
+    assert_eq!(
+        record.attempts, report.timed_out,
+        "each deadline counted, the shutdown did not: {record:?}"
+    );
+}

@@ -1,6 +1,7 @@
 //! One claimed run: its handler under the attempt deadline and the shutdown's grace, and how
 //! its lease ends.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,6 +33,11 @@ pub(super) struct Job {
     pub(super) retry: RetryPolicy,
     pub(super) attempt_timeout: Option<Duration>,
     pub(super) grace: Duration,
+    /// Set once a handler of this worker blocked its thread past its stop: from then on each
+    /// handler runs on a thread of its own (the runtime's blocking pool), so a handler that
+    /// blocks again leaves the runtime's threads to the worker's deadlines, renewals and
+    /// shutdown.
+    pub(super) own_threads: Arc<AtomicBool>,
     pub(super) _slot: Slot,
 }
 
@@ -88,6 +94,7 @@ pub(super) async fn job(job: Job) {
         retry,
         attempt_timeout,
         grace,
+        own_threads,
         _slot,
     } = job;
     let run = scope.run().clone();
@@ -123,7 +130,13 @@ pub(super) async fn job(job: Job) {
         effect_slot = Some(ctx.effect.clone());
         let started = Instant::now();
         metrics::gauge!(observe::WORKER_IN_FLIGHT).increment(1.0);
-        let mut task = tokio::spawn(handler.call(ctx).instrument(tracing::Span::current()));
+        let work = handler.call(ctx).instrument(tracing::Span::current());
+        let mut task = if own_threads.load(Ordering::Relaxed) {
+            let runtime = tokio::runtime::Handle::current();
+            tokio::task::spawn_blocking(move || runtime.block_on(work))
+        } else {
+            tokio::spawn(work)
+        };
         let deadline = attempt_timeout.map(|d| started + d);
         let mut stopped = Stopped::No;
         // A handler whose lease is lost is cancelled through its token and may finish (its
@@ -152,6 +165,14 @@ pub(super) async fn job(job: Job) {
                 }
             }
         };
+        if joined.is_none() && !task.is_finished() && !own_threads.swap(true, Ordering::Relaxed) {
+            // Aborted and still running: it blocks a runtime thread. A handler blocked again
+            // by each retry would take another each time, until none is left for the worker.
+            tracing::warn!(
+                "a handler blocked its thread past its stop; this worker's handlers run on \
+                 threads of their own from now on (the runtime's blocking pool)"
+            );
+        }
         let outcome = match joined {
             Some(Ok(returned)) => Outcome::Returned(returned),
             Some(Err(e)) if e.is_panic() => Outcome::Panicked(panic_message(e.into_panic())),

@@ -90,11 +90,14 @@ use purging::stop_purger;
 /// [`Error::StaleFence`](crate::Error::StaleFence) once the run was claimed again), and the
 /// future is dropped at its first yield.
 ///
-/// - On a **multi-thread** runtime each blocked handler takes one worker thread out of the
-///   runtime. The worker's own tasks (deadlines, renewals, ends, claims) run on the others, so
-///   keep more runtime threads than the handlers that may block at once: with every worker
-///   thread blocked, nothing of the runtime runs, this worker included. A handler blocked
-///   again by each retry of its run takes another thread each time.
+/// - On a **multi-thread** runtime the first blocked handler takes one worker thread out of
+///   the runtime; the worker's own tasks (deadlines, renewals, ends, claims) run on the others.
+///   From then on (a warning says so once) this worker runs each handler on a thread of its
+///   own from the runtime's blocking pool (`spawn_blocking`, the handler's future driven by
+///   `Handle::block_on`), so a handler blocked again, by a retry of its run or another run,
+///   leaves the runtime's threads to the worker. That costs a thread hand-off per job, which
+///   is why it is not the default; with a single runtime worker thread the first block still
+///   stalls the runtime until it ends.
 /// - On a **`current_thread`** runtime a blocked handler blocks the whole runtime: no
 ///   deadline, renewal or shutdown runs until it yields, and the lease may expire meanwhile
 ///   (its later writes are still fenced). Attempt deadlines hold there only for handlers that
@@ -301,6 +304,7 @@ impl Worker {
         }
         // Cancelled when the grace period ends: every scope's parent.
         let abandon = CancellationToken::new();
+        let own_threads = Arc::new(std::sync::atomic::AtomicBool::new(false));
         scope_config = scope_config.with_parent(abandon.clone());
 
         let (ends_tx, ends_rx) = mpsc::unbounded_channel();
@@ -498,6 +502,7 @@ impl Worker {
                         retry: self.config.retry,
                         attempt_timeout: self.config.attempt_timeout,
                         grace: self.config.grace,
+                        own_threads: own_threads.clone(),
                         _slot: permit,
                     })
                     .instrument(span),
