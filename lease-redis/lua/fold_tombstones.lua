@@ -2,14 +2,18 @@
 -- last fence), or this release's marker in their place; KEYS[2]: the fence floor
 -- ARGV[1]: the HSCAN cursor to continue from ('0' to start)
 -- Returns: {cursor, wrote}: the cursor to call again with, or 'done' once the tombstones are
--- folded and the marker is set; wrote is 1 if this call wrote anything (replicas must confirm
--- it before the store serves: a create reads the floor alone), 0 if not.
+-- folded and the marker is set; wrote is 1 if this call folded tombstones (replicas must
+-- confirm it before the store serves: a create reads the floor alone), 0 if not (setting the
+-- marker on a namespace that had none needs no confirmation: lost, it is set again by the
+-- next connect).
 -- Moves a page of tombstones into the floor (the floor rises to their highest fence) and
 -- deletes them. Once none is left, KEYS[1] becomes a string: a process of the older release
 -- still running against the namespace then fails its create and purge (WRONGTYPE) instead of
 -- starting a purged id below its last fence.
 local kind = redis.call('TYPE', KEYS[1]).ok
+local folded = '0'
 if kind == 'hash' then
+  folded = '1'
   local page = redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', 500)
   local floor = redis.call('GET', KEYS[2]) or '0'
   local fields = page[2]
@@ -27,4 +31,4 @@ elseif kind ~= 'none' then
   return redis.error_reply('the key ' .. KEYS[1] .. ' is a ' .. kind .. '; this store keeps its format marker there')
 end
 redis.call('SET', KEYS[1], 'format 2: purged runs raise the fence floor (:floor); no tombstones')
-return { 'done', '1' }
+return { 'done', folded }
