@@ -165,7 +165,7 @@ pub(super) async fn job(job: Job) {
                 }
             }
         };
-        if joined.is_none() && !task.is_finished() && !own_threads.swap(true, Ordering::Relaxed) {
+        if joined.is_none() && !own_threads.swap(true, Ordering::Relaxed) {
             // Aborted and still running: it blocks a runtime thread. A handler blocked again
             // by each retry would take another each time, until none is left for the worker.
             tracing::warn!(
@@ -360,7 +360,7 @@ enum Outcome {
     Stopped,
 }
 
-/// Aborts `task` and stops waiting for it: its result if it had already ended, `None` if not.
+/// Aborts `task` and waits up to [`STOP_WAIT`] for it: its result if it ended, `None` if not.
 ///
 /// An abort lands when the task next yields; a handler blocking its thread (a
 /// `std::thread::sleep`, a blocking client, a CPU loop) never does, and waiting for it would
@@ -368,12 +368,14 @@ enum Outcome {
 /// blocks. Its thread is left to it; whatever it writes later is refused by the fence.
 async fn stop<T>(task: &mut JoinHandle<T>) -> Option<std::result::Result<T, JoinError>> {
     task.abort();
-    if task.is_finished() {
-        Some(task.await)
-    } else {
-        None
-    }
+    // A task that yields ends at its next poll; one that blocks its thread does not end
+    // within this wait, and is left running.
+    tokio::time::timeout(STOP_WAIT, task).await.ok()
 }
+
+/// How long a stopped handler's abort is waited for before the handler is taken to block its
+/// thread and left to it.
+const STOP_WAIT: Duration = Duration::from_millis(100);
 
 /// Completes at `deadline`, or never without one.
 async fn sleep_until_opt(deadline: Option<Instant>) {
