@@ -371,6 +371,16 @@ impl LeaseStore for AuditedStore {
         self.inner.purge(older_than, max).await
     }
 
+    // Defaulted in the trait (`purge` for every ended state, `Unsupported` for some).
+    async fn purge_ended(
+        &self,
+        states: distribution::EndedStates,
+        older_than: Duration,
+        max: usize,
+    ) -> Result<Vec<RunId>> {
+        self.inner.purge_ended(states, older_than, max).await
+    }
+
     // Defaulted in the trait (`Unsupported`).
     async fn count_purgeable(&self, older_than: Duration) -> Result<u64> {
         self.inner.count_purgeable(older_than).await

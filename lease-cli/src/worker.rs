@@ -51,10 +51,14 @@ pub(crate) struct WorkerArgs {
     /// stopped and their runs given back (a number and a unit, ms, s, m or h). Default 10s.
     #[arg(long, value_name = "AGE", value_parser = crate::ops::parse_age)]
     grace: Option<Duration>,
-    /// Retention by the fleet: purge ended runs older than AGE, taking turns with the
-    /// store's other purgers under one lease. Off by default.
-    #[arg(long, value_name = "AGE", value_parser = crate::ops::parse_age)]
+    /// Retention by the fleet: purge ended runs older than AGE whatever their state, taking
+    /// turns with the store's other purgers under one lease. By default completed runs are
+    /// purged 24h after they ended, failed and cancelled ones after 7 days.
+    #[arg(long, value_name = "AGE", value_parser = crate::ops::parse_age, conflicts_with = "no_retention")]
     retention: Option<Duration>,
+    /// Keep every ended run: this worker purges nothing.
+    #[arg(long)]
+    no_retention: bool,
     /// Serve the library's metrics in Prometheus text format on this address (for example
     /// 127.0.0.1:9464; port 0 picks a free one). The address is printed on stderr.
     #[arg(long, value_name = "ADDR")]
@@ -107,6 +111,9 @@ pub(crate) async fn worker(config: &Config, args: WorkerArgs) -> Result<(), Fail
     if let Some(age) = args.retention {
         worker_config = worker_config.with_retention(age);
     }
+    if args.no_retention {
+        worker_config = worker_config.with_retention_policy(None);
+    }
     worker_config.check()?;
     let kinds = if args.kinds.is_empty() {
         vec![Kind::default()]
@@ -120,10 +127,10 @@ pub(crate) async fn worker(config: &Config, args: WorkerArgs) -> Result<(), Fail
         if kinds[..i].contains(kind) {
             return Err(usage(format!("--kind {kind} is given twice")));
         }
-        if kind.as_str() == distribution::PURGER_KIND && args.retention.is_some() {
+        if kind.as_str() == distribution::PURGER_KIND && !args.no_retention {
             return Err(usage(format!(
-                "--kind {kind} is the purge lease's kind: with --retention, a worker does not \
-                 serve it"
+                "--kind {kind} is the purge lease's kind: a worker with retention (the \
+                 default; --no-retention turns it off) does not serve it"
             )));
         }
     }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::{
-    CancellationToken, End, FaultyStore, Kind, LeaseStore, RunContext, RunState, Worker,
-    WorkerConfig, DEFAULT_PURGER_NAME, PURGER_KIND,
+    CancellationToken, End, FaultyStore, Kind, LeaseStore, LeaseStoreExt, RunContext, RunState,
+    Worker, WorkerConfig, DEFAULT_PURGER_NAME, PURGER_KIND,
 };
 use tokio::time::Instant;
 
@@ -106,4 +106,99 @@ pub async fn workers_with_retention_purge_ended_runs_under_one_lease(factory: &d
         "{said}"
     );
     assert_eq!(journal[0].fence, record.fence);
+}
+
+/// `purge_ended` removes the runs of the states asked for and no other: completed runs go
+/// while failed and cancelled ones stay, then those go too; each call is bounded by `max`,
+/// oldest end first. Runs of other states are passed over however many come before: 150
+/// failed runs ended before the completed ones do not keep the completed ones from being
+/// purged (the Redis backend passes over such entries once per set of states, not every
+/// call), and a purged id created again is claimed above its old fence.
+pub async fn purge_ended_removes_only_the_states_asked(factory: &dyn StoreFactory) {
+    let t = timing(factory);
+    let store = factory.fresh().await;
+    let w = worker("w");
+    let ttl = t.at_least(30_000);
+    let mut fences = std::collections::HashMap::new();
+    let end = |i: usize, how: &'static str| {
+        let store = store.clone();
+        let w = w.clone();
+        async move {
+            let id = run(&format!("{how}-{i}"));
+            store.create(&id).await.unwrap();
+            let lease = store.claim(&id, &w, ttl).await.unwrap();
+            match how {
+                "failed" => store.fail(&lease, "boom").await.unwrap(),
+                "cancelled" => {
+                    store.cancel(&id, "operator").await.unwrap();
+                }
+                _ => store.complete(&lease).await.unwrap(),
+            }
+            (id, lease.fence())
+        }
+    };
+    for i in 0..150 {
+        let (id, fence) = end(i, "failed").await;
+        fences.insert(id, fence);
+    }
+    for i in 0..5 {
+        let (id, fence) = end(i, "cancelled").await;
+        fences.insert(id, fence);
+    }
+    for i in 0..30 {
+        let (id, fence) = end(i, "completed").await;
+        fences.insert(id, fence);
+    }
+    let completed = lease_core::EndedStates::COMPLETED;
+    let hour = Duration::from_secs(3600);
+    assert!(
+        store
+            .purge_ended(completed, hour, 100)
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing ended an hour ago"
+    );
+    let first = store
+        .purge_ended(completed, Duration::ZERO, 20)
+        .await
+        .unwrap();
+    assert_eq!(first.len(), 20, "bounded by max: {first:?}");
+    let rest = store
+        .purge_ended(completed, Duration::ZERO, 100)
+        .await
+        .unwrap();
+    assert_eq!(rest.len(), 10, "the other completed runs: {rest:?}");
+    assert!(first
+        .iter()
+        .chain(&rest)
+        .all(|id| id.as_str().starts_with("completed-")));
+    let counts = store.count().await.unwrap();
+    assert_eq!(
+        (counts.completed, counts.failed, counts.cancelled),
+        (0, 150, 5),
+        "failed and cancelled runs kept"
+    );
+    let kept = lease_core::EndedStates::FAILED | lease_core::EndedStates::CANCELLED;
+    let mut gone = Vec::new();
+    loop {
+        let batch = store.purge_ended(kept, Duration::ZERO, 100).await.unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        gone.extend(batch);
+    }
+    assert_eq!(gone.len(), 155, "every failed and cancelled run");
+    let counts = store.count().await.unwrap();
+    assert_eq!((counts.failed, counts.cancelled), (0, 0));
+    for id in [run("completed-3"), run("failed-7"), run("cancelled-1")] {
+        store.create(&id).await.unwrap();
+        let lease = store.claim(&id, &w, ttl).await.unwrap();
+        assert!(
+            lease.fence() > fences[&id],
+            "{id} created again is claimed at {} after {}",
+            lease.fence(),
+            fences[&id]
+        );
+    }
 }

@@ -455,6 +455,21 @@ impl LeaseStore for FaultyStore {
         self.answer(fault, out).await
     }
 
+    async fn purge_ended(
+        &self,
+        states: crate::EndedStates,
+        older_than: Duration,
+        max: usize,
+    ) -> Result<Vec<RunId>> {
+        self.gate().await?;
+        let fault = self.reply_fault();
+        if fault == ReplyFault::Duplicate {
+            let _ = self.inner.purge_ended(states, older_than, max).await;
+        }
+        let out = self.inner.purge_ended(states, older_than, max).await;
+        self.answer(fault, out).await
+    }
+
     async fn count_purgeable(&self, older_than: Duration) -> Result<u64> {
         self.gate().await?;
         let fault = self.reply_fault();

@@ -44,6 +44,7 @@ mod kind;
 mod memory;
 mod new_run;
 pub mod observe;
+mod policy;
 mod redact;
 mod refresh;
 mod retention;
@@ -65,6 +66,7 @@ pub use kind::{refuse_kinds, Kind, KindCounts, DEFAULT_KIND, MAX_KINDS_COUNTED, 
 pub use memory::{MemoryLeaseStore, MemoryTransaction};
 pub use new_run::{refuse_priorities, NewRun, MAX_PRIORITY, MAX_START_DELAY};
 pub use observe::Instrumented;
+pub use policy::{EndedStates, Retention, DEFAULT_COMPLETED_RETENTION, DEFAULT_FAILED_RETENTION};
 pub use redact::{redact_url, REDACTED, UNPARSEABLE_URL};
 pub use retention::{
     Purger, PurgerReport, DEFAULT_PURGER_NAME, DEFAULT_PURGE_BATCH, DEFAULT_PURGE_EVERY,

@@ -823,12 +823,22 @@ impl LeaseStore for MemoryLeaseStore {
     }
 
     async fn purge(&self, older_than: std::time::Duration, max: usize) -> Result<Vec<RunId>> {
+        self.purge_ended(crate::EndedStates::ALL, older_than, max)
+            .await
+    }
+
+    async fn purge_ended(
+        &self,
+        states: crate::EndedStates,
+        older_than: std::time::Duration,
+        max: usize,
+    ) -> Result<Vec<RunId>> {
         check_purge(older_than, max)?;
         let now = Instant::now();
         let mut state = self.lock();
         let mut due: BTreeMap<(Instant, u64), RunId> = BTreeMap::new();
         for (run, slot) in &state.runs {
-            if Self::purgeable(slot, older_than, now) {
+            if states.contains(slot.state) && Self::purgeable(slot, older_than, now) {
                 due.insert((slot.claimable_at, slot.order), run.clone());
                 if due.len() > max {
                     due.pop_last();

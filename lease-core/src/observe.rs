@@ -636,6 +636,21 @@ impl LeaseStore for Instrumented {
             .await
     }
 
+    async fn purge_ended(
+        &self,
+        states: crate::EndedStates,
+        older_than: Duration,
+        max: usize,
+    ) -> Result<Vec<RunId>> {
+        let s = on_items(span(self.backend, "purge_ended"), max);
+        self.call(
+            "purge_ended",
+            s,
+            self.inner.purge_ended(states, older_than, max),
+        )
+        .await
+    }
+
     async fn count_purgeable(&self, older_than: Duration) -> Result<u64> {
         let s = span(self.backend, "count_purgeable");
         self.call("count_purgeable", s, self.inner.count_purgeable(older_than))

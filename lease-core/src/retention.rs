@@ -14,12 +14,13 @@ use crate::error::{Error, InvalidInput, Result};
 use crate::id::{RunId, WorkerId};
 use crate::kind::Kind;
 use crate::new_run::NewRun;
+use crate::policy::{EndedStates, Retention};
 use crate::scope::{RunScope, ScopeConfig};
 use crate::store::LeaseStore;
 use crate::types::{check_purge, Ttl};
 
-/// The age a [`Purger`] keeps ended runs for unless told otherwise: seven days (River keeps
-/// discarded jobs as long).
+/// Seven days: how long [`Retention::default`] keeps failed and cancelled runs (River keeps
+/// discarded jobs as long), and a common age for [`Retention::all`].
 pub const DEFAULT_RETENTION_AGE: Duration = Duration::from_secs(7 * 86_400);
 
 /// How often a [`Purger`] looks for runs to purge unless told otherwise: every minute.
@@ -93,7 +94,7 @@ pub struct Purger {
     name: RunId,
     worker: WorkerId,
     ttl: Ttl,
-    age: Duration,
+    retention: Retention,
     every: Duration,
     batch: usize,
     lease_kind: Kind,
@@ -105,7 +106,7 @@ impl std::fmt::Debug for Purger {
             .field("name", &self.name)
             .field("worker", &self.worker)
             .field("ttl", &self.ttl)
-            .field("age", &self.age)
+            .field("retention", &self.retention)
             .field("every", &self.every)
             .field("batch", &self.batch)
             .field("lease_kind", &self.lease_kind)
@@ -115,7 +116,8 @@ impl std::fmt::Debug for Purger {
 
 impl Purger {
     /// A purger of the `runs` store, holding its lease in the `leases` store as `worker` for
-    /// `ttl`, with the defaults: age [`DEFAULT_RETENTION_AGE`], period
+    /// `ttl`, with the defaults: [`Retention::default`] (completed runs kept 24 hours, failed
+    /// and cancelled ones 7 days), period
     /// [`DEFAULT_PURGE_EVERY`], batch [`DEFAULT_PURGE_BATCH`], name [`DEFAULT_PURGER_NAME`].
     pub fn new(
         runs: Arc<dyn LeaseStore>,
@@ -129,20 +131,33 @@ impl Purger {
             name: RunId::new(DEFAULT_PURGER_NAME).expect("a valid run id"),
             worker,
             ttl,
-            age: DEFAULT_RETENTION_AGE,
+            retention: Retention::default(),
             every: DEFAULT_PURGE_EVERY,
             batch: DEFAULT_PURGE_BATCH,
             lease_kind: Kind::default(),
         }
     }
 
-    /// Purges ended runs older than `age` (ended this long ago on the store's clock).
+    /// Purges ended runs older than `age` (ended this long ago on the store's clock),
+    /// whatever their state: [`with_retention`](Purger::with_retention) of
+    /// [`Retention::all`].
     ///
     /// # Errors
     /// [`InvalidInput::PurgeAgeTooLong`] over [`MAX_PURGE_AGE`](crate::MAX_PURGE_AGE).
-    pub fn with_age(mut self, age: Duration) -> Result<Purger, InvalidInput> {
-        check_purge(age, self.batch)?;
-        self.age = age;
+    pub fn with_age(self, age: Duration) -> Result<Purger, InvalidInput> {
+        self.with_retention(Retention::all(age))
+    }
+
+    /// Purges ended runs by `retention`: each state's runs once they ended longer ago than
+    /// its age (on the store's clock), none of a state kept for good. One purge per group of
+    /// states kept equally long ([`Retention::groups`]), each through
+    /// [`purge_ended`](LeaseStore::purge_ended).
+    ///
+    /// # Errors
+    /// [`InvalidInput::PurgeAgeTooLong`] over [`MAX_PURGE_AGE`](crate::MAX_PURGE_AGE).
+    pub fn with_retention(mut self, retention: Retention) -> Result<Purger, InvalidInput> {
+        retention.check()?;
+        self.retention = retention;
         Ok(self)
     }
 
@@ -151,7 +166,7 @@ impl Purger {
     /// # Errors
     /// [`InvalidInput::WorkerSetting`] naming `every`.
     pub fn with_every(mut self, every: Duration) -> Result<Purger, InvalidInput> {
-        Purger::check(self.age, every, self.batch)?;
+        Purger::check(Duration::ZERO, every, self.batch)?;
         self.every = every;
         Ok(self)
     }
@@ -180,7 +195,7 @@ impl Purger {
     /// # Errors
     /// [`InvalidInput::BatchEmpty`] or [`InvalidInput::BatchTooLarge`].
     pub fn with_batch(mut self, batch: usize) -> Result<Purger, InvalidInput> {
-        check_purge(self.age, batch)?;
+        check_purge(Duration::ZERO, batch)?;
         self.batch = batch;
         Ok(self)
     }
@@ -286,51 +301,72 @@ impl Purger {
         shutdown: &CancellationToken,
         report: &mut PurgerReport,
     ) -> Result<()> {
+        let groups = self.retention.groups();
         loop {
-            loop {
-                if shutdown.is_cancelled() {
+            for &(states, age) in &groups {
+                if !self
+                    .purge_group(scope, shutdown, report, states, age)
+                    .await?
+                {
                     return Ok(());
-                }
-                if !self.may_start(scope) {
-                    report.stood_down += 1;
-                    tracing::warn!(purger = %self.name, fence = %scope.fence(), "purge lease ended or about to: no batch started");
-                    return Ok(());
-                }
-                report.batches += 1;
-                let purged = tokio::select! {
-                    () = scope.cancelled() => {
-                        // The lease ended while the batch was out: stop waiting for it (it may
-                        // still apply; see the type's docs).
-                        report.stood_down += 1;
-                        tracing::warn!(purger = %self.name, fence = %scope.fence(), "purge lease ended during a batch: no more batches");
-                        return Ok(());
-                    }
-                    purged = self.runs.purge(self.age, self.batch) => purged,
-                };
-                match purged {
-                    Ok(ids) => {
-                        report.purged += ids.len() as u64;
-                        if !ids.is_empty() {
-                            tracing::info!(purger = %self.name, fence = %scope.fence(), purged = ids.len(), "ended runs purged");
-                        }
-                        if ids.len() < self.batch {
-                            break;
-                        }
-                    }
-                    Err(e @ Error::InvalidInput(_)) => {
-                        tracing::error!(purger = %self.name, error = %e, "the store refuses purges; the purger stops");
-                        return Err(e);
-                    }
-                    Err(e) => {
-                        tracing::warn!(purger = %self.name, error = %e, "purge failed; trying again next period");
-                        break;
-                    }
                 }
             }
             tokio::select! {
                 () = scope.cancelled() => return Ok(()),
                 () = shutdown.cancelled() => return Ok(()),
                 () = tokio::time::sleep(self.every) => {}
+            }
+        }
+    }
+
+    /// Purges the runs of `states` older than `age` in batches until one comes back short;
+    /// whether the purger may go on (it holds the lease, and no shutdown came).
+    async fn purge_group(
+        &self,
+        scope: &RunScope,
+        shutdown: &CancellationToken,
+        report: &mut PurgerReport,
+        states: EndedStates,
+        age: Duration,
+    ) -> Result<bool> {
+        loop {
+            if shutdown.is_cancelled() {
+                return Ok(false);
+            }
+            if !self.may_start(scope) {
+                report.stood_down += 1;
+                tracing::warn!(purger = %self.name, fence = %scope.fence(), "purge lease ended or about to: no batch started");
+                return Ok(false);
+            }
+            report.batches += 1;
+            let purged = tokio::select! {
+                () = scope.cancelled() => {
+                    // The lease ended while the batch was out: stop waiting for it (it may
+                    // still apply; see the type's docs).
+                    report.stood_down += 1;
+                    tracing::warn!(purger = %self.name, fence = %scope.fence(), "purge lease ended during a batch: no more batches");
+                    return Ok(false);
+                }
+                purged = self.runs.purge_ended(states, age, self.batch) => purged,
+            };
+            match purged {
+                Ok(ids) => {
+                    report.purged += ids.len() as u64;
+                    if !ids.is_empty() {
+                        tracing::info!(purger = %self.name, fence = %scope.fence(), ?states, purged = ids.len(), "ended runs purged");
+                    }
+                    if ids.len() < self.batch {
+                        return Ok(true);
+                    }
+                }
+                Err(e @ Error::InvalidInput(_)) => {
+                    tracing::error!(purger = %self.name, error = %e, "the store refuses purges; the purger stops");
+                    return Err(e);
+                }
+                Err(e) => {
+                    tracing::warn!(purger = %self.name, error = %e, "purge failed; trying again next period");
+                    return Ok(true);
+                }
             }
         }
     }
@@ -391,8 +427,13 @@ mod tests {
             .and_then(|p| p.with_batch(MAX_BATCH))
             .unwrap();
         assert_eq!(
-            (ok.age, ok.every, ok.batch),
-            (Duration::ZERO, Duration::from_secs(1), MAX_BATCH)
+            (ok.retention, ok.every, ok.batch),
+            (
+                Retention::all(Duration::ZERO),
+                Duration::from_secs(1),
+                MAX_BATCH
+            )
         );
+        assert_eq!(purger().retention, Retention::default());
     }
 }

@@ -460,6 +460,32 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
         Err(crate::InvalidInput::Unsupported { operation: "purge" }.into())
     }
 
+    /// [`purge`](LeaseStore::purge) of the runs that ended in one of `states` only: how a
+    /// [`Retention`](crate::Retention) keeps failed runs longer than completed ones. Same
+    /// rules, same order (oldest end first), same bound on `max`.
+    ///
+    /// The default implementation calls [`purge`](LeaseStore::purge) for
+    /// [`EndedStates::ALL`](crate::EndedStates::ALL) and refuses any other set with
+    /// [`InvalidInput::Unsupported`](crate::InvalidInput::Unsupported).
+    ///
+    /// # Errors
+    /// As [`purge`](LeaseStore::purge).
+    async fn purge_ended(
+        &self,
+        states: crate::EndedStates,
+        older_than: Duration,
+        max: usize,
+    ) -> Result<Vec<RunId>> {
+        if states == crate::EndedStates::ALL {
+            return self.purge(older_than, max).await;
+        }
+        crate::backend::check_purge(older_than, max)?;
+        Err(crate::InvalidInput::Unsupported {
+            operation: "purge_ended",
+        }
+        .into())
+    }
+
     /// How many runs are claimable, held, delayed, suspended, completed, failed and cancelled, each
     /// counted up to [`MAX_COUNT`](crate::MAX_COUNT) so one call's work is bounded, without
     /// listing them (for a gauge of what is waiting).

@@ -385,3 +385,86 @@ async fn retention_is_off_on_the_memory_store_and_the_purge_kind_is_not_served()
         "{e}"
     );
 }
+
+/// A Worker purges by default as River does: completed runs a day after they ended, failed and
+/// cancelled ones after a week; `with_retention_policy(None)` keeps everything. On a paused
+/// clock (the memory store's clock is Tokio's), so days pass at once; the store is wrapped so
+/// that it is not `memory:` (where retention is off).
+#[tokio::test(start_paused = true)]
+async fn a_worker_purges_completed_runs_after_a_day_and_failures_after_a_week_by_default() {
+    use lease_core::{End, LeaseStoreExt, RunContext, Worker, WorkerConfig};
+
+    let run_worker = |store: Arc<dyn LeaseStore>, config: WorkerConfig, days: u64| async move {
+        // Slow polls: fewer wake-ups to step through while days pass.
+        let config = config
+            .with_poll_interval(Duration::from_secs(60))
+            .with_wake_poll_interval(Duration::from_secs(60));
+        let worker = Worker::new(store, WorkerId::new("w").unwrap(), config).unwrap();
+        let shutdown = CancellationToken::new();
+        let stop = shutdown.clone();
+        let task = tokio::spawn(async move {
+            worker
+                .run(
+                    |_ctx: RunContext| async { Ok::<_, lease_core::BoxError>(End::Complete) },
+                    stop,
+                )
+                .await
+        });
+        sleep(Duration::from_secs(days * 86_400 + 120)).await;
+        shutdown.cancel();
+        task.await.unwrap().unwrap()
+    };
+    let fill = |store: Arc<dyn LeaseStore>| async move {
+        completed(&store, "done", 3).await;
+        let w = WorkerId::new("setup").unwrap();
+        for i in 0..2 {
+            let run = id(&format!("failed-{i}"));
+            store.create(&run).await.unwrap();
+            let lease = store
+                .claim(&run, &w, Ttl::from_secs(30).unwrap())
+                .await
+                .unwrap();
+            store.fail(&lease, "boom").await.unwrap();
+        }
+        store.create(&id("cancelled")).await.unwrap();
+        store.cancel(&id("cancelled"), "operator").await.unwrap();
+    };
+    let ended = |store: Arc<dyn LeaseStore>| async move {
+        let c = store.count().await.unwrap();
+        (c.completed, c.failed, c.cancelled)
+    };
+    // A long TTL: fewer heartbeats to step through while days pass.
+    let ttl = Ttl::from_secs(600).unwrap();
+
+    let store: Arc<dyn LeaseStore> = Arc::new(FaultyStore::new(Arc::new(MemoryLeaseStore::new())));
+    fill(store.clone()).await;
+    let report = run_worker(store.clone(), WorkerConfig::new(ttl), 1).await;
+    assert_eq!(
+        ended(store.clone()).await,
+        (0, 2, 1),
+        "a day: completed runs purged"
+    );
+    assert_eq!(report.purged, 3);
+    let report = run_worker(store.clone(), WorkerConfig::new(ttl), 6).await;
+    assert_eq!(
+        ended(store.clone()).await,
+        (0, 0, 0),
+        "a week: failures purged"
+    );
+    assert_eq!(report.purged, 3);
+
+    let store: Arc<dyn LeaseStore> = Arc::new(FaultyStore::new(Arc::new(MemoryLeaseStore::new())));
+    fill(store.clone()).await;
+    let keep_all = WorkerConfig::new(ttl).with_retention_policy(None);
+    let report = run_worker(store.clone(), keep_all, 8).await;
+    assert_eq!(
+        ended(store.clone()).await,
+        (3, 2, 1),
+        "None keeps every run"
+    );
+    assert_eq!(report.purged, 0);
+    assert!(
+        store.inspect(&id(DEFAULT_PURGER_NAME)).await.is_err(),
+        "no purge lease taken"
+    );
+}

@@ -1406,13 +1406,25 @@ impl LeaseStore for PostgresLeaseStore {
     }
 
     async fn purge(&self, older_than: Duration, max: usize) -> Result<Vec<RunId>> {
+        self.purge_ended(lease_core::EndedStates::ALL, older_than, max)
+            .await
+    }
+
+    async fn purge_ended(
+        &self,
+        states: lease_core::EndedStates,
+        older_than: Duration,
+        max: usize,
+    ) -> Result<Vec<RunId>> {
         check_purge(older_than, max)?;
+        let states = states.names();
         let rows = call!(self, |conn| {
             self.write_all(
                 conn,
                 sqlx::query(&self.sql.purge)
                     .bind(older_than.as_millis() as i64) // at most MAX_PURGE_AGE, checked
-                    .bind(max as i64),
+                    .bind(max as i64)
+                    .bind(&states),
             )
             .await
         })?;

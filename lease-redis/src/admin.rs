@@ -5,12 +5,14 @@
 use std::time::Duration;
 
 use lease_core::backend::{check_create_batch, check_list, check_purge};
-use lease_core::{Error, ListFilter, Result, RunId, RunRecord, RunState};
+use lease_core::{EndedStates, Error, ListFilter, Result, RunId, RunRecord, RunState};
 
 use crate::call::Call;
 use crate::keys::{self, Class};
 use crate::reply::Reply;
-use crate::store::{RedisLeaseStore, KIND_RESENDS, LIST_SCAN, PURGE_SCRIPT_RUNS, SCRIPTS};
+use crate::store::{
+    RedisLeaseStore, KIND_RESENDS, LIST_SCAN, PURGE_SCAN, PURGE_SCRIPT_RUNS, SCRIPTS,
+};
 
 impl RedisLeaseStore {
     pub(crate) async fn resume_run(&self, run: &RunId) -> Result<RunRecord> {
@@ -171,7 +173,32 @@ impl RedisLeaseStore {
         }
     }
 
-    pub(crate) async fn purge_runs(&self, older_than: Duration, max: usize) -> Result<Vec<RunId>> {
+    /// Where the next purge of `states` looks from in the ended index (see
+    /// [`purge_runs`](RedisLeaseStore::purge_runs)).
+    fn purge_from(&self, states: EndedStates) -> (String, String) {
+        let from = self.purge_from.lock().unwrap_or_else(|e| e.into_inner());
+        from.get(&states.bits())
+            .cloned()
+            .unwrap_or_else(|| ("-inf".to_owned(), String::new()))
+    }
+
+    fn set_purge_from(&self, states: EndedStates, score: &str, member: &str) {
+        let mut from = self.purge_from.lock().unwrap_or_else(|e| e.into_inner());
+        from.insert(states.bits(), (score.to_owned(), member.to_owned()));
+    }
+
+    /// Purges runs ended in `states`: see [`LeaseStore::purge_ended`]. The ended index holds
+    /// every ended state in one order, so a purge of some states passes over the others; it
+    /// looks at most [`PURGE_SCAN`] entries per script call, and remembers (in this store,
+    /// per set of states) where the entries it passed over end, so that the next purge of the
+    /// same states starts after them: failed runs kept for a week do not make the purge of
+    /// completed runs read them again every minute.
+    pub(crate) async fn purge_runs(
+        &self,
+        states: EndedStates,
+        older_than: Duration,
+        max: usize,
+    ) -> Result<Vec<RunId>> {
         check_purge(older_than, max)?;
         let age_ms = older_than.as_millis() as u64; // at most MAX_PURGE_AGE, checked
         let mut purged = Vec::new();
@@ -181,10 +208,28 @@ impl RedisLeaseStore {
             let chunk = (max - purged.len()).min(PURGE_SCRIPT_RUNS);
             // Two calls: the candidates (a read), then their removal with every key declared
             // (a Cluster checks declared keys), each run checked again under the write.
+            let (score, member) = self.purge_from(states);
             let mut due = Call::new(&SCRIPTS.purge_due);
-            due.key(self.keys.ended()).arg(age_ms).arg(chunk);
-            let candidates = self.read("purge_due", &due).await?;
-            if candidates.len() == 0 {
+            due.key(self.keys.ended())
+                .key(self.keys.runs())
+                .arg(age_ms)
+                .arg(chunk)
+                .arg(states.bits())
+                .arg(score.as_str())
+                .arg(member.as_str())
+                .arg(PURGE_SCAN);
+            let reply = self.read("purge_due", &due).await?;
+            if states != EndedStates::ALL {
+                self.set_purge_from(states, reply.str(0)?, reply.str(1)?);
+            }
+            // The candidates follow where to look from and whether the scan stopped at its
+            // bound (entries of other states passed over: more may be due).
+            let more = reply.str(2)? == "1";
+            let found = reply.len().saturating_sub(3);
+            if found == 0 {
+                if more {
+                    continue;
+                }
                 break;
             }
             let mut call = Call::new(&SCRIPTS.purge);
@@ -200,8 +245,8 @@ impl RedisLeaseStore {
                 .key(self.keys.kinds())
                 .key(self.keys.history())
                 .arg(age_ms);
-            for i in 0..candidates.len() {
-                let encoded = candidates.str(i)?;
+            for i in 3..found + 3 {
+                let encoded = reply.str(i)?;
                 let run = keys::decode(encoded)?;
                 call.key(self.keys.journal(&run))
                     .key(self.keys.calls(&run))
@@ -216,7 +261,7 @@ impl RedisLeaseStore {
                 ack.confirm()?;
             }
             purged.extend(removed);
-            if candidates.len() < chunk {
+            if found < chunk && !more {
                 break;
             }
         }

@@ -33,6 +33,13 @@ const CLAIM_NEXT_SCAN: usize = 128;
 /// The most runs one purge script call removes: the bound on its server time (a few ms).
 pub(crate) const PURGE_SCRIPT_RUNS: usize = 100;
 
+/// The most entries of the ended index one purge of some ended states (not all) looks at per
+/// script call, those of other states passed over included: the bound on its server time.
+pub(crate) const PURGE_SCAN: usize = 2_000;
+
+/// Where purges of some ended states look from: see [`RedisLeaseStore::purge_runs`].
+pub(crate) type PurgeFrom = std::collections::HashMap<u8, (String, String)>;
+
 /// How many payload bytes one `journal` script call returns at most (beyond its last entry):
 /// the bound on one call's copy of a long journal.
 const JOURNAL_PAGE_BYTES: usize = 4 << 20;
@@ -126,6 +133,10 @@ pub struct RedisLeaseStore {
     config: RedisConfig,
     /// The store's wake-ups; `None` when they are off (`wake_ups=false`).
     listening: Option<Arc<lease_core::WakeListener>>,
+    /// Per set of ended states purged (not all of them), the score and member of the last
+    /// entry of the ended index the purges passed over before any candidate: the next purge
+    /// looks after it.
+    pub(crate) purge_from: Arc<std::sync::Mutex<PurgeFrom>>,
 }
 
 impl RedisLeaseStore {
@@ -156,6 +167,7 @@ impl RedisLeaseStore {
                 .wake_ups()
                 .then(|| Arc::new(lease_core::WakeListener::new())),
             config,
+            purge_from: Arc::default(),
         };
         store.fold_tombstones().await?;
         Ok(store)
@@ -856,7 +868,17 @@ impl LeaseStore for RedisLeaseStore {
     }
 
     async fn purge(&self, older_than: Duration, max: usize) -> Result<Vec<RunId>> {
-        self.purge_runs(older_than, max).await
+        self.purge_runs(lease_core::EndedStates::ALL, older_than, max)
+            .await
+    }
+
+    async fn purge_ended(
+        &self,
+        states: lease_core::EndedStates,
+        older_than: Duration,
+        max: usize,
+    ) -> Result<Vec<RunId>> {
+        self.purge_runs(states, older_than, max).await
     }
 
     async fn count(&self) -> Result<lease_core::RunCounts> {

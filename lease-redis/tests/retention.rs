@@ -161,3 +161,81 @@ async fn an_older_releases_tombstones_are_folded_into_the_floor() {
         .unwrap();
     assert_eq!(again, "41");
 }
+
+/// A purge of completed runs behind more failed runs than one script call looks at (2,000)
+/// still reaches them, and the next purge of completed runs does not look at the failed ones
+/// again: the store remembers where the entries it passed over end. Counted with Redis's own
+/// command statistics: the second purge reads far fewer run records than the first.
+#[tokio::test]
+async fn a_purge_of_some_states_passes_over_the_others_once() {
+    let Some(server) = server() else { return };
+    let ns = unique_namespace("purge-states");
+    let store = connect(&server.url(), &ns).await.unwrap();
+    let mut conn = raw(&server.url()).await;
+    let w = WorkerId::new("w").unwrap();
+    let ttl = Ttl::from_secs(60).unwrap();
+    let end_all = |prefix: &'static str, n: usize, end: lease_core::End| {
+        let (store, w) = (store.clone(), w.clone());
+        async move {
+            for chunk in 0..n.div_ceil(500) {
+                let ids: Vec<RunId> = (chunk * 500..((chunk + 1) * 500).min(n))
+                    .map(|i| RunId::new(format!("{prefix}-{i:05}")).unwrap())
+                    .collect();
+                for r in store.create_many(&ids).await.unwrap() {
+                    r.unwrap();
+                }
+                let leases = store.claim_next(&w, ttl, ids.len()).await.unwrap();
+                assert_eq!(leases.len(), ids.len());
+                let endings: Vec<_> = leases
+                    .into_iter()
+                    .map(|lease| lease_core::Ending::new(lease, end.clone()))
+                    .collect();
+                for r in store.end_many(&endings).await.unwrap() {
+                    r.unwrap();
+                }
+            }
+        }
+    };
+    end_all("failed", 4_500, lease_core::End::Fail("boom".into())).await;
+    end_all("done", 40, lease_core::End::Complete).await;
+    let completed = lease_core::EndedStates::COMPLETED;
+    let hgets = |conn: &mut MultiplexedConnection| {
+        let mut conn = conn.clone();
+        async move {
+            let info: String = redis::cmd("INFO")
+                .arg("commandstats")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            info.lines()
+                .find_map(|l| l.strip_prefix("cmdstat_hget:calls="))
+                .and_then(|rest| rest.split(',').next())
+                .map_or(0, |n| n.parse::<u64>().unwrap())
+        }
+    };
+    let before = hgets(&mut conn).await;
+    let first = store
+        .purge_ended(completed, Duration::ZERO, 30)
+        .await
+        .unwrap();
+    let first_reads = hgets(&mut conn).await - before;
+    assert_eq!(first.len(), 30, "{first:?}");
+    assert!(first.iter().all(|id| id.as_str().starts_with("done-")));
+    assert!(
+        first_reads >= 4_500,
+        "the first purge looks at every failed run: {first_reads} records read"
+    );
+    let before = hgets(&mut conn).await;
+    let rest = store
+        .purge_ended(completed, Duration::ZERO, 30)
+        .await
+        .unwrap();
+    let rest_reads = hgets(&mut conn).await - before;
+    assert_eq!(rest.len(), 10, "{rest:?}");
+    assert!(
+        rest_reads < 200,
+        "the second purge starts after the failed runs: {rest_reads} records read"
+    );
+    let counts = store.count().await.unwrap();
+    assert_eq!((counts.completed, counts.failed), (0, 4_500));
+}

@@ -41,7 +41,7 @@ pub struct WorkerConfig {
     pub(super) margin: Option<Duration>,
     pub(super) retry: RetryPolicy,
     pub(super) attempt_timeout: Option<Duration>,
-    pub(super) retention: Option<Duration>,
+    pub(super) retention: Option<crate::Retention>,
     pub(super) retention_every: Duration,
 }
 
@@ -161,27 +161,49 @@ impl WorkerConfig {
             margin: None,
             retry: RetryPolicy::default(),
             attempt_timeout: None,
-            retention: None,
+            retention: Some(crate::Retention::default()),
             retention_every: crate::retention::DEFAULT_PURGE_EVERY,
         }
     }
 
+    /// Retention by the fleet, one age for every ended state:
+    /// [`with_retention_policy`](WorkerConfig::with_retention_policy) of
+    /// [`Retention::all`](crate::Retention::all)`(age)`. `age` must be at most
+    /// [`MAX_PURGE_AGE`](crate::MAX_PURGE_AGE).
+    pub fn with_retention(mut self, age: Duration) -> WorkerConfig {
+        self.retention = Some(crate::Retention::all(age));
+        self
+    }
+
     /// Retention by the fleet: while it runs, the worker takes turns with the other workers of
-    /// the store at a [`Purger`](crate::Purger), which removes ended runs (completed, failed,
-    /// cancelled) that ended more than `age` ago on the store's clock, in batches of
+    /// the store at a [`Purger`](crate::Purger), which removes ended runs that ended longer
+    /// ago than `retention` keeps their state (on the store's clock), in batches of
     /// [`DEFAULT_PURGE_BATCH`](crate::DEFAULT_PURGE_BATCH), every
     /// [period](WorkerConfig::with_retention_every). One worker of the fleet purges at a time:
     /// they hold the purge lease in turn, as the run [`DEFAULT_PURGER_NAME`](crate::DEFAULT_PURGER_NAME) of kind
     /// [`PURGER_KIND`](crate::PURGER_KIND) in the store itself (serve no runs of that kind;
     /// `list` and `count` show that run, held while a purger runs).
     ///
-    /// Off by default: a worker removes nothing unless told to. A common choice is
-    /// [`DEFAULT_RETENTION_AGE`](crate::DEFAULT_RETENTION_AGE), seven days. Keep ended runs at
-    /// least as long as a [`Scheduler`](crate::Scheduler)'s catch-up window and as long as
-    /// anyone reads their journals. Ignored on the `memory:` store (one process, no fleet).
-    /// `age` must be at most [`MAX_PURGE_AGE`](crate::MAX_PURGE_AGE).
-    pub fn with_retention(mut self, age: Duration) -> WorkerConfig {
-        self.retention = Some(age);
+    /// On by default, as River's is: [`Retention::default`](crate::Retention::default) purges
+    /// completed runs 24 hours after they ended, failed and cancelled ones after 7 days.
+    /// `None` keeps every run (the store grows by every run until something else purges it).
+    /// Keep ended runs as long as anyone reads their journals. Ignored on the `memory:` store
+    /// (one process, no fleet).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lease_core::{Retention, WorkerConfig};
+    /// let keep_failures = Retention::default().with_failed(None)?;
+    /// let config = WorkerConfig::default().with_retention_policy(keep_failures);
+    /// let keep_all = WorkerConfig::default().with_retention_policy(None);
+    /// # let _ = (config, keep_all);
+    /// # Ok::<(), lease_core::InvalidInput>(())
+    /// ```
+    pub fn with_retention_policy(
+        mut self,
+        retention: impl Into<Option<crate::Retention>>,
+    ) -> WorkerConfig {
+        self.retention = retention.into();
         self
     }
 
@@ -361,12 +383,12 @@ impl WorkerConfig {
                 "it must be at most a day (the shutdown waits that long for running handlers)",
             );
         }
-        if let Some(age) = self.retention {
-            if age > crate::types::MAX_PURGE_AGE {
+        if let Some(retention) = self.retention {
+            if retention.check().is_err() {
                 return bad(
                     "retention",
-                    format!("{age:?}"),
-                    "it must be at most MAX_PURGE_AGE (100 years)",
+                    format!("{retention:?}"),
+                    "each age must be at most MAX_PURGE_AGE (100 years)",
                 );
             }
         }

@@ -17,7 +17,7 @@ impl Worker {
         &self,
         shutdown: &CancellationToken,
     ) -> Option<(CancellationToken, JoinHandle<Result<PurgerReport>>)> {
-        let age = self.config.retention?;
+        let retention = self.config.retention?;
         if self.store.to_string() == "memory:" {
             tracing::info!("retention is off on the memory: store (one process, no fleet)");
             return None;
@@ -28,7 +28,7 @@ impl Worker {
             self.id.clone(),
             self.config.ttl,
         )
-        .with_age(age)
+        .with_retention(retention)
         .and_then(|p| p.with_every(self.config.retention_every))
         .map(|p| p.with_lease_kind(Kind::new(PURGER_KIND).expect("a valid kind")));
         let purger = match purger {

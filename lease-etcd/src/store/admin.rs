@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::rpc::{DeleteOptions, Txn, TxnOp, TxnOpResponse};
 use lease_core::backend::{check_new_runs, check_purge};
-use lease_core::{AttemptOutcome, Error, NewRun, Result, RunId, RunRecord, RunState};
+use lease_core::{AttemptOutcome, EndedStates, Error, NewRun, Result, RunId, RunRecord, RunState};
 
 use super::{now_micros, state_of, EtcdLeaseStore, Plan, Seen};
 use crate::codec::{prefix_end, Keys, Rec};
@@ -31,6 +31,21 @@ impl EtcdLeaseStore {
             let bound = Keys::family_bound(&family, cutoff);
             (family.clone(), (family, bound))
         })
+    }
+
+    /// The families of `states` only, each with its range (the families are per state, so a
+    /// purge of some states reads nothing of the others).
+    fn purgeable_families_of(
+        &self,
+        states: EndedStates,
+        older_than: Duration,
+    ) -> Vec<(Vec<u8>, KeyRange)> {
+        [RunState::Completed, RunState::Failed, RunState::Cancelled]
+            .into_iter()
+            .zip(self.purgeable_families(older_than))
+            .filter(|(state, _)| states.contains(*state))
+            .map(|(_, family)| family)
+            .collect()
     }
     /// Creates each run in one conditional write; a start delay is timed by etcd as a retry
     /// delay is (its block and marker on a lease of the delay's bucket, in links past
@@ -263,10 +278,15 @@ impl EtcdLeaseStore {
     /// also raises the fence floor to their fences and holds only if the floor is as read: a
     /// create of any id compares the floor too, so none starts below a fence purged before it
     /// committed. A chunk whose floor moved (another purge) is decided again.
-    pub(super) async fn purge_runs(&self, older_than: Duration, max: usize) -> Result<Vec<RunId>> {
+    pub(super) async fn purge_runs(
+        &self,
+        states: EndedStates,
+        older_than: Duration,
+        max: usize,
+    ) -> Result<Vec<RunId>> {
         check_purge(older_than, max)?;
         let mut due: Vec<(u64, RunId)> = Vec::new();
-        for (family, (from, to)) in self.purgeable_families(older_than) {
+        for (family, (from, to)) in self.purgeable_families_of(states, older_than) {
             let page = self.range(from, to, max as i64, false, 0).await?;
             for kv in page.kvs() {
                 if let Some((since, run)) = Keys::parse_index(&family, kv.key()) {

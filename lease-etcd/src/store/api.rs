@@ -128,7 +128,17 @@ impl LeaseStore for EtcdLeaseStore {
     }
 
     async fn purge(&self, older_than: Duration, max: usize) -> Result<Vec<RunId>> {
-        self.purge_runs(older_than, max).await
+        self.purge_runs(lease_core::EndedStates::ALL, older_than, max)
+            .await
+    }
+
+    async fn purge_ended(
+        &self,
+        states: lease_core::EndedStates,
+        older_than: Duration,
+        max: usize,
+    ) -> Result<Vec<RunId>> {
+        self.purge_runs(states, older_than, max).await
     }
 
     async fn count(&self) -> Result<RunCounts> {
