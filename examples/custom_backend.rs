@@ -371,6 +371,11 @@ impl LeaseStore for AuditedStore {
         self.inner.purge(older_than, max).await
     }
 
+    // Defaulted in the trait (`Unsupported`).
+    async fn purge_ids(&self, runs: &[RunId]) -> Result<Vec<RunId>> {
+        self.inner.purge_ids(runs).await
+    }
+
     // Defaulted in the trait (`purge` for every ended state, `Unsupported` for some).
     async fn purge_ended(
         &self,

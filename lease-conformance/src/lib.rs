@@ -300,6 +300,7 @@ macro_rules! conformance_tests {
             an_idle_worker_is_woken_by_a_new_run_not_by_its_poll,
             workers_with_retention_purge_ended_runs_under_one_lease,
             purge_ended_removes_only_the_states_asked,
+            purge_ids_removes_the_listed_ended_runs_only,
             scope_heartbeats_keep_a_lease_past_its_ttl,
         );
     };

@@ -202,3 +202,66 @@ pub async fn purge_ended_removes_only_the_states_asked(factory: &dyn StoreFactor
         );
     }
 }
+
+/// `purge_ids` removes the listed runs that ended, whatever their age, and leaves the others
+/// (held, runnable, suspended, missing) as they are; an id listed twice is removed once, and
+/// a removed id created again is claimed above its old fence.
+pub async fn purge_ids_removes_the_listed_ended_runs_only(factory: &dyn StoreFactory) {
+    let t = timing(factory);
+    let store = factory.fresh().await;
+    let w = worker("w");
+    let ttl = t.at_least(30_000);
+    let ids: Vec<_> = ["done", "failed", "held", "waiting", "parked"]
+        .iter()
+        .map(|s| run(s))
+        .collect();
+    for id in &ids {
+        store.create(id).await.unwrap();
+    }
+    let done = store.claim(&ids[0], &w, ttl).await.unwrap();
+    store.complete(&done).await.unwrap();
+    let failed = store.claim(&ids[1], &w, ttl).await.unwrap();
+    store.fail(&failed, "boom").await.unwrap();
+    let held = store.claim(&ids[2], &w, ttl).await.unwrap();
+    let parked = store.claim(&ids[4], &w, ttl).await.unwrap();
+    store.suspend(&parked).await.unwrap();
+    let mut asked = ids.clone();
+    asked.push(run("missing"));
+    asked.push(ids[0].clone());
+    let mut purged = store.purge_ids(&asked).await.unwrap();
+    purged.sort();
+    let mut want = vec![ids[0].clone(), ids[1].clone()];
+    want.sort();
+    assert_eq!(purged, want);
+    for id in &ids[..2] {
+        assert!(
+            matches!(
+                store.inspect(id).await,
+                Err(lease_core::Error::NotFound { .. })
+            ),
+            "{id} removed"
+        );
+    }
+    assert_eq!(store.inspect(&ids[2]).await.unwrap().fence, held.fence());
+    assert_eq!(
+        store.inspect(&ids[4]).await.unwrap().state,
+        RunState::Suspended
+    );
+    assert_eq!(
+        store.inspect(&ids[3]).await.unwrap().state,
+        RunState::Runnable
+    );
+    assert!(store.purge_ids(&[]).await.unwrap().is_empty());
+    store.create(&ids[0]).await.unwrap();
+    let again = store.claim(&ids[0], &w, ttl).await.unwrap();
+    assert!(
+        again.fence() > done.fence(),
+        "{} after {}",
+        again.fence(),
+        done.fence()
+    );
+    store
+        .renew(&held)
+        .await
+        .expect("the held run's lease is untouched");
+}

@@ -470,6 +470,16 @@ impl LeaseStore for FaultyStore {
         self.answer(fault, out).await
     }
 
+    async fn purge_ids(&self, runs: &[RunId]) -> Result<Vec<RunId>> {
+        self.gate().await?;
+        let fault = self.reply_fault();
+        if fault == ReplyFault::Duplicate {
+            let _ = self.inner.purge_ids(runs).await;
+        }
+        let out = self.inner.purge_ids(runs).await;
+        self.answer(fault, out).await
+    }
+
     async fn count_purgeable(&self, older_than: Duration) -> Result<u64> {
         self.gate().await?;
         let fault = self.reply_fault();

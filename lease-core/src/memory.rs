@@ -853,6 +853,26 @@ impl LeaseStore for MemoryLeaseStore {
         Ok(purged)
     }
 
+    async fn purge_ids(&self, runs: &[RunId]) -> Result<Vec<RunId>> {
+        crate::backend::check_create_batch(runs)?;
+        let mut state = self.lock();
+        let mut purged = Vec::new();
+        for run in runs {
+            let ended = state.runs.get(run).is_some_and(|slot| {
+                matches!(
+                    slot.state,
+                    RunState::Completed | RunState::Failed | RunState::Cancelled
+                )
+            });
+            if ended {
+                let slot = state.runs.remove(run).expect("looked up above");
+                state.floor = state.floor.max(slot.fence);
+                purged.push(run.clone());
+            }
+        }
+        Ok(purged)
+    }
+
     async fn count(&self) -> Result<crate::RunCounts> {
         let now = Instant::now();
         let state = self.lock();

@@ -651,6 +651,11 @@ impl LeaseStore for Instrumented {
         .await
     }
 
+    async fn purge_ids(&self, runs: &[RunId]) -> Result<Vec<RunId>> {
+        let s = on_items(span(self.backend, "purge_ids"), runs.len());
+        self.call("purge_ids", s, self.inner.purge_ids(runs)).await
+    }
+
     async fn count_purgeable(&self, older_than: Duration) -> Result<u64> {
         let s = span(self.backend, "count_purgeable");
         self.call("count_purgeable", s, self.inner.count_purgeable(older_than))

@@ -486,6 +486,27 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
         .into())
     }
 
+    /// Removes those of `runs` (at most [`MAX_BATCH`](crate::MAX_BATCH)) that have ended
+    /// (completed, failed or cancelled), whatever their age, as [`purge`](LeaseStore::purge)
+    /// removes a run: nothing of it is kept, and the fence floor rises to its fence. The
+    /// others (runnable, held, suspended, not found, or locked by another call) are left
+    /// alone. Returns the ids removed. A [`Scheduler`](crate::Scheduler) removes its own
+    /// lease run with it when it starts the run's journal afresh.
+    ///
+    /// The default implementation refuses with
+    /// [`InvalidInput::Unsupported`](crate::InvalidInput::Unsupported).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a batch over [`MAX_BATCH`](crate::MAX_BATCH), before any I/O; the backend
+    /// being unavailable.
+    async fn purge_ids(&self, runs: &[RunId]) -> Result<Vec<RunId>> {
+        crate::backend::check_create_batch(runs)?;
+        Err(crate::InvalidInput::Unsupported {
+            operation: "purge_ids",
+        }
+        .into())
+    }
+
     /// How many runs are claimable, held, delayed, suspended, completed, failed and cancelled, each
     /// counted up to [`MAX_COUNT`](crate::MAX_COUNT) so one call's work is bounded, without
     /// listing them (for a gauge of what is waiting).

@@ -97,6 +97,7 @@ pub(crate) struct Queries {
     pub(crate) end_many: String,
     pub(crate) create_many: String,
     purge: String,
+    purge_ids: String,
     count_purgeable: String,
     count: String,
     count_kinds: String,
@@ -136,7 +137,14 @@ impl Queries {
             renew_many_explain: q(include_str!("../sql/renew_many_explain.sql")),
             end_many: q(include_str!("../sql/end_many.sql")),
             create_many: q(include_str!("../sql/create_many.sql")),
-            purge: q(include_str!("../sql/purge.sql")),
+            purge: q(concat!(
+                include_str!("../sql/purge.sql"),
+                include_str!("../sql/purge_remove.sql")
+            )),
+            purge_ids: q(concat!(
+                include_str!("../sql/purge_ids.sql"),
+                include_str!("../sql/purge_remove.sql")
+            )),
             count_purgeable: q(include_str!("../sql/count_purgeable.sql")),
             count: q(include_str!("../sql/count.sql")),
             count_kinds: q(include_str!("../sql/count_kinds.sql")),
@@ -1427,6 +1435,21 @@ impl LeaseStore for PostgresLeaseStore {
                     .bind(&states),
             )
             .await
+        })?;
+        rows.iter()
+            .map(|row| Ok(RunId::new(get::<String>(row, "run_id")?).map_err(corrupt)?))
+            .collect()
+    }
+
+    async fn purge_ids(&self, runs: &[RunId]) -> Result<Vec<RunId>> {
+        lease_core::backend::check_create_batch(runs)?;
+        if runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<&str> = runs.iter().map(RunId::as_str).collect();
+        let rows = call!(self, |conn| {
+            self.write_all(conn, sqlx::query(&self.sql.purge_ids).bind(&ids))
+                .await
         })?;
         rows.iter()
             .map(|row| Ok(RunId::new(get::<String>(row, "run_id")?).map_err(corrupt)?))

@@ -232,6 +232,27 @@ impl RedisLeaseStore {
                 }
                 break;
             }
+            let candidates = (3..found + 3)
+                .map(|i| {
+                    let encoded = reply.str(i)?;
+                    Ok((encoded.to_owned(), keys::decode(encoded)?))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let removed = self.remove_ended(age_ms, &candidates).await?;
+            purged.extend(removed);
+            if found < chunk && !more {
+                break;
+            }
+        }
+        Ok(purged)
+    }
+
+    /// Removes those of `runs` (at most [`PURGE_SCRIPT_RUNS`] a script call) that ended at
+    /// least `age_ms` ago, in one script with every key declared (a Cluster checks declared
+    /// keys), each run checked again under the write; the ids removed.
+    async fn remove_ended(&self, age_ms: u64, runs: &[(String, RunId)]) -> Result<Vec<RunId>> {
+        let mut removed = Vec::new();
+        for chunk in runs.chunks(PURGE_SCRIPT_RUNS) {
             let mut call = Call::new(&SCRIPTS.purge);
             call.key(self.keys.runs())
                 .key(self.keys.ended())
@@ -245,27 +266,35 @@ impl RedisLeaseStore {
                 .key(self.keys.kinds())
                 .key(self.keys.history())
                 .arg(age_ms);
-            for i in 3..found + 3 {
-                let encoded = reply.str(i)?;
-                let run = keys::decode(encoded)?;
-                call.key(self.keys.journal(&run))
-                    .key(self.keys.calls(&run))
-                    .key(self.keys.journal_keys(&run))
-                    .arg(encoded);
+            for (encoded, run) in chunk {
+                call.key(self.keys.journal(run))
+                    .key(self.keys.calls(run))
+                    .key(self.keys.journal_keys(run))
+                    .arg(encoded.as_str());
             }
             let (reply, ack) = self.write("purge", &call).await?;
-            let removed = (0..reply.len())
+            let gone = (0..reply.len())
                 .map(|i| Ok(keys::decode(reply.str(i)?)?))
                 .collect::<Result<Vec<RunId>>>()?;
-            if !removed.is_empty() {
+            if !gone.is_empty() {
                 ack.confirm()?;
             }
-            purged.extend(removed);
-            if found < chunk && !more {
-                break;
-            }
+            removed.extend(gone);
         }
-        Ok(purged)
+        Ok(removed)
+    }
+
+    /// Removes those of `runs` that ended, whatever their age: see
+    /// [`LeaseStore::purge_ids`].
+    pub(crate) async fn purge_ids_now(&self, runs: &[RunId]) -> Result<Vec<RunId>> {
+        lease_core::backend::check_create_batch(runs)?;
+        let mut seen = std::collections::HashSet::new();
+        let runs: Vec<(String, RunId)> = runs
+            .iter()
+            .filter(|run| seen.insert(*run))
+            .map(|run| (keys::encode(run.as_str()), run.clone()))
+            .collect();
+        self.remove_ended(0, &runs).await
     }
 
     pub(crate) async fn count_runs(&self) -> Result<lease_core::RunCounts> {

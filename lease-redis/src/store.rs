@@ -872,6 +872,10 @@ impl LeaseStore for RedisLeaseStore {
             .await
     }
 
+    async fn purge_ids(&self, runs: &[RunId]) -> Result<Vec<RunId>> {
+        self.purge_ids_now(runs).await
+    }
+
     async fn purge_ended(
         &self,
         states: lease_core::EndedStates,

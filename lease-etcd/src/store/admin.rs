@@ -303,6 +303,34 @@ impl EtcdLeaseStore {
         Ok(purged)
     }
 
+    /// Removes those of `runs` that ended, whatever their age (see
+    /// [`LeaseStore::purge_ids`](lease_core::LeaseStore::purge_ids)): each as a purge removes
+    /// it, decided on the record as read (a run changed since is left alone).
+    pub(super) async fn purge_ids_now(&self, runs: &[RunId]) -> Result<Vec<RunId>> {
+        lease_core::backend::check_create_batch(runs)?;
+        let mut unique: Vec<&RunId> = runs.iter().collect();
+        unique.sort();
+        unique.dedup();
+        let mut due = Vec::new();
+        for page in unique.chunks(PURGE_CHUNK * 8) {
+            let seen = self.read(page).await?;
+            for (run, item) in page.iter().zip(&seen) {
+                let Ok(rec) = item.live(run) else { continue };
+                if matches!(
+                    rec.state,
+                    Some(RunState::Completed | RunState::Failed | RunState::Cancelled)
+                ) {
+                    due.push((rec.since, (*run).clone()));
+                }
+            }
+        }
+        let mut purged = Vec::new();
+        for chunk in due.chunks(PURGE_CHUNK) {
+            purged.extend(self.purge_chunk(chunk).await?);
+        }
+        Ok(purged)
+    }
+
     async fn purge_chunk(&self, due: &[(u64, RunId)]) -> Result<Vec<RunId>> {
         for round in 0..super::ROUNDS {
             if round > 0 {

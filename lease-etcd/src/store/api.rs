@@ -132,6 +132,10 @@ impl LeaseStore for EtcdLeaseStore {
             .await
     }
 
+    async fn purge_ids(&self, runs: &[RunId]) -> Result<Vec<RunId>> {
+        self.purge_ids_now(runs).await
+    }
+
     async fn purge_ended(
         &self,
         states: lease_core::EndedStates,

@@ -8,8 +8,12 @@
 //! own), so one of them does the work; the one that takes over after a crash or a partition
 //! enqueues the ticks the last holder missed, up to a catch-up window, so no tick is skipped.
 
+mod progress;
+
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use progress::{Progress, ROTATE_AFTER};
 
 use tokio_util::sync::CancellationToken;
 
@@ -133,13 +137,19 @@ pub struct SchedulerReport {
 /// the run `{name}@{tick}` in the `runs` store (with the payload, if set); its id makes a
 /// second create of the tick refused, so a tick is enqueued once however many schedulers run.
 /// A scheduler that takes the lease over enqueues the ticks of the last
-/// [catch-up](Scheduler::with_catch_up) window first (those there already are refused by id);
-/// never ticks from before the schedule first started, which its lease run's journal
-/// records. Ticks are read on the
-/// holder's clock (UTC); a tick's run is created when that clock has reached it.
+/// [catch-up](Scheduler::with_catch_up) window first (those there already are refused by id),
+/// but never a tick from before the schedule first started, nor one at or before the last
+/// tick an earlier holder recorded: the lease run's journal records both, the second before
+/// each batch is created, under the holder's fence. So a tick runs once whatever retention
+/// does: a tick run completed and purged inside the window is not created again. A holder
+/// that stopped between its record and its create leaves those ticks uncreated (at most
+/// once, never twice); the next holder logs it. Ticks are read on the holder's clock (UTC); a
+/// tick's run is created when that clock has reached it.
 ///
-/// Keep ended tick runs at least as long as the catch-up window (purge retention): a tick
-/// run purged inside the window would be enqueued again by a scheduler taking over.
+/// The lease run's journal grows by an entry per batch, and is started afresh every thousand
+/// entries (completed, removed with [`purge_ids`](LeaseStore::purge_ids), and created again
+/// with what it recorded as payload): a schedule's storage stays bounded. To stop a schedule,
+/// **cancel** its lease run (a completed one is taken for such a restart).
 pub struct Scheduler {
     runs: Arc<dyn LeaseStore>,
     leases: Arc<dyn LeaseStore>,
@@ -265,11 +275,15 @@ impl Scheduler {
                 Ok(scope) => {
                     report.held += 1;
                     tracing::info!(schedule = %self.name, fence = %scope.fence(), "schedule lease taken");
-                    if let Err(e) = self.hold(&scope, &shutdown, &mut report).await {
-                        // Every tick would be refused the same way: stop, and hand the lease
-                        // over at once.
-                        let _ = scope.release().await;
-                        return Err(e);
+                    match self.hold(&scope, &shutdown, &mut report).await {
+                        Ok(true) => continue, // the lease run started afresh: take it again
+                        Ok(false) => {}
+                        Err(e) => {
+                            // Every tick would be refused the same way: stop, and hand the
+                            // lease over at once.
+                            let _ = scope.release().await;
+                            return Err(e);
+                        }
                     }
                     if shutdown.is_cancelled() {
                         // Best effort: an unreleased lease expires by its TTL.
@@ -301,72 +315,113 @@ impl Scheduler {
             Err(e) => return Err(e),
         }
         let config = ScopeConfig::default().with_parent(shutdown.clone());
-        RunScope::claim(self.leases.clone(), run, &self.worker, self.ttl, config).await
-    }
-
-    /// When the schedule started: the first entry of its lease run's journal, written by the
-    /// first holder ever under its fence (so a schedule never enqueues ticks from before it
-    /// existed, and a holder taking over still knows where the schedule began).
-    async fn started(&self, scope: &RunScope) -> Result<u64> {
-        let journal = self.leases.journal(scope.run()).await?;
-        if let Some(first) = journal.first() {
-            return std::str::from_utf8(&first.payload)
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .ok_or_else(|| {
-                    Error::backend(
-                        "schedule",
-                        format!(
-                            "the lease run {} does not hold a schedule's start",
-                            scope.run()
-                        ),
-                    )
-                });
+        match RunScope::claim(
+            self.leases.clone(),
+            run,
+            &self.worker,
+            self.ttl,
+            config.clone(),
+        )
+        .await
+        {
+            Err(Error::Completed { .. }) => {
+                // A holder completed the lease run to start it afresh and stopped before it
+                // was created again: finish that from what the completed run recorded.
+                let progress = Progress::read(&*self.leases, run).await?;
+                let started = progress.started.unwrap_or_else(unix_now);
+                tracing::info!(schedule = %self.name, through = ?progress.through, "finishing the restart of the schedule's lease run");
+                progress::restart(&*self.leases, run, started, progress.through).await?;
+                RunScope::claim(self.leases.clone(), run, &self.worker, self.ttl, config).await
+            }
+            taken => taken,
         }
-        let now = unix_now();
-        scope.append(now.to_string().as_bytes()).await?;
-        Ok(now)
     }
 
-    /// Enqueues ticks while `scope` holds the lease.
+    /// What the lease run records, read until it is (a store error is retried every second
+    /// while the lease is held); the start written now if no holder wrote it before. `None`
+    /// if the lease was lost first.
+    async fn progress(&self, scope: &RunScope) -> Result<Option<Progress>> {
+        loop {
+            let read = match Progress::read(&*self.leases, scope.run()).await {
+                Ok(mut progress) if progress.started.is_none() => {
+                    let now = unix_now();
+                    scope.append(now.to_string().as_bytes()).await.map(|_| {
+                        progress.started = Some(now);
+                        progress.entries += 1;
+                        progress
+                    })
+                }
+                read => read,
+            };
+            match read {
+                Ok(progress) => return Ok(Some(progress)),
+                Err(e) if e.is_verdict() => return Ok(None), // the lease is lost
+                Err(e) if !e.is_retryable() => return Err(e),
+                Err(e) => {
+                    tracing::warn!(schedule = %self.name, error = %e, "schedule records not read");
+                    if sleep_or_stop(scope, Duration::from_secs(1)).await {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Enqueues ticks while `scope` holds the lease; whether it started the lease run afresh
+    /// (to be taken again at once).
     async fn hold(
         &self,
         scope: &RunScope,
         shutdown: &CancellationToken,
         report: &mut SchedulerReport,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let catch_up = self.catch_up.as_secs();
-        let started = loop {
-            match self.started(scope).await {
-                Ok(at) => break at,
-                Err(e) => {
-                    tracing::warn!(schedule = %self.name, error = %e, "schedule start not read");
-                    if sleep_or_stop(scope, Duration::from_secs(1)).await {
-                        return Ok(());
-                    }
-                }
-            }
+        let Some(mut progress) = self.progress(scope).await? else {
+            return Ok(false);
         };
-        let mut done: Option<u64> = None;
+        let started = progress.started.expect("read or written");
+        if let Some(through) = progress.through {
+            self.check_last_recorded(through).await;
+        }
+        // The last tick enqueued, or about to be: no tick at or before it is enqueued again.
+        let mut done: Option<u64> = progress.through;
         loop {
             let now = unix_now();
-            // Ticks since this holder's last, or since the catch-up window began (never before
-            // the schedule started).
-            let after = done.unwrap_or_else(|| now.saturating_sub(catch_up).max(started));
+            // Ticks after the last recorded, inside the catch-up window, never before the
+            // schedule started.
+            let after = now
+                .saturating_sub(catch_up)
+                .max(started)
+                .max(done.unwrap_or(0));
             let ticks = self.schedule.ticks(after, now, MAX_BATCH);
             if !ticks.is_empty() {
                 if scope.is_cancelled() {
-                    return Ok(());
+                    return Ok(false);
                 }
-                match self.enqueue(&ticks, report).await? {
-                    Some(last) => done = Some(last),
-                    None => {
-                        // Not enqueued: tried again in a second, from the same tick.
-                        if sleep_or_stop(scope, Duration::from_secs(1)).await {
-                            return Ok(());
+                let last = *ticks.last().expect("not empty");
+                if done != Some(last) {
+                    // Recorded before the runs are created: a holder taking over never
+                    // creates them again, even after they ran and were purged.
+                    match scope.append(format!("through {last}").as_bytes()).await {
+                        Ok(_) => {
+                            progress.entries += 1;
+                            done = Some(last);
                         }
-                        continue;
+                        Err(e) if e.is_verdict() => return Ok(false), // the lease is lost
+                        Err(e) => {
+                            tracing::warn!(schedule = %self.name, error = %e, "ticks not recorded; trying again");
+                            if sleep_or_stop(scope, Duration::from_secs(1)).await {
+                                return Ok(false);
+                            }
+                            continue;
+                        }
                     }
+                }
+                if !self.enqueue_all(scope, &ticks, report).await? {
+                    return Ok(false);
+                }
+                if progress.entries >= ROTATE_AFTER && self.restart(scope, started, done).await {
+                    return Ok(true);
                 }
                 if ticks.len() == MAX_BATCH {
                     continue; // more to catch up
@@ -376,7 +431,7 @@ impl Scheduler {
             let Some(next) = self.schedule.next_after(last.max(now)) else {
                 // The schedule has no tick left: hold until stopped.
                 scope.cancelled().await;
-                return Ok(());
+                return Ok(false);
             };
             // To the start of the tick's second (at least a millisecond: no spinning while the
             // clock is still in the second before it).
@@ -384,9 +439,62 @@ impl Scheduler {
                 .saturating_sub(subsec())
                 .max(Duration::from_millis(1));
             if shutdown.is_cancelled() || sleep_or_stop(scope, wait).await {
-                return Ok(());
+                return Ok(false);
             }
         }
+    }
+
+    /// Creates the runs of `ticks` (recorded already), trying again every second while the
+    /// lease is held; whether they all were (created, or there already) before it was lost.
+    async fn enqueue_all(
+        &self,
+        scope: &RunScope,
+        ticks: &[u64],
+        report: &mut SchedulerReport,
+    ) -> Result<bool> {
+        let mut from = 0;
+        while from < ticks.len() {
+            if let Some(last) = self.enqueue(&ticks[from..], report).await? {
+                from = ticks.iter().position(|&t| t == last).expect("one of them") + 1;
+            }
+            if from < ticks.len() && sleep_or_stop(scope, Duration::from_secs(1)).await {
+                tracing::warn!(schedule = %self.name, first = ticks[from], last = ticks[ticks.len() - 1], "lease lost with recorded ticks not created: they are not enqueued again");
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// A holder taking over looks for the last tick recorded before it: absent, it ran and was
+    /// purged, or its holder stopped before creating it; either way it is not created again.
+    async fn check_last_recorded(&self, tick: u64) {
+        if let Err(Error::NotFound { .. }) = self.runs.inspect(&self.tick_run(tick)).await {
+            tracing::info!(schedule = %self.name, tick, "the last tick recorded is not in the store (it ran and was purged, or its holder stopped before creating it): not enqueued again");
+        }
+    }
+
+    /// Starts the lease run afresh (see [`progress`]): completes it, removes it, creates it
+    /// again with what it recorded; whether it did (the caller takes the lease again). Not
+    /// done on a store without [`purge_ids`](LeaseStore::purge_ids).
+    async fn restart(&self, scope: &RunScope, started: u64, through: Option<u64>) -> bool {
+        if let Err(e) = self.leases.purge_ids(&[]).await {
+            tracing::debug!(schedule = %self.name, error = %e, "the leases store cannot remove runs: the lease run's journal is not started afresh");
+            return false;
+        }
+        if let Err(e) = scope.complete().await {
+            tracing::warn!(schedule = %self.name, error = %e, "the lease run was not completed to be started afresh");
+            return false;
+        }
+        match progress::restart(&*self.leases, scope.run(), started, through).await {
+            Ok(()) => {
+                tracing::info!(schedule = %self.name, ?through, "the schedule's lease run started afresh")
+            }
+            // The next take finishes it from the completed run.
+            Err(e) => {
+                tracing::warn!(schedule = %self.name, error = %e, "the schedule's lease run not started afresh yet")
+            }
+        }
+        true
     }
 
     /// Creates the runs of `ticks`; the last tick enqueued (created, or there already) of the
