@@ -192,10 +192,11 @@ impl WorkerConfig {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use lease_core::{Retention, WorkerConfig};
+    /// use lease_core::{Retention, Ttl, WorkerConfig};
+    /// let ttl = Ttl::from_secs(30)?;
     /// let keep_failures = Retention::default().with_failed(None)?;
-    /// let config = WorkerConfig::default().with_retention_policy(keep_failures);
-    /// let keep_all = WorkerConfig::default().with_retention_policy(None);
+    /// let config = WorkerConfig::new(ttl).with_retention_policy(keep_failures);
+    /// let keep_all = WorkerConfig::new(ttl).with_retention_policy(None);
     /// # let _ = (config, keep_all);
     /// # Ok::<(), lease_core::InvalidInput>(())
     /// ```
