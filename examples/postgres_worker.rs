@@ -224,8 +224,16 @@ async fn stop_when(
     let drained = async {
         loop {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            let counts = store.count().await?;
-            if counts.claimable + counts.held + counts.delayed == 0 {
+            // Runnable runs of every kind but the purge lease's: the fleet's purger (on by
+            // default) holds that run for as long as a worker runs.
+            let runnable: u64 = store
+                .count_kinds()
+                .await?
+                .iter()
+                .filter(|k| k.kind.as_str() != distribution::PURGER_KIND)
+                .map(|k| k.runnable)
+                .sum();
+            if runnable == 0 {
                 return Ok::<_, BoxError>(STOPPED_DRAINED);
             }
         }
