@@ -3,6 +3,8 @@
 //! `cargo test`: the purge benchmark creates and completes 100,000 runs first.
 lease_conformance::life_benchmarks!(lease_conformance::fixtures::redis());
 
+mod support;
+
 /// Retention that deletes, at scale: a million runs created, completed and purged 1,000 at a
 /// time on a private redis-server; the namespace's keys (and their entries: fields, members,
 /// elements) and the server's `used_memory` every 100,000 runs. `LEASE_FLAT_RUNS` sets the
@@ -34,35 +36,8 @@ async fn a_million_runs_purged_leave_the_keys_flat() {
         let mut conn = conn.clone();
         let ns = ns.clone();
         async move {
-            let keys: Vec<String> = redis::cmd("KEYS")
-                .arg(format!("{{lease:{ns}}}*"))
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-            let mut entries = 0u64;
-            for key in &keys {
-                let kind: String = redis::cmd("TYPE")
-                    .arg(key)
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
-                let command = match kind.as_str() {
-                    "hash" => "HLEN",
-                    "set" => "SCARD",
-                    "zset" => "ZCARD",
-                    "list" => "LLEN",
-                    _ => {
-                        entries += 1;
-                        continue;
-                    }
-                };
-                let n: u64 = redis::cmd(command)
-                    .arg(key)
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
-                entries += n;
-            }
+            let per_key = support::entries(&mut conn, &ns).await;
+            let entries: u64 = per_key.values().sum();
             let info: String = redis::cmd("INFO")
                 .arg("memory")
                 .query_async(&mut conn)
@@ -76,7 +51,7 @@ async fn a_million_runs_purged_leave_the_keys_flat() {
                 .to_owned();
             format!(
                 "{} keys, {entries} entries, used_memory {used} B",
-                keys.len()
+                per_key.len()
             )
         }
     };

@@ -2,13 +2,15 @@
 //! namespace but a bounded set of keys (the fence floor among them), and a namespace an older
 //! release wrote, with a hash of per-run tombstones, is folded into the floor at connect.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use lease_conformance::fixtures::{unavailable, unique_namespace, RedisServer};
 use lease_core::{LeaseStore, RunId, Ttl, WorkerId};
 use lease_redis::{RedisConfig, RedisLeaseStore};
 use redis::aio::MultiplexedConnection;
+use support::entries;
+
+mod support;
 
 const HINT: &str = "install redis-server (apt-get install redis-server)";
 
@@ -32,42 +34,6 @@ async fn raw(url: &str) -> MultiplexedConnection {
         .get_multiplexed_async_connection()
         .await
         .unwrap()
-}
-
-/// Every key under the namespace's hash tag with its number of entries: a field of a hash, a
-/// member of a set or sorted set, an element of a list; 1 for a string.
-async fn entries(conn: &mut MultiplexedConnection, ns: &str) -> BTreeMap<String, u64> {
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{{lease:{ns}}}*"))
-        .query_async(conn)
-        .await
-        .unwrap();
-    let mut out = BTreeMap::new();
-    for key in keys {
-        let kind: String = redis::cmd("TYPE")
-            .arg(&key)
-            .query_async(conn)
-            .await
-            .unwrap();
-        let count = match kind.as_str() {
-            "string" => None,
-            "hash" => Some("HLEN"),
-            "set" => Some("SCARD"),
-            "zset" => Some("ZCARD"),
-            "list" => Some("LLEN"),
-            other => panic!("{key} is a {other}"),
-        };
-        let n: u64 = match count {
-            None => 1,
-            Some(command) => redis::cmd(command)
-                .arg(&key)
-                .query_async(conn)
-                .await
-                .unwrap(),
-        };
-        out.insert(key, n);
-    }
-    out
 }
 
 /// 300 runs with payloads, journals, idempotency keys, kinds, a failure and a cancel, all
