@@ -34,7 +34,7 @@ fn server() -> Option<RedisServer> {
 }
 
 fn config(server: &RedisServer, namespace: &str) -> RedisConfig {
-    RedisConfig::from_url(&format!("{}?volatile=true", server.url()))
+    RedisConfig::from_url(format!("{}?volatile=true", server.url()))
         .with_namespace(namespace)
         .with_response_timeout(Duration::from_secs(5))
 }
