@@ -14,6 +14,7 @@ mod link;
 mod reply;
 mod store;
 mod wake;
+mod wire;
 
 pub use config::RedisConfig;
 pub use epoch::{Rebound, REBIND_FENCE_STEP};

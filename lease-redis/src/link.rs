@@ -7,19 +7,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use redis::{AsyncConnectionConfig, Cmd, IntoConnectionInfo, Pipeline, Value};
+use redis::{AsyncConnectionConfig, IntoConnectionInfo, Value};
 
-use crate::call::{Ack, Call, Lua};
+use crate::call::{Ack, Call};
 
 use crate::config::{Protocol, RedisConfig, Topology};
 use crate::epoch::Epoch;
 use crate::error::{scrub, RedisError};
 use crate::guard::Guard;
+use crate::wire::{eval, eval_acked, Conn};
 
 /// How often a Cluster's durability settings are read again. redis-rs reconnects to Cluster
 /// nodes by itself, without telling; a node restarted with unsafe settings is noticed within
@@ -80,13 +80,6 @@ enum Kind {
 enum Source {
     Client(redis::Client),
     Sentinel(tokio::sync::Mutex<SentinelClient>),
-}
-
-/// One connection: to one server, or a Cluster connection (one per node, routed by slot).
-#[derive(Clone)]
-enum Conn {
-    Direct(MultiplexedConnection),
-    Cluster(ClusterConnection),
 }
 
 impl Link {
@@ -514,123 +507,6 @@ impl Link {
             Kind::Cluster { .. } => RedisError::from_cluster(e, self.secret()),
         }
     }
-}
-
-impl Conn {
-    async fn query(&mut self, cmd: &Cmd) -> redis::RedisResult<Value> {
-        match self {
-            Conn::Direct(conn) => cmd.query_async(conn).await,
-            Conn::Cluster(conn) => cmd.query_async(conn).await,
-        }
-    }
-
-    /// Loads `script` (`SCRIPT LOAD`) on the server, or on a Cluster on the master serving
-    /// `key` only: the driver would send it to every master, and one dead master elsewhere
-    /// would fail a call that never needed it.
-    async fn load(&mut self, script: &Lua, key: &str) -> redis::RedisResult<()> {
-        let mut load = redis::cmd("SCRIPT");
-        load.arg("LOAD").arg(script.source());
-        match self {
-            Conn::Direct(conn) => load.query_async::<Value>(conn).await.map(drop),
-            Conn::Cluster(conn) => on_home_node(conn, load, key)
-                .await?
-                .extract_error()
-                .map(drop),
-        }
-    }
-
-    /// Sends `pipe` as one unit on one connection (on a Cluster, to the master serving
-    /// `key`), and returns one value per command, errors included as values.
-    async fn pipeline(&mut self, pipe: Pipeline, key: &str) -> redis::RedisResult<Vec<Value>> {
-        let count = pipe.len();
-        match self {
-            Conn::Direct(conn) => conn.req_packed_commands(&pipe, 0, count).await,
-            Conn::Cluster(conn) => {
-                let route = Route::with_key(key, SlotAddr::Master);
-                conn.route_pipeline(pipe, 0, count, SingleNodeRoutingInfo::SpecificNode(route))
-                    .await
-            }
-        }
-    }
-}
-
-/// Runs `call` (`EVALSHA`, loading the script on `NOSCRIPT`).
-async fn eval(conn: &mut Conn, call: &Call<'_>, home: &str) -> redis::RedisResult<Value> {
-    let cmd = call.cmd();
-    match conn.query(&cmd).await {
-        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            conn.load(call.script(), home).await?;
-            conn.query(&cmd).await
-        }
-        other => other,
-    }
-}
-
-/// Runs `call`, then `INCR barrier`, then `WAIT wanted timeout_ms`, as one pipeline; returns
-/// the script's value and the number of replicas that acknowledged.
-async fn eval_acked(
-    conn: &mut Conn,
-    call: &Call<'_>,
-    barrier: &str,
-    wanted: u32,
-    timeout_ms: u64,
-) -> redis::RedisResult<(Value, i64)> {
-    let mut loaded = false;
-    loop {
-        let mut pipe = redis::pipe();
-        pipe.add_command(call.cmd())
-            .cmd("INCR")
-            .arg(barrier)
-            .cmd("WAIT")
-            .arg(wanted)
-            .arg(timeout_ms);
-        let values = conn.pipeline(pipe, barrier).await?;
-        let [script, barrier_reply, wait]: [Value; 3] = values.try_into().map_err(|v| {
-            redis::RedisError::from((
-                redis::ErrorKind::Parse,
-                "expected three replies to script, INCR, WAIT",
-                format!("{v:?}"),
-            ))
-        })?;
-        let script = match script.extract_error() {
-            Err(e)
-                if !loaded
-                    && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-            {
-                // The script did not run; the barrier and WAIT that followed are harmless.
-                conn.load(call.script(), barrier).await?;
-                loaded = true;
-                continue;
-            }
-            other => other?,
-        };
-        barrier_reply.extract_error()?;
-        let acked = match wait.extract_error()? {
-            Value::Int(n) => n,
-            other => {
-                return Err(redis::RedisError::from((
-                    redis::ErrorKind::Parse,
-                    "expected a count of replicas from WAIT",
-                    format!("{other:?}"),
-                )))
-            }
-        };
-        return Ok((script, acked));
-    }
-}
-
-/// Runs `cmd` on the Cluster master that serves `key`'s slot.
-pub(crate) async fn on_home_node(
-    conn: &mut ClusterConnection,
-    cmd: Cmd,
-    key: &str,
-) -> redis::RedisResult<Value> {
-    let route = Route::with_key(key, SlotAddr::Master);
-    conn.route_command(
-        cmd,
-        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
-    )
-    .await
 }
 
 /// A new multiplexed connection to the server `source` names.
