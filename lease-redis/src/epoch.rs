@@ -76,13 +76,13 @@ impl Epoch {
         }
     }
 
-    /// The increment, sent with what this store has seen.
-    pub(crate) fn call(&self) -> Call<'static> {
+    /// The increment, sent with what this store has seen, and that value, to judge the
+    /// reply by ([`judge`](Epoch::judge)).
+    pub(crate) fn call(&self) -> (Call<'static>, u64) {
+        let seen = self.seen.load(Ordering::SeqCst);
         let mut call = Call::new(&SCRIPTS.epoch);
-        call.key(&self.key)
-            .key(&self.marker)
-            .arg(self.seen.load(Ordering::SeqCst));
-        call
+        call.key(&self.key).key(&self.marker).arg(seen);
+        (call, seen)
     }
 
     fn now_ms(&self) -> u64 {
@@ -101,23 +101,28 @@ impl Epoch {
     }
 
     /// Judges an increment's reply: a refusal when the marker is set or the epoch did not
-    /// rise above what this store had seen; otherwise the epoch is remembered if the replicas
-    /// acknowledged it (an unacknowledged one could be lost in a failover without any
-    /// restore, and then read as one).
-    pub(crate) fn judge(&self, value: redis::Value, acked: bool) -> Result<(), RedisError> {
+    /// rise above `sent`, what this store had seen when it sent the increment (not what it
+    /// has seen since: two connections' increments may answer in any order); otherwise the
+    /// epoch is remembered if the replicas acknowledged it (an unacknowledged one could be
+    /// lost in a failover without any restore, and then read as one).
+    pub(crate) fn judge(
+        &self,
+        value: redis::Value,
+        acked: bool,
+        sent: u64,
+    ) -> Result<(), RedisError> {
         let reply = Reply::new("epoch", value)?;
         let epoch: u64 = reply.parse(0)?;
         let marker = reply.str(1).ok();
         self.checked_ms.store(self.now_ms(), Ordering::Relaxed);
         if self.enforce {
-            let seen = self.seen.load(Ordering::SeqCst);
             if let Some(marker) = marker {
                 return Err(self.refusal(marker));
             }
-            if epoch <= seen {
+            if epoch <= sent {
                 // The script set the marker, unless one was there.
                 return Err(self.refusal(&format!(
-                    "the epoch went back to {epoch} under a store that had seen {seen}"
+                    "the epoch went back to {epoch} under a store that had seen {sent}"
                 )));
             }
         }

@@ -431,7 +431,7 @@ impl Link {
     /// `may_wait` and replicas configured, in a pipeline with `WAIT`, so that only an
     /// acknowledged epoch is remembered.
     async fn check_epoch(&self, conn: &mut Conn, may_wait: bool) -> Result<(), RedisError> {
-        let call = self.epoch.call();
+        let (call, sent) = self.epoch.call();
         let wanted = self.guard.replicas();
         let cluster = matches!(conn, Conn::Cluster(_));
         let fail = |e: redis::RedisError| {
@@ -445,10 +445,10 @@ impl Link {
             let timeout = self.guard.replica_timeout().as_millis() as u64;
             let answer = eval_acked(conn, &call, &self.home, wanted, timeout).await;
             let (value, acked) = answer.map_err(fail)?;
-            self.epoch.judge(value, acked >= i64::from(wanted))
+            self.epoch.judge(value, acked >= i64::from(wanted), sent)
         } else {
             let value = eval(conn, &call, &self.home).await.map_err(fail)?;
-            self.epoch.judge(value, wanted == 0)
+            self.epoch.judge(value, wanted == 0, sent)
         }
     }
 
@@ -459,13 +459,13 @@ impl Link {
         if !self.epoch.due() {
             return Ok(());
         }
-        let call = self.epoch.call();
+        let (call, sent) = self.epoch.call();
         let judged = if self.guard.replicas() == 0 {
             let value = self.read_call(&call).await?;
-            self.epoch.judge(value, true)
+            self.epoch.judge(value, true, sent)
         } else {
             let (value, ack) = self.write_call(&call).await?;
-            self.epoch.judge(value, ack.confirm().is_ok())
+            self.epoch.judge(value, ack.confirm().is_ok(), sent)
         };
         if judged.is_err() {
             self.recheck();
