@@ -368,6 +368,8 @@ mod tests {
             keys.failures(),
             keys.cancelled(),
             keys.ended(),
+            keys.epoch(),
+            keys.restored(),
             keys.user(&run, "out"),
         ] {
             assert!(key.starts_with("{lease:tenant}:"), "{key}");
