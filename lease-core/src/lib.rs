@@ -46,6 +46,7 @@ mod new_run;
 pub mod observe;
 mod redact;
 mod refresh;
+mod restore;
 mod retention;
 mod schedule;
 mod scope;
@@ -66,6 +67,7 @@ pub use memory::{MemoryLeaseStore, MemoryTransaction};
 pub use new_run::{refuse_priorities, NewRun, MAX_PRIORITY, MAX_START_DELAY};
 pub use observe::Instrumented;
 pub use redact::{redact_url, REDACTED, UNPARSEABLE_URL};
+pub use restore::REBIND_FENCE_STEP;
 pub use retention::{
     Purger, PurgerReport, DEFAULT_PURGER_NAME, DEFAULT_PURGE_BATCH, DEFAULT_PURGE_EVERY,
     DEFAULT_RETENTION_AGE, PURGER_KIND,

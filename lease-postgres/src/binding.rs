@@ -34,9 +34,7 @@ use crate::error::PgError;
 use crate::route::Route;
 use crate::store::PostgresLeaseStore;
 
-/// How far a rebind raises every fence and the fence floor: more claims than the history
-/// after a backup could have made.
-pub const REBIND_FENCE_STEP: i64 = 1 << 32;
+pub use lease_core::REBIND_FENCE_STEP;
 
 /// The binding statements, with the store's schema spliced in.
 #[derive(Debug)]
@@ -118,17 +116,23 @@ async fn record(conn: &mut PgConnection, sql: &str, here: (i64, i64)) -> Result<
     tx.commit().await
 }
 
-impl Binding {
-    /// Turns the check on, for `schema` (migrated).
-    pub(crate) fn arm(&self, schema: &str) {
+impl Statements {
+    fn new(schema: &str) -> Statements {
         let quoted = format!("\"{}\"", schema.replace('"', "\"\""));
         let q = |sql: &str| sql.replace("{schema}", &quoted);
-        let _ = self.sql.set(Statements {
+        Statements {
             schema: schema.to_owned(),
             read: q(include_str!("../sql/binding_read.sql")),
             write: q(include_str!("../sql/binding_write.sql")),
             rebind_fences: q(include_str!("../sql/rebind_fences.sql")),
-        });
+        }
+    }
+}
+
+impl Binding {
+    /// Turns the check on, for `schema` (migrated).
+    pub(crate) fn arm(&self, schema: &str) {
+        let _ = self.sql.set(Statements::new(schema));
     }
 
     /// The refusal of the last connection refused for its binding, if no connection passed
@@ -229,25 +233,51 @@ impl Route {
         limit: Duration,
         timed_out: impl FnOnce() -> PgError,
     ) -> Result<PoolConnection<Postgres>, PgError> {
+        let started = std::time::Instant::now();
         let refused = self.binding.notice.notified();
         tokio::pin!(refused);
         refused.as_mut().enable();
         tokio::select! {
             biased;
             got = tokio::time::timeout(limit, self.own.acquire()) => match got {
-                Ok(Ok(pooled)) => Ok(pooled),
-                Ok(Err(e)) => Err(self.fail(e)),
-                Err(_) => Err(self.binding.refused().unwrap_or_else(timed_out)),
+                Ok(Ok(pooled)) => return Ok(pooled),
+                Ok(Err(e)) => return Err(self.fail(e)),
+                Err(_) => return Err(self.binding.refused().unwrap_or_else(timed_out)),
             },
-            () = &mut refused => match self.binding.refused() {
-                Some(refusal) => Err(refusal),
-                // Cleared since by a connection that passed: the pool has one now or soon.
-                None => match tokio::time::timeout(limit, self.own.acquire()).await {
-                    Ok(Ok(pooled)) => Ok(pooled),
-                    Ok(Err(e)) => Err(self.fail(e)),
-                    Err(_) => Err(timed_out()),
-                },
-            },
+            () = &mut refused => {}
+        }
+        // Some connection was refused for its binding: this call's, or another's whose check
+        // read the binding before a rebind committed. Ask the server once more, on a
+        // connection of this call's own, before refusing.
+        let left = limit.saturating_sub(started.elapsed());
+        match tokio::time::timeout(left, self.recheck_binding()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(refusal)) => return Err(refusal),
+            Err(_) => return Err(timed_out()),
+        }
+        let left = limit.saturating_sub(started.elapsed());
+        match tokio::time::timeout(left, self.own.acquire()).await {
+            Ok(Ok(pooled)) => Ok(pooled),
+            Ok(Err(e)) => Err(self.fail(e)),
+            Err(_) => Err(timed_out()),
+        }
+    }
+
+    /// The binding check on a direct connection to the host in use (not the pool's, which
+    /// would retry a refusal until its timeout).
+    async fn recheck_binding(&self) -> Result<(), PgError> {
+        use sqlx::{ConnectOptions, Connection};
+        let mut conn = self.current_options().connect().await?;
+        let checked = self
+            .binding
+            .check(&mut conn, &self.at(), self.sync_replicas)
+            .await;
+        // Best effort: the server ends the session either way.
+        let _ = conn.close().await;
+        match checked {
+            Ok(None) => Ok(()),
+            Ok(Some(refusal)) => Err(refusal),
+            Err(e) => Err(PgError::from(e)),
         }
     }
 
@@ -280,14 +310,15 @@ impl PostgresLeaseStore {
     pub async fn rebind(config: PostgresConfig) -> Result<Rebound> {
         let store = PostgresLeaseStore::connect_unbound(config).await?;
         let route = &store.route;
-        store.route.binding.arm(store.schema());
-        let sql = store.route.binding.sql.get().expect("armed just above");
+        // Not armed on this store's route: its connections must work while the binding does
+        // not match (armed, a new connection would be refused, retried until the timeout).
+        let sql = Statements::new(store.schema());
         let fail = |e| route.fail(e);
         let mut conn = route.own.acquire().await.map_err(fail)?;
         let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(fail)?;
         let seen = read(&mut tx, &sql.read).await.map_err(fail)?;
         let row = sqlx::query(&sql.rebind_fences)
-            .bind(REBIND_FENCE_STEP)
+            .bind(REBIND_FENCE_STEP as i64)
             .fetch_one(&mut *tx)
             .await
             .map_err(fail)?;
@@ -296,7 +327,6 @@ impl PostgresLeaseStore {
         let after = (seen.system, seen.timeline);
         write(&mut tx, &sql.write, after).await.map_err(fail)?;
         tx.commit().await.map_err(fail)?;
-        lock(&route.binding.refused).take();
         let rebound = Rebound {
             before: seen.bound,
             after,

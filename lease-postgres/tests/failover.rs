@@ -164,7 +164,7 @@ async fn async_replication_promotion_is_refused_until_rebound() {
         .await
         .unwrap();
     assert!(
-        next.fence().get() > lease_postgres::REBIND_FENCE_STEP as u64 + 1,
+        next.fence().get() > lease_postgres::REBIND_FENCE_STEP + 1,
         "fence {}: a fence the old history issued",
         next.fence()
     );

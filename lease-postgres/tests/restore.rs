@@ -109,7 +109,7 @@ async fn a_point_in_time_recovery_is_refused_until_rebound() {
         .await
         .expect("the live store serves once rebound");
     assert!(
-        after.fence().get() > REBIND_FENCE_STEP as u64,
+        after.fence().get() > REBIND_FENCE_STEP,
         "fence {} after a rebind",
         after.fence()
     );
@@ -182,7 +182,7 @@ async fn another_clusters_schema_is_refused_until_rebound() {
     assert_eq!(rebound.after.0, system);
     let after = claim_when_answered(&store, &run).await.unwrap();
     assert!(
-        after.fence().get() > REBIND_FENCE_STEP as u64,
+        after.fence().get() > REBIND_FENCE_STEP,
         "fence {} after a rebind",
         after.fence()
     );
@@ -190,5 +190,5 @@ async fn another_clusters_schema_is_refused_until_rebound() {
     let again = PostgresLeaseStore::rebind(config(&server.url(), &schema))
         .await
         .unwrap();
-    assert_eq!(again.floor, 2 * REBIND_FENCE_STEP);
+    assert_eq!(again.floor, 2 * REBIND_FENCE_STEP as i64);
 }

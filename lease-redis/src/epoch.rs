@@ -39,9 +39,7 @@ use crate::store::{RedisLeaseStore, SCRIPTS};
 /// How often a running store increments the epoch, at the start of a call.
 pub(crate) const EPOCH_EVERY: Duration = Duration::from_secs(30);
 
-/// How far a rebind raises every fence and the fence floor: more claims than the history
-/// after a backup could have made.
-pub const REBIND_FENCE_STEP: u64 = 1 << 32;
+pub use lease_core::REBIND_FENCE_STEP;
 
 /// How far a rebind raises the epoch: past any value a store of the history before the
 /// restore could have seen (2^40 increments: every store's every 30 s for millennia).
