@@ -704,6 +704,48 @@ impl Store {
     }
 }
 
+impl Config {
+    /// The Postgres store's configuration this one gives: the store URL, with the namespace
+    /// as the schema, `sync_replicas`, `max_connections` and `migrate` when set. What
+    /// [`connect`] uses, and operator commands that act on the store without serving it
+    /// (`lease pg-rebind`).
+    #[cfg(feature = "postgres")]
+    pub fn postgres_config(&self) -> lease_postgres::PostgresConfig {
+        let mut pg = lease_postgres::PostgresConfig::from_url(self.store.clone());
+        if let Some(ns) = &self.namespace {
+            pg = pg.with_schema(ns.clone());
+        }
+        if let Some(n) = self.sync_replicas {
+            pg = pg.with_sync_replicas(n);
+        }
+        if let Some(n) = self.max_connections {
+            pg = pg.with_max_connections(n);
+        }
+        if let Some(migrate) = self.migrate {
+            pg = pg.with_migrations(migrate);
+        }
+        pg
+    }
+
+    /// The Redis store's configuration this one gives: the store URL, with the namespace,
+    /// `replicas` and the replica timeout when set. What [`connect`] uses, and operator
+    /// commands that act on the store without serving it (`lease redis-rebind`).
+    #[cfg(feature = "redis")]
+    pub fn redis_config(&self) -> lease_redis::RedisConfig {
+        let mut redis = lease_redis::RedisConfig::from_url(&self.store);
+        if let Some(ns) = &self.namespace {
+            redis = redis.with_namespace(ns.clone());
+        }
+        if let Some(n) = self.replicas {
+            redis = redis.with_replicas(n);
+        }
+        if let Some(timeout) = self.replica_timeout {
+            redis = redis.with_replica_timeout(timeout);
+        }
+        redis
+    }
+}
+
 /// [`connect`], keeping the backend's concrete type.
 ///
 /// # Errors
@@ -719,40 +761,13 @@ pub async fn connect_store(config: &Config) -> Result<Store, ConfigError> {
             Store::Memory(Arc::new(MemoryLeaseStore::new()))
         }
         #[cfg(feature = "postgres")]
-        Backend::Postgres => {
-            let mut pg = lease_postgres::PostgresConfig::from_url(config.store.clone());
-            if let Some(ns) = &config.namespace {
-                pg = pg.with_schema(ns.clone());
-            }
-            if let Some(n) = config.sync_replicas {
-                pg = pg.with_sync_replicas(n);
-            }
-            if let Some(n) = config.max_connections {
-                pg = pg.with_max_connections(n);
-            }
-            if let Some(migrate) = config.migrate {
-                pg = pg.with_migrations(migrate);
-            }
-            Store::Postgres(Arc::new(
-                lease_postgres::PostgresLeaseStore::connect(pg).await?,
-            ))
-        }
+        Backend::Postgres => Store::Postgres(Arc::new(
+            lease_postgres::PostgresLeaseStore::connect(config.postgres_config()).await?,
+        )),
         #[cfg(feature = "redis")]
-        Backend::Redis => {
-            let mut redis = lease_redis::RedisConfig::from_url(&config.store);
-            if let Some(ns) = &config.namespace {
-                redis = redis.with_namespace(ns.clone());
-            }
-            if let Some(n) = config.replicas {
-                redis = redis.with_replicas(n);
-            }
-            if let Some(timeout) = config.replica_timeout {
-                redis = redis.with_replica_timeout(timeout);
-            }
-            Store::Redis(Arc::new(
-                lease_redis::RedisLeaseStore::connect(redis).await?,
-            ))
-        }
+        Backend::Redis => Store::Redis(Arc::new(
+            lease_redis::RedisLeaseStore::connect(config.redis_config()).await?,
+        )),
         #[cfg(feature = "etcd")]
         Backend::Etcd => {
             let mut etcd = lease_etcd::EtcdConfig::from_url(&config.store)?;

@@ -201,6 +201,18 @@ enum Command {
     /// have gone back) until an operator who has checked that every run's fence is current
     /// runs this. Prints what was replaced.
     EtcdRebind,
+    /// Rebind a postgres:// store's schema after a restore (point-in-time recovery, a base
+    /// backup, an asynchronous standby promoted): every store refuses a server whose system
+    /// identifier or timeline is not the one the schema was bound to, until an operator runs
+    /// this, which raises every run's fence and the fence floor by 2^32 (nothing the old
+    /// history issued is issued again; its holders are fenced out) and records the server.
+    /// Prints what was replaced.
+    PgRebind,
+    /// Rebind a redis:// store's namespace after a restore (an older RDB or AOF put back):
+    /// once a store saw the namespace's epoch go back, every store refuses it until an
+    /// operator runs this, which raises every run's fence and the fence floor by 2^32 and
+    /// clears the mark. Prints what was done.
+    RedisRebind,
     /// Run a command while holding the run's lease (a singleton job across hosts): claim the
     /// run, start CMD with LEASE_RUN and LEASE_FENCE in its environment (which is lease's own,
     /// less the store's settings: LEASE_STORE, LEASE_NAMESPACE, LEASE_TTL_MS,
@@ -369,6 +381,8 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Stats { json } => ops::stats(&config, format(out, &json)).await,
         Command::Migrate => ops::migrate(&config, out).await,
         Command::EtcdRebind => ops::etcd_rebind(&config, out).await,
+        Command::PgRebind => ops::pg_rebind(&config, out).await,
+        Command::RedisRebind => ops::redis_rebind(&config, out).await,
         Command::Schedule(args) => {
             text_only("schedule", out)?;
             return schedule::schedule(&config, args).await.map(|()| 0);

@@ -274,6 +274,83 @@ pub(crate) async fn etcd_rebind(config: &Config, format: Format) -> Result<(), F
     }
 }
 
+/// `lease pg-rebind`: the operator's decision after a Postgres restore.
+pub(crate) async fn pg_rebind(config: &Config, format: Format) -> Result<(), Failure> {
+    match config.backend()? {
+        distribution::Backend::Postgres => {
+            let pg = config.postgres_config();
+            let schema = pg.schema().to_owned();
+            let rebound = distribution::postgres::PostgresLeaseStore::rebind(pg).await?;
+            let (system, timeline) = rebound.after;
+            match format {
+                Format::Text => {
+                    match rebound.before {
+                        Some((was, on)) => println!(
+                            "schema {schema:?} rebound from system identifier {was} (timeline                              {on}) to {system} (timeline {timeline})"
+                        ),
+                        None => println!(
+                            "schema {schema:?} bound to system identifier {system} (timeline                              {timeline})"
+                        ),
+                    }
+                    println!(
+                        "{} run(s) had their fence raised by 2^32; the fence floor is now {}",
+                        rebound.runs, rebound.floor
+                    );
+                }
+                Format::Json => println!(
+                    "{}",
+                    serde_json::json!({
+                        "schema": schema,
+                        "before": rebound.before.map(|(s, t)| serde_json::json!({"system_identifier": s, "timeline": t})),
+                        "after": {"system_identifier": system, "timeline": timeline},
+                        "runs_raised": rebound.runs,
+                        "fence_floor": rebound.floor,
+                    })
+                ),
+            }
+            Ok(())
+        }
+        _ => Err(usage("pg-rebind applies to a postgres:// store only")),
+    }
+}
+
+/// `lease redis-rebind`: the operator's decision after a Redis restore.
+pub(crate) async fn redis_rebind(config: &Config, format: Format) -> Result<(), Failure> {
+    match config.backend()? {
+        distribution::Backend::Redis => {
+            let redis = config.redis_config();
+            let namespace = redis.namespace().to_owned();
+            let rebound = distribution::redis::RedisLeaseStore::rebind(redis).await?;
+            match format {
+                Format::Text => {
+                    match &rebound.marker {
+                        Some(why) => {
+                            println!("namespace {namespace:?} was marked restored: {why}")
+                        }
+                        None => println!("namespace {namespace:?} was not marked restored"),
+                    }
+                    println!(
+                        "{} run record(s) had their fence raised by 2^32; the fence floor is                          now {}; the namespace is served again",
+                        rebound.runs, rebound.floor
+                    );
+                }
+                Format::Json => println!(
+                    "{}",
+                    serde_json::json!({
+                        "namespace": namespace,
+                        "marker": rebound.marker,
+                        "runs_raised": rebound.runs,
+                        "fence_floor": rebound.floor,
+                        "epoch": rebound.epoch,
+                    })
+                ),
+            }
+            Ok(())
+        }
+        _ => Err(usage("redis-rebind applies to a redis:// store only")),
+    }
+}
+
 /// How many runs one `purge` call removes at most.
 const PURGE_BATCH: usize = 1_000;
 

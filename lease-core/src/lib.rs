@@ -47,6 +47,7 @@ pub mod observe;
 mod policy;
 mod redact;
 mod refresh;
+mod restore;
 mod retention;
 mod schedule;
 mod scope;
@@ -68,6 +69,7 @@ pub use new_run::{refuse_priorities, NewRun, MAX_PRIORITY, MAX_START_DELAY};
 pub use observe::Instrumented;
 pub use policy::{EndedStates, Retention, DEFAULT_COMPLETED_RETENTION, DEFAULT_FAILED_RETENTION};
 pub use redact::{redact_url, REDACTED, UNPARSEABLE_URL};
+pub use restore::REBIND_FENCE_STEP;
 pub use retention::{
     Purger, PurgerReport, DEFAULT_PURGER_NAME, DEFAULT_PURGE_BATCH, DEFAULT_PURGE_EVERY,
     DEFAULT_RETENTION_AGE, PURGER_KIND,

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 mod batch;
+mod binding;
 mod config;
 mod durable;
 mod effect;
@@ -14,6 +15,7 @@ mod store;
 mod transaction;
 mod wake;
 
+pub use binding::{Rebound, REBIND_FENCE_STEP};
 pub use config::{PostgresConfig, DEFAULT_SCHEMA};
 pub use effect::{Bind, EffectFuture, PgEffect, MAX_EFFECTS_PER_TRANSACTION};
 pub use store::{migrator, PostgresLeaseStore};

@@ -51,6 +51,9 @@ pub(crate) struct Route {
     switches: AtomicU64,
     /// The bound on one call of the store.
     pub(crate) call_timeout: Duration,
+    /// The schema's binding to a cluster and timeline, checked on every new connection once
+    /// the schema is migrated (`binding.rs`).
+    pub(crate) binding: crate::binding::Binding,
 }
 
 /// The settings every session of the store's own pool starts with, in its startup packet (no
@@ -145,6 +148,7 @@ impl Route {
             worked: AtomicBool::new(false),
             switches: AtomicU64::new(0),
             call_timeout: parsed.call_timeout,
+            binding: crate::binding::Binding::default(),
         }
     }
 
@@ -188,6 +192,12 @@ impl Route {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .elapsed()
+    }
+
+    /// `host:port` of the host in use, for messages.
+    pub(crate) fn at(&self) -> String {
+        let host = self.current_options();
+        format!("{}:{}", host.get_host(), host.get_port())
     }
 
     /// The options of the host in use.
@@ -285,7 +295,8 @@ impl Route {
 
     /// The check every new connection passes before either pool hands it out: a primary, and
     /// — under `sync_replicas` — one with synchronous standbys configured and streaming, or
-    /// — without it — one no standby replicates from (unless accepted).
+    /// — without it — one no standby replicates from (unless accepted); and, once the schema
+    /// is migrated, the server the schema is bound to, on its timeline.
     async fn check_new(&self, conn: &mut PgConnection) -> Result<(), sqlx::Error> {
         let row = sqlx::query(CHECK_SERVER).fetch_one(&mut *conn).await?;
         let in_recovery: bool = row.try_get("in_recovery")?;
@@ -304,6 +315,15 @@ impl Route {
                 "{at} is a standby (pg_is_in_recovery() is true), not the primary; retry once a \
                  primary is reachable"
             )))
+        } else if let Some(restored) = self
+            .binding
+            .check(&mut *conn, &at, self.sync_replicas)
+            .await?
+        {
+            // Is this primary the one the schema was bound to, on the same timeline
+            // (`binding.rs`)? Before the standbys are counted: a failover under sync_replicas
+            // is recorded even while the promoted server has no standby yet.
+            Some(restored)
         } else if let Some(unsafe_setting) =
             self.durability(&at, &fsync, &synchronous_commit, streaming + others)
         {

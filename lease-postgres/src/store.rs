@@ -33,10 +33,13 @@ macro_rules! call {
         let store: &PostgresLeaseStore = $store;
         let started = std::time::Instant::now();
         let limit = store.route.call_timeout;
-        let mut pooled = match tokio::time::timeout(limit, store.route.own.acquire()).await {
-            Ok(Ok(pooled)) => pooled,
-            Ok(Err(e)) => return Err(store.route.fail(e).into()),
-            Err(_) => return Err(store.timed_out(limit).into()),
+        let mut pooled = match store
+            .route
+            .acquire_own(limit, || store.timed_out(limit))
+            .await
+        {
+            Ok(pooled) => pooled,
+            Err(e) => return Err(e.into()),
         };
         let left = limit.saturating_sub(started.elapsed());
         let answer = tokio::time::timeout(left, async {
@@ -197,8 +200,19 @@ impl PostgresLeaseStore {
     /// # Errors
     /// [`Error::Unavailable`] if the server cannot be reached within the acquire timeout;
     /// [`Error::Backend`] for a malformed URL or schema, refused credentials or a failed
-    /// migration. No error carries the password.
+    /// migration; [`Error::Misconfigured`] for a server that would not keep the store's
+    /// promises, among them one whose history went back (a restore: another system identifier
+    /// or timeline than the schema is bound to, which [`rebind`](Self::rebind) accepts). No
+    /// error carries the password.
     pub async fn connect(config: PostgresConfig) -> Result<PostgresLeaseStore> {
+        let store = PostgresLeaseStore::connect_unbound(config).await?;
+        store.route.bind(&store.schema).await?;
+        Ok(store)
+    }
+
+    /// As [`connect`](Self::connect), without the check of the schema's binding to the
+    /// cluster (`binding.rs`): for [`rebind`](Self::rebind).
+    pub(crate) async fn connect_unbound(config: PostgresConfig) -> Result<PostgresLeaseStore> {
         let parsed = config.parse()?;
         let migrate = parsed.migrate;
         let parsed_wake_ups = parsed.wake_ups;
@@ -266,6 +280,7 @@ impl PostgresLeaseStore {
         )?;
         store.route.check_pooled().await?;
         store.prepare_schema(migrate).await?;
+        store.route.bind(&store.schema).await?;
         Ok(store)
     }
 

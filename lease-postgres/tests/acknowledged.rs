@@ -17,7 +17,7 @@ use lease_core::LeaseStore;
 use lease_postgres::{sqlx, PostgresConfig, PostgresLeaseStore};
 
 mod support;
-use support::{caught_up, execute, id, or_fail, ttl, worker};
+use support::{accept_failover, caught_up, execute, id, or_fail, ttl, worker};
 
 /// The primary's address the standby replicates through: cutting it cuts that link alone.
 const LINK: &str = "127.0.0.2";
@@ -104,6 +104,7 @@ async fn nothing_reported_committed_is_missing_after_the_standby_is_promoted() {
     primary.kill().unwrap();
     standby.promote().unwrap();
     drop(cut);
+    accept_failover(&standby.url(), &schema).await;
     let promoted =
         PostgresLeaseStore::connect(config(&standby.url(), &schema).with_migrations(false))
             .await
@@ -388,6 +389,7 @@ async fn an_asynchronous_commit_is_reported_done_only_once_the_standby_has_it() 
     // Both reported done: kill the primary now, before its WAL writer would flush.
     primary.kill().unwrap();
     standby.promote().unwrap();
+    accept_failover(&standby.url(), &schema).await;
     let promoted =
         PostgresLeaseStore::connect(config(&standby.url(), &schema).with_migrations(false))
             .await
@@ -573,6 +575,7 @@ async fn a_callers_session_setting_never_weakens_a_claim(over_pool: bool) {
     assert_eq!(claimed.fence().get(), 1);
     primary.kill().unwrap();
     standby.promote().unwrap();
+    accept_failover(&standby.url(), &schema).await;
     let promoted =
         PostgresLeaseStore::connect(config(&standby.url(), &schema).with_migrations(false))
             .await

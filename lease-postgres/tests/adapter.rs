@@ -488,6 +488,7 @@ async fn eight_concurrent_connects_migrate_an_empty_schema_once() {
         tables,
         [
             "_sqlx_migrations",
+            "cluster_binding",
             "fence_floor",
             "journal",
             "run_payloads",

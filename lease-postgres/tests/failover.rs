@@ -1,8 +1,9 @@
 //! Failover on loopback: a primary and a streaming standby (`pg_basebackup -R`), run as the
 //! `postgres` OS user on free ports. The standby is cut off, a claim is made on the primary,
 //! the primary crashes and the standby is promoted. Without synchronous replication the
-//! promoted standby hands the same fence out again (asserted: the test can see the failure);
-//! with `sync_replicas=1` the claim is never handed out and no fence repeats. A load variant
+//! promoted standby would hand the same fence out again; it is on a new timeline, which the
+//! store refuses until a rebind; with `sync_replicas=1` the claim is never handed out, the new
+//! timeline is taken for a failover, and no fence repeats. A load variant
 //! takes eight workers through a failover. Batches (`end_many`, `create_many`) answer only once
 //! the synchronous standby has their one commit.
 //!
@@ -117,26 +118,55 @@ async fn promote_after_a_cut(
     }
 }
 
-/// With asynchronous replication the schedule re-issues a fence: the claim acknowledged by the
-/// old primary never reached the standby, which hands the same fence to another worker.
+/// With asynchronous replication the promoted standby lacks the claim the old primary
+/// acknowledged (fence 2) and would hand the same fence to another worker. It is on a new
+/// timeline, so the store refuses it (before, it handed fence 2 out again: the loss this test
+/// saw) until an operator rebinds the schema; the next claim is then above 2^32 and the holder
+/// of the lost fence 2 would be refused by the fence.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn async_replication_reissues_a_fence_after_promotion() {
+async fn async_replication_promotion_is_refused_until_rebound() {
     let Some((primary, standby)) = primary_and_standby(false).await else {
         return;
     };
-    let observed =
-        promote_after_a_cut(&primary, &standby, 0, &unique_namespace("failover_async")).await;
+    let schema = unique_namespace("failover_async");
+    let observed = promote_after_a_cut(&primary, &standby, 0, &schema).await;
     eprintln!("asynchronous standby: {observed:?}");
     let old = observed
         .on_old_primary
         .expect("the old primary hands out fence 2");
-    let new = observed
+    assert_eq!(old, 2);
+    let refused = observed
         .on_new_primary
-        .expect("the new primary hands out a fence");
-    assert_eq!(
-        (old, new),
-        (2, 2),
-        "the same fence went to two workers: the loss this test must be able to see"
+        .expect_err("the promoted standby must not hand fence 2 out again");
+    assert!(
+        matches!(
+            refused,
+            Error::Misconfigured {
+                backend: "postgres",
+                ..
+            }
+        ),
+        "{refused:?}"
+    );
+    let text = refused.to_string();
+    assert!(
+        text.contains("is on timeline 2") && text.contains("lease pg-rebind"),
+        "{text}"
+    );
+    lease_postgres::PostgresLeaseStore::rebind(config(&standby.url(), &schema))
+        .await
+        .unwrap();
+    let plain = PostgresLeaseStore::connect(config(&standby.url(), &schema))
+        .await
+        .unwrap();
+    let next = plain
+        .claim(&id("order-failover"), &worker("c"), ttl(60_000))
+        .await
+        .unwrap();
+    assert!(
+        next.fence().get() > lease_postgres::REBIND_FENCE_STEP + 1,
+        "fence {}: a fence the old history issued",
+        next.fence()
     );
 }
 

@@ -1,15 +1,21 @@
 -- KEYS[1]: runs hash; KEYS[2]: claimable index (zset) of the kind ARGV[4]; KEYS[3]: attempts
 -- hash; KEYS[4]: payloads hash; KEYS[5]: kinds hash (id -> kind, for kinds other than the
 -- default); KEYS[6]: history hash (a claim that takes over an expired lease writes that
--- attempt, ended at its expiry, as common.lua's push_attempt does)
+-- attempt, ended at its expiry, as common.lua's push_attempt does); KEYS[7]: the restore
+-- marker (src/epoch.rs)
 -- ARGV[1]: encoded run id; ARGV[2]: worker id; ARGV[3]: TTL in milliseconds; ARGV[4]: the kind
 -- the client presumes the run is of ('' for the default)
--- Returns: {'none'}; {'refused', state, owner, expiry, fence, now}; {'kind', actual} (nothing
+-- Returns: {'restored', marker} (nothing written: the namespace was restored and is not
+-- rebound yet); {'none'}; {'refused', state, owner, expiry, fence, now}; {'kind', actual} (nothing
 -- written: send again with the index of the run's actual kind); or {'ok', fence, expiry,
 -- attempts, payload} (every claim counts against the attempt budget; a voluntary end gives it
 -- back; the payload: its bytes, or nil for none)
 -- A hot script, run without the common.lua prelude (whose helpers every call would build
 -- again): it reads and writes the record format common.lua describes; keep them in step.
+local restored = redis.call('GET', KEYS[7])
+if restored then
+  return { 'restored', restored }
+end
 local v = redis.call('HGET', KEYS[1], ARGV[1])
 if not v then
   return { 'none' }

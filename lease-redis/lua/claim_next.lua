@@ -2,10 +2,12 @@
 -- instant claimable in microseconds, member = 16 hex digits of creation order followed by the
 -- encoded run id); KEYS[3]: attempts hash; KEYS[4]: history hash (a claim that takes over an
 -- expired lease writes that attempt, ended at its expiry); KEYS[4+p]: the kind's claimable
--- index at priority p, for p from 1 to 9; KEYS[14]: payloads hash
+-- index at priority p, for p from 1 to 9; KEYS[14]: payloads hash; KEYS[15]: the restore
+-- marker (src/epoch.rs)
 -- ARGV[1]: worker id; ARGV[2]: TTL in milliseconds; ARGV[3]: most runs to claim; ARGV[4]:
 -- most index entries to examine that turn out not to be claimable
--- Returns: flat {more, encoded id, fence, expiry, attempts, payload, priority, waited
+-- Returns: {'restored', marker} (nothing written: the namespace was restored and is not
+-- rebound yet), or flat {more, encoded id, fence, expiry, attempts, payload, priority, waited
 -- (µs the run had been claimable: now less its index score), encoded id, ...}, the highest
 -- priority first, then the longest claimable first (each claim counts against its run's
 -- attempt budget), where more is '1' if the examination budget ran out before `max` runs
@@ -20,6 +22,10 @@
 -- entry that is not (its run gone or ended, or held: an index written by an older version of
 -- this adapter, whose renewals left it behind) is removed or moved to the lease's expiry; at
 -- most ARGV[4] of them per call, so one call's work is bounded however many there are.
+local restored = redis.call('GET', KEYS[15])
+if restored then
+  return { 'restored', restored }
+end
 local now = now_micros()
 local expires = now + tonumber(ARGV[2]) * 1000
 local max = tonumber(ARGV[3])

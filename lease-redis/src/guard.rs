@@ -154,7 +154,7 @@ impl Guard {
         secret: Option<&str>,
     ) -> Result<(), RedisError> {
         let fail = |e: redis::RedisError| RedisError::from_cluster(&e, secret);
-        let reply = crate::link::on_home_node(conn, query(), key).await;
+        let reply = crate::wire::on_home_node(conn, query(), key).await;
         let node = format!("the node serving {key}");
         let reply = match reply {
             Ok(Value::ServerError(e)) => Err(redis::RedisError::from(e)),
@@ -164,7 +164,7 @@ impl Guard {
         if self.replicas == 0 {
             let mut nodes = redis::cmd("CLUSTER");
             nodes.arg("NODES");
-            let listing = crate::link::on_home_node(conn, nodes, key)
+            let listing = crate::wire::on_home_node(conn, nodes, key)
                 .await
                 .map_err(fail)?;
             let listing = match listing {
@@ -182,7 +182,7 @@ impl Guard {
             // has told the node table what it is.
             let mut info = redis::cmd("INFO");
             info.arg("replication");
-            let attached = match crate::link::on_home_node(conn, info, key)
+            let attached = match crate::wire::on_home_node(conn, info, key)
                 .await
                 .map_err(fail)?
             {

@@ -26,6 +26,8 @@
 //! | `{lease:ns}:attempts` | hash | the attempt budget's counters: `<id>` → claims since create or resume less voluntary ends ([`RunRecord::attempts`](lease_core::RunRecord::attempts)); no field reads 0 |
 //! | `{lease:ns}:hist` | hash | the runs' attempt histories ([`RunRecord::history`](lease_core::RunRecord::history)): `<id>` → its last ended attempts; written by ends, force-release, cancel and the claim that takes over an expired lease (a fenced end, single or in `end_many`, adds its call id as an eighth field, to answer its resend), removed by purge |
 //! | `{lease:ns}:barrier` | string | a counter written after each write that must be acknowledged by replicas, so `WAIT` confirms what the write saw |
+//! | `{lease:ns}:epoch` | string | the store epoch: a counter every store increments at connect, on every new connection and every 30 s; one that reads back no higher than it had seen knows the namespace was restored (`src/epoch.rs`); a rebind raises it by 2^40 |
+//! | `{lease:ns}:restored` | string | the restore marker: set (to why) by the store that saw the epoch go back, or by a rebind in progress; every claiming script refuses while it exists; cleared by a rebind |
 //! | `{lease:ns}:u:<id>:<name>` | any | callers' keys for [fenced scripts](crate::FencedScript) |
 //!
 //! The records share one hash so that every script declares every key it touches, including
@@ -295,6 +297,16 @@ impl Keys {
     }
 
     /// The counter written after a write that replicas must acknowledge.
+    /// The store epoch (`src/epoch.rs`).
+    pub(crate) fn epoch(&self) -> String {
+        format!("{}:epoch", self.tag)
+    }
+
+    /// The restore marker (`src/epoch.rs`).
+    pub(crate) fn restored(&self) -> String {
+        format!("{}:restored", self.tag)
+    }
+
     pub(crate) fn barrier(&self) -> String {
         format!("{}:barrier", self.tag)
     }
@@ -356,6 +368,8 @@ mod tests {
             keys.failures(),
             keys.cancelled(),
             keys.ended(),
+            keys.epoch(),
+            keys.restored(),
             keys.user(&run, "out"),
         ] {
             assert!(key.starts_with("{lease:tenant}:"), "{key}");

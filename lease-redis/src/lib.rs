@@ -3,6 +3,7 @@
 mod admin;
 mod call;
 mod config;
+mod epoch;
 mod error;
 mod fenced;
 #[cfg(test)]
@@ -13,8 +14,10 @@ mod link;
 mod reply;
 mod store;
 mod wake;
+mod wire;
 
 pub use config::RedisConfig;
+pub use epoch::{Rebound, REBIND_FENCE_STEP};
 pub use fenced::FencedScript;
 pub use keys::MAX_NAMESPACE_BYTES;
 pub use store::RedisLeaseStore;

@@ -1,23 +1,25 @@
 //! The connection to Redis, whatever the topology: one server, a Cluster, or the primary a set
-//! of Sentinels names. Runs the durability guard on every new connection, and waits for
-//! replica acknowledgements on the connection that carried the write, in the same pipeline.
+//! of Sentinels names. Runs the durability guard and the restore check (`epoch.rs`) on every
+//! new connection, and waits for replica acknowledgements on the connection that carried the
+//! write, in the same pipeline.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use redis::{AsyncConnectionConfig, Cmd, IntoConnectionInfo, Pipeline, Value};
+use redis::{AsyncConnectionConfig, IntoConnectionInfo, Value};
 
-use crate::call::{Ack, Call, Lua};
+use crate::call::{Ack, Call};
 
 use crate::config::{Protocol, RedisConfig, Topology};
+use crate::epoch::Epoch;
 use crate::error::{scrub, RedisError};
 use crate::guard::Guard;
+use crate::wire::{eval, eval_acked, Conn};
 
 /// How often a Cluster's durability settings are read again. redis-rs reconnects to Cluster
 /// nodes by itself, without telling; a node restarted with unsafe settings is noticed within
@@ -36,6 +38,8 @@ pub(crate) const ACKED_CONNECTIONS: usize = 32;
 pub(crate) struct Link {
     kind: Kind,
     guard: Guard,
+    /// The namespace's epoch, incremented on every new connection and every 30 s.
+    epoch: Epoch,
     /// The password, only to scrub it from driver messages; never printed.
     secret: Option<String>,
     /// A key in the namespace's slot (its barrier): routes the Cluster guard's reads, and
@@ -78,18 +82,12 @@ enum Source {
     Sentinel(tokio::sync::Mutex<SentinelClient>),
 }
 
-/// One connection: to one server, or a Cluster connection (one per node, routed by slot).
-#[derive(Clone)]
-enum Conn {
-    Direct(MultiplexedConnection),
-    Cluster(ClusterConnection),
-}
-
 impl Link {
     /// Connects as `config` says and runs the guard.
     pub(crate) async fn connect(
         config: &RedisConfig,
         guard: Guard,
+        epoch: Epoch,
         home: String,
         client: Option<redis::Client>,
     ) -> Result<Link, RedisError> {
@@ -190,6 +188,7 @@ impl Link {
         let link = Link {
             kind,
             guard,
+            epoch,
             secret,
             home,
             acked_idle: Mutex::new(Vec::new()),
@@ -252,10 +251,19 @@ impl Link {
         &self.guard
     }
 
+    pub(crate) fn epoch(&self) -> &Epoch {
+        &self.epoch
+    }
+
     /// Runs a script that writes nothing, or whose writes need no replica acknowledgement,
     /// on the shared connection (which never carries a `WAIT`, so a frozen replica never
     /// delays it).
     pub(crate) async fn read(&self, call: &Call<'_>) -> Result<Value, RedisError> {
+        self.tick().await?;
+        self.read_call(call).await
+    }
+
+    async fn read_call(&self, call: &Call<'_>) -> Result<Value, RedisError> {
         let (id, mut conn) = self.shared().await?;
         eval(&mut conn, call, &self.home)
             .await
@@ -270,9 +278,14 @@ impl Link {
     /// write. The three travel together, so no reconnect can come between the write and its
     /// `WAIT`; a connection lost on the way fails the call (retryable), and is not reused.
     pub(crate) async fn write(&self, call: &Call<'_>) -> Result<(Value, Ack), RedisError> {
+        self.tick().await?;
+        self.write_call(call).await
+    }
+
+    async fn write_call(&self, call: &Call<'_>) -> Result<(Value, Ack), RedisError> {
         let wanted = self.guard.replicas();
         if wanted == 0 {
-            return Ok((self.read(call).await?, Ack::none()));
+            return Ok((self.read_call(call).await?, Ack::none()));
         }
         let timeout = self.guard.replica_timeout();
         let _permit = tokio::time::timeout(self.response_timeout, self.acked_permits.acquire())
@@ -318,11 +331,12 @@ impl Link {
     async fn acked_connection(&self) -> Result<Conn, RedisError> {
         match &self.kind {
             Kind::Direct { source, config, .. } => {
-                let mut conn = open(source, config)
+                let conn = open(source, config)
                     .await
                     .map_err(|e| RedisError::from_driver(&e, self.secret()))?;
-                self.guard.check_direct(&mut conn, self.secret()).await?;
-                Ok(Conn::Direct(conn))
+                let mut conn = Conn::Direct(conn);
+                self.check_new(&mut conn).await?;
+                Ok(conn)
             }
             Kind::Cluster { client, .. } => {
                 // The guard reads the namespace's node through the shared connection, on
@@ -356,14 +370,16 @@ impl Link {
                 if let Some((id, conn)) = lock(current).clone() {
                     return Ok((id, Conn::Direct(conn)));
                 }
-                let mut conn = open(source, config)
+                let conn = open(source, config)
                     .await
                     .map_err(|e| RedisError::from_driver(&e, self.secret()))?;
-                self.guard.check_direct(&mut conn, self.secret()).await?;
+                self.check_new(&mut Conn::Direct(conn.clone())).await?;
                 let id = generation.fetch_add(1, Ordering::Relaxed) + 1;
                 *lock(current) = Some((id, conn.clone()));
                 if id > 1 {
-                    tracing::info!("reconnected to redis; durability settings checked again");
+                    tracing::info!(
+                        "reconnected to redis; durability settings and the epoch checked again"
+                    );
                 }
                 Ok((id, Conn::Direct(conn)))
             }
@@ -381,15 +397,89 @@ impl Link {
                 };
                 if stale(checked_ms.load(Ordering::Relaxed)) {
                     let _one_at_a_time = rechecking.lock().await;
-                    if stale(checked_ms.load(Ordering::Relaxed)) {
+                    let checked = checked_ms.load(Ordering::Relaxed);
+                    if stale(checked) {
                         self.guard
                             .check_cluster(&mut conn.clone(), &self.home, self.secret())
                             .await?;
+                        if checked == FORCE_RECHECK {
+                            // After a failure redis-rs may have reconnected: the epoch as on
+                            // a new connection, without a WAIT on the shared connection (an
+                            // increment left unacknowledged is judged, not remembered).
+                            self.check_epoch(&mut Conn::Cluster(conn.clone()), false)
+                                .await?;
+                        }
                         checked_ms.store(elapsed_ms(*epoch), Ordering::Relaxed);
                     }
                 }
                 Ok((0, Conn::Cluster(conn.clone())))
             }
+        }
+    }
+
+    /// Checks a new direct connection before its first command: the durability guard, then
+    /// the epoch (with a `WAIT` if replicas must acknowledge: nobody else uses the connection
+    /// yet).
+    async fn check_new(&self, conn: &mut Conn) -> Result<(), RedisError> {
+        if let Conn::Direct(direct) = conn {
+            self.guard.check_direct(direct, self.secret()).await?;
+        }
+        self.check_epoch(conn, true).await
+    }
+
+    /// Increments the namespace's epoch on `conn` and judges it (`epoch.rs`); with
+    /// `may_wait` and replicas configured, in a pipeline with `WAIT`, so that only an
+    /// acknowledged epoch is remembered.
+    async fn check_epoch(&self, conn: &mut Conn, may_wait: bool) -> Result<(), RedisError> {
+        let (call, sent) = self.epoch.call();
+        let wanted = self.guard.replicas();
+        let cluster = matches!(conn, Conn::Cluster(_));
+        let fail = |e: redis::RedisError| {
+            if cluster {
+                RedisError::from_cluster(&e, self.secret())
+            } else {
+                RedisError::from_driver(&e, self.secret())
+            }
+        };
+        if wanted > 0 && may_wait {
+            let timeout = self.guard.replica_timeout().as_millis() as u64;
+            let answer = eval_acked(conn, &call, &self.home, wanted, timeout).await;
+            let (value, acked) = answer.map_err(fail)?;
+            self.epoch.judge(value, acked >= i64::from(wanted), sent)
+        } else {
+            let value = eval(conn, &call, &self.home).await.map_err(fail)?;
+            self.epoch.judge(value, wanted == 0, sent)
+        }
+    }
+
+    /// The periodic increment of the epoch, when due (`epoch.rs`), before a call. A restore
+    /// found drops the connections, so that every call checks again on a new one until the
+    /// namespace is rebound.
+    async fn tick(&self) -> Result<(), RedisError> {
+        if !self.epoch.due() {
+            return Ok(());
+        }
+        let (call, sent) = self.epoch.call();
+        let judged = if self.guard.replicas() == 0 {
+            let value = self.read_call(&call).await?;
+            self.epoch.judge(value, true, sent)
+        } else {
+            let (value, ack) = self.write_call(&call).await?;
+            self.epoch.judge(value, ack.confirm().is_ok(), sent)
+        };
+        if judged.is_err() {
+            self.recheck();
+        }
+        judged
+    }
+
+    /// Makes the next call check a new connection first (a script found the namespace
+    /// restored).
+    pub(crate) fn recheck(&self) {
+        lock(&self.acked_idle).clear();
+        match &self.kind {
+            Kind::Direct { current, .. } => *lock(current) = None,
+            Kind::Cluster { checked_ms, .. } => checked_ms.store(FORCE_RECHECK, Ordering::Relaxed),
         }
     }
 
@@ -417,123 +507,6 @@ impl Link {
             Kind::Cluster { .. } => RedisError::from_cluster(e, self.secret()),
         }
     }
-}
-
-impl Conn {
-    async fn query(&mut self, cmd: &Cmd) -> redis::RedisResult<Value> {
-        match self {
-            Conn::Direct(conn) => cmd.query_async(conn).await,
-            Conn::Cluster(conn) => cmd.query_async(conn).await,
-        }
-    }
-
-    /// Loads `script` (`SCRIPT LOAD`) on the server, or on a Cluster on the master serving
-    /// `key` only: the driver would send it to every master, and one dead master elsewhere
-    /// would fail a call that never needed it.
-    async fn load(&mut self, script: &Lua, key: &str) -> redis::RedisResult<()> {
-        let mut load = redis::cmd("SCRIPT");
-        load.arg("LOAD").arg(script.source());
-        match self {
-            Conn::Direct(conn) => load.query_async::<Value>(conn).await.map(drop),
-            Conn::Cluster(conn) => on_home_node(conn, load, key)
-                .await?
-                .extract_error()
-                .map(drop),
-        }
-    }
-
-    /// Sends `pipe` as one unit on one connection (on a Cluster, to the master serving
-    /// `key`), and returns one value per command, errors included as values.
-    async fn pipeline(&mut self, pipe: Pipeline, key: &str) -> redis::RedisResult<Vec<Value>> {
-        let count = pipe.len();
-        match self {
-            Conn::Direct(conn) => conn.req_packed_commands(&pipe, 0, count).await,
-            Conn::Cluster(conn) => {
-                let route = Route::with_key(key, SlotAddr::Master);
-                conn.route_pipeline(pipe, 0, count, SingleNodeRoutingInfo::SpecificNode(route))
-                    .await
-            }
-        }
-    }
-}
-
-/// Runs `call` (`EVALSHA`, loading the script on `NOSCRIPT`).
-async fn eval(conn: &mut Conn, call: &Call<'_>, home: &str) -> redis::RedisResult<Value> {
-    let cmd = call.cmd();
-    match conn.query(&cmd).await {
-        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            conn.load(call.script(), home).await?;
-            conn.query(&cmd).await
-        }
-        other => other,
-    }
-}
-
-/// Runs `call`, then `INCR barrier`, then `WAIT wanted timeout_ms`, as one pipeline; returns
-/// the script's value and the number of replicas that acknowledged.
-async fn eval_acked(
-    conn: &mut Conn,
-    call: &Call<'_>,
-    barrier: &str,
-    wanted: u32,
-    timeout_ms: u64,
-) -> redis::RedisResult<(Value, i64)> {
-    let mut loaded = false;
-    loop {
-        let mut pipe = redis::pipe();
-        pipe.add_command(call.cmd())
-            .cmd("INCR")
-            .arg(barrier)
-            .cmd("WAIT")
-            .arg(wanted)
-            .arg(timeout_ms);
-        let values = conn.pipeline(pipe, barrier).await?;
-        let [script, barrier_reply, wait]: [Value; 3] = values.try_into().map_err(|v| {
-            redis::RedisError::from((
-                redis::ErrorKind::Parse,
-                "expected three replies to script, INCR, WAIT",
-                format!("{v:?}"),
-            ))
-        })?;
-        let script = match script.extract_error() {
-            Err(e)
-                if !loaded
-                    && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-            {
-                // The script did not run; the barrier and WAIT that followed are harmless.
-                conn.load(call.script(), barrier).await?;
-                loaded = true;
-                continue;
-            }
-            other => other?,
-        };
-        barrier_reply.extract_error()?;
-        let acked = match wait.extract_error()? {
-            Value::Int(n) => n,
-            other => {
-                return Err(redis::RedisError::from((
-                    redis::ErrorKind::Parse,
-                    "expected a count of replicas from WAIT",
-                    format!("{other:?}"),
-                )))
-            }
-        };
-        return Ok((script, acked));
-    }
-}
-
-/// Runs `cmd` on the Cluster master that serves `key`'s slot.
-pub(crate) async fn on_home_node(
-    conn: &mut ClusterConnection,
-    cmd: Cmd,
-    key: &str,
-) -> redis::RedisResult<Value> {
-    let route = Route::with_key(key, SlotAddr::Master);
-    conn.route_command(
-        cmd,
-        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
-    )
-    .await
 }
 
 /// A new multiplexed connection to the server `source` names.

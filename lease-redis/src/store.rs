@@ -16,6 +16,7 @@ use lease_core::{
 
 use crate::call::{call_id, Ack, Call, Lua};
 use crate::config::RedisConfig;
+use crate::epoch::Epoch;
 use crate::error::RedisError;
 use crate::guard::Guard;
 use crate::keys::{self, Class, Keys};
@@ -66,6 +67,17 @@ macro_rules! lua_alone {
     };
 }
 
+/// A rebind script: common.lua, then the rebind helper, then the script.
+macro_rules! lua_rebind {
+    ($file:literal) => {
+        concat!(
+            include_str!("../lua/common.lua"),
+            include_str!("../lua/rebind_prelude.lua"),
+            include_str!(concat!("../lua/", $file))
+        )
+    };
+}
+
 /// Every script, built once per process; a call runs EVALSHA and loads it on NOSCRIPT.
 pub(crate) struct Scripts {
     pub(crate) create: Lua,
@@ -90,6 +102,11 @@ pub(crate) struct Scripts {
     pub(crate) count: Lua,
     pub(crate) count_kinds: Lua,
     pub(crate) kinds: Lua,
+    pub(crate) epoch: Lua,
+    pub(crate) epoch_marker: Lua,
+    pub(crate) rebind_begin: Lua,
+    pub(crate) rebind_page: Lua,
+    pub(crate) rebind_end: Lua,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -115,6 +132,11 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     count: Lua::new(lua!("count.lua")),
     count_kinds: Lua::new(lua!("count_kinds.lua")),
     kinds: Lua::new(lua!("kinds.lua")),
+    epoch: Lua::new(lua_alone!("epoch.lua")),
+    epoch_marker: Lua::new(lua_alone!("epoch_marker.lua")),
+    rebind_begin: Lua::new(lua_rebind!("rebind_begin.lua")),
+    rebind_page: Lua::new(lua_rebind!("rebind_page.lua")),
+    rebind_end: Lua::new(lua_alone!("rebind_end.lua")),
 });
 
 /// A [`LeaseStore`] on Redis: each operation is one Lua script, judged on the server's clock
@@ -153,13 +175,20 @@ impl RedisLeaseStore {
     /// [`Error::Backend`] for a rejected password.
     pub async fn connect(config: RedisConfig) -> Result<RedisLeaseStore> {
         config.check()?;
-        Self::open(config, None).await
+        Self::open(config, None, true).await
     }
 
-    /// The store over `config`, checked, on its own client or the caller's.
-    async fn open(config: RedisConfig, client: Option<redis::Client>) -> Result<RedisLeaseStore> {
+    /// The store over `config`, checked, on its own client or the caller's; with `enforce`,
+    /// a restored namespace is refused (`epoch.rs`).
+    pub(crate) async fn open(
+        config: RedisConfig,
+        client: Option<redis::Client>,
+        enforce: bool,
+    ) -> Result<RedisLeaseStore> {
         let keys = Keys::new(config.namespace());
-        let link = Link::connect(&config, Guard::new(&config), keys.barrier(), client).await?;
+        let epoch = Epoch::new(&keys, &config, enforce);
+        let link =
+            Link::connect(&config, Guard::new(&config), epoch, keys.barrier(), client).await?;
         let store = RedisLeaseStore {
             link: Arc::new(link),
             keys,
@@ -203,7 +232,7 @@ impl RedisLeaseStore {
     ) -> Result<RedisLeaseStore> {
         config.check()?;
         let config = config.with_client_address(&client)?;
-        Self::open(config, Some(client)).await
+        Self::open(config, Some(client), true).await
     }
 
     /// [`connect`](RedisLeaseStore::connect) with [`RedisConfig::from_url`].
@@ -310,6 +339,15 @@ impl RedisLeaseStore {
             ack.confirm()?;
         }
         answer
+    }
+
+    /// The refusal of a claiming script that found the namespace marked restored
+    /// (`{'restored', why}`); the store's next call checks a new connection, which refuses
+    /// too until the namespace is rebound (`epoch.rs`).
+    fn restored(&self, reply: &Reply) -> Error {
+        self.link.recheck();
+        let why = reply.str(1).unwrap_or("marked restored");
+        self.link.epoch().refusal(why).into()
     }
 
     /// The lease of a claim reply's fence, expiry and attempts from `i` (its payload, in the
@@ -462,6 +500,7 @@ impl LeaseStore for RedisLeaseStore {
                     .key(self.keys.payloads())
                     .key(self.keys.kinds())
                     .key(self.keys.history())
+                    .key(self.keys.restored())
                     .arg(&encoded)
                     .arg(worker.as_str())
                     .arg(ttl.as_millis())
@@ -479,6 +518,7 @@ impl LeaseStore for RedisLeaseStore {
                 ack.confirm()?;
                 Ok(lease)
             }
+            "restored" => Err(self.restored(&reply)),
             "none" => Err(Error::NotFound { run: run.clone() }),
             "refused" => {
                 let now = reply.time(5)?;
@@ -541,12 +581,15 @@ impl LeaseStore for RedisLeaseStore {
             for index in &indexes[1..] {
                 call.key(index);
             }
-            call.key(self.keys.payloads());
+            call.key(self.keys.payloads()).key(self.keys.restored());
             call.arg(worker.as_str())
                 .arg(ttl.as_millis())
                 .arg(max - leases.len())
                 .arg(CLAIM_NEXT_SCAN);
             let (reply, ack) = self.write("claim_next", &call).await?;
+            if reply.len() == 2 && reply.status()? == "restored" {
+                return Err(self.restored(&reply));
+            }
             if reply.len() % 7 != 1 {
                 return Err(reply
                     .bad(

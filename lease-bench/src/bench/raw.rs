@@ -256,6 +256,8 @@ impl Raw {
                     .key(format!("{tag}:attempts"))
                     .key(format!("{tag}:payload"))
                     .key(format!("{tag}:kind"))
+                    .key(format!("{tag}:hist"))
+                    .key(format!("{tag}:restored"))
                     .arg(hex(run))
                     .arg(worker)
                     .arg(ttl_ms)
@@ -304,7 +306,8 @@ impl Raw {
                 for priority in 1..=9 {
                     call.key(format!("{tag}:claimable:p{priority}"));
                 }
-                call.key(format!("{tag}:payload"));
+                call.key(format!("{tag}:payload"))
+                    .key(format!("{tag}:restored"));
                 let reply: Value = call
                     .arg(worker)
                     .arg(ttl_ms)

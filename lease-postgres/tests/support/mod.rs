@@ -79,3 +79,18 @@ pub(crate) async fn caught_up(url: &str, n: i64) {
     }
     conn.close().await.unwrap();
 }
+
+/// Records the timeline of the promoted server at `url` in `schema`'s binding, as the first
+/// connection there of a store with `sync_replicas` does (a failover it accepts): for a test
+/// that reads the promoted server through a store without `sync_replicas`, which refuses a
+/// timeline it was not bound to.
+pub(crate) async fn accept_failover(url: &str, schema: &str) {
+    execute(
+        url,
+        &format!(
+            "UPDATE \"{schema}\".cluster_binding SET timeline = \
+             ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint"
+        ),
+    )
+    .await;
+}

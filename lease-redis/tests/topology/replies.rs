@@ -10,8 +10,10 @@ use lease_core::LeaseStore;
 use super::{connect, raw, retrying, run, say, server, ttl, worker};
 
 /// A primary demoted to a replica answers writes with `READONLY`: a retryable `Unavailable`
-/// (heartbeats keep trying through a failover instead of failing for good), and the same
-/// store works again once the server is a primary again.
+/// (heartbeats keep trying through a failover instead of failing for good). Once it is a
+/// primary again its data is the other server's, where the namespace's epoch is behind what
+/// the store had seen: the namespace is refused as restored (its run is gone, and fences could
+/// repeat) until a rebind, after which the same store works again above 2^32.
 #[tokio::test]
 async fn readonly_from_a_demoted_primary_is_retryable_and_the_store_recovers() {
     let Some(demoted) = server(RedisOptions::default()) else {
@@ -44,6 +46,19 @@ async fn readonly_from_a_demoted_primary_is_retryable_and_the_store_recovers() {
 
     demoted.command(&["REPLICAOF", "NO", "ONE"]).unwrap();
     let r = run("after");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let refused = loop {
+        match store.create(&r).await {
+            Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            other => break other.expect_err("the replaced data must be refused"),
+        }
+    };
+    super::assert_misconfigured(&refused, "lease redis-rebind");
+    lease_redis::RedisLeaseStore::rebind(super::config(&demoted.url(), &ns))
+        .await
+        .unwrap();
     retrying(
         Duration::from_secs(5),
         "create on the primary again",
@@ -51,7 +66,11 @@ async fn readonly_from_a_demoted_primary_is_retryable_and_the_store_recovers() {
     )
     .await;
     let lease = store.claim(&r, &worker("w"), ttl(10_000)).await.unwrap();
-    assert_eq!(lease.fence().get(), 1);
+    assert!(
+        lease.fence().get() > lease_redis::REBIND_FENCE_STEP,
+        "{}",
+        lease.fence()
+    );
 }
 
 /// While another client's long script keeps the server `BUSY`, operations fail with a
