@@ -198,8 +198,8 @@ enum Command {
     Migrate,
     /// Bind an etcd:// store's prefix to the cluster its endpoints reach now, at its current
     /// Raft index: after a snapshot restore, every store refuses the prefix (its fences may
-    /// have gone back) until an operator who has checked that every run's fence is current
-    /// runs this. Prints what was replaced.
+    /// have gone back) until an operator runs this, which first raises every run's fence and
+    /// the fence floor by 2^32. Prints what was replaced.
     EtcdRebind,
     /// Rebind a postgres:// store's schema after a restore (point-in-time recovery, a base
     /// backup, an asynchronous standby promoted): every store refuses a server whose system

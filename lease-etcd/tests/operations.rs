@@ -227,15 +227,43 @@ async fn a_restored_cluster_cannot_reissue_a_fence() {
         "the old process's append under fence 1 answered {late:?}"
     );
 
-    // The operator's way back: rebind, after which the prefix serves again.
+    // The operator's way back: rebind, which raises every fence past anything the old history
+    // could have issued, after which the prefix serves again.
     let rebound = EtcdLeaseStore::rebind(config.clone()).await.unwrap();
     assert!(rebound.before.is_some());
     let store = EtcdLeaseStore::connect(config).await.unwrap();
+    let step = lease_core::REBIND_FENCE_STEP;
     assert_eq!(
         store.inspect(run).await.unwrap().fence.get(),
-        0,
-        "as at the snapshot"
+        step,
+        "0 at the snapshot, raised by the rebind"
     );
+    let again = store
+        .claim(
+            run,
+            &WorkerId::new("new").unwrap(),
+            Ttl::from_secs(60).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.fence().get(), step + 1, "never fence 1 a second time");
+    let stale = store.append(&lease, b"charged by the old holder").await;
+    assert!(
+        matches!(&stale, Err(Error::StaleFence { .. })),
+        "the old history's fence-1 lease answered {stale:?}"
+    );
+    // The floor rose too: a run created from now on starts above every old fence.
+    let fresh = id("after-rebind");
+    store.create(&fresh).await.unwrap();
+    let first = store
+        .claim(
+            &fresh,
+            &WorkerId::new("new").unwrap(),
+            Ttl::from_secs(60).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(first.fence().get() > step, "{}", first.fence());
 }
 
 /// A TTL and a `RetryAfter` delay longer than the store's `max_lease` (2 s here) are timed by

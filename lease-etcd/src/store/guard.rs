@@ -205,6 +205,10 @@ impl EtcdLeaseStore {
                 )
             },
         };
+        if rebind {
+            // Before the new binding lets anyone serve the prefix again.
+            self.raise_fences().await?;
+        }
         let written = self.write_binding(revision, after).await?;
         self.watch.states.store(states, Ordering::Relaxed);
         self.cluster = cluster;
@@ -389,23 +393,103 @@ impl EtcdLeaseStore {
         Ok(())
     }
 
+    /// A rebind moves every fence past anything the restored-over history could have issued:
+    /// every record's fence (tombstones of an older release included) and the fence floor rise
+    /// by [`REBIND_FENCE_STEP`](lease_core::REBIND_FENCE_STEP), as `lease pg-rebind` and `lease
+    /// redis-rebind` do. A holder of the old history then presents a fence below the run's and
+    /// is refused (`StaleFence`). Each record is rewritten only if unchanged since read; one
+    /// that changed means a store still serves the prefix: the rebind fails saying so, and
+    /// can be run again (a fence raised twice is only higher).
+    async fn raise_fences(&self) -> Result<()> {
+        let step = lease_core::REBIND_FENCE_STEP;
+        let prefix = self.keys.records();
+        let end = prefix_end(&prefix);
+        let mut from = prefix;
+        let mut raised = 0usize;
+        loop {
+            let page = self
+                .range(from.clone(), end.clone(), MAX_BATCH as i64, true, 0)
+                .await?;
+            let mut plans = Vec::new();
+            for kv in page.kvs() {
+                if self.keys.run_of_record(kv.key()).is_none() {
+                    continue;
+                }
+                let mut rec = Rec::decode(kv.value())?;
+                rec.fence = rec.fence.checked_add(step).ok_or_else(|| {
+                    Error::backend(BACKEND, "a fence would pass u64::MAX at rebind")
+                })?;
+                let value = rec.encode();
+                plans.push(Plan {
+                    compares: vec![Compare::mod_revision(
+                        kv.key().to_vec(),
+                        CompareOp::Equal,
+                        kv.mod_revision(),
+                    )],
+                    bytes: kv.key().len() + value.len(),
+                    ops: vec![TxnOp::put(kv.key().to_vec(), value, None)],
+                    out: (),
+                    wake: None,
+                });
+            }
+            let planned = plans.len();
+            let done = self.execute(plans).await?.into_iter().flatten().count();
+            raised += done;
+            if done < planned {
+                return Err(self.still_served(raised));
+            }
+            match next_page(&page) {
+                Some(next) => from = next,
+                None => break,
+            }
+        }
+        let floor = self.floor().await?;
+        let top = floor.fence.saturating_add(step);
+        let txn = Txn::new()
+            .when([self.floor_unchanged(floor)])
+            .and_then([TxnOp::put(self.keys.floor(), top.to_string(), None)]);
+        let response = self.txn(txn).await?;
+        if !response.succeeded() {
+            return Err(self.still_served(raised));
+        }
+        tracing::warn!(
+            prefix = self.config.prefix(),
+            runs = raised,
+            floor = top,
+            "etcd prefix rebind: every fence raised"
+        );
+        Ok(())
+    }
+
+    fn still_served(&self, raised: usize) -> Error {
+        Error::misconfigured(
+            BACKEND,
+            format!(
+                "rebinding the etcd key prefix {:?}: a run changed while its fence was being \
+                 raised ({raised} raised so far), so a store still serves the prefix; stop it \
+                 and run `lease etcd-rebind` again (a fence raised twice is only higher)",
+                self.config.prefix(),
+            ),
+        )
+    }
+
     fn refusal(&self, why: &str) -> Error {
         Error::misconfigured(
             BACKEND,
             format!(
                 "refusing the etcd key prefix {:?}: {why}. A cluster restored from a snapshot \
                  holds fences as they were at the snapshot, so two workers could write under \
-                 one fence. Once every run's fence is known to be current (or under a new \
-                 prefix), rebind it: `lease etcd-rebind --store etcd://…` \
-                 (EtcdLeaseStore::rebind)",
+                 one fence. Rebind it, which raises every fence past the old history's: \
+                 `lease etcd-rebind --store etcd://…` (EtcdLeaseStore::rebind)",
                 self.config.prefix(),
             ),
         )
     }
 
     /// Binds `config`'s prefix to the cluster its endpoints reach now, at its current Raft
-    /// index, whatever it was bound to: the operator's decision after a restore, once every
-    /// run's fence is known to be current. Returns what was replaced.
+    /// index, whatever it was bound to: the operator's decision after a restore. First every
+    /// run's fence and the fence floor rise by [`REBIND_FENCE_STEP`](lease_core::REBIND_FENCE_STEP),
+    /// so no fence the old history issued is issued again. Returns what was replaced.
     ///
     /// # Errors
     /// As for [`EtcdLeaseStore::connect`], without the binding's refusals.
