@@ -186,6 +186,19 @@ impl LeaseStore for Coarse {
         self.inner.purge(older_than, max).await
     }
 
+    async fn purge_ended(
+        &self,
+        states: lease_core::EndedStates,
+        older_than: Duration,
+        max: usize,
+    ) -> Result<Vec<RunId>> {
+        self.inner.purge_ended(states, older_than, max).await
+    }
+
+    async fn purge_ids(&self, runs: &[RunId]) -> Result<Vec<RunId>> {
+        self.inner.purge_ids(runs).await
+    }
+
     async fn count_purgeable(&self, older_than: Duration) -> Result<u64> {
         self.inner.count_purgeable(older_than).await
     }
