@@ -5,19 +5,11 @@
 //! that expired, in the claim that takes the run next. The attempt still held, or expired and
 //! not claimed again, is not written: [`RunRecord::with_history`] adds it from the record.
 
+use crate::limits::{MAX_ATTEMPT_ERROR_BYTES, MAX_HISTORY};
 use std::fmt;
 use std::str::FromStr;
 
 use crate::{End, Fence, InvalidInput, RunRecord, RunState, StoreTime, WorkerId};
-
-/// How many attempts a run's history keeps: the last 10, oldest first. An older attempt is
-/// dropped when a newer one is written.
-pub const MAX_HISTORY: usize = 10;
-
-/// The longest error text an [`Attempt`] keeps, in bytes: a longer reason is cut at the last
-/// character boundary within it ([`attempt_error`]). The run's own
-/// [`failure`](RunRecord::failure) keeps the whole reason.
-pub const MAX_ATTEMPT_ERROR_BYTES: usize = 1024;
 
 /// How an attempt ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -1,6 +1,7 @@
 //! `Heartbeats`: one worker-wide heartbeat that renews every registered lease with
 //! `renew_many`, a thousand per round trip, and routes each verdict to its own scope.
 
+use crate::limits::MAX_BATCH;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,7 +15,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use crate::error::{Error, InvalidInput};
 use crate::scope::{CancelReason, Shared};
 use crate::store::LeaseStore;
-use crate::types::{Lease, MAX_BATCH};
+use crate::types::Lease;
 
 /// A worker-level heartbeat: every tick it renews the leases of all registered
 /// [`RunScope`](crate::RunScope)s with [`LeaseStore::renew_many`], in chunks of at most

@@ -1,13 +1,11 @@
 //! Validated identifiers for runs and workers.
 
+use crate::limits::MAX_ID_BYTES;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
 use crate::error::InvalidInput;
-
-/// The longest identifier accepted, in bytes of UTF-8.
-pub const MAX_ID_BYTES: usize = 255;
 
 /// Checks the identifier rules shared by [`RunId`] and [`WorkerId`].
 fn validate(what: &'static str, id: &str) -> Result<(), InvalidInput> {

@@ -1,13 +1,11 @@
 //! A run's kind: which handler runs it, and which index a claim takes it from.
 
+use crate::limits::MAX_KIND_BYTES;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
 use crate::error::InvalidInput;
-
-/// The longest kind accepted, in bytes of UTF-8.
-pub const MAX_KIND_BYTES: usize = 64;
 
 /// The kind of a run created without one, and the kind [`claim_next`] claims.
 ///
@@ -107,10 +105,6 @@ impl AsRef<str> for Kind {
         &self.0
     }
 }
-
-/// The most kinds one [`count_kinds`](crate::LeaseStore::count_kinds) reports: the first 100
-/// by name. A call's work is bounded by it (and each figure by [`MAX_COUNT`](crate::MAX_COUNT)).
-pub const MAX_KINDS_COUNTED: usize = 100;
 
 /// The runnable runs of one kind (claimable, held or delayed), as
 /// [`count_kinds`](crate::LeaseStore::count_kinds) read them on the store's clock: what waits

@@ -41,13 +41,13 @@ mod fault;
 mod heartbeats;
 mod id;
 mod kind;
+pub mod limits;
 mod memory;
 mod new_run;
 pub mod observe;
 mod policy;
 mod redact;
 mod refresh;
-mod restore;
 mod retention;
 mod schedule;
 mod scope;
@@ -57,19 +57,24 @@ mod wake;
 mod wake_listener;
 mod worker;
 
-pub use attempt::{attempt_error, Attempt, AttemptOutcome, MAX_ATTEMPT_ERROR_BYTES, MAX_HISTORY};
+pub use attempt::{attempt_error, Attempt, AttemptOutcome};
 pub use effect::Effect;
 pub use error::{BoxError, Ended, Error, InvalidInput, Result};
 pub use fault::{Fault, FaultyStore, ReplyFault, FAULT_BACKEND};
 pub use heartbeats::{HeartbeatStats, Heartbeats, TickReport};
-pub use id::{IdempotencyKey, RunId, WorkerId, MAX_ID_BYTES};
-pub use kind::{refuse_kinds, Kind, KindCounts, DEFAULT_KIND, MAX_KINDS_COUNTED, MAX_KIND_BYTES};
+pub use id::{IdempotencyKey, RunId, WorkerId};
+pub use kind::{refuse_kinds, Kind, KindCounts, DEFAULT_KIND};
+pub use limits::{
+    LONGEST_HELD_SCAN, MAX_ATTEMPT_ERROR_BYTES, MAX_BATCH, MAX_BATCH_PAYLOAD_BYTES, MAX_COUNT,
+    MAX_HISTORY, MAX_ID_BYTES, MAX_KINDS_COUNTED, MAX_KIND_BYTES, MAX_LIST, MAX_PAYLOAD_BYTES,
+    MAX_PRIORITY, MAX_PURGE_AGE, MAX_REASON_BYTES, MAX_RETRY_DELAY, MAX_RUN_PAYLOAD_BYTES,
+    MAX_START_DELAY, MAX_WAKE_DELAY, REBIND_FENCE_STEP,
+};
 pub use memory::{MemoryLeaseStore, MemoryTransaction};
-pub use new_run::{refuse_priorities, NewRun, MAX_PRIORITY, MAX_START_DELAY};
+pub use new_run::{refuse_priorities, NewRun};
 pub use observe::Instrumented;
 pub use policy::{EndedStates, Retention, DEFAULT_COMPLETED_RETENTION, DEFAULT_FAILED_RETENTION};
 pub use redact::{redact_url, REDACTED, UNPARSEABLE_URL};
-pub use restore::REBIND_FENCE_STEP;
 pub use retention::{
     Purger, PurgerReport, DEFAULT_PURGER_NAME, DEFAULT_PURGE_BATCH, DEFAULT_PURGE_EVERY,
     DEFAULT_RETENTION_AGE, PURGER_KIND,
@@ -79,11 +84,9 @@ pub use scope::{min_margin, CancelReason, RunScope, ScopeConfig};
 pub use store::{LeaseStore, LeaseStoreExt};
 pub use types::{
     sanitize_reason, End, Ending, Fence, JournalEntry, Lease, ListFilter, RunCounts, RunRecord,
-    RunState, RunTimes, StoreTime, Ttl, LONGEST_HELD_SCAN, MAX_BATCH, MAX_BATCH_PAYLOAD_BYTES,
-    MAX_COUNT, MAX_LIST, MAX_PAYLOAD_BYTES, MAX_PURGE_AGE, MAX_REASON_BYTES, MAX_RETRY_DELAY,
-    MAX_RUN_PAYLOAD_BYTES,
+    RunState, RunTimes, StoreTime, Ttl,
 };
-pub use wake::{parse_kind_delay, Wake, WakeReceiver, Wakes, MAX_WAKE_DELAY};
+pub use wake::{parse_kind_delay, Wake, WakeReceiver, Wakes};
 pub use wake_listener::{OpenSession, WakeListener, WakeSession};
 #[cfg(feature = "serde")]
 pub use worker::ArgsError;

@@ -1,5 +1,6 @@
 //! What a run is created with, beyond its id: [`NewRun`].
 
+use crate::limits::{MAX_PRIORITY, MAX_RUN_PAYLOAD_BYTES, MAX_START_DELAY};
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -7,15 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::error::InvalidInput;
 use crate::id::RunId;
 use crate::kind::Kind;
-use crate::types::{check_batch, PayloadSize, MAX_RUN_PAYLOAD_BYTES};
-
-/// The longest a run may be created not claimable for ([`NewRun::with_delay`]): 30 days, as
-/// [`MAX_RETRY_DELAY`](crate::MAX_RETRY_DELAY).
-pub const MAX_START_DELAY: Duration = Duration::from_secs(30 * 86_400);
-
-/// The highest priority a run can be created with ([`NewRun::with_priority`]); priorities are
-/// 0 (the default, the lowest) to this, and higher ones are claimed first.
-pub const MAX_PRIORITY: u8 = 9;
+use crate::types::{check_batch, PayloadSize};
 
 /// A run to create ([`LeaseStore::create_with`](crate::LeaseStore::create_with),
 /// [`create_many_with`](crate::LeaseStore::create_many_with)): its id and how it starts.

@@ -381,7 +381,7 @@ impl Purger {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::{MAX_BATCH, MAX_PURGE_AGE};
+    use crate::limits::{MAX_BATCH, MAX_PURGE_AGE};
 
     #[test]
     fn bad_settings_are_refused_saying_which() {

@@ -1,5 +1,9 @@
 //! The values that cross the `LeaseStore` boundary: fences, TTLs, leases, records, journal entries.
 
+use crate::limits::{
+    MAX_BATCH, MAX_BATCH_PAYLOAD_BYTES, MAX_LIST, MAX_PAYLOAD_BYTES, MAX_PURGE_AGE,
+    MAX_REASON_BYTES, MAX_RETRY_DELAY,
+};
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -709,24 +713,6 @@ impl fmt::Debug for RunRecord {
     }
 }
 
-/// The largest payload a run may be created with
-/// ([`NewRun::with_payload`](crate::NewRun::with_payload)): 64 KiB. A run's data is read with
-/// every claim, so it is kept small; a batch of [`MAX_BATCH`] runs at the bound is
-/// [`MAX_BATCH_PAYLOAD_BYTES`]. Larger data belongs in the caller's storage, named by the
-/// payload.
-pub const MAX_RUN_PAYLOAD_BYTES: usize = 64 << 10;
-
-/// The longest journal payload accepted: 1 MiB.
-pub const MAX_PAYLOAD_BYTES: usize = 1 << 20;
-
-/// The most leases one `claim_next` or `renew_many` call handles.
-pub const MAX_BATCH: usize = 1_000;
-
-/// The most payload bytes one [`end_many`](crate::LeaseStore::end_many) batch may carry in
-/// total (its complete-with effects together): 64 MiB, well inside what one Postgres message
-/// or one Redis command may hold, so a batch is decided item by item instead of failing whole.
-pub const MAX_BATCH_PAYLOAD_BYTES: usize = 64 << 20;
-
 /// One entry of a run's journal.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -769,21 +755,14 @@ pub struct ListFilter {
     pub expired: bool,
     /// Only runs whose id sorts after this one (for paging).
     pub after: Option<RunId>,
-    /// At most this many, 1 to [`MAX_LIST`].
+    /// At most this many, 1 to [`MAX_LIST`](crate::MAX_LIST).
     pub limit: usize,
     /// Only runs of this kind.
     pub kind: Option<Kind>,
 }
 
-/// The longest delay an [`End::RetryAfter`] accepts: 30 days.
-pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(30 * 86_400);
-
-/// The longest failure reason an [`End::Fail`] accepts: 4 KiB of UTF-8. The
-/// [`Worker`](crate::Worker) cuts a handler's error message to fit.
-pub const MAX_REASON_BYTES: usize = 4096;
-
 /// How many runs are in each part of their life, as [`count`](crate::LeaseStore::count) read
-/// them on the store's clock. Each figure is exact up to [`MAX_COUNT`]; a figure of
+/// them on the store's clock. Each figure is exact up to [`MAX_COUNT`](crate::MAX_COUNT); a figure of
 /// `MAX_COUNT` means at least that many (the bound on one call's work).
 ///
 /// Backends build it from [`RunCounts::default`], setting each field.
@@ -813,17 +792,10 @@ pub struct RunCounts {
     /// the held run claimed earliest to the count (a lease renewed for hours shows here; an
     /// expired one does not). `None` when nothing is held, or when the backend cannot tell
     /// (etcd times no instants of its own). Bounded like the figures: Postgres reads at most
-    /// [`MAX_COUNT`] held runs per kind, Redis at most [`LONGEST_HELD_SCAN`] held or delayed
+    /// [`MAX_COUNT`](crate::MAX_COUNT) held runs per kind, Redis at most [`LONGEST_HELD_SCAN`](crate::LONGEST_HELD_SCAN) held or delayed
     /// runs per count, so beyond that it is the longest among those read.
     pub longest_held: Option<Duration>,
 }
-
-/// The most held or delayed runs whose records the Redis store reads per
-/// [`count`](crate::LeaseStore::count) to find the [longest-held lease](RunCounts::longest_held)
-/// (it keeps no index by claim time): a thousand, about 4 ms of the server on the benchmark
-/// machine (BENCHMARKS.md). Beyond that many held or delayed runs the figure is the longest
-/// among the thousand whose index entries come first (the leases expiring soonest).
-pub const LONGEST_HELD_SCAN: usize = 1_000;
 
 impl RunCounts {
     /// Each state's figure under its name (`claimable`, `held`, `delayed`, `suspended`,
@@ -842,14 +814,8 @@ impl RunCounts {
     }
 }
 
-/// The largest figure [`count`](crate::LeaseStore::count) reports: one million per state.
-pub const MAX_COUNT: u64 = 1_000_000;
-
-/// The oldest age a [`purge`](crate::LeaseStore::purge) accepts: 100 years.
-pub const MAX_PURGE_AGE: Duration = Duration::from_secs(100 * 365 * 86_400);
-
-/// Validates a [`purge`](crate::LeaseStore::purge) (`max` 1 to [`MAX_BATCH`], `older_than` at
-/// most [`MAX_PURGE_AGE`]). Backends call it before any I/O.
+/// Validates a [`purge`](crate::LeaseStore::purge) (`max` 1 to [`MAX_BATCH`](crate::MAX_BATCH), `older_than` at
+/// most [`MAX_PURGE_AGE`](crate::MAX_PURGE_AGE)). Backends call it before any I/O.
 ///
 /// # Errors
 /// [`InvalidInput::BatchEmpty`], [`InvalidInput::BatchTooLarge`] or
@@ -864,9 +830,6 @@ pub fn check_purge(older_than: Duration, max: usize) -> Result<(), InvalidInput>
     }
     Ok(())
 }
-
-/// The most runs one `list` call returns.
-pub const MAX_LIST: usize = 10_000;
 
 impl ListFilter {
     /// Every run, the first 100 by id (the [`Default`]).
@@ -892,7 +855,7 @@ impl ListFilter {
         self
     }
 
-    /// At most `limit` runs, 1 to [`MAX_LIST`] (checked by the store).
+    /// At most `limit` runs, 1 to [`MAX_LIST`](crate::MAX_LIST) (checked by the store).
     pub fn with_limit(mut self, limit: usize) -> ListFilter {
         self.limit = limit;
         self
@@ -925,7 +888,7 @@ impl Default for ListFilter {
 pub enum End {
     /// Complete the run: terminal, owner and expiry cleared.
     Complete,
-    /// Append the payload (at most [`MAX_PAYLOAD_BYTES`]) to the run's journal under the lease's
+    /// Append the payload (at most [`MAX_PAYLOAD_BYTES`](crate::MAX_PAYLOAD_BYTES)) to the run's journal under the lease's
     /// fence **and** complete the run, as one write: both happen or neither does. This is a
     /// job's durable effect and its completion in one commit.
     CompleteWith(Vec<u8>),
@@ -934,13 +897,13 @@ pub enum End {
     /// Suspend the run until [`resume`](crate::LeaseStore::resume).
     Suspend,
     /// Give the run back, runnable but not claimable before this delay (at most
-    /// [`MAX_RETRY_DELAY`], whole milliseconds) has passed on the **store's** clock: a retry
+    /// [`MAX_RETRY_DELAY`](crate::MAX_RETRY_DELAY), whole milliseconds) has passed on the **store's** clock: a retry
     /// with backoff. `claim_next` passes the run by until then; a `claim` of it is refused
     /// with [`Error::Delayed`](crate::Error::Delayed). A zero delay is a [`Release`](End::Release).
     /// Reported as [`Ended::Released`](crate::Ended::Released).
     RetryAfter(Duration),
     /// Give up on the run: [failed](RunState::Failed), terminal until an operator resumes it,
-    /// with this reason (at most [`MAX_REASON_BYTES`]) in its record.
+    /// with this reason (at most [`MAX_REASON_BYTES`](crate::MAX_REASON_BYTES)) in its record.
     Fail(String),
     /// This attempt failed (the handler's error, a panic, a timeout): give the run back, not
     /// claimable before `retry_after` has passed on the store's clock, as
@@ -950,7 +913,7 @@ pub enum End {
     /// [`Ended::Released`](crate::Ended::Released). What a [`Worker`](crate::Worker) sends for
     /// a failed attempt that its [`RetryPolicy`](crate::RetryPolicy) retries.
     AttemptFailed {
-        /// How long the run waits before it is claimable again (at most [`MAX_RETRY_DELAY`]).
+        /// How long the run waits before it is claimable again (at most [`MAX_RETRY_DELAY`](crate::MAX_RETRY_DELAY)).
         retry_after: Duration,
         /// What failed.
         reason: String,
@@ -1065,10 +1028,10 @@ impl Ending {
     }
 }
 
-/// Validates an [`end_many`](crate::LeaseStore::end_many) batch: at most [`MAX_BATCH`] items,
-/// every payload within [`MAX_PAYLOAD_BYTES`] and all of them within
-/// [`MAX_BATCH_PAYLOAD_BYTES`], every retry delay within [`MAX_RETRY_DELAY`] and failure
-/// reason within [`MAX_REASON_BYTES`], each run at most once. Backends call it before any
+/// Validates an [`end_many`](crate::LeaseStore::end_many) batch: at most [`MAX_BATCH`](crate::MAX_BATCH) items,
+/// every payload within [`MAX_PAYLOAD_BYTES`](crate::MAX_PAYLOAD_BYTES) and all of them within
+/// [`MAX_BATCH_PAYLOAD_BYTES`](crate::MAX_BATCH_PAYLOAD_BYTES), every retry delay within [`MAX_RETRY_DELAY`](crate::MAX_RETRY_DELAY) and failure
+/// reason within [`MAX_REASON_BYTES`](crate::MAX_REASON_BYTES), each run at most once. Backends call it before any
 /// I/O.
 ///
 /// # Errors
@@ -1117,7 +1080,7 @@ pub fn check_end_batch(ends: &[Ending]) -> Result<(), InvalidInput> {
     Ok(())
 }
 
-/// Validates an [`End::RetryAfter`] delay (at most [`MAX_RETRY_DELAY`]).
+/// Validates an [`End::RetryAfter`] delay (at most [`MAX_RETRY_DELAY`](crate::MAX_RETRY_DELAY)).
 ///
 /// # Errors
 /// [`InvalidInput::RetryDelayTooLong`].
@@ -1131,7 +1094,7 @@ pub fn check_retry_delay(delay: Duration) -> Result<(), InvalidInput> {
     Ok(())
 }
 
-/// Validates an [`End::Fail`] reason: at most [`MAX_REASON_BYTES`], and no control character
+/// Validates an [`End::Fail`] reason: at most [`MAX_REASON_BYTES`](crate::MAX_REASON_BYTES), and no control character
 /// but tabs and line feeds. Every backend stores the same reasons (Postgres cannot store a
 /// NUL), and one bad reason is refused before any I/O instead of failing a whole batch.
 ///
@@ -1170,7 +1133,7 @@ fn reason_char(c: char) -> bool {
 
 /// `text` as a failure reason [`check_reason`] accepts: each control character other than a tab
 /// or a line feed written as its escape (`\0`, `\u{1b}`, `\r`), then cut to at most
-/// [`MAX_REASON_BYTES`] at a character boundary. What the [`Worker`](crate::Worker) does to the
+/// [`MAX_REASON_BYTES`](crate::MAX_REASON_BYTES) at a character boundary. What the [`Worker`](crate::Worker) does to the
 /// error messages it records.
 ///
 /// ```
@@ -1206,7 +1169,7 @@ pub fn truncate_reason(text: &str, max: usize) -> &str {
     &text[..end]
 }
 
-/// Validates a [`create_many`](crate::LeaseStore::create_many) batch (0 to [`MAX_BATCH`] ids).
+/// Validates a [`create_many`](crate::LeaseStore::create_many) batch (0 to [`MAX_BATCH`](crate::MAX_BATCH) ids).
 /// Backends call it before any I/O.
 ///
 /// # Errors
@@ -1225,7 +1188,7 @@ pub(crate) fn check_batch(len: usize) -> Result<(), InvalidInput> {
     Ok(())
 }
 
-/// Validates `claim_next`'s `max` (1 to [`MAX_BATCH`]). Backends call it before any I/O.
+/// Validates `claim_next`'s `max` (1 to [`MAX_BATCH`](crate::MAX_BATCH)). Backends call it before any I/O.
 ///
 /// # Errors
 /// [`InvalidInput::BatchTooLarge`] or [`InvalidInput::BatchEmpty`].
@@ -1236,7 +1199,7 @@ pub fn check_claim_max(max: usize) -> Result<(), InvalidInput> {
     check_batch(max)
 }
 
-/// Validates a `renew_many` batch size (0 to [`MAX_BATCH`]). Backends call it before any I/O.
+/// Validates a `renew_many` batch size (0 to [`MAX_BATCH`](crate::MAX_BATCH)). Backends call it before any I/O.
 ///
 /// # Errors
 /// [`InvalidInput::BatchTooLarge`].
@@ -1244,7 +1207,7 @@ pub fn check_renew_batch(len: usize) -> Result<(), InvalidInput> {
     check_batch(len)
 }
 
-/// Validates a journal payload (at most [`MAX_PAYLOAD_BYTES`]). Backends call it before any I/O.
+/// Validates a journal payload (at most [`MAX_PAYLOAD_BYTES`](crate::MAX_PAYLOAD_BYTES)). Backends call it before any I/O.
 ///
 /// # Errors
 /// [`InvalidInput::PayloadTooLarge`].
@@ -1258,7 +1221,7 @@ pub fn check_payload(payload: &[u8]) -> Result<(), InvalidInput> {
     Ok(())
 }
 
-/// Validates a list filter's limit (1 to [`MAX_LIST`]). Backends call it before any I/O.
+/// Validates a list filter's limit (1 to [`MAX_LIST`](crate::MAX_LIST)). Backends call it before any I/O.
 ///
 /// # Errors
 /// [`InvalidInput::ListLimit`].

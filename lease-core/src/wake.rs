@@ -6,6 +6,7 @@
 //! at most one poll interval, because a worker that has wake-ups still polls, rarely. That is
 //! why a lost or duplicated wake-up can never cause a double execution or a stranded run.
 
+use crate::limits::MAX_WAKE_DELAY;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,10 +18,6 @@ use crate::kind::Kind;
 /// How many wake-ups a receiver may fall behind before it is told it missed some (and then
 /// wakes anyway).
 const BUFFER: usize = 1024;
-
-/// The longest delay a wake-up is scheduled for locally; a run claimable later than this is
-/// found by the fallback poll.
-pub const MAX_WAKE_DELAY: Duration = Duration::from_secs(3600);
 
 /// Reads a `<kind> <ms>` wake-up payload (split at the last space: a kind may hold spaces):
 /// the kind of the run that became claimable and the milliseconds until it is. The Postgres

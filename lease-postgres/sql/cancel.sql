@@ -11,9 +11,11 @@ SET state = 'cancelled', lease_owner = NULL, lease_expires_at = NULL, failure = 
     -- ended at its expiry.
     history = CASE WHEN lease_owner IS NULL THEN history
                    WHEN lease_expires_at <= now()
-                   THEN {schema}.attempt_pushed(history, attempts, fence, lease_owner, claimed_at,
+                   THEN {schema}.attempt_pushed(history, {max_history},
+                                                attempts, fence, lease_owner, claimed_at,
                                                 lease_expires_at, 'expired', NULL)
-                   ELSE {schema}.attempt_pushed(history, attempts, fence, lease_owner, claimed_at,
+                   ELSE {schema}.attempt_pushed(history, {max_history},
+                                                attempts, fence, lease_owner, claimed_at,
                                                 now(), 'cancelled', $3) END
 WHERE run_id = $1 AND state IN ('runnable', 'suspended', 'failed')
 RETURNING run_id, state, lease_owner, (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS expires_us, fence, heartbeats, (extract(epoch FROM now()) * 1000000)::bigint AS observed_us,

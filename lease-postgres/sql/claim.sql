@@ -16,7 +16,8 @@ SET lease_owner = $2,
     renewed_at = NULL,
     -- An expired lease taken over: its attempt ended at its expiry (the SET reads the old row).
     history = CASE WHEN lease_owner IS NULL THEN history
-                   ELSE {schema}.attempt_pushed(history, attempts, fence, lease_owner, claimed_at,
+                   ELSE {schema}.attempt_pushed(history, {max_history},
+                                                attempts, fence, lease_owner, claimed_at,
                                                 lease_expires_at, 'expired', NULL) END
 WHERE run_id = $1
   AND state = 'runnable'

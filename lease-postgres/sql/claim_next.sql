@@ -69,7 +69,8 @@ WITH RECURSIVE levels(priority) AS (
         renewed_at = NULL,
         -- An expired lease taken over: its attempt ended at its expiry.
         history = CASE WHEN r.lease_owner IS NULL THEN r.history
-                       ELSE {schema}.attempt_pushed(r.history, r.attempts, r.fence, r.lease_owner,
+                       ELSE {schema}.attempt_pushed(r.history, {max_history},
+                                                    r.attempts, r.fence, r.lease_owner,
                                                     r.claimed_at, r.lease_expires_at, 'expired',
                                                     NULL) END
     WHERE r.run_id = ANY ((SELECT array_agg(picked.run_id) FROM picked)::text[])

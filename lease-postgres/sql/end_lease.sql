@@ -4,7 +4,8 @@
 -- (the SET reads the old row: its number before the refund).
 UPDATE {schema}.runs
 SET state = $3, lease_owner = NULL, lease_expires_at = NULL, claimable_at = now(),
-    history = {schema}.attempt_pushed(history, attempts, fence, lease_owner, claimed_at, now(),
+    history = {schema}.attempt_pushed(history, {max_history},
+                                      attempts, fence, lease_owner, claimed_at, now(),
                                       CASE $3 WHEN 'runnable' THEN 'released' ELSE $3 END, NULL),
     attempts = CASE WHEN $3 IN ('runnable', 'suspended') THEN greatest(attempts - 1, 0)
                     ELSE attempts END

@@ -41,7 +41,8 @@ WITH input AS (
         attempts = CASE WHEN locked.refund THEN greatest(r.attempts - 1, 0) ELSE r.attempts END,
         journal_len = r.journal_len + CASE WHEN locked.payload IS NULL THEN 0 ELSE 1 END,
         -- The attempt's end, numbered before any refund (the SET reads the old row).
-        history = {schema}.attempt_pushed(r.history, r.attempts, r.fence, r.lease_owner,
+        history = {schema}.attempt_pushed(r.history, {max_history},
+                                          r.attempts, r.fence, r.lease_owner,
                                           r.claimed_at, now(), locked.outcome, locked.error)
     FROM locked
     WHERE r.run_id = locked.run_id

@@ -8,9 +8,11 @@ UPDATE {schema}.runs
 SET lease_owner = NULL, lease_expires_at = NULL, claimable_at = now(),
     history = CASE WHEN lease_owner IS NULL THEN history
                    WHEN lease_expires_at <= now()
-                   THEN {schema}.attempt_pushed(history, attempts, fence, lease_owner, claimed_at,
+                   THEN {schema}.attempt_pushed(history, {max_history},
+                                                attempts, fence, lease_owner, claimed_at,
                                                 lease_expires_at, 'expired', NULL)
-                   ELSE {schema}.attempt_pushed(history, attempts, fence, lease_owner, claimed_at,
+                   ELSE {schema}.attempt_pushed(history, {max_history},
+                                                attempts, fence, lease_owner, claimed_at,
                                                 now(), 'force-released', NULL) END
 WHERE run_id = $1 AND state = 'runnable'
 RETURNING run_id, state, lease_owner, (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS expires_us, fence, heartbeats, (extract(epoch FROM now()) * 1000000)::bigint AS observed_us,

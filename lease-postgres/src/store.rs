@@ -127,7 +127,13 @@ impl Queries {
         // Identifiers cannot be bound as parameters, so the schema is spliced in, quoted: any
         // characters are safe inside a double-quoted identifier once its quotes are doubled.
         let quoted = format!("\"{}\"", schema.replace('"', "\"\""));
-        let q = |sql: &str| sql.replace("{schema}", &quoted);
+        // The contract's numbers a statement needs are rendered the same way (nothing in the
+        // SQL spells them): the attempt history's cap.
+        let max_history = lease_core::MAX_HISTORY.to_string();
+        let q = |sql: &str| {
+            sql.replace("{schema}", &quoted)
+                .replace("{max_history}", &max_history)
+        };
         Queries {
             create: q(include_str!("../sql/create.sql")),
             inspect: q(include_str!("../sql/inspect.sql")),

@@ -54,7 +54,7 @@ if o ~= '' then
   local old = redis.call('HGET', KEYS[6], ARGV[1])
   if old then
     local _, seps = string.gsub(old, '\30', '')
-    if seps >= 9 then
+    if seps >= MAX_HISTORY - 1 then
       old = string.sub(old, string.find(old, '\30', 1, true) + 1)
     end
     entry = old .. '\30' .. entry

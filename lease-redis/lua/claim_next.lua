@@ -2,7 +2,7 @@
 -- instant claimable in microseconds, member = 16 hex digits of creation order followed by the
 -- encoded run id); KEYS[3]: attempts hash; KEYS[4]: history hash (a claim that takes over an
 -- expired lease writes that attempt, ended at its expiry); KEYS[4+p]: the kind's claimable
--- index at priority p, for p from 1 to 9; KEYS[14]: payloads hash; KEYS[15]: the restore
+-- index at priority p, for p from 1 to MAX_PRIORITY; KEYS[14]: payloads hash; KEYS[15]: the restore
 -- marker (src/epoch.rs)
 -- ARGV[1]: worker id; ARGV[2]: TTL in milliseconds; ARGV[3]: most runs to claim; ARGV[4]:
 -- most index entries to examine that turn out not to be claimable
@@ -33,7 +33,7 @@ local budget = tonumber(ARGV[4])
 local out = { '0' }
 local taken = 0
 -- The priorities from the highest down; each index's claimable range in order.
-for priority = 9, 0, -1 do
+for priority = MAX_PRIORITY, 0, -1 do
   local zkey = KEYS[2]
   if priority > 0 then
     zkey = KEYS[4 + priority]

@@ -265,10 +265,10 @@ local function refund(attempts, id)
 end
 
 -- The attempt history (lease_core::RunRecord::history): in the history hash, field id, a run's
--- ended attempts, oldest first, the last 10 (lease_core::MAX_HISTORY), separated by byte 30;
+-- ended attempts, oldest first, the last MAX_HISTORY, separated by byte 30;
 -- each 'number<31>fence<31>worker<31>claimed<31>ended<31>outcome<31>error' with times in µs
 -- on the server clock (claimed '' when unknown), outcome lease_core::AttemptOutcome's name,
--- and error '' for none, else '=' and the text, cut to at most 1024 bytes
+-- and error '' for none, else '=' and the text, cut to at most MAX_ATTEMPT_ERROR_BYTES bytes
 -- (lease_core::MAX_ATTEMPT_ERROR_BYTES) at a UTF-8 character boundary. No worker id or reason
 -- holds a control character, so neither separator occurs inside a field. An attempt a
 -- fenced end wrote has an eighth field, the id of the call that ended it (`call`), by which a
@@ -278,8 +278,8 @@ local function push_attempt(hist, id, number, fence, worker, claimed, ended, out
   local e = ''
   if err then
     local cut = #err
-    if cut > 1024 then
-      cut = 1024
+    if cut > MAX_ATTEMPT_ERROR_BYTES then
+      cut = MAX_ATTEMPT_ERROR_BYTES
       -- Back off while the next byte continues a character (10xxxxxx).
       while cut > 0 and string.byte(err, cut + 1) >= 128 and string.byte(err, cut + 1) < 192 do
         cut = cut - 1
@@ -295,7 +295,7 @@ local function push_attempt(hist, id, number, fence, worker, claimed, ended, out
   local old = redis.call('HGET', hist, id)
   if old then
     local _, seps = string.gsub(old, '\30', '')
-    if seps >= 9 then
+    if seps >= MAX_HISTORY - 1 then
       old = string.sub(old, string.find(old, '\30', 1, true) + 1)
     end
     entry = old .. '\30' .. entry

@@ -101,7 +101,7 @@ local entry = number .. '\31' .. f .. '\31' .. o .. '\31'
 local old = redis.call('HGET', KEYS[9], ARGV[2])
 if old then
   local _, seps = string.gsub(old, '\30', '')
-  if seps >= 9 then
+  if seps >= MAX_HISTORY - 1 then
     old = string.sub(old, string.find(old, '\30', 1, true) + 1)
   end
   entry = old .. '\30' .. entry

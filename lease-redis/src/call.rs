@@ -14,9 +14,24 @@ pub(crate) struct Lua {
     script: Script,
 }
 
+/// The contract's limits the scripts need ([`lease_core::limits`]), as Lua locals put before
+/// every script when it is loaded: the scripts name them, and no script spells the numbers.
+pub fn script_limits() -> String {
+    format!(
+        "-- lease_core::limits, rendered as the script is loaded\n\
+         local MAX_HISTORY = {}\n\
+         local MAX_ATTEMPT_ERROR_BYTES = {}\n\
+         local MAX_PRIORITY = {}\n",
+        lease_core::MAX_HISTORY,
+        lease_core::MAX_ATTEMPT_ERROR_BYTES,
+        lease_core::MAX_PRIORITY,
+    )
+}
+
 impl Lua {
+    /// The script `source`, after [`script_limits`].
     pub(crate) fn new(source: impl Into<String>) -> Lua {
-        let source = source.into();
+        let source = script_limits() + &source.into();
         Lua {
             script: Script::new(&source),
             source,

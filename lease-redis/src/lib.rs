@@ -16,6 +16,8 @@ mod store;
 mod wake;
 mod wire;
 
+#[doc(hidden)]
+pub use call::script_limits;
 pub use config::RedisConfig;
 pub use epoch::{Rebound, REBIND_FENCE_STEP};
 pub use fenced::FencedScript;

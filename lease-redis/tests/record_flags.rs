@@ -424,7 +424,11 @@ async fn an_append_resent_after_its_lease_ended_answers_its_first_result() {
     let id = run("r");
     store.create(&id).await.unwrap();
     let lease = store.claim(&id, &worker(), ttl()).await.unwrap();
-    let fenced = redis::Script::new(include_str!("../lua/fenced.lua"));
+    let fenced = redis::Script::new(&format!(
+        "{}{}",
+        lease_redis::script_limits(),
+        include_str!("../lua/fenced.lua")
+    ));
     let append = |call: &'static str, fence: u64| {
         let mut invocation = fenced.prepare_invoke();
         for key in fenced_keys(&ns, "r") {

@@ -46,7 +46,9 @@ impl PgSql {
 
 macro_rules! lua {
     ($file:literal) => {
-        Script::new(concat!(
+        Script::new(&format!(
+            "{}{}{}",
+            distribution::redis::script_limits(),
             include_str!("../../../lease-redis/lua/common.lua"),
             include_str!(concat!("../../../lease-redis/lua/", $file))
         ))

@@ -10,6 +10,7 @@
 
 mod progress;
 
+use crate::limits::{MAX_BATCH, MAX_ID_BYTES};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -18,11 +19,11 @@ use progress::{Progress, ROTATE_AFTER};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, InvalidInput, Result};
-use crate::id::{RunId, WorkerId, MAX_ID_BYTES};
+use crate::id::{RunId, WorkerId};
 use crate::new_run::NewRun;
 use crate::scope::{RunScope, ScopeConfig};
 use crate::store::LeaseStore;
-use crate::types::{Ttl, MAX_BATCH};
+use crate::types::Ttl;
 
 /// The longest interval of [`Schedule::every`]: a year.
 pub const MAX_INTERVAL: Duration = Duration::from_secs(366 * 86_400);

@@ -16,6 +16,7 @@
 //!   abandoned and every waiting end gets one last attempt, without further retries: a
 //!   shutdown takes at most one more call of the store.
 
+use crate::limits::MAX_BATCH_PAYLOAD_BYTES;
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 
@@ -26,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use super::context::{bump, Counters, EndReport, Observer};
 use crate::error::{Error, Result};
 use crate::store::LeaseStore;
-use crate::types::{End, Ending, MAX_BATCH_PAYLOAD_BYTES};
+use crate::types::{End, Ending};
 use crate::Effect;
 
 /// The least time one attempt is given, whatever its ends' deadlines: a store's own call

@@ -1,10 +1,11 @@
 //! [`WorkerConfig`]: how a [`Worker`](crate::Worker)(super::Worker) runs.
 
+use crate::limits::MAX_BATCH;
 use std::time::Duration;
 
 use crate::error::InvalidInput;
 use crate::scope::ScopeConfig;
-use crate::types::{Ttl, MAX_BATCH};
+use crate::types::Ttl;
 
 /// How often a worker woken by its store's wake-ups polls anyway: 2 s.
 pub const DEFAULT_WAKE_POLL: Duration = Duration::from_secs(2);
@@ -361,7 +362,7 @@ impl WorkerConfig {
             );
         }
         let retry = &self.retry;
-        if retry.max > crate::types::MAX_RETRY_DELAY || retry.base > retry.max {
+        if retry.max > crate::limits::MAX_RETRY_DELAY || retry.base > retry.max {
             return bad(
                 "retry backoff",
                 format!("{:?} to {:?}", retry.base, retry.max),
@@ -369,7 +370,7 @@ impl WorkerConfig {
             );
         }
         if let Some(d) = self.attempt_timeout {
-            if d.is_zero() || d > crate::types::MAX_RETRY_DELAY {
+            if d.is_zero() || d > crate::limits::MAX_RETRY_DELAY {
                 return bad(
                     "attempt timeout",
                     format!("{d:?}"),

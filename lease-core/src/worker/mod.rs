@@ -12,6 +12,7 @@ mod job;
 mod kinds;
 mod purging;
 
+use crate::limits::MAX_BATCH;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +30,7 @@ use crate::kind::Kind;
 use crate::retention::PURGER_KIND;
 use crate::scope::{RunScope, ScopeConfig};
 use crate::store::LeaseStore;
-use crate::types::{End, Ending, MAX_BATCH};
+use crate::types::{End, Ending};
 
 use batcher::{batcher, submit, Batcher, Shared};
 pub use config::{RetryPolicy, WorkerConfig, DEFAULT_WAKE_POLL};
