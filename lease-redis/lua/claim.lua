@@ -11,7 +11,7 @@
 -- attempts, payload} (every claim counts against the attempt budget; a voluntary end gives it
 -- back; the payload: its bytes, or nil for none)
 -- A hot script, run without the common.lua prelude (whose helpers every call would build
--- again): it reads and writes the record format common.lua describes; keep them in step.
+-- again): the record's format and the history's come from record.lua, as common.lua's do.
 local restored = redis.call('GET', KEYS[7])
 if restored then
   return { 'restored', restored }
@@ -20,7 +20,7 @@ local v = redis.call('HGET', KEYS[1], ARGV[1])
 if not v then
   return { 'none' }
 end
-local s, f, h, e, m, o, times = string.match(v, '^(%l+):(%d+):(%d+):(%d*):(%x+):([^\1]*)(.*)$')
+local s, f, h, e, m, o, times = string.match(v, RECORD)
 if not s then
   return redis.error_reply('malformed run record for ' .. ARGV[1])
 end
@@ -51,30 +51,9 @@ if o ~= '' then
   -- An expired lease taken over: its attempt ended at its expiry.
   local entry = (redis.call('HGET', KEYS[3], ARGV[1]) or '0') .. '\31' .. f .. '\31' .. o .. '\31'
     .. (string.match(times, '^\1%d*,(%d*)') or '') .. '\31' .. e .. '\31expired\31'
-  local old = redis.call('HGET', KEYS[6], ARGV[1])
-  if old then
-    local _, seps = string.gsub(old, '\30', '')
-    if seps >= MAX_HISTORY - 1 then
-      old = string.sub(old, string.find(old, '\30', 1, true) + 1)
-    end
-    entry = old .. '\30' .. entry
-  end
-  redis.call('HSET', KEYS[6], ARGV[1], entry)
+  redis.call('HSET', KEYS[6], ARGV[1], history_with(redis.call('HGET', KEYS[6], ARGV[1]), entry))
 end
--- The fence plus one, exactly: as a number while that is exact (below 2^53), else digit by digit.
-if #f < 16 then
-  f = string.format('%d', f + 1)
-else
-  local i = #f
-  while i > 0 and string.byte(f, i) == 57 do
-    i = i - 1
-  end
-  if i == 0 then
-    f = '1' .. string.rep('0', #f)
-  else
-    f = string.sub(f, 1, i - 1) .. string.char(string.byte(f, i) + 1) .. string.rep('0', #f - i)
-  end
-end
+f = decimal_succ(f)
 local expires = string.format('%d', now + ARGV[3] * 1000)
 -- Claimed now, not renewed since; the creation time stays.
 redis.call('HSET', KEYS[1], ARGV[1], 'runnable:' .. f .. ':' .. h .. ':' .. expires .. ':' .. m .. ':' .. ARGV[2]

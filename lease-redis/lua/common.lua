@@ -1,5 +1,6 @@
 -- Shared helpers, prepended to every script of this crate except the hot ones (claim.lua,
--- renew.lua, fenced.lua), which repeat the record format below; not a script by itself.
+-- renew.lua, fenced.lua), which read and write the record with record.lua's helpers as these
+-- do; not a script by itself.
 -- KEYS[1]: none (each script declares its own keys below this prelude)
 -- ARGV[1]: none
 -- Returns: nothing; defines local helpers.
@@ -46,22 +47,10 @@ local function num(n)
   return string.format('%.0f', n)
 end
 
--- A decimal string plus one, exactly, at any length.
 -- The larger of two fences written as decimal strings without leading zeros.
 local function fence_max(a, b)
   if #a > #b or (#a == #b and a > b) then return a end
   return b
-end
-
-local function succ(d)
-  local i = #d
-  while i > 0 and string.byte(d, i) == 57 do
-    i = i - 1
-  end
-  if i == 0 then
-    return '1' .. string.rep('0', #d)
-  end
-  return string.sub(d, 1, i - 1) .. string.char(string.byte(d, i) + 1) .. string.rep('0', #d - i)
 end
 
 local function read_run(runs, id)
@@ -69,7 +58,7 @@ local function read_run(runs, id)
   if not v then
     return nil
   end
-  local s, f, h, e, m, o, t = string.match(v, '^(%l+):(%d+):(%d+):(%d*):(%x+):([^\1]*)(.*)$')
+  local s, f, h, e, m, o, t = string.match(v, RECORD)
   if not s then
     error('malformed run record for ' .. id)
   end
@@ -157,7 +146,7 @@ end
 -- Claims the run at `now`: fence + 1, owner and expiry set, claimed at `now` and not renewed
 -- since, index moved to the expiry.
 local function take(runs, zkey, r, worker, expires, now)
-  r.f = succ(r.f)
+  r.f = decimal_succ(r.f)
   r.o = worker
   r.e = num(expires)
   local created, _, _, facts = times_of(r.t)
@@ -272,8 +261,9 @@ end
 -- (lease_core::MAX_ATTEMPT_ERROR_BYTES) at a UTF-8 character boundary. No worker id or reason
 -- holds a control character, so neither separator occurs inside a field. An attempt a
 -- fenced end wrote has an eighth field, the id of the call that ended it (`call`), by which a
--- resend of that call knows it was applied; readers ignore it. claim.lua and fenced.lua,
--- which run without this prelude, repeat push_attempt; keep them in step.
+-- resend of that call knows it was applied; readers ignore it. The history's cap and its
+-- eighth field's reader are record.lua's (history_with, ended_by), which claim.lua and
+-- fenced.lua use too.
 local function push_attempt(hist, id, number, fence, worker, claimed, ended, outcome, err, call)
   local e = ''
   if err then
@@ -292,23 +282,7 @@ local function push_attempt(hist, id, number, fence, worker, claimed, ended, out
   if call then
     entry = entry .. '\31' .. call
   end
-  local old = redis.call('HGET', hist, id)
-  if old then
-    local _, seps = string.gsub(old, '\30', '')
-    if seps >= MAX_HISTORY - 1 then
-      old = string.sub(old, string.find(old, '\30', 1, true) + 1)
-    end
-    entry = old .. '\30' .. entry
-  end
-  redis.call('HSET', hist, id, entry)
-end
-
--- Whether the last attempt in the history hash `hist` of run `id` was ended under `fence` by
--- the call `call` (its eighth field, as push_attempt writes it): a resend of that call. fenced.lua,
--- which runs without this prelude, repeats the check.
-local function ended_by(hist, id, fence, call)
-  local last = string.match(redis.call('HGET', hist, id) or '', '([^\30]*)$')
-  return string.match(last, '^%d*\31(%d+)\31') == fence and string.match(last, '\31([^\31]*)$') == call
+  redis.call('HSET', hist, id, history_with(redis.call('HGET', hist, id), entry))
 end
 
 -- Writes the held lease's attempt of run r (owner, fence and times not yet cleared) into the

@@ -18,7 +18,7 @@
 -- be answered, and costs no key of its own.
 -- Journal entries are stored as '<fence>:<written_at>:<payload>'; seq is the list position.
 -- A hot script, run without the common.lua prelude (whose helpers every call would build
--- again): it reads and writes the record format common.lua describes; keep them in step.
+-- again): the record's format and the history's come from record.lua, as common.lua's do.
 local op = ARGV[1]
 if op ~= 'append' and op ~= 'release' and op ~= 'suspend' and op ~= 'complete' then
   return redis.error_reply('unknown fenced operation ' .. op)
@@ -27,7 +27,7 @@ local v = redis.call('HGET', KEYS[1], ARGV[2])
 if not v then
   return { 'none' }
 end
-local s, f, h, m, o, times = string.match(v, '^(%l+):(%d+):(%d+):%d*:(%x+):([^\1]*)(.*)$')
+local s, f, h, _, m, o, times = string.match(v, RECORD)
 if not s then
   return redis.error_reply('malformed run record for ' .. ARGV[2])
 end
@@ -46,10 +46,8 @@ if op == 'append' then
     return { 'ok', seq, at }
   end
 elseif ended then
-  -- The history's last entry: 'number<31>fence<31>…<31>error<31>call id' when this call wrote it
-  -- (common.lua's ended_by, repeated here without the prelude).
-  local last = string.match(redis.call('HGET', KEYS[9], ARGV[2]) or '', '([^\30]*)$')
-  if string.match(last, '^%d*\31(%d+)\31') == f and string.match(last, '\31([^\31]*)$') == ARGV[5] then
+  -- The history's last entry ends with this call's id when this call wrote it.
+  if ended_by(KEYS[9], ARGV[2], f, ARGV[5]) then
     return { 'ok' }
   end
 end
@@ -98,15 +96,7 @@ local entry = number .. '\31' .. f .. '\31' .. o .. '\31'
   .. (string.match(times, '^\1%d*,(%d*)') or '') .. '\31' .. at .. '\31'
   .. (op == 'release' and 'released' or op == 'suspend' and 'suspended' or 'completed') .. '\31'
   .. '\31' .. ARGV[5]
-local old = redis.call('HGET', KEYS[9], ARGV[2])
-if old then
-  local _, seps = string.gsub(old, '\30', '')
-  if seps >= MAX_HISTORY - 1 then
-    old = string.sub(old, string.find(old, '\30', 1, true) + 1)
-  end
-  entry = old .. '\30' .. entry
-end
-redis.call('HSET', KEYS[9], ARGV[2], entry)
+redis.call('HSET', KEYS[9], ARGV[2], history_with(redis.call('HGET', KEYS[9], ARGV[2]), entry))
 if op == 'release' then
   if f == '9223372036854775807' then
     redis.call('ZREM', KEYS[3], m) -- never claimable again

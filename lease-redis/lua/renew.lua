@@ -8,7 +8,7 @@
 -- never walks held leases to find a claimable run. (A lease that names another kind than its
 -- run's moves no entry: its run's entry lags, and claim_next moves it when it comes due.)
 -- A hot script, run without the common.lua prelude (whose helpers every call would build
--- again): it reads and writes the record format common.lua describes; keep them in step.
+-- again): the record's format comes from record.lua, as common.lua's does.
 local now
 local out = {}
 for i = 1, #ARGV, 3 do
@@ -17,7 +17,7 @@ for i = 1, #ARGV, 3 do
   if not v then
     out[#out + 1] = { 'none' }
   else
-    local s, f, h, m, o, times = string.match(v, '^(%l+):(%d+):(%d+):%d*:(%x+):([^\1]*)(.*)$')
+    local s, f, h, _, m, o, times = string.match(v, RECORD)
     if not s then
       return redis.error_reply('malformed run record for ' .. id)
     end
@@ -29,20 +29,7 @@ for i = 1, #ARGV, 3 do
         now = t[1] * 1000000 + t[2] -- exact in a double until year 2255
       end
       local e = string.format('%d', now + ARGV[i + 2] * 1000)
-      -- Heartbeats plus one, exactly: as a number while that is exact, else digit by digit.
-      if #h < 16 then
-        h = string.format('%d', h + 1)
-      else
-        local j = #h
-        while j > 0 and string.byte(h, j) == 57 do
-          j = j - 1
-        end
-        if j == 0 then
-          h = '1' .. string.rep('0', #h)
-        else
-          h = string.sub(h, 1, j - 1) .. string.char(string.byte(h, j) + 1) .. string.rep('0', #h - j)
-        end
-      end
+      h = decimal_succ(h) -- heartbeats plus one, exactly
       -- Renewed now; the creation and claim times stay, and the facts.
       local created, claimed, facts = string.match(times, '^\1(%d*),(%d*),%d*(.*)$')
       redis.call('HSET', KEYS[1], id, 'runnable:' .. f .. ':' .. h .. ':' .. e .. ':' .. m .. ':' .. o

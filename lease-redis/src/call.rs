@@ -14,24 +14,26 @@ pub(crate) struct Lua {
     script: Script,
 }
 
-/// The contract's limits the scripts need ([`lease_core::limits`]), as Lua locals put before
-/// every script when it is loaded: the scripts name them, and no script spells the numbers.
-pub fn script_limits() -> String {
+/// What every script starts with when it is loaded: the contract's limits the scripts need
+/// ([`lease_core::limits`]) as Lua locals (the scripts name them; none spells the numbers),
+/// then `lua/record.lua`, the run record's and the attempt history's one reader and writer.
+pub fn script_prelude() -> String {
     format!(
         "-- lease_core::limits, rendered as the script is loaded\n\
          local MAX_HISTORY = {}\n\
          local MAX_ATTEMPT_ERROR_BYTES = {}\n\
-         local MAX_PRIORITY = {}\n",
+         local MAX_PRIORITY = {}\n{}",
         lease_core::MAX_HISTORY,
         lease_core::MAX_ATTEMPT_ERROR_BYTES,
         lease_core::MAX_PRIORITY,
+        include_str!("../lua/record.lua"),
     )
 }
 
 impl Lua {
-    /// The script `source`, after [`script_limits`].
+    /// The script `source`, after [`script_prelude`].
     pub(crate) fn new(source: impl Into<String>) -> Lua {
-        let source = script_limits() + &source.into();
+        let source = script_prelude() + &source.into();
         Lua {
             script: Script::new(&source),
             source,

@@ -17,7 +17,7 @@ mod wake;
 mod wire;
 
 #[doc(hidden)]
-pub use call::script_limits;
+pub use call::script_prelude;
 pub use config::RedisConfig;
 pub use epoch::{Rebound, REBIND_FENCE_STEP};
 pub use fenced::FencedScript;

@@ -426,7 +426,7 @@ async fn an_append_resent_after_its_lease_ended_answers_its_first_result() {
     let lease = store.claim(&id, &worker(), ttl()).await.unwrap();
     let fenced = redis::Script::new(&format!(
         "{}{}",
-        lease_redis::script_limits(),
+        lease_redis::script_prelude(),
         include_str!("../lua/fenced.lua")
     ));
     let append = |call: &'static str, fence: u64| {

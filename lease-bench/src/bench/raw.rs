@@ -48,7 +48,7 @@ macro_rules! lua {
     ($file:literal) => {
         Script::new(&format!(
             "{}{}{}",
-            distribution::redis::script_limits(),
+            distribution::redis::script_prelude(),
             include_str!("../../../lease-redis/lua/common.lua"),
             include_str!(concat!("../../../lease-redis/lua/", $file))
         ))
