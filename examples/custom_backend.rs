@@ -45,7 +45,7 @@
 //! - **Retries apply once.** A retried end that was applied answers `LeaseEnded` with the
 //!   caller's own fence; `append_keyed` answers the first entry written with its key.
 //! - **Durability.** A fence may never be issued twice: refuse, at connect, a configuration
-//!   in which an acknowledged claim can be lost (see `DESIGN.md`, "Durability").
+//!   in which an acknowledged claim can be lost (see ARCHITECTURE.md, "How a backend carries out the contract").
 //! - **Retention** (`purge`) deletes the run and raises a per-store fence floor to its fence;
 //!   every run is created at the floor, so a run created again under the same id starts
 //!   above every fence it ever issued.

@@ -12,7 +12,7 @@ use distribution::{check_namespace, Backend, Config, ConfigError, InvalidInput, 
 use lease_conformance::fuzz;
 use proptest::prelude::*;
 
-/// The identifier rule of DESIGN.md, written independently of `lease-core`'s check.
+/// The identifier rule of the contract (`lease_core::RunId`), written independently of `lease-core`'s check.
 fn valid_id(id: &str) -> bool {
     (1..=255).contains(&id.len()) && !id.chars().any(char::is_control)
 }

@@ -1,6 +1,6 @@
 //! A model-based property test: random sequences of operations by three workers, run against
-//! a real store and against a reference model of `DESIGN.md`, which must agree on every verdict
-//! and every record.
+//! a real store and against a reference model of the `LeaseStore` contract, which must agree
+//! on every verdict and every record.
 //!
 //! Time is real (expiry is on the store's clock), advanced explicitly by `Advance` steps, with
 //! short TTLs so that leases expire inside sequences. The model knows when each lease was sent

@@ -1,4 +1,5 @@
-//! Store-level scenarios: the rules of `DESIGN.md`, one function each.
+//! Store-level scenarios: the rules of the `LeaseStore` contract, one function each (where each
+//! rule lives: ARCHITECTURE.md).
 
 use std::collections::HashSet;
 use std::time::Duration;

@@ -12,7 +12,7 @@
 //!
 //! Workers claim, renew (the heartbeat), write under their fence, suspend and complete; an
 //! operator resumes a suspended run, and (in [`LeaseModel::cancel`]) may cancel the run at any
-//! point, held or not. The store follows `DESIGN.md`: a claim succeeds on a
+//! point, held or not. The store follows the `LeaseStore` contract: a claim succeeds on a
 //! runnable run that is unowned or expired and takes the next fence; every fenced operation is
 //! accepted iff the presented fence equals the current one and the lease is held. A worker
 //! computes its local deadline from the instant it **sent** the claim or renewal that
