@@ -1,0 +1,93 @@
+//! The store's statements: every file of `sql/`, rendered once per store.
+
+/// The statements, with `{schema}` replaced by the store's quoted schema.
+#[derive(Debug)]
+pub(crate) struct Queries {
+    pub(crate) create: String,
+    pub(crate) inspect: String,
+    pub(crate) inspect_many: String,
+    pub(crate) claim: String,
+    pub(crate) claim_next: String,
+    pub(crate) explain: String,
+    pub(crate) renew: String,
+    pub(crate) renew_many: String,
+    pub(crate) renew_many_explain: String,
+    pub(crate) end_many: String,
+    pub(crate) create_many: String,
+    pub(crate) purge: String,
+    pub(crate) purge_ids: String,
+    pub(crate) count_purgeable: String,
+    pub(crate) count: String,
+    pub(crate) count_kinds: String,
+    pub(crate) no_jit: String,
+    pub(crate) append: String,
+    pub(crate) append_keyed: String,
+    pub(crate) journal: String,
+    pub(crate) end_lease: String,
+    pub(crate) resume: String,
+    pub(crate) force_release: String,
+    pub(crate) cancel: String,
+    pub(crate) list: String,
+    pub(crate) lock_run: String,
+    pub(crate) lock_many: String,
+    pub(crate) create_schema: String,
+    pub(crate) set_search_path: String,
+    pub(crate) migrate_lock: String,
+    pub(crate) schema_migrated: String,
+    pub(crate) schema_version: String,
+}
+
+impl Queries {
+    pub(crate) fn new(schema: &str) -> Queries {
+        // Identifiers cannot be bound as parameters, so the schema is spliced in, quoted: any
+        // characters are safe inside a double-quoted identifier once its quotes are doubled.
+        let quoted = format!("\"{}\"", schema.replace('"', "\"\""));
+        // The contract's numbers a statement needs are rendered the same way (nothing in the
+        // SQL spells them): the attempt history's cap.
+        let max_history = lease_core::MAX_HISTORY.to_string();
+        let q = |sql: &str| {
+            sql.replace("{schema}", &quoted)
+                .replace("{max_history}", &max_history)
+        };
+        Queries {
+            create: q(include_str!("../../sql/create.sql")),
+            inspect: q(include_str!("../../sql/inspect.sql")),
+            inspect_many: q(include_str!("../../sql/inspect_many.sql")),
+            claim: q(include_str!("../../sql/claim.sql")),
+            claim_next: q(include_str!("../../sql/claim_next.sql")),
+            explain: q(include_str!("../../sql/explain.sql")),
+            renew: q(include_str!("../../sql/renew.sql")),
+            renew_many: q(include_str!("../../sql/renew_many.sql")),
+            renew_many_explain: q(include_str!("../../sql/renew_many_explain.sql")),
+            end_many: q(include_str!("../../sql/end_many.sql")),
+            create_many: q(include_str!("../../sql/create_many.sql")),
+            purge: q(concat!(
+                include_str!("../../sql/purge.sql"),
+                include_str!("../../sql/purge_remove.sql")
+            )),
+            purge_ids: q(concat!(
+                include_str!("../../sql/purge_ids.sql"),
+                include_str!("../../sql/purge_remove.sql")
+            )),
+            count_purgeable: q(include_str!("../../sql/count_purgeable.sql")),
+            count: q(include_str!("../../sql/count.sql")),
+            count_kinds: q(include_str!("../../sql/count_kinds.sql")),
+            no_jit: q(include_str!("../../sql/no_jit.sql")),
+            append: q(include_str!("../../sql/append.sql")),
+            append_keyed: q(include_str!("../../sql/append_keyed.sql")),
+            journal: q(include_str!("../../sql/journal.sql")),
+            end_lease: q(include_str!("../../sql/end_lease.sql")),
+            resume: q(include_str!("../../sql/resume.sql")),
+            force_release: q(include_str!("../../sql/force_release.sql")),
+            cancel: q(include_str!("../../sql/cancel.sql")),
+            list: q(include_str!("../../sql/list.sql")),
+            lock_run: q(include_str!("../../sql/lock_run.sql")),
+            lock_many: q(include_str!("../../sql/lock_many.sql")),
+            create_schema: q(include_str!("../../sql/create_schema.sql")),
+            set_search_path: q(include_str!("../../sql/set_search_path.sql")),
+            migrate_lock: q(include_str!("../../sql/migrate_lock.sql")),
+            schema_migrated: q(include_str!("../../sql/schema_migrated.sql")),
+            schema_version: q(include_str!("../../sql/schema_version.sql")),
+        }
+    }
+}
