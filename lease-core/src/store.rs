@@ -337,7 +337,8 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
     /// use std::time::Duration;
-    /// use lease_core::{Error, LeaseStore, MemoryLeaseStore, NewRun, RunId, Ttl, WorkerId};
+    /// use lease_core::{Error, LeaseStore, NewRun, RunId, Ttl, WorkerId};
+    /// use lease_runtime::MemoryLeaseStore;
     /// let store = MemoryLeaseStore::new();
     /// let run = RunId::new("reminder-7")?;
     /// let record = store
@@ -406,7 +407,8 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
-    /// use lease_core::{Ended, Error, LeaseStore, MemoryLeaseStore, RunId, RunState, Ttl, WorkerId};
+    /// use lease_core::{Ended, Error, LeaseStore, RunId, RunState, Ttl, WorkerId};
+    /// use lease_runtime::MemoryLeaseStore;
     /// let store = MemoryLeaseStore::new();
     /// let run = RunId::new("charge-42")?;
     /// store.create(&run).await?;

@@ -61,7 +61,8 @@ type EffectFn = dyn for<'c> Fn(&'c mut PgConnection) -> EffectFuture<'c> + Send 
 ///
 /// ```no_run
 /// # use lease_postgres::{PgEffect, PostgresLeaseStore};
-/// # use lease_core::{End, RunContext, BoxError};
+/// # use lease_core::{End, BoxError};
+/// # use lease_runtime::RunContext;
 /// async fn charge(ctx: RunContext) -> Result<End, BoxError> {
 ///     let run = ctx.run().to_string();
 ///     let fence = ctx.fence().get() as i64;

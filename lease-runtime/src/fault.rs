@@ -58,7 +58,8 @@ pub const FAULT_BACKEND: &str = "fault-injection";
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// use std::sync::Arc;
-/// use lease_core::{Error, Fault, FaultyStore, LeaseStore, MemoryLeaseStore, RunId};
+/// use lease_core::{Error, LeaseStore, RunId};
+/// use lease_runtime::{Fault, FaultyStore, MemoryLeaseStore};
 /// let store = FaultyStore::new(Arc::new(MemoryLeaseStore::new()));
 /// store.set(Fault::Fail);
 /// let err = store.inspect(&RunId::new("r").unwrap()).await.unwrap_err();

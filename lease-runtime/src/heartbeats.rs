@@ -41,7 +41,8 @@ use lease_core::{Lease, MAX_BATCH};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use lease_core::{Heartbeats, LeaseStore, MemoryLeaseStore, RunId, RunScope, ScopeConfig, Ttl, WorkerId};
+/// use lease_core::{LeaseStore, RunId, Ttl, WorkerId};
+/// use lease_runtime::{Heartbeats, MemoryLeaseStore, RunScope, ScopeConfig};
 ///
 /// let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
 /// let hub = Heartbeats::new(store.clone(), Duration::from_secs(10))?;

@@ -28,7 +28,8 @@ use crate::wake::WakesExt;
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
-/// use lease_core::{LeaseStore, MemoryLeaseStore, RunId, Ttl, WorkerId};
+/// use lease_core::{LeaseStore, RunId, Ttl, WorkerId};
+/// use lease_runtime::MemoryLeaseStore;
 /// let store = MemoryLeaseStore::new();
 /// let run = RunId::new("order-42")?;
 /// store.create(&run).await?;
@@ -382,7 +383,8 @@ impl MemoryLeaseStore {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
     /// use std::collections::HashMap;
-    /// use lease_core::{End, LeaseStore, MemoryLeaseStore, RunId, RunState, Ttl, WorkerId};
+    /// use lease_core::{End, LeaseStore, RunId, RunState, Ttl, WorkerId};
+    /// use lease_runtime::MemoryLeaseStore;
     /// let store = MemoryLeaseStore::new();
     /// let run = RunId::new("order-42")?;
     /// store.create(&run).await?;

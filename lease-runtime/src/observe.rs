@@ -328,7 +328,8 @@ pub fn count_stale<T>(verdict: Result<T>) -> Result<T> {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
 /// use std::sync::Arc;
-/// use lease_core::{Instrumented, LeaseStore, MemoryLeaseStore, RunId};
+/// use lease_core::{LeaseStore, RunId};
+/// use lease_runtime::{Instrumented, MemoryLeaseStore};
 ///
 /// let store: Arc<dyn LeaseStore> = Instrumented::wrap(Arc::new(MemoryLeaseStore::new()), "memory");
 /// store.create(&RunId::new("order-42")?).await?; // counted and traced

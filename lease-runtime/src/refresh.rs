@@ -53,7 +53,8 @@ impl Drop for CountsRefresher {
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use lease_core::{observe, LeaseStore, MemoryLeaseStore};
+/// use lease_core::LeaseStore;
+/// use lease_runtime::{observe, MemoryLeaseStore};
 ///
 /// let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
 /// let counts = observe::spawn_counts(store, Duration::from_secs(15));

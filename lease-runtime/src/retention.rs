@@ -76,7 +76,8 @@ pub struct PurgerReport {
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use lease_core::{CancellationToken, LeaseStore, MemoryLeaseStore, Purger, Ttl, WorkerId};
+/// use lease_core::{LeaseStore, Ttl, WorkerId};
+/// use lease_runtime::{CancellationToken, MemoryLeaseStore, Purger};
 ///
 /// let runs: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
 /// let leases: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());

@@ -331,7 +331,8 @@ impl Shared {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
 /// use std::sync::Arc;
-/// use lease_core::{LeaseStore, MemoryLeaseStore, RunId, RunScope, ScopeConfig, Ttl, WorkerId};
+/// use lease_core::{LeaseStore, RunId, Ttl, WorkerId};
+/// use lease_runtime::{MemoryLeaseStore, RunScope, ScopeConfig};
 ///
 /// let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
 /// let run = RunId::new("order-42")?;

@@ -36,7 +36,7 @@ pub const MAX_SCHEDULE_NAME_BYTES: usize = MAX_ID_BYTES - 21;
 ///
 /// ```
 /// use std::time::Duration;
-/// use lease_core::Schedule;
+/// use lease_runtime::Schedule;
 /// let every = Schedule::every(Duration::from_secs(60))?;
 /// assert_eq!(every.ticks(119, 300, 10), vec![120, 180, 240, 300]);
 /// assert!(Schedule::every(Duration::from_millis(1500)).is_err()); // whole seconds

@@ -18,7 +18,8 @@ const MAX_GRACE: Duration = Duration::from_secs(86_400);
 /// ```
 /// # fn main() -> Result<(), lease_core::InvalidInput> {
 /// use std::time::Duration;
-/// use lease_core::{Ttl, WorkerConfig};
+/// use lease_core::Ttl;
+/// use lease_runtime::WorkerConfig;
 ///
 /// let config = WorkerConfig::new(Ttl::from_secs(30)?)
 ///     .with_concurrency(64)
@@ -62,7 +63,7 @@ pub struct WorkerConfig {
 ///
 /// ```
 /// use std::time::Duration;
-/// use lease_core::RetryPolicy;
+/// use lease_runtime::RetryPolicy;
 /// let policy = RetryPolicy::default()
 ///     .with_backoff(Duration::from_millis(50), Duration::from_secs(60))
 ///     .with_max_attempts(5);
@@ -192,7 +193,8 @@ impl WorkerConfig {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use lease_core::{Retention, Ttl, WorkerConfig};
+    /// use lease_core::{Retention, Ttl};
+    /// use lease_runtime::WorkerConfig;
     /// let ttl = Ttl::from_secs(30)?;
     /// let keep_failures = Retention::default().with_failed(None)?;
     /// let config = WorkerConfig::new(ttl).with_retention_policy(keep_failures);

@@ -19,7 +19,8 @@ use lease_core::Kind;
 /// does not serve: such a run waits for a worker that does.
 ///
 /// ```
-/// use lease_core::{End, Kind, Kinds, RunContext};
+/// use lease_core::{End, Kind};
+/// use lease_runtime::{Kinds, RunContext};
 /// let kinds = Kinds::new()
 ///     .handle(Kind::new("email")?, |_ctx: RunContext| async { Ok(End::Complete) })
 ///     .handle_limited(Kind::new("charge")?, |_ctx: RunContext| async { Ok(End::Complete) }, 2);

@@ -109,7 +109,8 @@ use purging::stop_purger;
 /// aborted, so it checks the token between steps and stops writing once it is cancelled:
 ///
 /// ```
-/// # use lease_core::{BoxError, End, RunContext};
+/// # use lease_core::{BoxError, End};
+/// # use lease_runtime::RunContext;
 /// async fn handler(ctx: RunContext) -> Result<End, BoxError> {
 ///     let token = ctx.token();
 ///     let done = tokio::task::spawn_blocking(move || {
@@ -130,10 +131,8 @@ use purging::stop_purger;
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
 /// use std::sync::Arc;
-/// use lease_core::{
-///     CancellationToken, End, LeaseStore, LeaseStoreExt, MemoryLeaseStore, RunContext, RunId,
-///     RunState, Ttl, Worker, WorkerConfig, WorkerId,
-/// };
+/// use lease_core::{End, LeaseStore, LeaseStoreExt, RunId, RunState, Ttl, WorkerId};
+/// use lease_runtime::{CancellationToken, MemoryLeaseStore, RunContext, Worker, WorkerConfig};
 ///
 /// let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
 /// let ids: Vec<RunId> = (0..20).map(|i| RunId::new(format!("job-{i}"))).collect::<Result<_, _>>()?;
@@ -236,10 +235,8 @@ impl Worker {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
     /// use std::sync::Arc;
-    /// use lease_core::{
-    ///     CancellationToken, End, Kind, Kinds, LeaseStore, MemoryLeaseStore, NewRun, RunContext,
-    ///     RunId, RunState, Ttl, Worker, WorkerConfig, WorkerId,
-    /// };
+    /// use lease_core::{End, Kind, LeaseStore, NewRun, RunId, RunState, Ttl, WorkerId};
+    /// use lease_runtime::{CancellationToken, Kinds, MemoryLeaseStore, RunContext, Worker, WorkerConfig};
     ///
     /// let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
     /// let (email, charge, report) = (Kind::new("email")?, Kind::new("charge")?, Kind::new("report")?);
