@@ -5,7 +5,7 @@ use std::any::{Any, TypeId};
 use std::fmt;
 use std::sync::Arc;
 
-/// Work a handler hands its `Worker` to run **inside the transaction that
+/// Work a handler hands its `Worker` (`lease-runtime`) to run **inside the transaction that
 /// ends its lease**, with the ends of other jobs (group commit), instead of paying for a
 /// transaction and a commit of its own (`fence_in` + `end_in`).
 ///

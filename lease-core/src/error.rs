@@ -527,7 +527,7 @@ pub enum InvalidInput {
         /// The maximum.
         max: usize,
     },
-    /// A `RunScope` whose heartbeat does not fit inside its deadline window.
+    /// A `RunScope` (`lease-runtime`) whose heartbeat does not fit inside its deadline window.
     #[error(
         "heartbeat every {heartbeat:?} does not fit a TTL of {ttl:?} with a safety margin of \
          {margin:?}: a renewal, its timeout (one interval) and a retry (a quarter interval) \
@@ -564,7 +564,7 @@ pub enum InvalidInput {
         /// What is wrong.
         why: &'static str,
     },
-    /// A `RunScope` safety margin below `min_margin`.
+    /// A `RunScope` (`lease-runtime`) safety margin below `min_margin`.
     #[error(
         "safety margin {margin:?} is too small for a TTL of {ttl:?}; the minimum is {min:?} \
          (TTL/20, at least 10ms): below it timer lateness can carry the worker past the store's \
@@ -622,7 +622,7 @@ pub enum InvalidInput {
         /// The maximum.
         max: Duration,
     },
-    /// A `Schedule` or `Scheduler` setting that cannot
+    /// A `Schedule` or `Scheduler` (`lease-runtime`) setting that cannot
     /// work: an interval that is not a whole number of seconds, a cron expression that does
     /// not parse, a name too long for its tick ids.
     #[error("bad schedule: {reason}")]

@@ -1,6 +1,6 @@
 //! How long ended runs are kept, state by state: [`EndedStates`] (which ended states a
 //! [`purge_ended`](crate::LeaseStore::purge_ended) removes) and [`Retention`] (the ages a
-//! `Purger` and a `Worker` purge at).
+//! `Purger` and a `Worker` of `lease-runtime` purge at).
 
 use std::time::Duration;
 

@@ -5,12 +5,11 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lease_core::{
+    Ending, Error, IdempotencyKey, JournalEntry, Lease, LeaseStore, ListFilter, Result, RunId,
+    RunRecord, Ttl, WorkerId,
+};
 use tokio::sync::watch;
-
-use lease_core::LeaseStore;
-use lease_core::{Ending, JournalEntry, Lease, ListFilter, RunRecord, Ttl};
-use lease_core::{Error, Result};
-use lease_core::{IdempotencyKey, RunId, WorkerId};
 
 /// What a [`FaultyStore`] does to the calls passing through it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

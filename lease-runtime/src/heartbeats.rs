@@ -7,14 +7,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lease_core::{Error, InvalidInput, Lease, LeaseStore, MAX_BATCH};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::scope::{CancelReason, Shared};
-use lease_core::LeaseStore;
-use lease_core::{Error, InvalidInput};
-use lease_core::{Lease, MAX_BATCH};
 
 /// A worker-level heartbeat: every tick it renews the leases of all registered
 /// [`RunScope`](crate::RunScope)s with [`LeaseStore::renew_many`], in chunks of at most

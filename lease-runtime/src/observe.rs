@@ -10,12 +10,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use lease_core::{
+    Ending, Error, IdempotencyKey, JournalEntry, Lease, LeaseStore, ListFilter, Result, RunId,
+    RunRecord, Ttl, WorkerId,
+};
 use tracing::Instrument;
-
-use lease_core::LeaseStore;
-use lease_core::{Ending, JournalEntry, Lease, ListFilter, RunRecord, Ttl};
-use lease_core::{Error, Result};
-use lease_core::{IdempotencyKey, RunId, WorkerId};
 
 pub use crate::refresh::{spawn_counts, CountsRefresher, MIN_COUNTS_EVERY};
 

@@ -3,11 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use lease_core::{Error, LeaseStore};
 use tokio::task::JoinHandle;
 
 use crate::observe::record_counts;
-use lease_core::Error;
-use lease_core::LeaseStore;
 
 /// The shortest period of [`spawn_counts`]: a second (each refresh is one `count` call, whose
 /// server work is bounded but not free).

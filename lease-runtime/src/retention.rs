@@ -7,18 +7,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use lease_core::backend::check_purge;
+use lease_core::{
+    EndedStates, Error, InvalidInput, Kind, LeaseStore, NewRun, Result, Retention, RunId, Ttl,
+    WorkerId,
+};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::scope::{RunScope, ScopeConfig};
-use lease_core::backend::check_purge;
-use lease_core::Kind;
-use lease_core::LeaseStore;
-use lease_core::NewRun;
-use lease_core::Ttl;
-use lease_core::{EndedStates, Retention};
-use lease_core::{Error, InvalidInput, Result};
-use lease_core::{RunId, WorkerId};
 
 /// Seven days: how long [`Retention::default`] keeps failed and cancelled runs (River keeps
 /// discarded jobs as long), and a common age for [`Retention::all`].

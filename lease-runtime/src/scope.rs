@@ -6,14 +6,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
+use lease_core::{
+    Error, Fence, InvalidInput, JournalEntry, Lease, LeaseStore, Result, RunId, Ttl, WorkerId,
+};
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::heartbeats::{Heartbeats, Hub};
-use lease_core::LeaseStore;
-use lease_core::{Error, InvalidInput, Result};
-use lease_core::{Fence, JournalEntry, Lease, Ttl};
-use lease_core::{RunId, WorkerId};
 
 /// Timing of a [`RunScope`]: how often it heartbeats and how much safety margin its local
 /// deadline keeps. Defaults: heartbeat every TTL/3, margin TTL/10, each scope renewing on its

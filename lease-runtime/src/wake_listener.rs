@@ -7,10 +7,8 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use lease_core::{Kind, Wakes};
 use tokio_util::sync::CancellationToken;
-
-use lease_core::Kind;
-use lease_core::Wakes;
 
 use crate::wake::WakesExt;
 

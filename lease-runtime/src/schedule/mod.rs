@@ -15,14 +15,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use progress::{Progress, ROTATE_AFTER};
 
+use lease_core::{
+    Error, InvalidInput, LeaseStore, NewRun, Result, RunId, Ttl, WorkerId, MAX_BATCH, MAX_ID_BYTES,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::scope::{RunScope, ScopeConfig};
-use lease_core::LeaseStore;
-use lease_core::NewRun;
-use lease_core::{Error, InvalidInput, Result};
-use lease_core::{RunId, WorkerId, MAX_ID_BYTES};
-use lease_core::{Ttl, MAX_BATCH};
 
 /// The longest interval of [`Schedule::every`]: a year.
 pub const MAX_INTERVAL: Duration = Duration::from_secs(366 * 86_400);

@@ -19,10 +19,7 @@
 //! completed run recorded. So a schedule's records stay within a thousand entries, however
 //! long it runs.
 
-use lease_core::LeaseStore;
-use lease_core::NewRun;
-use lease_core::RunId;
-use lease_core::{Error, Result};
+use lease_core::{Error, LeaseStore, NewRun, Result, RunId};
 
 /// How many journal entries a schedule's lease run holds before its holder starts it afresh.
 pub(super) const ROTATE_AFTER: usize = 1_000;

@@ -24,10 +24,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::context::{bump, Counters, EndReport, Observer};
-use lease_core::Effect;
-use lease_core::LeaseStore;
-use lease_core::{End, Ending, MAX_BATCH_PAYLOAD_BYTES};
-use lease_core::{Error, Result};
+use lease_core::{Effect, End, Ending, Error, LeaseStore, Result, MAX_BATCH_PAYLOAD_BYTES};
 
 /// The least time one attempt is given, whatever its ends' deadlines: a store's own call
 /// timeout usually ends it sooner.

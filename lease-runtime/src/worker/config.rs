@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
+use lease_core::{InvalidInput, Ttl, MAX_BATCH};
+
 use crate::scope::ScopeConfig;
-use lease_core::InvalidInput;
-use lease_core::{Ttl, MAX_BATCH};
 
 /// How often a worker woken by its store's wake-ups polls anyway: 2 s.
 pub const DEFAULT_WAKE_POLL: Duration = Duration::from_secs(2);

@@ -6,13 +6,10 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use lease_core::{BoxError, End, Fence, JournalEntry, Lease, LeaseStore, Result, RunId};
 use tokio_util::sync::CancellationToken;
 
 use crate::scope::RunScope;
-use lease_core::LeaseStore;
-use lease_core::RunId;
-use lease_core::{BoxError, Result};
-use lease_core::{End, Fence, JournalEntry, Lease};
 
 /// What a handler is given for one claimed run: the run, its lease and fence, the cancellation
 /// token it must observe, and fenced writes under the lease.

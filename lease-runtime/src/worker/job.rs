@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use lease_core::{End, Ending, Error};
 use tokio::sync::mpsc;
 use tokio::task::{JoinError, JoinHandle};
 use tokio::time::Instant;
@@ -13,8 +14,6 @@ use tracing::Instrument;
 
 use crate::observe;
 use crate::scope::{CancelReason, RunScope};
-use lease_core::Error;
-use lease_core::{End, Ending};
 
 use super::batcher::{submit, Pending};
 use super::config::RetryPolicy;

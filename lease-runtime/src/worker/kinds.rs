@@ -6,8 +6,7 @@ use std::sync::Arc;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::context::Handler;
-use lease_core::InvalidInput;
-use lease_core::Kind;
+use lease_core::{InvalidInput, Kind};
 
 /// The kinds one [`Worker`](crate::Worker) serves ([`Worker::run_kinds`](crate::Worker::run_kinds)):
 /// each kind with its own handler, and optionally its own concurrency limit within the

@@ -16,6 +16,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lease_core::{End, Ending, InvalidInput, Kind, LeaseStore, Result, WorkerId, MAX_BATCH};
 use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -25,11 +26,6 @@ use tracing::Instrument;
 use crate::heartbeats::Heartbeats;
 use crate::retention::PURGER_KIND;
 use crate::scope::{RunScope, ScopeConfig};
-use lease_core::Kind;
-use lease_core::LeaseStore;
-use lease_core::WorkerId;
-use lease_core::{End, Ending, MAX_BATCH};
-use lease_core::{InvalidInput, Result};
 
 use batcher::{batcher, submit, Batcher, Shared};
 pub use config::{RetryPolicy, WorkerConfig, DEFAULT_WAKE_POLL};

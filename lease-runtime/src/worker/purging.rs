@@ -6,9 +6,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::Worker;
+use lease_core::{Kind, Result};
+
 use crate::retention::{Purger, PurgerReport, PURGER_KIND};
-use lease_core::Kind;
-use lease_core::Result;
 
 impl Worker {
     /// The fleet's purger, if [retention](WorkerConfig::with_retention) is on and the store is
