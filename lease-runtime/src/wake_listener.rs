@@ -72,7 +72,7 @@ impl WakeListener {
 
     /// The store's wake-ups. The first call starts listening (within a Tokio runtime):
     /// `open` (called only then) makes the session opener, and `parse` reads each payload
-    /// ([`Wakes::deliver`]). `what` names the channel in the logs.
+    /// ([`WakesExt::deliver`]). `what` names the channel in the logs.
     pub fn wakes(
         &self,
         what: &str,
