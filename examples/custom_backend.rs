@@ -86,9 +86,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use lease_core::{
-    observe, Ending, Error, IdempotencyKey, JournalEntry, Lease, LeaseStore, LeaseStoreExt,
-    ListFilter, MemoryLeaseStore, Result, RunCounts, RunId, RunRecord, RunState, Ttl, WorkerId,
+    Ending, Error, IdempotencyKey, JournalEntry, Lease, LeaseStore, LeaseStoreExt, ListFilter,
+    Result, RunCounts, RunId, RunRecord, RunState, Ttl, WorkerId,
 };
+use lease_runtime::{observe, MemoryLeaseStore};
 
 /// How many refusals the audit trail keeps (the oldest go first).
 const KEEP_REFUSALS: usize = 100;

@@ -6,7 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{redact_url, InvalidInput, LeaseStore, MemoryLeaseStore, Ttl};
+use lease_core::{redact_url, InvalidInput, LeaseStore, Ttl};
+use lease_runtime::MemoryLeaseStore;
 
 /// Where leases live and how long they last: what a worker or the `lease` command needs to start.
 ///
@@ -688,18 +689,18 @@ pub enum Store {
 }
 
 impl Store {
-    /// The store as the backend-neutral trait object, [instrumented](lease_core::Instrumented):
+    /// The store as the backend-neutral trait object, [instrumented](lease_runtime::Instrumented):
     /// every call is counted and traced under the backend's name (`memory`, `postgres`,
     /// `redis`).
     pub fn as_dyn(&self) -> Arc<dyn LeaseStore> {
         match self {
-            Store::Memory(s) => lease_core::Instrumented::wrap(s.clone(), "memory"),
+            Store::Memory(s) => lease_runtime::Instrumented::wrap(s.clone(), "memory"),
             #[cfg(feature = "postgres")]
-            Store::Postgres(s) => lease_core::Instrumented::wrap(s.clone(), "postgres"),
+            Store::Postgres(s) => lease_runtime::Instrumented::wrap(s.clone(), "postgres"),
             #[cfg(feature = "redis")]
-            Store::Redis(s) => lease_core::Instrumented::wrap(s.clone(), "redis"),
+            Store::Redis(s) => lease_runtime::Instrumented::wrap(s.clone(), "redis"),
             #[cfg(feature = "etcd")]
-            Store::Etcd(s) => lease_core::Instrumented::wrap(s.clone(), "etcd"),
+            Store::Etcd(s) => lease_runtime::Instrumented::wrap(s.clone(), "etcd"),
         }
     }
 }

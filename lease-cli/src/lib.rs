@@ -180,7 +180,7 @@ pub fn without_store_env(command: &mut tokio::process::Command) -> &mut tokio::p
 /// Runs `work` on a two-thread runtime with logging to stderr, and turns its outcome into the
 /// process's exit code, printing a failure as `PROGRAM: MESSAGE`.
 ///
-/// The log filter comes from `RUST_LOG` (for example `RUST_LOG=lease_core=debug` for a span per
+/// The log filter comes from `RUST_LOG` (for example `RUST_LOG=lease_runtime=debug` for a span per
 /// store call), or the older `LEASE_LOG`; errors only by default.
 pub fn main_with<F>(program: &str, work: F) -> ExitCode
 where

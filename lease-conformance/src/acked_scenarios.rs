@@ -7,9 +7,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lease_core::{
-    CancellationToken, End, Fence, Lease, LeaseStore, RunContext, RunId, RunScope, RunState,
-    ScopeConfig, Ttl, Worker, WorkerConfig, WorkerId, WorkerReport,
+use lease_core::{End, Fence, Lease, LeaseStore, RunId, RunState, Ttl, WorkerId};
+use lease_runtime::{
+    CancellationToken, RunContext, RunScope, ScopeConfig, Worker, WorkerConfig, WorkerReport,
 };
 use tokio::sync::Notify;
 

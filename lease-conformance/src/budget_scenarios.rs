@@ -5,9 +5,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lease_core::{
-    CancellationToken, End, Ended, Error, Fault, FaultyStore, Lease, LeaseStore, LeaseStoreExt,
-    RetryPolicy, RunContext, RunId, RunState, Ttl, Worker, WorkerConfig, WorkerReport,
+use lease_core::{End, Ended, Error, Lease, LeaseStore, LeaseStoreExt, RunId, RunState, Ttl};
+use lease_runtime::{
+    CancellationToken, Fault, FaultyStore, RetryPolicy, RunContext, Worker, WorkerConfig,
+    WorkerReport,
 };
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -562,7 +563,7 @@ pub async fn an_end_the_handler_committed_is_reported_once_after_a_renewal_met_i
 /// `RunScope::claim_next` fails such a run and leaves it out; a run within its budget is
 /// handed out as always.
 pub async fn a_scope_fails_a_run_claimed_past_its_budget(factory: &dyn StoreFactory) {
-    use lease_core::{RunScope, ScopeConfig};
+    use lease_runtime::{RunScope, ScopeConfig};
     let store = factory.fresh().await;
     let (one, other, fresh) = (
         created(&*store, "scoped-one").await,

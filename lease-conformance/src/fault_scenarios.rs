@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{
-    CancelReason, Fault, FaultyStore, Heartbeats, LeaseStore, ReplyFault, RunScope, ScopeConfig,
+use lease_core::LeaseStore;
+use lease_runtime::{
+    CancelReason, Fault, FaultyStore, Heartbeats, ReplyFault, RunScope, ScopeConfig,
 };
 use tokio::time::{timeout, Instant};
 

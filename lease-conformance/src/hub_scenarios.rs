@@ -3,7 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{Fault, FaultyStore, Heartbeats, LeaseStore, RunScope, ScopeConfig};
+use lease_core::LeaseStore;
+use lease_runtime::{Fault, FaultyStore, Heartbeats, RunScope, ScopeConfig};
 use tokio::time::{timeout, Instant};
 
 use crate::scenarios::{created, long, worker};
@@ -79,7 +80,7 @@ pub async fn hub_cancels_only_the_scope_whose_lease_is_stale(factory: &dyn Store
     // of the stale fence. Either ends the scope on that tick; nothing else is accepted.
     let released = matches!(
         &reason,
-        lease_core::CancelReason::Rejected(e) if matches!(
+        lease_runtime::CancelReason::Rejected(e) if matches!(
             **e,
             lease_core::Error::LeaseEnded { fence: 1, ended: lease_core::Ended::Released, .. }
         )

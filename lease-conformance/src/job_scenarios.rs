@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::{
-    CancelReason, End, Ended, Ending, Error, InvalidInput, LeaseStoreExt, ListFilter, NewRun,
-    RunScope, RunState, ScopeConfig, MAX_REASON_BYTES,
+    End, Ended, Ending, Error, InvalidInput, LeaseStoreExt, ListFilter, NewRun, RunState,
+    MAX_REASON_BYTES,
 };
+use lease_runtime::{CancelReason, RunScope, ScopeConfig};
 use tokio::time::Instant;
 
 use crate::scenarios::{created, long, worker};

@@ -11,9 +11,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lease_core::{
-    End, Error, InvalidInput, Kind, Kinds, LeaseStore, LeaseStoreExt, ListFilter, NewRun,
-    RunContext, RunId, RunState, Ttl, Worker, WorkerConfig,
+    End, Error, InvalidInput, Kind, LeaseStore, LeaseStoreExt, ListFilter, NewRun, RunId, RunState,
+    Ttl,
 };
+use lease_runtime::{Kinds, RunContext, Worker, WorkerConfig};
 use tokio::time::Instant;
 
 use crate::scenarios::{long, run, worker};
@@ -378,7 +379,7 @@ pub async fn a_worker_serves_each_kind_with_its_handler_and_starves_none(
         .with_concurrency(8)
         .with_poll_interval(Duration::from_millis(20));
     let w = Worker::new(store.clone(), worker("kinds"), config).unwrap();
-    let shutdown = lease_core::CancellationToken::new();
+    let shutdown = lease_runtime::CancellationToken::new();
     let kinds = Kinds::new()
         .handle_limited(kind("bulk"), bulk, 2)
         .handle(kind("urgent"), urgent);
@@ -449,7 +450,7 @@ pub async fn a_worker_serves_each_kind_with_its_handler_and_starves_none(
         ),
     ] {
         let refused = w
-            .run_kinds(kinds, lease_core::CancellationToken::new())
+            .run_kinds(kinds, lease_runtime::CancellationToken::new())
             .await;
         assert!(
             matches!(

@@ -166,8 +166,8 @@ macro_rules! life_benchmarks {
             };
             let minute = Duration::from_secs(60);
             let ttl = lease_core::Ttl::from_secs(1).unwrap();
-            let unbounded = lease_core::RetryPolicy::default().without_max_attempts();
-            let budget = lease_core::RetryPolicy::default().with_max_attempts(3);
+            let unbounded = lease_runtime::RetryPolicy::default().without_max_attempts();
+            let budget = lease_runtime::RetryPolicy::default().with_max_attempts(3);
             for (name, policy) in [("no budget", unbounded), ("max_attempts 3", budget)] {
                 let (claims, starts, state) =
                     $crate::crash_poison_claims(factory.fresh().await, ttl, policy, minute).await;
@@ -201,13 +201,13 @@ macro_rules! life_benchmarks {
                 return;
             };
             let window = Duration::from_secs(3);
-            let at_once = lease_core::RetryPolicy::default()
+            let at_once = lease_runtime::RetryPolicy::default()
                 .with_backoff(Duration::ZERO, Duration::ZERO)
                 .without_max_attempts();
             let before = $crate::poison_claim_rate(factory.fresh().await, at_once, window).await;
             let after = $crate::poison_claim_rate(
                 factory.fresh().await,
-                lease_core::RetryPolicy::default(),
+                lease_runtime::RetryPolicy::default(),
                 window,
             )
             .await;

@@ -5,10 +5,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lease_core::{
-    CancellationToken, End, Ended, Error, InvalidInput, LeaseStore, LeaseStoreExt, ListFilter,
-    RetryPolicy, RunContext, RunState, Ttl, Worker, WorkerConfig, MAX_REASON_BYTES,
-    MAX_RETRY_DELAY,
+    End, Ended, Error, InvalidInput, LeaseStore, LeaseStoreExt, ListFilter, RunState, Ttl,
+    MAX_REASON_BYTES, MAX_RETRY_DELAY,
 };
+use lease_runtime::{CancellationToken, RetryPolicy, RunContext, Worker, WorkerConfig};
 use tokio::time::Instant;
 
 use crate::scenarios::{created, long, worker};

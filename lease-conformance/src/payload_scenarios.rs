@@ -6,9 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lease_core::{
-    End, Error, InvalidInput, LeaseStore, NewRun, RunContext, RunId, RunState, Ttl, Worker,
-    WorkerConfig, MAX_RUN_PAYLOAD_BYTES,
+    End, Error, InvalidInput, LeaseStore, NewRun, RunId, RunState, Ttl, MAX_RUN_PAYLOAD_BYTES,
 };
+use lease_runtime::{RunContext, Worker, WorkerConfig};
 use tokio::time::Instant;
 
 use crate::scenarios::{long, run, worker};
@@ -227,7 +227,7 @@ pub async fn a_worker_hands_each_handler_its_runs_payload(factory: &dyn StoreFac
     let config = WorkerConfig::new(Ttl::from_secs(30).unwrap())
         .with_poll_interval(Duration::from_millis(20));
     let w = Worker::new(store.clone(), worker("payloads"), config).unwrap();
-    let shutdown = lease_core::CancellationToken::new();
+    let shutdown = lease_runtime::CancellationToken::new();
     let (s, stop) = (seen.clone(), shutdown.clone());
     let handler = move |ctx: RunContext| {
         let seen = s.clone();

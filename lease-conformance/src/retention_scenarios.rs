@@ -5,9 +5,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{
-    CancellationToken, End, FaultyStore, Kind, LeaseStore, LeaseStoreExt, RunContext, RunState,
-    Worker, WorkerConfig, DEFAULT_PURGER_NAME, PURGER_KIND,
+use lease_core::{End, Kind, LeaseStore, LeaseStoreExt, RunState};
+use lease_runtime::{
+    CancellationToken, FaultyStore, RunContext, Worker, WorkerConfig, DEFAULT_PURGER_NAME,
+    PURGER_KIND,
 };
 use tokio::time::Instant;
 

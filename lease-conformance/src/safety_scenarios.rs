@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lease_core::{
-    CancellationToken, End, Ended, Ending, Error, InvalidInput, Lease, LeaseStoreExt, RetryPolicy,
-    RunContext, RunId, RunState, Ttl, Worker, WorkerConfig,
+    End, Ended, Ending, Error, InvalidInput, Lease, LeaseStoreExt, RunId, RunState, Ttl,
 };
+use lease_runtime::{CancellationToken, RetryPolicy, RunContext, Worker, WorkerConfig};
 use tokio::time::Instant;
 
 use crate::scenarios::{created, long, run, worker};

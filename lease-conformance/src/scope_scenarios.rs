@@ -3,9 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{
-    CancelReason, Error, Fault, FaultyStore, LeaseStore, RunRecord, RunScope, RunState, ScopeConfig,
-};
+use lease_core::{Error, LeaseStore, RunRecord, RunState};
+use lease_runtime::{CancelReason, Fault, FaultyStore, RunScope, ScopeConfig};
 use tokio::time::{timeout, Instant};
 
 use crate::scenarios::{created, long, worker};
@@ -263,7 +262,7 @@ pub async fn scope_after_a_slow_renewal_still_has_time_to_retry(factory: &dyn St
     )
     .await
     .unwrap();
-    faulty.set_reply(lease_core::ReplyFault::Delay(
+    faulty.set_reply(lease_runtime::ReplyFault::Delay(
         t.scale(Duration::from_millis(500)),
     ));
     // The slow renewal's answer is due at 1.2 s; wait for it until 1.35 s at the latest, so a
@@ -274,9 +273,9 @@ pub async fn scope_after_a_slow_renewal_still_has_time_to_retry(factory: &dyn St
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     assert_eq!(scope.renewals(), 1, "the slow renewal was answered");
-    faulty.set_reply(lease_core::ReplyFault::Lose);
+    faulty.set_reply(lease_runtime::ReplyFault::Lose);
     tokio::time::sleep_until(started + t.scale(Duration::from_millis(2_000))).await;
-    faulty.set_reply(lease_core::ReplyFault::Pass);
+    faulty.set_reply(lease_runtime::ReplyFault::Pass);
     tokio::time::sleep_until(started + t.scale(Duration::from_millis(2_900))).await;
     assert!(
         !scope.is_cancelled(),
@@ -306,13 +305,13 @@ pub async fn scope_end_retried_after_a_lost_answer_succeeds(factory: &dyn StoreF
         .await
         .unwrap();
 
-        faulty.set_reply(lease_core::ReplyFault::Error);
+        faulty.set_reply(lease_runtime::ReplyFault::Error);
         let first = end_by(&scope, i).await;
         assert!(
             matches!(first, Err(Error::Unavailable { .. })),
             "{end}: the answer was lost: {first:?}"
         );
-        faulty.set_reply(lease_core::ReplyFault::Pass);
+        faulty.set_reply(lease_runtime::ReplyFault::Pass);
         let want = [RunState::Completed, RunState::Suspended, RunState::Runnable][i];
         let record = inner.inspect(&r).await.unwrap();
         assert_eq!(

@@ -4,10 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{
-    CancellationToken, End, Kind, Kinds, LeaseStore, LeaseStoreExt, NewRun, RunContext,
-    WakeReceiver, Worker, WorkerConfig, WorkerReport,
-};
+use lease_core::{End, Kind, LeaseStore, LeaseStoreExt, NewRun, WakeReceiver};
+use lease_runtime::{CancellationToken, Kinds, RunContext, Worker, WorkerConfig, WorkerReport};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{timeout, Instant};
@@ -237,7 +235,8 @@ pub async fn an_idle_worker_is_woken_by_a_new_run_not_by_its_poll(factory: &dyn 
 mod tests {
     use std::sync::Arc;
 
-    use lease_core::{LeaseStore, MemoryLeaseStore};
+    use lease_core::LeaseStore;
+    use lease_runtime::MemoryLeaseStore;
 
     use crate::{Capabilities, StoreFactory};
 

@@ -5,9 +5,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lease_core::{
-    CancellationToken, End, Error, Fault, FaultyStore, LeaseStore, RunContext, RunId, RunState,
-    Ttl, Worker, WorkerConfig, WorkerReport,
+use lease_core::{End, Error, LeaseStore, RunId, RunState, Ttl};
+use lease_runtime::{
+    CancellationToken, Fault, FaultyStore, RunContext, Worker, WorkerConfig, WorkerReport,
 };
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
@@ -24,7 +24,7 @@ async fn backlog(store: &dyn LeaseStore, prefix: &str, n: usize) -> Vec<RunId> {
     ids
 }
 
-fn spawn_worker<H: lease_core::Handler>(
+fn spawn_worker<H: lease_runtime::Handler>(
     worker: Worker,
     handler: H,
 ) -> (

@@ -16,8 +16,9 @@ use std::time::Duration;
 use lease_conformance::{Capabilities, StoreFactory};
 use lease_core::{
     Ending, Error, IdempotencyKey, InvalidInput, JournalEntry, Lease, LeaseStore, ListFilter,
-    MemoryLeaseStore, Result, RunCounts, RunId, RunRecord, Ttl, WorkerId,
+    Result, RunCounts, RunId, RunRecord, Ttl, WorkerId,
 };
+use lease_runtime::MemoryLeaseStore;
 
 /// etcd's shape: whole-second leases of at least a second, found expired by a sweep every
 /// 500 ms (the memory store is never late, so the lag only lengthens the waits here).

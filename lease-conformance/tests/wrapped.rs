@@ -6,7 +6,8 @@
 use std::sync::Arc;
 
 use lease_conformance::StoreFactory;
-use lease_core::{FaultyStore, Instrumented, LeaseStore, MemoryLeaseStore};
+use lease_core::LeaseStore;
+use lease_runtime::{FaultyStore, Instrumented, MemoryLeaseStore};
 
 struct Wrapped;
 

@@ -12,7 +12,10 @@
 //!    the same input with the same [`InvalidInput`](crate::InvalidInput).
 //! 3. When a conditional write matched nothing, explain it with [`fenced_verdict`] (fenced
 //!    writes) or [`claim_refusal`] (claims) from the row you read back: the order of the
-//!    refusals is part of the contract.
+//!    refusals is part of the contract. Both are pure functions that count nothing: to have
+//!    the stale writes you refuse in the `lease_stale_writes_refused_total` series, pass the
+//!    verdict through `lease_runtime::observe::count_stale`, as the backends of this workspace
+//!    do.
 //! 4. Run the `lease-conformance` suite against it: one line,
 //!    `lease_conformance::conformance_tests!(your_factory());`, where the factory hands out a
 //!    store over a fresh, empty namespace. Passing it is the definition of a correct backend;

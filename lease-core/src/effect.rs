@@ -5,13 +5,13 @@ use std::any::{Any, TypeId};
 use std::fmt;
 use std::sync::Arc;
 
-/// Work a handler hands its [`Worker`](crate::Worker) to run **inside the transaction that
+/// Work a handler hands its `Worker` (`lease-runtime`) to run **inside the transaction that
 /// ends its lease**, with the ends of other jobs (group commit), instead of paying for a
 /// transaction and a commit of its own (`fence_in` + `end_in`).
 ///
 /// An effect is built by an adapter whose store can apply it (the Postgres adapter's
 /// `PgEffect`, a closure over the batch transaction's connection) and handed over with
-/// [`RunContext::set_effect`](crate::RunContext::set_effect). The store runs it under the
+/// `RunContext::set_effect`. The store runs it under the
 /// lease's fence check, each effect in a savepoint of its own: the effect and the end commit
 /// together or not at all, an effect that fails is rolled back alone
 /// ([`Error::EffectFailed`](crate::Error::EffectFailed)) and its run is retried while its

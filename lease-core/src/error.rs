@@ -159,7 +159,7 @@ pub enum Error {
     /// have committed it with the end: it was rolled back alone (to its savepoint), **nothing
     /// was written for this run**, and its lease is still held. The other ends of the batch
     /// are not affected. Not a verdict on the lease: its holder ends it another way (the
-    /// [`Worker`](crate::Worker) counts a failed attempt).
+    /// `Worker` counts a failed attempt).
     #[error("run {run}'s effect failed and was rolled back; its lease was not ended: {reason}")]
     EffectFailed {
         /// The run.
@@ -251,9 +251,38 @@ impl Error {
         self.is_verdict() || matches!(self, Error::Misconfigured { .. })
     }
 
+    /// A stable, bounded name of the error's kind: `not_found`, `stale_fence`,
+    /// `unavailable`, … What the metrics label errors by (`reason`), and what machine-readable
+    /// output can match on; it never holds a run or worker id.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::NotFound { .. } => "not_found",
+            Error::AlreadyExists { .. } => "already_exists",
+            Error::Held { .. } => "held",
+            Error::Suspended { .. } => "suspended",
+            Error::Completed { .. } => "completed",
+            Error::Failed { .. } => "failed",
+            Error::Cancelled { .. } => "cancelled",
+            Error::Delayed { .. } => "delayed",
+            Error::NotSuspended { .. } => "not_suspended",
+            Error::StaleFence { .. } => "stale_fence",
+            Error::LeaseEnded { .. } => "lease_ended",
+            Error::FenceAhead { .. } => "fence_ahead",
+            Error::FenceExhausted { .. } => "fence_exhausted",
+            Error::AttemptsExhausted { .. } => "attempts_exhausted",
+            Error::EffectFailed { .. } => "effect_failed",
+            Error::InvalidInput(_) => "invalid_input",
+            Error::Unavailable { .. } => "unavailable",
+            Error::Misconfigured { .. } => "misconfigured",
+            Error::Backend { .. } => "backend_error",
+        }
+    }
+
     /// A copy of this error, for reporting one verdict in two places (a scope's cancel reason
-    /// and the caller's result). Driver sources are carried over as their messages.
-    pub(crate) fn duplicate(&self) -> Error {
+    /// and the caller's result, one error for every item of a failed batch). `Error` is not
+    /// `Clone` because a driver's source error may not be: driver sources are carried over as
+    /// their messages.
+    pub fn duplicate(&self) -> Error {
         match self {
             Error::NotFound { run } => Error::NotFound { run: run.clone() },
             Error::AlreadyExists { run } => Error::AlreadyExists { run: run.clone() },
@@ -498,7 +527,7 @@ pub enum InvalidInput {
         /// The maximum.
         max: usize,
     },
-    /// A [`RunScope`](crate::RunScope) whose heartbeat does not fit inside its deadline window.
+    /// A `RunScope` (`lease-runtime`) whose heartbeat does not fit inside its deadline window.
     #[error(
         "heartbeat every {heartbeat:?} does not fit a TTL of {ttl:?} with a safety margin of \
          {margin:?}: a renewal, its timeout (one interval) and a retry (a quarter interval) \
@@ -535,7 +564,7 @@ pub enum InvalidInput {
         /// What is wrong.
         why: &'static str,
     },
-    /// A [`RunScope`](crate::RunScope) safety margin below [`min_margin`](crate::min_margin).
+    /// A `RunScope` (`lease-runtime`) safety margin below `min_margin`.
     #[error(
         "safety margin {margin:?} is too small for a TTL of {ttl:?}; the minimum is {min:?} \
          (TTL/20, at least 10ms): below it timer lateness can carry the worker past the store's \
@@ -550,7 +579,7 @@ pub enum InvalidInput {
         min: Duration,
     },
     /// [`End::Committed`](crate::End::Committed) given to a store: it reports an end the caller
-    /// already committed, and is for the [`Worker`](crate::Worker) only.
+    /// already committed, and is for the `Worker` only.
     #[error(
         "the end of run {run} is marked as already committed by its handler; a store writes \
          only complete, complete-with, release and suspend"
@@ -593,7 +622,7 @@ pub enum InvalidInput {
         /// The maximum.
         max: Duration,
     },
-    /// A [`Schedule`](crate::Schedule) or [`Scheduler`](crate::Scheduler) setting that cannot
+    /// A `Schedule` or `Scheduler` (`lease-runtime`) setting that cannot
     /// work: an interval that is not a whole number of seconds, a cron expression that does
     /// not parse, a name too long for its tick ids.
     #[error("bad schedule: {reason}")]

@@ -16,7 +16,7 @@ pub const DEFAULT_KIND: &str = "default";
 /// [`MAX_KIND_BYTES`] bytes of UTF-8 without control characters, fixed when the run is created.
 ///
 /// A claim by kind ([`claim_next_kind`](crate::LeaseStore::claim_next_kind)) takes only runs of
-/// that kind, through an index of its own, so a [`Worker`](crate::Worker) serving `email`
+/// that kind, through an index of its own, so a `Worker` (`lease-runtime`) serving `email`
 /// never claims, and never reads past, a `charge` run. A run created without a kind is of the
 /// [`DEFAULT_KIND`], the kind [`claim_next`](crate::LeaseStore::claim_next) claims.
 ///

@@ -6,19 +6,32 @@
 //! someone else reclaimed its run is therefore fenced out by an integer comparison in the store,
 //! not by a clock.
 //!
+//! This crate is the contract every backend implements, and nothing that runs:
+//!
 //! - [`LeaseStore`]: the object-safe trait every backend implements; its docs are the contract.
-//! - [`RunScope`]: the worker side; heartbeats a lease and cancels the run's work before the
-//!   lease can be lost.
-//! - [`Heartbeats`]: a worker-wide heartbeat renewing all its scopes' leases in batches.
-//! - [`Worker`]: the claim → handle → end loop, with group-committed ends and a graceful
-//!   shutdown that hands its runs over at once.
-//! - [`MemoryLeaseStore`]: the embedded reference backend.
-//! - [`FaultyStore`]: injects hangs and failures into any store, for partition tests.
+//! - The values that cross it: ids ([`RunId`], [`WorkerId`], [`Kind`], [`IdempotencyKey`]),
+//!   [`Lease`], [`Fence`], [`Ttl`], [`RunRecord`], [`NewRun`], [`End`] and [`Ending`],
+//!   [`Effect`], attempts ([`Attempt`]), counts, [`EndedStates`] and [`Retention`], and the
+//!   errors ([`Error`], [`InvalidInput`]).
+//! - [`backend`]: the input checks and the verdict rules ([`backend::fenced_verdict`],
+//!   [`backend::claim_refusal`]) every backend applies the same way.
+//! - [`Wakes`]: the channel a store's wake-ups come through (the type
+//!   [`LeaseStore::wakes`] returns).
+//!
+//! The runtime built on it (`Worker`, `RunScope` and its heartbeats, the `Purger`, the
+//! `Scheduler`, the metrics and the `Instrumented` wrapper, the wake-up listener,
+//! `FaultyStore` and the embedded `MemoryLeaseStore`) is the `lease-runtime` crate; most
+//! applications use both through the `distribution` crate.
+//!
+//! Dependencies: no async runtime. Tokio comes with its `sync` feature only, for the
+//! broadcast channel inside [`Wakes`]; nothing here spawns a task, sleeps or reads a clock
+//! other than the store's.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
 //! use std::time::Duration;
-//! use lease_core::{Error, LeaseStore, MemoryLeaseStore, RunId, Ttl, WorkerId};
+//! use lease_core::{Error, LeaseStore, RunId, Ttl, WorkerId};
+//! use lease_runtime::MemoryLeaseStore;
 //!
 //! let store = MemoryLeaseStore::new();
 //! let run = RunId::new("order-42")?;
@@ -37,31 +50,19 @@ mod attempt;
 pub mod backend;
 mod effect;
 mod error;
-mod fault;
-mod heartbeats;
 mod id;
 mod kind;
 pub mod limits;
-mod memory;
 mod new_run;
-pub mod observe;
 mod policy;
 mod redact;
-mod refresh;
-mod retention;
-mod schedule;
-mod scope;
 mod store;
 mod types;
 mod wake;
-mod wake_listener;
-mod worker;
 
 pub use attempt::{attempt_error, Attempt, AttemptOutcome};
 pub use effect::Effect;
 pub use error::{BoxError, Ended, Error, InvalidInput, Result};
-pub use fault::{Fault, FaultyStore, ReplyFault, FAULT_BACKEND};
-pub use heartbeats::{HeartbeatStats, Heartbeats, TickReport};
 pub use id::{IdempotencyKey, RunId, WorkerId};
 pub use kind::{refuse_kinds, Kind, KindCounts, DEFAULT_KIND};
 pub use limits::{
@@ -70,30 +71,12 @@ pub use limits::{
     MAX_PRIORITY, MAX_PURGE_AGE, MAX_REASON_BYTES, MAX_RETRY_DELAY, MAX_RUN_PAYLOAD_BYTES,
     MAX_START_DELAY, MAX_WAKE_DELAY, REBIND_FENCE_STEP,
 };
-pub use memory::{MemoryLeaseStore, MemoryTransaction};
 pub use new_run::{refuse_priorities, NewRun};
-pub use observe::Instrumented;
 pub use policy::{EndedStates, Retention, DEFAULT_COMPLETED_RETENTION, DEFAULT_FAILED_RETENTION};
 pub use redact::{redact_url, REDACTED, UNPARSEABLE_URL};
-pub use retention::{
-    Purger, PurgerReport, DEFAULT_PURGER_NAME, DEFAULT_PURGE_BATCH, DEFAULT_PURGE_EVERY,
-    DEFAULT_RETENTION_AGE, PURGER_KIND,
-};
-pub use schedule::{Schedule, Scheduler, SchedulerReport, MAX_INTERVAL, MAX_SCHEDULE_NAME_BYTES};
-pub use scope::{min_margin, CancelReason, RunScope, ScopeConfig};
 pub use store::{LeaseStore, LeaseStoreExt};
 pub use types::{
     sanitize_reason, End, Ending, Fence, JournalEntry, Lease, ListFilter, RunCounts, RunRecord,
     RunState, RunTimes, StoreTime, Ttl,
 };
 pub use wake::{parse_kind_delay, Wake, WakeReceiver, Wakes};
-pub use wake_listener::{OpenSession, WakeListener, WakeSession};
-#[cfg(feature = "serde")]
-pub use worker::ArgsError;
-pub use worker::{
-    EndReport, Handler, HandlerFuture, Kinds, RetryPolicy, RunContext, Worker, WorkerConfig,
-    WorkerReport, DEFAULT_WAKE_POLL,
-};
-
-/// Re-exported so callers and backends name the same token type.
-pub use tokio_util::sync::CancellationToken;

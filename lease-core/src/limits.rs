@@ -40,7 +40,7 @@ pub const MAX_START_DELAY: Duration = Duration::from_secs(30 * 86_400);
 pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(30 * 86_400);
 
 /// The longest failure reason an [`End::Fail`](crate::End::Fail) accepts: 4 KiB of UTF-8. The
-/// [`Worker`](crate::Worker) cuts a handler's error message to fit.
+/// `Worker` (lease-runtime) cuts a handler's error message to fit.
 pub const MAX_REASON_BYTES: usize = 4096;
 
 // --- The attempt history ---------------------------------------------------------------

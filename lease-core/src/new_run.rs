@@ -138,7 +138,7 @@ impl NewRun {
     }
 
     /// Created with `payload`, shared with its other holders (no copy of the bytes).
-    pub(crate) fn with_payload_shared(mut self, payload: Option<Arc<[u8]>>) -> NewRun {
+    pub fn with_payload_shared(mut self, payload: Option<Arc<[u8]>>) -> NewRun {
         self.payload = payload;
         self
     }

@@ -1,6 +1,6 @@
 //! How long ended runs are kept, state by state: [`EndedStates`] (which ended states a
 //! [`purge_ended`](crate::LeaseStore::purge_ended) removes) and [`Retention`] (the ages a
-//! [`Purger`](crate::Purger) and a [`Worker`](crate::Worker) purge at).
+//! `Purger` and a `Worker` of `lease-runtime` purge at).
 
 use std::time::Duration;
 
@@ -78,7 +78,7 @@ impl std::fmt::Debug for EndedStates {
     }
 }
 
-/// How long a [`Purger`](crate::Purger) keeps ended runs, per ended state; `None` keeps that
+/// How long a `Purger` keeps ended runs, per ended state; `None` keeps that
 /// state's runs for good. The [`Default`], as River keeps jobs: completed runs for 24 hours,
 /// failed and cancelled ones for 7 days (long enough to look at why).
 ///
@@ -122,7 +122,7 @@ impl Default for Retention {
 impl Retention {
     /// Every ended run kept for `age`, whatever its state. An age over
     /// [`MAX_PURGE_AGE`](crate::MAX_PURGE_AGE) is refused where the policy is used
-    /// ([`Purger::with_retention`](crate::Purger::with_retention)).
+    /// (`Purger::with_retention`).
     pub fn all(age: Duration) -> Retention {
         Retention {
             completed: Some(age),

@@ -183,7 +183,7 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     /// **A retry after an unanswered call** (for example [`Error::Unavailable`]: the call may
     /// have been applied) that answers [`Error::LeaseEnded`] with the lease's own fence and
     /// [`Ended::Suspended`](crate::Ended::Suspended) means the first call was applied: only the
-    /// lease's holder can end the run under its fence. [`RunScope::suspend`](crate::RunScope)
+    /// lease's holder can end the run under its fence. `RunScope::suspend` (`lease-runtime`)
     /// treats that answer as success.
     ///
     /// # Errors
@@ -273,7 +273,7 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     /// **A retry after an unanswered call** (for example [`Error::Unavailable`]: the call may
     /// have been applied) that answers [`Error::LeaseEnded`] with the lease's own fence and
     /// [`Ended::Completed`](crate::Ended::Completed) means the first call was applied: only the
-    /// lease's holder can end the run under its fence. [`RunScope::complete`](crate::RunScope)
+    /// lease's holder can end the run under its fence. `RunScope::complete` (`lease-runtime`)
     /// treats that answer as success; so does [`release`](LeaseStore::release) with
     /// [`Ended::Released`](crate::Ended::Released) (there, an operator's `force_release` answers
     /// the same, and the run is released either way).
@@ -337,7 +337,8 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
     /// use std::time::Duration;
-    /// use lease_core::{Error, LeaseStore, MemoryLeaseStore, NewRun, RunId, Ttl, WorkerId};
+    /// use lease_core::{Error, LeaseStore, NewRun, RunId, Ttl, WorkerId};
+    /// use lease_runtime::MemoryLeaseStore;
     /// let store = MemoryLeaseStore::new();
     /// let run = RunId::new("reminder-7")?;
     /// let record = store
@@ -395,7 +396,7 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     /// fenced write, end or renewal, and an effect it commits through a store's transactional
     /// path, is refused with [`Error::LeaseEnded`] naming [`Ended::Cancelled`](crate::Ended::Cancelled):
     /// the cancel and the holder's end are ordered by the store, and exactly one of them wins.
-    /// A [`RunScope`](crate::RunScope)'s token is cancelled at its next heartbeat.
+    /// A `RunScope`'s token (`lease-runtime`) is cancelled at its next heartbeat.
     ///
     /// Cancelling a cancelled run returns its record unchanged (the first reason stays), so a
     /// retried cancel confirms what the first did. [`purge`](LeaseStore::purge) removes
@@ -406,7 +407,8 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
-    /// use lease_core::{Ended, Error, LeaseStore, MemoryLeaseStore, RunId, RunState, Ttl, WorkerId};
+    /// use lease_core::{Ended, Error, LeaseStore, RunId, RunState, Ttl, WorkerId};
+    /// use lease_runtime::MemoryLeaseStore;
     /// let store = MemoryLeaseStore::new();
     /// let run = RunId::new("charge-42")?;
     /// store.create(&run).await?;
@@ -490,7 +492,7 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     /// (completed, failed or cancelled), whatever their age, as [`purge`](LeaseStore::purge)
     /// removes a run: nothing of it is kept, and the fence floor rises to its fence. The
     /// others (runnable, held, suspended, not found, or locked by another call) are left
-    /// alone. Returns the ids removed. A [`Scheduler`](crate::Scheduler) removes its own
+    /// alone. Returns the ids removed. A `Scheduler` (`lease-runtime`) removes its own
     /// lease run with it when it starts the run's journal afresh.
     ///
     /// The default implementation refuses with
@@ -525,7 +527,7 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     /// name, each figure counted up to [`MAX_COUNT`](crate::MAX_COUNT), so one call's work is
     /// bounded. Suspended and ended runs are counted by [`count`](LeaseStore::count) only.
     /// What `lease stats` shows by kind, and the per-kind series of
-    /// [`observe::spawn_counts`](crate::observe::spawn_counts).
+    /// `observe::spawn_counts` (`lease-runtime`).
     ///
     /// The default implementation refuses with
     /// [`InvalidInput::Unsupported`](crate::InvalidInput::Unsupported), as etcd's does (it
@@ -558,13 +560,13 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
 
     /// The store's wake-ups: sent when a run becomes claimable (created, released, given back
     /// after a retry delay or a scheduled start, resumed, force-released), by any client of the
-    /// store, so that an idle [`Worker`](crate::Worker) claims at once instead of at its next
+    /// store, so that an idle `Worker` (`lease-runtime`) claims at once instead of at its next
     /// poll. One listener per store feeds every receiver; the first call starts it (call it
     /// within a Tokio runtime).
     ///
     /// Wake-ups are hints that may be lost or duplicated, never grants: a woken worker claims
     /// through the store, and a worker with wake-ups still polls, rarely
-    /// ([`WorkerConfig::with_wake_poll_interval`](crate::WorkerConfig::with_wake_poll_interval)).
+    /// (`WorkerConfig::with_wake_poll_interval`).
     /// An expired lease sends none; the fallback poll finds it.
     ///
     /// The default is `None`: the store sends none and its workers poll.
@@ -579,6 +581,10 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
 /// Backends whose conditional write matched nothing call this with the row they then read, so
 /// every backend explains a rejection the same way. Returns `Ok(())` when the write is allowed.
 ///
+/// A pure function: it counts nothing. The backends of this workspace pass its answer through
+/// `lease_runtime::observe::count_stale`, which counts a [`Error::StaleFence`] in the
+/// `lease_stale_writes_refused_total` series where the verdict is decided.
+///
 /// # Errors
 /// [`Error::StaleFence`], [`Error::FenceAhead`] or [`Error::LeaseEnded`], per the
 /// [contract](LeaseStore#contract).
@@ -591,7 +597,6 @@ pub fn fenced_verdict(
 ) -> Result<()> {
     let (presented, current) = (presented.get(), current.get());
     if presented < current {
-        crate::observe::stale_write_refused();
         return Err(Error::StaleFence {
             run: run.clone(),
             presented,

@@ -278,8 +278,8 @@ impl Lease {
 
     /// How long the run had been claimable when this lease's claim took it, on the store's
     /// clock: since its creation, the end of its delay, its release, or the expiry of the lease
-    /// before. What the [`Worker`](crate::Worker) reports as
-    /// [`WORKER_WAIT`](crate::observe::WORKER_WAIT). Set by the claims of the backends that
+    /// before. What the `Worker` reports as
+    /// `WORKER_WAIT`. Set by the claims of the backends that
     /// know it ([`claim_next`](crate::LeaseStore::claim_next) on every backend of this
     /// workspace); `None` otherwise. Kept by renewals.
     pub fn waited(&self) -> Option<Duration> {
@@ -378,8 +378,8 @@ impl Lease {
     /// Which attempt of the run's budget this lease is: 1 for the first claim after the run
     /// was created or resumed, raised by every claim and given back by a voluntary end
     /// (release, suspend, a snooze), so a claim whose holder failed, timed out or vanished
-    /// counts and the others do not. A [`Worker`](crate::Worker) fails a run claimed past its
-    /// [`RetryPolicy`](crate::RetryPolicy)'s `max_attempts` without running its handler.
+    /// counts and the others do not. A `Worker` fails a run claimed past its
+    /// `RetryPolicy`'s `max_attempts` without running its handler.
     pub fn attempt(&self) -> u64 {
         self.attempt
     }
@@ -800,7 +800,7 @@ pub struct RunCounts {
 impl RunCounts {
     /// Each state's figure under its name (`claimable`, `held`, `delayed`, `suspended`,
     /// `completed`, `failed`, `cancelled`), in that order: the names the
-    /// [`lease_runs`](crate::observe::RUNS) gauge and `lease stats` use.
+    /// `lease_runs` gauge and `lease stats` use.
     pub fn by_state(&self) -> [(&'static str, u64); 7] {
         [
             ("claimable", self.claimable),
@@ -910,19 +910,19 @@ pub enum End {
     /// [`RetryAfter`](End::RetryAfter) does, but **counting the attempt** against the run's
     /// budget ([`RunRecord::attempts`]), which a snooze does not. `reason` (checked as
     /// [`Fail`](End::Fail)'s) says what failed. Reported as
-    /// [`Ended::Released`](crate::Ended::Released). What a [`Worker`](crate::Worker) sends for
-    /// a failed attempt that its [`RetryPolicy`](crate::RetryPolicy) retries.
+    /// [`Ended::Released`](crate::Ended::Released). What a `Worker` sends for
+    /// a failed attempt that its `RetryPolicy` retries.
     AttemptFailed {
         /// How long the run waits before it is claimable again (at most [`MAX_RETRY_DELAY`](crate::MAX_RETRY_DELAY)).
         retry_after: Duration,
         /// What failed.
         reason: String,
     },
-    /// For a [`Worker`](crate::Worker) handler: the handler already ended the lease itself, as
+    /// For a `Worker` handler: the handler already ended the lease itself, as
     /// `Ended` says, atomically with its own effect, in its own transaction (Postgres
     /// `PostgresLeaseStore::end_in` inside the caller's transaction, or a fenced transaction's
     /// `complete`; a Redis fenced script that ends the lease;
-    /// [`MemoryLeaseStore::fenced_with`](crate::MemoryLeaseStore::fenced_with)). The Worker
+    /// `MemoryLeaseStore::fenced_with`). The Worker
     /// writes nothing more: it stops the heartbeat, checks that the store shows the lease
     /// ended this way under its fence, and reports the end committed, or reports an error if
     /// the store does not. A store's [`end_many`](crate::LeaseStore::end_many) refuses it
@@ -1133,7 +1133,7 @@ fn reason_char(c: char) -> bool {
 
 /// `text` as a failure reason [`check_reason`] accepts: each control character other than a tab
 /// or a line feed written as its escape (`\0`, `\u{1b}`, `\r`), then cut to at most
-/// [`MAX_REASON_BYTES`](crate::MAX_REASON_BYTES) at a character boundary. What the [`Worker`](crate::Worker) does to the
+/// [`MAX_REASON_BYTES`](crate::MAX_REASON_BYTES) at a character boundary. What the `Worker` does to the
 /// error messages it records.
 ///
 /// ```

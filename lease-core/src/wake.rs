@@ -5,8 +5,12 @@
 //! through the store, and a wake-up that is lost (a dropped connection, a full buffer) costs
 //! at most one poll interval, because a worker that has wake-ups still polls, rarely. That is
 //! why a lost or duplicated wake-up can never cause a double execution or a stranded run.
+//!
+//! This is the channel only, with no timer and no task: [`Wakes`] appears in
+//! [`LeaseStore::wakes`](crate::LeaseStore::wakes), so it belongs to the contract, and it needs
+//! Tokio's `sync` feature alone. Delayed wake-ups and the listener that feeds a store's
+//! wake-ups run on a Tokio runtime, in `lease-runtime`.
 
-use crate::limits::MAX_WAKE_DELAY;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,8 +25,9 @@ const BUFFER: usize = 1024;
 
 /// Reads a `<kind> <ms>` wake-up payload (split at the last space: a kind may hold spaces):
 /// the kind of the run that became claimable and the milliseconds until it is. The Postgres
-/// trigger's notifications and the etcd wake keys carry it; give it to
-/// [`Wakes::deliver`]. `None` for anything else.
+/// trigger's notifications and the etcd wake keys carry it; give it to `deliver`
+/// (`lease-runtime`'s `WakesExt`, which sends the wake-up after the delay). `None` for
+/// anything else.
 ///
 /// ```
 /// use std::time::Duration;
@@ -106,41 +111,6 @@ impl Wakes {
     /// A run of `kind` is claimable now.
     pub fn wake(&self, kind: &Kind) {
         let _ = self.tx.send(Wake::Kind(kind.clone()));
-    }
-
-    /// A run of `kind` becomes claimable after `delay` (a retry delay, a scheduled start):
-    /// the wake-up is sent then, from a timer of this process. A delay over
-    /// [`MAX_WAKE_DELAY`] is left to the fallback poll. Must be called within a Tokio runtime
-    /// when `delay` is not zero.
-    pub fn wake_after(&self, kind: &Kind, delay: Duration) {
-        if delay.is_zero() {
-            return self.wake(kind);
-        }
-        if delay > MAX_WAKE_DELAY || self.tx.receiver_count() == 0 {
-            return;
-        }
-        let this = self.clone();
-        let kind = kind.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            this.wake(&kind);
-        });
-    }
-
-    /// A listener's message: `parse` reads the kind it names and how long until that kind's
-    /// run is claimable; a message it cannot read wakes every kind (and is logged), so that an
-    /// unreadable wake-up costs a claim round, never a run.
-    pub fn deliver(&self, payload: &str, parse: fn(&str) -> Option<(Kind, Duration)>) {
-        match parse(payload) {
-            Some((kind, delay)) => self.wake_after(&kind, delay),
-            None => {
-                tracing::warn!(
-                    payload,
-                    "a wake-up the store cannot read; waking every kind"
-                );
-                self.wake_all();
-            }
-        }
     }
 
     /// Every kind may have a claimable run the receivers were not told of.
@@ -243,20 +213,6 @@ mod tests {
         assert!(waited.is_err(), "cleared wake-ups woke the receiver");
         wakes.wake(&Kind::default());
         rx.woken(&served).await;
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_delayed_wake_comes_at_its_time() {
-        let wakes = Wakes::new();
-        let mut rx = wakes.subscribe();
-        let served = [Kind::default()];
-        let start = tokio::time::Instant::now();
-        wakes.wake_after(&Kind::default(), Duration::from_millis(250));
-        rx.woken(&served).await;
-        assert_eq!(start.elapsed(), Duration::from_millis(250));
-        wakes.wake_after(&Kind::default(), MAX_WAKE_DELAY + Duration::from_secs(1));
-        let waited = tokio::time::timeout(MAX_WAKE_DELAY * 2, rx.woken(&served)).await;
-        assert!(waited.is_err(), "a delay past MAX_WAKE_DELAY was scheduled");
     }
 
     #[tokio::test(start_paused = true)]

@@ -303,7 +303,7 @@ impl EtcdConfig {
     }
 
     /// Whether the store watches its wake keys, so that an idle
-    /// [`Worker`](lease_core::Worker) claims when a run becomes claimable instead of at its
+    /// [`Worker`](lease_runtime::Worker) claims when a run becomes claimable instead of at its
     /// next poll (on by default). Off: no watch; the workers poll. The writes put the wake
     /// keys either way (other stores of the prefix may be listening).
     pub fn with_wake_ups(mut self, on: bool) -> EtcdConfig {

@@ -11,10 +11,9 @@ use std::time::Duration;
 
 use lease_conformance::fixtures::etcd::{EtcdCluster, MEMBERS};
 use lease_conformance::spawn_reporting_worker;
-use lease_core::{
-    CancellationToken, LeaseStore, Result, RunId, Ttl, WorkerConfig, WorkerId, WorkerReport,
-};
+use lease_core::{LeaseStore, Result, RunId, Ttl, WorkerId};
 use lease_etcd::{EtcdConfig, EtcdLeaseStore};
+use lease_runtime::{CancellationToken, WorkerConfig, WorkerReport};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;

@@ -256,11 +256,11 @@ impl PostgresConfig {
     /// Whether the store's workers are woken by `LISTEN/NOTIFY` (`true`, the default) or only
     /// poll (`false`; overrides the URL's `wake_ups=`). With wake-ups, every write that makes a
     /// run claimable notifies the schema's channel when it commits, and the first
-    /// [`Worker`](lease_core::Worker) of a store starts one listening session for all of the
+    /// [`Worker`](lease_runtime::Worker) of a store starts one listening session for all of the
     /// store's workers, taken from the store's pool. Turn them off behind a connection pooler
     /// in transaction mode (PgBouncer's `pool_mode = transaction`), where a `LISTEN` does not
     /// stay on one session: the workers then poll, as
-    /// [`WorkerConfig::with_poll_interval`](lease_core::WorkerConfig::with_poll_interval)
+    /// [`WorkerConfig::with_poll_interval`](lease_runtime::WorkerConfig::with_poll_interval)
     /// says.
     ///
     /// The store's own writes are notified by the store once they commit, many at a time (its

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use lease_core::backend::{check_effects, fenced_verdict};
 use lease_core::{BoxError, Effect, Ending, Error, LeaseStore, Result};
+use lease_runtime::observe::count_stale;
 use sqlx::postgres::PgRow;
 use sqlx::PgConnection;
 
@@ -37,7 +38,7 @@ type EffectFn = dyn for<'c> Fn(&'c mut PgConnection) -> EffectFuture<'c> + Send 
 /// [`fence_in`](PostgresLeaseStore::fence_in) + [`end_in`](PostgresLeaseStore::end_in) at the
 /// cost of a savepoint instead of a transaction and a commit per job.
 ///
-/// Hand it over with [`RunContext::set_effect`](lease_core::RunContext::set_effect) and return
+/// Hand it over with [`RunContext::set_effect`](lease_runtime::RunContext::set_effect) and return
 /// the end (usually [`End::Complete`](lease_core::End::Complete)). When the batch commits:
 ///
 /// - every run of the batch has its row locked and its lease checked by the fenced-write rules
@@ -60,7 +61,8 @@ type EffectFn = dyn for<'c> Fn(&'c mut PgConnection) -> EffectFuture<'c> + Send 
 ///
 /// ```no_run
 /// # use lease_postgres::{PgEffect, PostgresLeaseStore};
-/// # use lease_core::{End, RunContext, BoxError};
+/// # use lease_core::{End, BoxError};
+/// # use lease_runtime::RunContext;
 /// async fn charge(ctx: RunContext) -> Result<End, BoxError> {
 ///     let run = ctx.run().to_string();
 ///     let fence = ctx.fence().get() as i64;
@@ -276,13 +278,13 @@ impl PostgresLeaseStore {
                 None => Some(Err(Error::NotFound {
                     run: lease.run().clone(),
                 })),
-                Some(row) => fenced_verdict(
+                Some(row) => count_stale(fenced_verdict(
                     lease.run(),
                     lease.fence(),
                     fence(get(row, "fence")?)?,
                     state(get(row, "state")?)?,
                     get::<Option<String>>(row, "lease_owner")?.is_some(),
-                )
+                ))
                 .err()
                 .map(Err),
             };

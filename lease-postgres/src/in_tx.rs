@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use lease_core::backend::{check_create_batch, check_end_batch, check_new_runs, fenced_verdict};
 use lease_core::{End, Ending, Error, Lease, NewRun, Result, RunId, RunRecord};
+use lease_runtime::observe::count_stale;
 use sqlx::PgConnection;
 
 use crate::batch::{created_verdicts, end_verdicts};
@@ -72,13 +73,13 @@ impl PostgresLeaseStore {
                 run: lease.run().clone(),
             });
         };
-        fenced_verdict(
+        count_stale(fenced_verdict(
             lease.run(),
             lease.fence(),
             fence(get(&row, "fence")?)?,
             state(get(&row, "state")?)?,
             get::<Option<String>>(&row, "lease_owner")?.is_some(),
-        )?;
+        ))?;
         let bound_ms: i64 = get(&row, "bound_ms")?;
         Ok((
             Duration::from_millis(bound_ms.max(0) as u64),

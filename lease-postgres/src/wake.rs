@@ -7,7 +7,8 @@
 
 // `kind delay_ms`, as the trigger sends it.
 use lease_core::parse_kind_delay as parse;
-use lease_core::{OpenSession, WakeListener, WakeSession, Wakes};
+use lease_core::Wakes;
+use lease_runtime::{OpenSession, WakeListener, WakeSession};
 use sqlx::postgres::{PgListener, PgPool};
 
 /// The store's wake-ups; the first call starts listening on sessions of `pool`.
@@ -58,6 +59,7 @@ mod tests {
     use std::time::Duration;
 
     use lease_core::Kind;
+    use lease_runtime::WakesExt;
 
     use super::*;
 

@@ -345,22 +345,22 @@ async fn an_asynchronous_commit_is_reported_done_only_once_the_standby_has_it() 
 
     let worker_store = store.clone();
     let handler_table = table.clone();
-    let w = lease_core::Worker::new(
+    let w = lease_runtime::Worker::new(
         store.clone() as Arc<dyn LeaseStore>,
         worker("w"),
-        lease_core::WorkerConfig::new(ttl(60_000)).with_poll_interval(Duration::from_millis(10)),
+        lease_runtime::WorkerConfig::new(ttl(60_000)).with_poll_interval(Duration::from_millis(10)),
     )
     .unwrap();
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
     let w = w.on_end(move |report| {
         let _ = done_tx.send((report.lease.run().to_string(), report.result.is_ok()));
     });
-    let shutdown = lease_core::CancellationToken::new();
+    let shutdown = lease_runtime::CancellationToken::new();
     let running = {
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
             w.run(
-                move |ctx: lease_core::RunContext| {
+                move |ctx: lease_runtime::RunContext| {
                     let (store, table) = (worker_store.clone(), handler_table.clone());
                     async move {
                         let mut conn = store.pool().acquire().await?;

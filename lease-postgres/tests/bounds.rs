@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lease_conformance::fixtures::{postgres_url, unique_namespace};
-use lease_core::{Error, Heartbeats, LeaseStore, RunId, RunScope, ScopeConfig, Ttl, WorkerId};
+use lease_core::{Error, LeaseStore, RunId, Ttl, WorkerId};
 use lease_postgres::{sqlx, PostgresConfig, PostgresLeaseStore};
+use lease_runtime::{Heartbeats, RunScope, ScopeConfig};
 
 fn config(url: &str) -> PostgresConfig {
     PostgresConfig::from_url(url).with_schema(unique_namespace("lease_bounds"))

@@ -12,9 +12,10 @@ use std::time::{Duration, Instant};
 use lease_conformance::fixtures::{
     required, unique_namespace, with_params, LinkCut, PostgresServer, LINK_CUT_HINT,
 };
-use lease_core::CancellationToken;
-use lease_core::{End, Ending, LeaseStore, ListFilter, RunContext, Worker, WorkerConfig};
+use lease_core::{End, Ending, LeaseStore, ListFilter};
 use lease_postgres::{PostgresConfig, PostgresLeaseStore};
+use lease_runtime::CancellationToken;
+use lease_runtime::{RunContext, Worker, WorkerConfig};
 
 mod support;
 use support::{id, or_fail, ttl, worker};

@@ -8,11 +8,14 @@ use std::time::Duration;
 
 use lease_conformance::fixtures::{postgres_url, unique_namespace};
 use lease_core::{
-    BoxError, CancellationToken, Effect, End, Ended, Ending, Error, FaultyStore, InvalidInput,
-    Lease, LeaseStore, MemoryLeaseStore, ReplyFault, RetryPolicy, RunContext, RunId, RunState, Ttl,
-    Worker, WorkerConfig, WorkerId,
+    BoxError, Effect, End, Ended, Ending, Error, InvalidInput, Lease, LeaseStore, RunId, RunState,
+    Ttl, WorkerId,
 };
 use lease_postgres::{sqlx, Bind, PgEffect, PostgresConfig, PostgresLeaseStore};
+use lease_runtime::{
+    CancellationToken, FaultyStore, MemoryLeaseStore, ReplyFault, RetryPolicy, RunContext, Worker,
+    WorkerConfig,
+};
 
 async fn store() -> Option<PostgresLeaseStore> {
     let url = postgres_url().await?;

@@ -6,11 +6,9 @@ use std::time::Duration;
 
 use lease_conformance::fixtures::{postgres_url, unique_namespace};
 use lease_conformance::spawn_reporting_worker;
-use lease_core::{
-    CancellationToken, Kind, LeaseStore, LeaseStoreExt, RunId, Ttl, WorkerConfig, WorkerId,
-    WorkerReport,
-};
+use lease_core::{Kind, LeaseStore, LeaseStoreExt, RunId, Ttl, WorkerId};
 use lease_postgres::{sqlx, PostgresConfig, PostgresLeaseStore};
+use lease_runtime::{CancellationToken, WorkerConfig, WorkerReport};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{timeout, Instant};

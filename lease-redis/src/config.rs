@@ -348,7 +348,7 @@ impl RedisConfig {
     /// Whether the store's workers are woken by pub/sub (`true`, the default) or only poll
     /// (`false`; the URL's `wake_ups=false`). With wake-ups, every script that makes a run
     /// claimable publishes its class on the namespace's channel (`{lease:<ns>}:wake`), and the
-    /// first [`Worker`](lease_core::Worker) of a store opens one subscribed connection for all
+    /// first [`Worker`](lease_runtime::Worker) of a store opens one subscribed connection for all
     /// of the store's workers: to the server, to the primary the Sentinels name, or to a
     /// Cluster seed node (a Cluster forwards every `PUBLISH` to all its nodes). The messages
     /// are sent either way: with no subscriber, a `PUBLISH` costs the script a lookup. An ACL

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use lease_core::{Kind, OpenSession, WakeListener, WakeSession, Wakes};
+use lease_core::{Kind, Wakes};
+use lease_runtime::{OpenSession, WakeListener, WakeSession};
 
 use crate::keys::decode_kind;
 use crate::link::Link;

@@ -6,10 +6,9 @@ use std::time::Duration;
 
 use lease_conformance::fixtures::{unavailable, unique_namespace, RedisServer};
 use lease_conformance::spawn_reporting_worker;
-use lease_core::{
-    CancellationToken, LeaseStore, RunId, Ttl, WakeReceiver, WorkerConfig, WorkerId, WorkerReport,
-};
+use lease_core::{LeaseStore, RunId, Ttl, WakeReceiver, WorkerId};
 use lease_redis::{RedisConfig, RedisLeaseStore};
+use lease_runtime::{CancellationToken, WorkerConfig, WorkerReport};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{timeout, Instant};

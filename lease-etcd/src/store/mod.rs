@@ -11,6 +11,7 @@ use crate::rpc::{
 };
 use lease_core::backend::fenced_verdict;
 use lease_core::{Error, Fence, InvalidInput, Lease, Result, RunId, RunState, Ttl};
+use lease_runtime::observe::count_stale;
 
 use crate::codec::{Keys, Rec};
 use crate::config::EtcdConfig;
@@ -93,7 +94,7 @@ pub struct EtcdLeaseStore {
     /// The etcd leases blocks are attached to, reused per duration.
     grants: Arc<grants::Grants>,
     /// The store's wake-ups; `None` when they are off (`wake_ups=false`).
-    listening: Option<Arc<lease_core::WakeListener>>,
+    listening: Option<Arc<lease_runtime::WakeListener>>,
 }
 
 /// The clients of one endpoint.
@@ -121,13 +122,13 @@ impl Seen {
     /// The live record if `lease` may write to it, per the fenced-write rules.
     fn writable(&self, lease: &Lease) -> Result<&Rec> {
         let rec = self.live(lease.run())?;
-        fenced_verdict(
+        count_stale(fenced_verdict(
             lease.run(),
             lease.fence(),
             Fence::new(rec.fence)?,
             state_of(rec),
             rec.owner.is_some(),
-        )?;
+        ))?;
         Ok(rec)
     }
 
@@ -328,7 +329,7 @@ impl EtcdLeaseStore {
         let links_len = links.len();
         let listening = config
             .wake_ups()
-            .then(|| Arc::new(lease_core::WakeListener::new()));
+            .then(|| Arc::new(lease_runtime::WakeListener::new()));
         let store = EtcdLeaseStore {
             links,
             // Each store starts at an endpoint of its own, so a fleet spreads over the members.

@@ -12,7 +12,8 @@
 use std::collections::VecDeque;
 
 use crate::rpc::{EventType, WatchFilterType, WatchOptions, WatchStream};
-use lease_core::{parse_kind_delay, OpenSession, WakeSession, Wakes};
+use lease_core::{parse_kind_delay, Wakes};
+use lease_runtime::{OpenSession, WakeSession};
 
 use super::EtcdLeaseStore;
 use crate::codec::Keys;

@@ -33,13 +33,13 @@ impl Explained {
 /// The verdict on `lease` of a row holding its run's `fence`, `state` and `lease_owner`:
 /// `Ok(Err(refusal))`, or `Ok(Ok(()))` when the row allows the lease's writes.
 pub(crate) fn row_verdict(lease: &Lease, row: &PgRow) -> Result<Result<()>, PgError> {
-    Ok(fenced_verdict(
+    Ok(count_stale(fenced_verdict(
         lease.run(),
         lease.fence(),
         fence(get(row, "fence")?)?,
         state(get(row, "state")?)?,
         get::<Option<String>>(row, "lease_owner")?.is_some(),
-    ))
+    )))
 }
 
 pub(crate) fn get<'r, T>(row: &'r PgRow, column: &str) -> Result<T, PgError>

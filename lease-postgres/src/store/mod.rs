@@ -13,6 +13,7 @@ use lease_core::{
     End, Ending, Error, Fence, IdempotencyKey, JournalEntry, Kind, Lease, LeaseStore, ListFilter,
     NewRun, Result, RunId, RunRecord, RunState, StoreTime, Ttl, WorkerId,
 };
+use lease_runtime::observe::count_stale;
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgArguments, PgPool, PgPoolOptions, PgRow};
 use sqlx::query::Query;
@@ -109,7 +110,7 @@ pub struct PostgresLeaseStore {
     pub(crate) sql: Arc<Queries>,
     shown: String,
     /// The store's wake-ups; `None` when they are off (`wake_ups=false`).
-    listening: Option<Arc<lease_core::WakeListener>>,
+    listening: Option<Arc<lease_runtime::WakeListener>>,
     /// Sends the notifications of the store's own writes once they commit; `None` when
     /// wake-ups are off.
     notifier: Option<Arc<crate::notify::Notifier>>,
@@ -287,7 +288,7 @@ impl PostgresLeaseStore {
             schema: schema.to_owned(),
             sql: Arc::new(Queries::new(schema)),
             shown,
-            listening: wake_ups.then(|| Arc::new(lease_core::WakeListener::new())),
+            listening: wake_ups.then(|| Arc::new(lease_runtime::WakeListener::new())),
             notifier: wake_ups.then(|| {
                 Arc::new(crate::notify::Notifier::new(
                     route.own.clone(),
@@ -511,13 +512,13 @@ impl PostgresLeaseStore {
                 run: lease.run().clone(),
             });
         };
-        let verdict = fenced_verdict(
+        let verdict = count_stale(fenced_verdict(
             lease.run(),
             lease.fence(),
             row.fence,
             row.state,
             row.owner.is_some(),
-        );
+        ));
         self.confirmed(conn, verdict).await
     }
 

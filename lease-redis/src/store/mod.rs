@@ -22,6 +22,7 @@ use crate::guard::Guard;
 use crate::keys::{self, Class, Keys};
 use crate::link::Link;
 use crate::reply::Reply;
+use lease_runtime::observe::count_stale;
 
 /// How many run ids one `list` script call examines at most, whatever its filter keeps: the
 /// bound on the work one call asks of the server.
@@ -71,7 +72,7 @@ pub struct RedisLeaseStore {
     pub(crate) keys: Keys,
     config: RedisConfig,
     /// The store's wake-ups; `None` when they are off (`wake_ups=false`).
-    listening: Option<Arc<lease_core::WakeListener>>,
+    listening: Option<Arc<lease_runtime::WakeListener>>,
     /// Per set of ended states purged (not all of them), the score and member of the last
     /// entry of the ended index the purges passed over before any candidate: the next purge
     /// looks after it.
@@ -111,7 +112,7 @@ impl RedisLeaseStore {
             keys,
             listening: config
                 .wake_ups()
-                .then(|| Arc::new(lease_core::WakeListener::new())),
+                .then(|| Arc::new(lease_runtime::WakeListener::new())),
             config,
             purge_from: Arc::default(),
         };
@@ -232,13 +233,13 @@ impl RedisLeaseStore {
             }),
             "verdict" => {
                 let owned = reply.str(3)? == "1";
-                fenced_verdict(
+                count_stale(fenced_verdict(
                     lease.run(),
                     lease.fence(),
                     reply.fence(1)?,
                     reply.state(2)?,
                     owned,
-                )?;
+                ))?;
                 Err(reply
                     .bad("the script refused a write the verdict allows")
                     .into())

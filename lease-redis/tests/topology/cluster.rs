@@ -396,12 +396,12 @@ async fn a_dead_master_elsewhere_leaves_the_namespace_renewing() {
     };
     assert_eq!(leases.len(), 20);
     store.create(&run("scoped")).await.unwrap();
-    let scope = lease_core::RunScope::claim(
+    let scope = lease_runtime::RunScope::claim(
         store.clone(),
         &run("scoped"),
         &worker("a"),
         ttl(3_000),
-        lease_core::ScopeConfig::default(),
+        lease_runtime::ScopeConfig::default(),
     )
     .await
     .unwrap();

@@ -9,8 +9,9 @@ use lease_conformance::fixtures::{
     required, unique_namespace, LinkCut, RedisOptions, RedisSentinel, RedisServer, LINK_CUT_HINT,
     REDIS_HINT,
 };
-use lease_core::{Error, Lease, LeaseStore, RunScope, ScopeConfig};
+use lease_core::{Error, Lease, LeaseStore};
 use lease_redis::RedisLeaseStore;
+use lease_runtime::{RunScope, ScopeConfig};
 
 use super::{connect, hex, raw, run, say, server, ttl, worker};
 

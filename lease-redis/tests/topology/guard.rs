@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lease_conformance::fixtures::{unique_namespace, RedisOptions};
-use lease_core::{CancelReason, Error, LeaseStore, RunScope, ScopeConfig};
+use lease_core::{Error, LeaseStore};
+use lease_runtime::{CancelReason, RunScope, ScopeConfig};
 
 use super::{assert_misconfigured, config, connect, run, say, server, ttl, worker};
 use lease_redis::RedisLeaseStore;
