@@ -1,0 +1,420 @@
+//! [`LeaseStore`] for [`MemoryLeaseStore`]: each call under the store's lock.
+
+use super::*;
+
+#[async_trait::async_trait]
+impl LeaseStore for MemoryLeaseStore {
+    async fn create(&self, run: &RunId) -> Result<RunRecord> {
+        self.create_one(&NewRun::new(run.clone()))
+    }
+
+    async fn create_with(&self, new: &NewRun) -> Result<RunRecord> {
+        new.check()?;
+        self.create_one(new)
+    }
+
+    async fn create_many_with(&self, runs: &[NewRun]) -> Result<Vec<Result<()>>> {
+        check_new_runs(runs)?;
+        Ok(runs
+            .iter()
+            .map(|new| self.create_one(new).map(|_| ()))
+            .collect())
+    }
+
+    async fn claim(&self, run: &RunId, worker: &WorkerId, ttl: Ttl) -> Result<Lease> {
+        let now = Instant::now();
+        let mut state = self.lock();
+        let slot = state
+            .runs
+            .get_mut(run)
+            .ok_or_else(|| Error::NotFound { run: run.clone() })?;
+        self.try_claim(run, slot, worker, ttl, now)
+    }
+
+    async fn claim_next(&self, worker: &WorkerId, ttl: Ttl, max: usize) -> Result<Vec<Lease>> {
+        self.claim_next_kind(&Kind::default(), worker, ttl, max)
+            .await
+    }
+
+    async fn claim_next_kind(
+        &self,
+        kind: &Kind,
+        worker: &WorkerId,
+        ttl: Ttl,
+        max: usize,
+    ) -> Result<Vec<Lease>> {
+        check_claim_max(max)?;
+        let now = Instant::now();
+        let mut state = self.lock();
+        // The highest priority first, then the longest claimable.
+        let mut due: BTreeMap<(Reverse<u8>, Instant, u64), RunId> = BTreeMap::new();
+        for (run, slot) in &state.runs {
+            if slot.state == RunState::Runnable
+                && slot.kind == *kind
+                && slot.claimable_at <= now
+                && slot.fence < Fence::MAX
+            {
+                due.insert(
+                    (Reverse(slot.priority), slot.claimable_at, slot.order),
+                    run.clone(),
+                );
+                if due.len() > max {
+                    due.pop_last();
+                }
+            }
+        }
+        let mut leases = Vec::with_capacity(due.len());
+        for run in due.into_values() {
+            let slot = state.runs.get_mut(&run).expect("collected above");
+            leases.push(self.try_claim(&run, slot, worker, ttl, now)?);
+        }
+        Ok(leases)
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<Lease> {
+        self.renew_one(lease)
+    }
+
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+        check_renew_batch(leases.len())?;
+        Ok(leases.iter().map(|lease| self.renew_one(lease)).collect())
+    }
+
+    async fn append(&self, lease: &Lease, payload: &[u8]) -> Result<JournalEntry> {
+        check_payload(payload)?;
+        self.fenced(lease, |slot, now| {
+            self.push_entry(slot, lease.fence(), payload.to_vec(), None, now)
+        })
+    }
+
+    async fn append_keyed(
+        &self,
+        lease: &Lease,
+        key: &IdempotencyKey,
+        payload: &[u8],
+    ) -> Result<JournalEntry> {
+        check_payload(payload)?;
+        let now = Instant::now();
+        let mut state = self.lock();
+        let slot = state
+            .runs
+            .get_mut(lease.run())
+            .ok_or_else(|| Error::NotFound {
+                run: lease.run().clone(),
+            })?;
+        // The fence first: a key never lets a stale or forged fence through.
+        if lease.fence() != slot.fence {
+            verdict(lease, slot)?;
+        }
+        if let Some(&at) = slot.keys.get(key) {
+            return Ok(slot.journal[at].clone());
+        }
+        verdict(lease, slot)?;
+        Ok(self.push_entry(slot, lease.fence(), payload.to_vec(), Some(key), now))
+    }
+
+    async fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>> {
+        let state = self.lock();
+        let slot = state
+            .runs
+            .get(run)
+            .ok_or_else(|| Error::NotFound { run: run.clone() })?;
+        Ok(slot.journal.clone())
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        self.end(lease, RunState::Runnable)
+    }
+
+    async fn suspend(&self, lease: &Lease) -> Result<()> {
+        self.end(lease, RunState::Suspended)
+    }
+
+    async fn end_many(&self, ends: &[Ending]) -> Result<Vec<Result<()>>> {
+        check_end_batch(ends)?;
+        // One lock for the batch: the memory store's "one commit".
+        let now = Instant::now();
+        let mut state = self.lock();
+        let mut results = Vec::with_capacity(ends.len());
+        for Ending { lease, end, .. } in ends {
+            let Some(slot) = state.runs.get_mut(lease.run()) else {
+                results.push(Err(Error::NotFound {
+                    run: lease.run().clone(),
+                }));
+                continue;
+            };
+            if let Err(refusal) = verdict(lease, slot) {
+                results.push(Err(refusal));
+                continue;
+            }
+            self.apply_end(slot, lease.fence(), end.clone(), now);
+            self.announce(slot, now);
+            results.push(Ok(()));
+        }
+        Ok(results)
+    }
+
+    async fn create_many(&self, runs: &[RunId]) -> Result<Vec<Result<()>>> {
+        check_create_batch(runs)?;
+        let mut results = Vec::with_capacity(runs.len());
+        for run in runs {
+            results.push(self.create(run).await.map(|_| ()));
+        }
+        Ok(results)
+    }
+
+    async fn resume(&self, run: &RunId) -> Result<RunRecord> {
+        let now = Instant::now();
+        let mut state = self.lock();
+        let slot = state
+            .runs
+            .get_mut(run)
+            .ok_or_else(|| Error::NotFound { run: run.clone() })?;
+        if !matches!(slot.state, RunState::Suspended | RunState::Failed) {
+            return Err(Error::NotSuspended {
+                run: run.clone(),
+                state: slot.state,
+            });
+        }
+        slot.state = RunState::Runnable;
+        slot.failure = None;
+        // A fresh budget.
+        slot.attempts = 0;
+        slot.claimable_at = now;
+        self.announce(slot, now);
+        Ok(self.record(run, slot, now))
+    }
+
+    async fn complete(&self, lease: &Lease) -> Result<()> {
+        self.end(lease, RunState::Completed)
+    }
+
+    async fn inspect(&self, run: &RunId) -> Result<RunRecord> {
+        let now = Instant::now();
+        let state = self.lock();
+        let slot = state
+            .runs
+            .get(run)
+            .ok_or_else(|| Error::NotFound { run: run.clone() })?;
+        Ok(self.record_with_payload(run, slot, now))
+    }
+
+    async fn inspect_many(&self, runs: &[RunId]) -> Result<Vec<Result<RunRecord>>> {
+        lease_core::backend::check_create_batch(runs)?; // the batch rule: at most MAX_BATCH ids
+        let now = Instant::now();
+        let state = self.lock();
+        Ok(runs
+            .iter()
+            .map(|run| match state.runs.get(run) {
+                Some(slot) => Ok(self.record_with_payload(run, slot, now)),
+                None => Err(Error::NotFound { run: run.clone() }),
+            })
+            .collect())
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<RunRecord>> {
+        check_list(filter)?;
+        let now = Instant::now();
+        let state = self.lock();
+        let mut records: Vec<RunRecord> = state
+            .runs
+            .iter()
+            .filter(|(run, _)| filter.after.as_ref().is_none_or(|after| *run > after))
+            .filter(|(_, slot)| filter.kind.as_ref().is_none_or(|k| slot.kind == *k))
+            .map(|(run, slot)| self.record(run, slot, now))
+            .filter(|r| filter.state.is_none_or(|s| r.state == s))
+            .filter(|r| !filter.expired || r.is_expired())
+            .collect();
+        records.sort_by(|a, b| a.run.cmp(&b.run));
+        records.truncate(filter.limit);
+        Ok(records)
+    }
+
+    async fn force_release(&self, run: &RunId) -> Result<RunRecord> {
+        let now = Instant::now();
+        let mut state = self.lock();
+        let slot = state
+            .runs
+            .get_mut(run)
+            .ok_or_else(|| Error::NotFound { run: run.clone() })?;
+        match slot.state {
+            RunState::Suspended => return Err(Error::Suspended { run: run.clone() }),
+            RunState::Completed => return Err(Error::Completed { run: run.clone() }),
+            RunState::Failed => return Err(Error::Failed { run: run.clone() }),
+            RunState::Cancelled => return Err(Error::Cancelled { run: run.clone() }),
+            RunState::Runnable => {}
+            // A state of a later contract than this store knows: refused, not guessed at.
+            _ => {
+                return Err(InvalidInput::Unsupported {
+                    operation: "force_release",
+                }
+                .into())
+            }
+        }
+        self.archive(slot, AttemptOutcome::ForceReleased, None, now);
+        Self::unown(slot, now);
+        self.announce(slot, now);
+        Ok(self.record(run, slot, now))
+    }
+
+    async fn cancel(&self, run: &RunId, reason: &str) -> Result<RunRecord> {
+        lease_core::backend::check_reason(reason)?;
+        let now = Instant::now();
+        let mut state = self.lock();
+        let slot = state
+            .runs
+            .get_mut(run)
+            .ok_or_else(|| Error::NotFound { run: run.clone() })?;
+        match slot.state {
+            RunState::Completed => return Err(Error::Completed { run: run.clone() }),
+            RunState::Cancelled => {}
+            RunState::Runnable | RunState::Suspended | RunState::Failed => {
+                self.archive(slot, AttemptOutcome::Cancelled, Some(reason), now);
+                slot.state = RunState::Cancelled;
+                slot.failure = Some(reason.to_owned());
+                Self::unown(slot, now);
+            }
+            // A state of a later contract than this store knows: refused, not guessed at.
+            _ => {
+                return Err(InvalidInput::Unsupported {
+                    operation: "cancel",
+                }
+                .into())
+            }
+        }
+        Ok(self.record(run, slot, now))
+    }
+
+    async fn purge(&self, older_than: std::time::Duration, max: usize) -> Result<Vec<RunId>> {
+        self.purge_ended(lease_core::EndedStates::ALL, older_than, max)
+            .await
+    }
+
+    async fn purge_ended(
+        &self,
+        states: lease_core::EndedStates,
+        older_than: std::time::Duration,
+        max: usize,
+    ) -> Result<Vec<RunId>> {
+        check_purge(older_than, max)?;
+        let now = Instant::now();
+        let mut state = self.lock();
+        let mut due: BTreeMap<(Instant, u64), RunId> = BTreeMap::new();
+        for (run, slot) in &state.runs {
+            if states.contains(slot.state) && Self::purgeable(slot, older_than, now) {
+                due.insert((slot.claimable_at, slot.order), run.clone());
+                if due.len() > max {
+                    due.pop_last();
+                }
+            }
+        }
+        let purged: Vec<RunId> = due.into_values().collect();
+        for run in &purged {
+            let slot = state.runs.remove(run).expect("collected above");
+            state.floor = state.floor.max(slot.fence);
+        }
+        Ok(purged)
+    }
+
+    async fn purge_ids(&self, runs: &[RunId]) -> Result<Vec<RunId>> {
+        lease_core::backend::check_create_batch(runs)?;
+        let mut state = self.lock();
+        let mut purged = Vec::new();
+        for run in runs {
+            let ended = state.runs.get(run).is_some_and(|slot| {
+                matches!(
+                    slot.state,
+                    RunState::Completed | RunState::Failed | RunState::Cancelled
+                )
+            });
+            if ended {
+                let slot = state.runs.remove(run).expect("looked up above");
+                state.floor = state.floor.max(slot.fence);
+                purged.push(run.clone());
+            }
+        }
+        Ok(purged)
+    }
+
+    async fn count(&self) -> Result<lease_core::RunCounts> {
+        let now = Instant::now();
+        let state = self.lock();
+        let mut counts = lease_core::RunCounts::default();
+        let mut oldest: Option<Instant> = None;
+        let mut longest: Option<Instant> = None;
+        for slot in state.runs.values() {
+            if slot.state == RunState::Runnable && slot.expires_at.is_some_and(|at| at > now) {
+                if let Some(claimed) = slot.claimed_at {
+                    longest = Some(longest.map_or(claimed, |l| l.min(claimed)));
+                }
+            }
+            if slot.state == RunState::Runnable {
+                // Claimable since the expiry of its lease, or since claimable_at.
+                let since = slot.expires_at.unwrap_or(slot.claimable_at);
+                if since <= now && oldest.is_none_or(|o| since < o) {
+                    oldest = Some(since);
+                }
+            }
+            let figure = match slot.state {
+                RunState::Suspended => &mut counts.suspended,
+                RunState::Completed => &mut counts.completed,
+                RunState::Failed => &mut counts.failed,
+                RunState::Cancelled => &mut counts.cancelled,
+                RunState::Runnable => match slot.expires_at {
+                    Some(at) if at > now => &mut counts.held,
+                    Some(_) => &mut counts.claimable,
+                    None if slot.claimable_at > now => &mut counts.delayed,
+                    None => &mut counts.claimable,
+                },
+                // A state of a later contract than this store knows: in none of the figures.
+                _ => continue,
+            };
+            *figure = (*figure + 1).min(lease_core::MAX_COUNT);
+        }
+        counts.oldest_claimable_age = oldest.map(|since| now - since);
+        counts.longest_held = longest.map(|claimed| now.saturating_duration_since(claimed));
+        Ok(counts)
+    }
+
+    async fn count_kinds(&self) -> Result<Vec<lease_core::KindCounts>> {
+        let now = Instant::now();
+        let state = self.lock();
+        // kind -> (runnable, claimable, the earliest instant one became claimable)
+        let mut by_kind: BTreeMap<Kind, (u64, u64, Option<Instant>)> = BTreeMap::new();
+        for slot in state
+            .runs
+            .values()
+            .filter(|s| s.state == RunState::Runnable)
+        {
+            let figures = by_kind.entry(slot.kind.clone()).or_default();
+            figures.0 = (figures.0 + 1).min(lease_core::MAX_COUNT);
+            let since = slot.expires_at.unwrap_or(slot.claimable_at);
+            if since <= now {
+                figures.1 = (figures.1 + 1).min(lease_core::MAX_COUNT);
+                figures.2 = Some(figures.2.map_or(since, |o| o.min(since)));
+            }
+        }
+        Ok(by_kind
+            .into_iter()
+            .take(lease_core::MAX_KINDS_COUNTED)
+            .map(|(kind, (runnable, claimable, since))| {
+                lease_core::KindCounts::new(kind, runnable, claimable, since.map(|s| now - s))
+            })
+            .collect())
+    }
+
+    fn wakes(&self) -> Option<lease_core::Wakes> {
+        Some(self.wakes.clone())
+    }
+
+    async fn count_purgeable(&self, older_than: std::time::Duration) -> Result<u64> {
+        check_purge(older_than, 1)?;
+        let now = Instant::now();
+        let state = self.lock();
+        Ok(state
+            .runs
+            .values()
+            .filter(|slot| Self::purgeable(slot, older_than, now))
+            .count() as u64)
+    }
+}
