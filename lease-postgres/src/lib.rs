@@ -18,6 +18,8 @@ mod wake;
 pub use binding::{Rebound, REBIND_FENCE_STEP};
 pub use config::{PostgresConfig, DEFAULT_SCHEMA};
 pub use effect::{Bind, EffectFuture, PgEffect, MAX_EFFECTS_PER_TRANSACTION};
+#[doc(hidden)]
+pub use store::render_sql;
 pub use store::{migrator, PostgresLeaseStore};
 pub use transaction::FencedTransaction;
 

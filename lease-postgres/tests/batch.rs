@@ -263,7 +263,7 @@ async fn create_many_of_a_thousand_ids_with_some_existing() {
 
 /// The query text of a statement, for EXPLAIN.
 fn sql(text: &str, store: &PostgresLeaseStore) -> String {
-    text.replace("{schema}", &format!("\"{}\"", store.schema()))
+    lease_postgres::render_sql(text, store.schema())
 }
 
 /// The plan of `statement` (with `types` for its parameters) run once, prepared and executed

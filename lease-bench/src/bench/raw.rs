@@ -30,7 +30,7 @@ pub(crate) struct PgSql {
 impl PgSql {
     fn new(schema: &str) -> PgSql {
         let quoted = format!("\"{}\"", schema.replace('"', "\"\""));
-        let q = |sql: &str| sql.replace("{schema}", &quoted);
+        let q = |sql: &str| distribution::postgres::render_sql(sql, schema);
         PgSql {
             claim: q(include_str!("../../../lease-postgres/sql/claim.sql")),
             claim_next: q(include_str!("../../../lease-postgres/sql/claim_next.sql")),

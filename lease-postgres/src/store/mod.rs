@@ -63,6 +63,7 @@ mod decode;
 mod queries;
 
 pub(crate) use decode::*;
+pub use queries::render_sql;
 pub(crate) use queries::Queries;
 
 /// The embedded migrations; they run unqualified with `search_path` set to the store's schema.

@@ -37,18 +37,21 @@ pub(crate) struct Queries {
     pub(crate) schema_version: String,
 }
 
+/// A statement of `sql/` as a store runs it in `schema`. Identifiers cannot be bound as
+/// parameters, so the schema is spliced in, quoted (any characters are safe inside a
+/// double-quoted identifier once its quotes are doubled), and so are the contract's numbers a
+/// statement needs (nothing in the SQL spells them): the attempt history's cap. For the
+/// benchmarks and tests that run the statements themselves.
+#[doc(hidden)]
+pub fn render_sql(sql: &str, schema: &str) -> String {
+    let quoted = format!("\"{}\"", schema.replace('"', "\"\""));
+    sql.replace("{schema}", &quoted)
+        .replace("{max_history}", &lease_core::MAX_HISTORY.to_string())
+}
+
 impl Queries {
     pub(crate) fn new(schema: &str) -> Queries {
-        // Identifiers cannot be bound as parameters, so the schema is spliced in, quoted: any
-        // characters are safe inside a double-quoted identifier once its quotes are doubled.
-        let quoted = format!("\"{}\"", schema.replace('"', "\"\""));
-        // The contract's numbers a statement needs are rendered the same way (nothing in the
-        // SQL spells them): the attempt history's cap.
-        let max_history = lease_core::MAX_HISTORY.to_string();
-        let q = |sql: &str| {
-            sql.replace("{schema}", &quoted)
-                .replace("{max_history}", &max_history)
-        };
+        let q = |sql: &str| render_sql(sql, schema);
         Queries {
             create: q(include_str!("../../sql/create.sql")),
             inspect: q(include_str!("../../sql/inspect.sql")),
