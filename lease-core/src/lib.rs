@@ -53,6 +53,7 @@ mod error;
 mod id;
 mod kind;
 pub mod limits;
+pub mod machine;
 mod new_run;
 mod policy;
 mod redact;
