@@ -1,6 +1,5 @@
 //! The embedded, in-process reference implementation of `LeaseStore`.
 
-use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::{Mutex, MutexGuard};
@@ -9,12 +8,12 @@ use tokio::time::Instant;
 
 use lease_core::backend::{
     check_claim_max, check_create_batch, check_end_batch, check_list, check_new_runs,
-    check_payload, check_purge, check_renew_batch, claim_refusal, fenced_verdict,
+    check_payload, check_purge, check_renew_batch,
 };
+use lease_core::machine::{self, Op};
 use lease_core::{
-    Attempt, AttemptOutcome, End, Ending, Error, Fence, IdempotencyKey, InvalidInput, JournalEntry,
-    Kind, Lease, LeaseStore, ListFilter, NewRun, Result, RunId, RunRecord, RunState, StoreTime,
-    Ttl, WorkerId,
+    End, Ending, Error, Fence, IdempotencyKey, JournalEntry, Kind, Lease, LeaseStore, ListFilter,
+    NewRun, Result, RunId, RunRecord, RunState, StoreTime, Ttl, WorkerId,
 };
 
 use crate::observe::count_stale;
@@ -54,41 +53,21 @@ struct State {
     /// an id created again never reuses a fence its purged life issued, and a purge deletes
     /// the run outright: storage stays bounded however many runs pass through.
     floor: Fence,
-    /// Claimable-since order: (instant the run became claimable, creation order) → run.
+    /// Creation order, to break ties in claimable-since order.
     next_order: u64,
 }
 
+/// One run: its record, driven by [`machine::step`] (the contract's rules, written once), and
+/// what the store keeps beside it.
 struct Slot {
-    state: RunState,
-    owner: Option<WorkerId>,
-    expires_at: Option<Instant>,
-    fence: Fence,
-    heartbeats: u64,
-    /// When the run became (or becomes) claimable: on create, release and resume, the instant
-    /// of the change; while leased, the lease's expiry.
-    claimable_at: Instant,
+    run: machine::Run,
+    /// Creation order.
     order: u64,
     journal: Vec<JournalEntry>,
     /// The journal entries written with an idempotency key: key → index in `journal`.
     keys: HashMap<IdempotencyKey, usize>,
-    /// A failed run's reason.
-    failure: Option<String>,
-    /// The attempt budget's counter (see [`RunRecord::attempts`]).
-    attempts: u64,
     /// The payload it was created with.
     payload: Option<std::sync::Arc<[u8]>>,
-    /// Its kind.
-    kind: Kind,
-    /// Its priority.
-    priority: u8,
-    /// When it was created.
-    created_at: Instant,
-    /// When its latest claim took it.
-    claimed_at: Option<Instant>,
-    /// When its latest claim's lease was last renewed.
-    renewed_at: Option<Instant>,
-    /// Its ended attempts, oldest first, at most [`MAX_HISTORY`](lease_core::MAX_HISTORY).
-    history: std::collections::VecDeque<lease_core::Attempt>,
 }
 
 /// The store's part of a [`MemoryLeaseStore::fenced_with`] closure: journal entries to append
@@ -156,211 +135,98 @@ impl MemoryLeaseStore {
 
     /// Wakes idle workers of the slot's kind if it is runnable and unowned: now, or when its
     /// delay ends.
-    fn announce(&self, slot: &Slot, now: Instant) {
-        if slot.state == RunState::Runnable && slot.owner.is_none() {
+    fn announce(&self, slot: &Slot, now: StoreTime) {
+        let run = &slot.run;
+        if run.state == RunState::Runnable && run.owner.is_none() {
             self.wakes
-                .wake_after(&slot.kind, slot.claimable_at.saturating_duration_since(now));
+                .wake_after(&run.kind, run.claimable_at.saturating_since(now));
         }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock cannot leave a slot half-written: every mutation below
-        // is computed first and assigned after all checks pass.
+        // A panic while holding the lock cannot leave a slot half-written: `machine::step`
+        // changes a record only once all its checks passed.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn store_time(&self, at: Instant) -> StoreTime {
-        StoreTime::from_micros(at.saturating_duration_since(self.epoch).as_micros() as u64)
+    /// The store's clock: tokio's monotonic clock, counted from the store's creation.
+    fn now(&self) -> StoreTime {
+        StoreTime::from_micros(
+            Instant::now()
+                .saturating_duration_since(self.epoch)
+                .as_micros() as u64,
+        )
     }
 
     /// Creates `new` (already checked): runnable, claimable once its delay has passed.
     fn create_one(&self, new: &NewRun) -> Result<RunRecord> {
         let run = new.run();
-        let now = Instant::now();
+        let now = self.now();
         let mut state = self.lock();
         if state.runs.contains_key(run) {
             return Err(Error::AlreadyExists { run: run.clone() });
         }
         state.next_order += 1;
-        let fence = state.floor;
+        // A start delay or time: claimable from then, as after a retry delay. This
+        // process's clock is the store's.
+        let wait = new.delay().max(
+            new.run_at()
+                .and_then(|at| at.duration_since(std::time::SystemTime::now()).ok())
+                .unwrap_or_default(),
+        );
+        let claimable_at = StoreTime::from_micros(now.as_micros() + wait.as_micros() as u64);
         let slot = Slot {
-            state: RunState::Runnable,
-            owner: None,
-            expires_at: None,
-            fence,
-            heartbeats: 0,
-            // A start delay or time: claimable from then, as after a retry delay. This
-            // process's clock is the store's.
-            claimable_at: now
-                + new.delay().max(
-                    new.run_at()
-                        .and_then(|at| at.duration_since(std::time::SystemTime::now()).ok())
-                        .unwrap_or_default(),
-                ),
+            run: machine::Run::created(
+                new.kind().clone(),
+                new.priority(),
+                state.floor,
+                now,
+                claimable_at,
+            ),
             order: state.next_order,
             journal: Vec::new(),
             keys: HashMap::new(),
-            failure: None,
-            attempts: 0,
             payload: new.payload_shared(),
-            kind: new.kind().clone(),
-            priority: new.priority(),
-            created_at: now,
-            claimed_at: None,
-            renewed_at: None,
-            history: std::collections::VecDeque::new(),
         };
-        let record = self.record_with_payload(run, &slot, now);
+        let record = record_with_payload(run, &slot, now);
         self.announce(&slot, now);
         state.runs.insert(run.clone(), slot);
         Ok(record)
     }
 
-    /// The record with its payload and history, as inspect and create return it.
-    fn record_with_payload(&self, run: &RunId, slot: &Slot, now: Instant) -> RunRecord {
-        self.record(run, slot, now)
-            .with_payload(slot.payload.as_deref().map(<[u8]>::to_vec))
-            .with_history(slot.history.iter().cloned().collect())
-    }
-
-    /// Writes the held or expired lease's attempt into the history as `outcome`, ended at
-    /// `now`, or as expired at its expiry if it had expired by then: a force-release, a
-    /// cancel or a claim that came after the expiry did not end the attempt, the expiry did.
-    fn archive(&self, slot: &mut Slot, outcome: AttemptOutcome, error: Option<&str>, now: Instant) {
-        match slot.expires_at {
-            Some(at) if at <= now => self.push_attempt(slot, AttemptOutcome::Expired, None, at),
-            Some(_) => self.push_attempt(slot, outcome, error, now),
-            None => {}
-        }
-    }
-
-    /// Writes the lease's attempt into the history as `outcome`, ended at `ended`. Called
-    /// before the end clears the owner or refunds the attempt; nothing for an unowned slot.
-    fn push_attempt(
+    /// Applies `op` to the run `id`, whose slot is `slot`, and wakes its kind's workers if it
+    /// became claimable.
+    fn step<'a>(
         &self,
+        id: &RunId,
         slot: &mut Slot,
-        outcome: AttemptOutcome,
-        error: Option<&str>,
-        ended: Instant,
-    ) {
-        let Some(worker) = slot.owner.clone() else {
-            return;
-        };
-        let attempt = Attempt::new(slot.attempts, slot.fence, worker, outcome)
-            .with_times(
-                slot.claimed_at.map(|at| self.store_time(at)),
-                Some(self.store_time(ended)),
-            )
-            .with_error(error.map(|e| lease_core::attempt_error(e).to_owned()));
-        if slot.history.len() == lease_core::MAX_HISTORY {
-            slot.history.pop_front();
-        }
-        slot.history.push_back(attempt);
+        op: Op<'a>,
+        now: StoreTime,
+    ) -> Result<machine::Applied<'a>> {
+        let applied = machine::step(id, &mut slot.run, op, now)?;
+        self.announce(slot, now);
+        Ok(applied)
     }
 
-    fn record(&self, run: &RunId, slot: &Slot, now: Instant) -> RunRecord {
-        // Built as every backend builds its records (`RunRecord` is non-exhaustive): new, then
-        // each field the store knows.
-        let mut record = RunRecord::new(run.clone(), slot.state, slot.fence, self.store_time(now));
-        record.owner = slot.owner.clone();
-        record.expires_at = slot.expires_at.map(|at| self.store_time(at));
-        record.heartbeats = slot.heartbeats;
-        record.not_before = Self::delay(slot, now).map(|_| self.store_time(slot.claimable_at));
-        record.failure = slot.failure.clone();
-        record.attempts = slot.attempts;
-        record.kind = slot.kind.clone();
-        record.priority = slot.priority;
-        record.created_at = Some(self.store_time(slot.created_at));
-        record.claimed_at = slot.claimed_at.map(|at| self.store_time(at));
-        record.renewed_at = slot.renewed_at.map(|at| self.store_time(at));
-        // For an ended run, `claimable_at` is when it ended.
-        record.ended_at = matches!(
-            slot.state,
-            RunState::Completed | RunState::Failed | RunState::Cancelled
-        )
-        .then(|| self.store_time(slot.claimable_at));
-        record.claimable_since =
-            (slot.state == RunState::Runnable && slot.owner.is_none() && slot.claimable_at <= now)
-                .then(|| self.store_time(slot.claimable_at));
-        record
-    }
-
-    /// Whether the run ended (completed, failed or cancelled) at least `older_than` before `now`: for an
-    /// ended run, `claimable_at` is when it ended.
-    fn purgeable(slot: &Slot, older_than: std::time::Duration, now: Instant) -> bool {
-        matches!(
-            slot.state,
-            RunState::Completed | RunState::Failed | RunState::Cancelled
-        ) && now.saturating_duration_since(slot.claimable_at) >= older_than
-    }
-
-    /// How long before a runnable, unowned run given back with a retry delay is claimable;
-    /// `None` if it is (or the run is in any other state).
-    fn delay(slot: &Slot, now: Instant) -> Option<std::time::Duration> {
-        (slot.state == RunState::Runnable && slot.owner.is_none() && slot.claimable_at > now)
-            .then(|| slot.claimable_at - now)
-    }
-
-    /// Leaves the slot unowned as of `now` (claimable from then if runnable; for an ended run,
-    /// when it ended: retention's age), as force-release and cancel do.
-    fn unown(slot: &mut Slot, now: Instant) {
-        slot.owner = None;
-        slot.expires_at = None;
-        slot.claimable_at = now;
-    }
-
-    fn lease(&self, run: &RunId, slot: &Slot, ttl: Ttl) -> Lease {
-        let owner = slot.owner.clone().expect("a leased slot has an owner");
-        let expires_at = self.store_time(slot.expires_at.expect("a leased slot has an expiry"));
-        Lease::new(run.clone(), owner, slot.fence, ttl, expires_at)
-            .expect("a claimed slot's fence is at least 1")
-            .with_attempt(slot.attempts)
-            .with_payload(slot.payload.clone())
-            .with_kind(slot.kind.clone())
-            .with_priority(slot.priority)
-    }
-
-    /// Takes the slot for `worker` if the claim rules allow it.
+    /// Claims the slot for `worker` if the claim rules allow it.
     fn try_claim(
         &self,
         run: &RunId,
         slot: &mut Slot,
         worker: &WorkerId,
         ttl: Ttl,
-        now: Instant,
+        now: StoreTime,
     ) -> Result<Lease> {
-        let remaining = slot.expires_at.map(|at| at.saturating_duration_since(now));
-        if let Some(refusal) = claim_refusal(
-            run,
-            slot.state,
-            slot.owner.as_ref(),
-            remaining,
-            Self::delay(slot, now),
-            slot.fence,
-        ) {
-            return Err(refusal);
-        }
-        // Claimable since the expiry of the lease before, or since claimable_at.
-        let since = slot.expires_at.unwrap_or(slot.claimable_at);
-        // An expired lease taken over: its attempt ended at its expiry.
-        self.archive(slot, AttemptOutcome::Expired, None, now);
-        let expires_at = now + ttl.as_duration();
-        slot.fence = Fence::new(slot.fence.get() + 1).expect("claim_refusal checked Fence::MAX");
-        // Every claim counts; a voluntary end gives it back (apply_end, end).
-        slot.attempts += 1;
-        slot.owner = Some(worker.clone());
-        slot.expires_at = Some(expires_at);
-        slot.claimable_at = expires_at;
-        slot.claimed_at = Some(now);
-        slot.renewed_at = None;
-        Ok(self
-            .lease(run, slot, ttl)
-            .with_waited(Some(now.saturating_duration_since(since))))
+        let waited = match machine::step(run, &mut slot.run, Op::Claim { worker, ttl }, now)? {
+            machine::Applied::Claimed { waited } => waited,
+            _ => unreachable!("a claim answers Claimed"),
+        };
+        Ok(lease_of(run, slot, ttl).with_waited(Some(waited)))
     }
 
     /// Applies `write` to the run if `lease` may write, per the fenced-write rules.
-    fn fenced<T>(&self, lease: &Lease, write: impl FnOnce(&mut Slot, Instant) -> T) -> Result<T> {
-        let now = Instant::now();
+    fn fenced<T>(&self, lease: &Lease, write: impl FnOnce(&mut Slot, StoreTime) -> T) -> Result<T> {
+        let now = self.now();
         let mut state = self.lock();
         let slot = writable(&mut state, lease)?;
         Ok(write(slot, now))
@@ -409,7 +275,7 @@ impl MemoryLeaseStore {
     where
         E: From<Error>,
     {
-        let now = Instant::now();
+        let now = self.now();
         let mut state = self.lock();
         let slot = writable(&mut state, lease)?;
         let mut tx = MemoryTransaction {
@@ -419,118 +285,97 @@ impl MemoryLeaseStore {
         };
         let value = effect(&mut tx)?;
         for payload in tx.appends {
-            self.push_entry(slot, lease.fence(), payload, None, now);
+            push_entry(slot, lease.fence(), payload, None, now);
         }
         if let Some(end) = tx.end {
-            self.apply_end(slot, lease.fence(), end, now);
-            self.announce(slot, now);
+            self.end_in(slot, lease, &end, now)?;
         }
         Ok(value)
     }
 
-    /// Appends one journal entry, with its key if any.
-    fn push_entry(
-        &self,
-        slot: &mut Slot,
-        fence: Fence,
-        payload: Vec<u8>,
-        key: Option<&IdempotencyKey>,
-        now: Instant,
-    ) -> JournalEntry {
-        let entry = JournalEntry::new(
-            slot.journal.len() as u64 + 1,
-            fence,
-            payload,
-            self.store_time(now),
-        );
-        if let Some(key) = key {
-            slot.keys.insert(key.clone(), slot.journal.len());
+    /// Ends `lease` as `end` says, its effect journaled in the same step.
+    fn end_in(&self, slot: &mut Slot, lease: &Lease, end: &End, now: StoreTime) -> Result<()> {
+        let op = Op::End { lease, end };
+        if let machine::Applied::Ended {
+            journal: Some(entry),
+        } = self.step(lease.run(), slot, op, now)?
+        {
+            push_entry(slot, lease.fence(), entry.to_vec(), None, now);
         }
-        slot.journal.push(entry.clone());
-        entry
-    }
-
-    /// Ends the lease held under `fence` as `end` says (its effect journaled first).
-    fn apply_end(&self, slot: &mut Slot, fence: Fence, end: End, now: Instant) {
-        let to = end.state();
-        let delay = std::time::Duration::from_millis(end.delay_millis());
-        if let Some((outcome, error)) = AttemptOutcome::of_end(&end) {
-            // The fenced-write rules passed, so the lease had not been taken over: it ends now.
-            // The fence accepted the end, expired or not: it is what ended the attempt.
-            self.push_attempt(slot, outcome, error, now);
-        }
-        if end.refunds_attempt() {
-            slot.attempts = slot.attempts.saturating_sub(1);
-        }
-        match end {
-            End::CompleteWith(payload) => {
-                self.push_entry(slot, fence, payload, None, now);
-            }
-            End::Fail(reason) => slot.failure = Some(reason),
-            _ => {}
-        }
-        slot.state = to;
-        slot.owner = None;
-        slot.expires_at = None;
-        // For a completed or failed run, when it ended (retention's age).
-        slot.claimable_at = now + delay;
+        Ok(())
     }
 
     fn renew_one(&self, lease: &Lease) -> Result<Lease> {
-        self.fenced(lease, |slot, now| {
-            let expires_at = now + lease.ttl().as_duration();
-            slot.expires_at = Some(expires_at);
-            slot.claimable_at = expires_at;
-            slot.renewed_at = Some(now);
-            slot.heartbeats += 1;
-            self.lease(lease.run(), slot, lease.ttl())
-                .with_waited(lease.waited())
-        })
+        let now = self.now();
+        let mut state = self.lock();
+        let slot = found(&mut state, lease.run())?;
+        let op = Op::Renew {
+            lease,
+            ttl: lease.ttl(),
+        };
+        count_stale(machine::step(lease.run(), &mut slot.run, op, now))?;
+        Ok(lease_of(lease.run(), slot, lease.ttl()).with_waited(lease.waited()))
     }
 
-    /// Ends the lease: owner and expiry cleared, state set to `to`; a release or a suspend
-    /// gives the attempt back.
-    fn end(&self, lease: &Lease, to: RunState) -> Result<()> {
-        self.fenced(lease, |slot, now| {
-            let outcome = match to {
-                RunState::Completed => AttemptOutcome::Completed,
-                RunState::Suspended => AttemptOutcome::Suspended,
-                _ => AttemptOutcome::Released,
-            };
-            self.push_attempt(slot, outcome, None, now);
-            if matches!(to, RunState::Runnable | RunState::Suspended) {
-                slot.attempts = slot.attempts.saturating_sub(1);
-            }
-            slot.state = to;
-            slot.owner = None;
-            slot.expires_at = None;
-            slot.claimable_at = now;
-            self.announce(slot, now);
-        })
+    /// Ends the lease as `end` says.
+    fn end(&self, lease: &Lease, end: End) -> Result<()> {
+        let now = self.now();
+        let mut state = self.lock();
+        let slot = found(&mut state, lease.run())?;
+        count_stale(self.end_in(slot, lease, &end, now))
     }
+}
+
+/// The record with its payload and history, as inspect and create return it.
+fn record_with_payload(run: &RunId, slot: &Slot, now: StoreTime) -> RunRecord {
+    slot.run
+        .record(run, now)
+        .with_payload(slot.payload.as_deref().map(<[u8]>::to_vec))
+        .with_history(slot.run.history.iter().cloned().collect())
+}
+
+/// The lease the slot's holder has, with the run's payload.
+fn lease_of(run: &RunId, slot: &Slot, ttl: Ttl) -> Lease {
+    slot.run
+        .lease(run, ttl)
+        .expect("a claimed or renewed run has a holder and a fence of at least 1")
+        .with_payload(slot.payload.clone())
+}
+
+/// Appends one journal entry, with its key if any.
+fn push_entry(
+    slot: &mut Slot,
+    fence: Fence,
+    payload: Vec<u8>,
+    key: Option<&IdempotencyKey>,
+    now: StoreTime,
+) -> JournalEntry {
+    let entry = JournalEntry::new(slot.journal.len() as u64 + 1, fence, payload, now);
+    if let Some(key) = key {
+        slot.keys.insert(key.clone(), slot.journal.len());
+    }
+    slot.journal.push(entry.clone());
+    entry
+}
+
+/// The slot of `run`, or `NotFound`.
+fn found<'a>(state: &'a mut State, run: &RunId) -> Result<&'a mut Slot> {
+    state
+        .runs
+        .get_mut(run)
+        .ok_or_else(|| Error::NotFound { run: run.clone() })
 }
 
 /// The run `lease` writes to, if the fenced-write rules let it.
 fn writable<'a>(state: &'a mut State, lease: &Lease) -> Result<&'a mut Slot> {
-    let slot = state
-        .runs
-        .get_mut(lease.run())
-        .ok_or_else(|| Error::NotFound {
-            run: lease.run().clone(),
-        })?;
+    let slot = found(state, lease.run())?;
     verdict(lease, slot)?;
     Ok(slot)
 }
 
 /// The fenced-write verdict on `lease` of what `slot` holds.
 fn verdict(lease: &Lease, slot: &Slot) -> Result<()> {
-    count_stale(fenced_verdict(
-        lease.run(),
-        lease.fence(),
-        slot.fence,
-        slot.state,
-        slot.owner.is_some(),
-    ))
+    count_stale(slot.run.check_write(lease.run(), lease))
 }
 
 impl Default for MemoryLeaseStore {

@@ -22,12 +22,9 @@ impl LeaseStore for MemoryLeaseStore {
     }
 
     async fn claim(&self, run: &RunId, worker: &WorkerId, ttl: Ttl) -> Result<Lease> {
-        let now = Instant::now();
+        let now = self.now();
         let mut state = self.lock();
-        let slot = state
-            .runs
-            .get_mut(run)
-            .ok_or_else(|| Error::NotFound { run: run.clone() })?;
+        let slot = found(&mut state, run)?;
         self.try_claim(run, slot, worker, ttl, now)
     }
 
@@ -44,20 +41,14 @@ impl LeaseStore for MemoryLeaseStore {
         max: usize,
     ) -> Result<Vec<Lease>> {
         check_claim_max(max)?;
-        let now = Instant::now();
+        let now = self.now();
         let mut state = self.lock();
-        // The highest priority first, then the longest claimable.
-        let mut due: BTreeMap<(Reverse<u8>, Instant, u64), RunId> = BTreeMap::new();
+        // The machine's claim order: the highest priority first, then the longest claimable,
+        // then creation.
+        let mut due = BTreeMap::new();
         for (run, slot) in &state.runs {
-            if slot.state == RunState::Runnable
-                && slot.kind == *kind
-                && slot.claimable_at <= now
-                && slot.fence < Fence::MAX
-            {
-                due.insert(
-                    (Reverse(slot.priority), slot.claimable_at, slot.order),
-                    run.clone(),
-                );
+            if slot.run.kind == *kind && slot.run.is_claimable(now) {
+                due.insert((slot.run.claim_order(), slot.order), run.clone());
                 if due.len() > max {
                     due.pop_last();
                 }
@@ -83,7 +74,7 @@ impl LeaseStore for MemoryLeaseStore {
     async fn append(&self, lease: &Lease, payload: &[u8]) -> Result<JournalEntry> {
         check_payload(payload)?;
         self.fenced(lease, |slot, now| {
-            self.push_entry(slot, lease.fence(), payload.to_vec(), None, now)
+            push_entry(slot, lease.fence(), payload.to_vec(), None, now)
         })
     }
 
@@ -94,23 +85,18 @@ impl LeaseStore for MemoryLeaseStore {
         payload: &[u8],
     ) -> Result<JournalEntry> {
         check_payload(payload)?;
-        let now = Instant::now();
+        let now = self.now();
         let mut state = self.lock();
-        let slot = state
-            .runs
-            .get_mut(lease.run())
-            .ok_or_else(|| Error::NotFound {
-                run: lease.run().clone(),
-            })?;
+        let slot = found(&mut state, lease.run())?;
         // The fence first: a key never lets a stale or forged fence through.
-        if lease.fence() != slot.fence {
+        if lease.fence() != slot.run.fence {
             verdict(lease, slot)?;
         }
         if let Some(&at) = slot.keys.get(key) {
             return Ok(slot.journal[at].clone());
         }
         verdict(lease, slot)?;
-        Ok(self.push_entry(slot, lease.fence(), payload.to_vec(), Some(key), now))
+        Ok(push_entry(slot, lease.fence(), payload.to_vec(), Some(key), now))
     }
 
     async fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>> {
@@ -123,35 +109,25 @@ impl LeaseStore for MemoryLeaseStore {
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {
-        self.end(lease, RunState::Runnable)
+        self.end(lease, End::Release)
     }
 
     async fn suspend(&self, lease: &Lease) -> Result<()> {
-        self.end(lease, RunState::Suspended)
+        self.end(lease, End::Suspend)
     }
 
     async fn end_many(&self, ends: &[Ending]) -> Result<Vec<Result<()>>> {
         check_end_batch(ends)?;
         // One lock for the batch: the memory store's "one commit".
-        let now = Instant::now();
+        let now = self.now();
         let mut state = self.lock();
-        let mut results = Vec::with_capacity(ends.len());
-        for Ending { lease, end, .. } in ends {
-            let Some(slot) = state.runs.get_mut(lease.run()) else {
-                results.push(Err(Error::NotFound {
-                    run: lease.run().clone(),
-                }));
-                continue;
-            };
-            if let Err(refusal) = verdict(lease, slot) {
-                results.push(Err(refusal));
-                continue;
-            }
-            self.apply_end(slot, lease.fence(), end.clone(), now);
-            self.announce(slot, now);
-            results.push(Ok(()));
-        }
-        Ok(results)
+        Ok(ends
+            .iter()
+            .map(|Ending { lease, end, .. }| {
+                let slot = found(&mut state, lease.run())?;
+                count_stale(self.end_in(slot, lease, end, now))
+            })
+            .collect())
     }
 
     async fn create_many(&self, runs: &[RunId]) -> Result<Vec<Result<()>>> {
@@ -164,49 +140,35 @@ impl LeaseStore for MemoryLeaseStore {
     }
 
     async fn resume(&self, run: &RunId) -> Result<RunRecord> {
-        let now = Instant::now();
+        let now = self.now();
         let mut state = self.lock();
-        let slot = state
-            .runs
-            .get_mut(run)
-            .ok_or_else(|| Error::NotFound { run: run.clone() })?;
-        if !matches!(slot.state, RunState::Suspended | RunState::Failed) {
-            return Err(Error::NotSuspended {
-                run: run.clone(),
-                state: slot.state,
-            });
-        }
-        slot.state = RunState::Runnable;
-        slot.failure = None;
-        // A fresh budget.
-        slot.attempts = 0;
-        slot.claimable_at = now;
-        self.announce(slot, now);
-        Ok(self.record(run, slot, now))
+        let slot = found(&mut state, run)?;
+        self.step(run, slot, Op::Resume, now)?;
+        Ok(slot.run.record(run, now))
     }
 
     async fn complete(&self, lease: &Lease) -> Result<()> {
-        self.end(lease, RunState::Completed)
+        self.end(lease, End::Complete)
     }
 
     async fn inspect(&self, run: &RunId) -> Result<RunRecord> {
-        let now = Instant::now();
+        let now = self.now();
         let state = self.lock();
         let slot = state
             .runs
             .get(run)
             .ok_or_else(|| Error::NotFound { run: run.clone() })?;
-        Ok(self.record_with_payload(run, slot, now))
+        Ok(record_with_payload(run, slot, now))
     }
 
     async fn inspect_many(&self, runs: &[RunId]) -> Result<Vec<Result<RunRecord>>> {
         lease_core::backend::check_create_batch(runs)?; // the batch rule: at most MAX_BATCH ids
-        let now = Instant::now();
+        let now = self.now();
         let state = self.lock();
         Ok(runs
             .iter()
             .map(|run| match state.runs.get(run) {
-                Some(slot) => Ok(self.record_with_payload(run, slot, now)),
+                Some(slot) => Ok(record_with_payload(run, slot, now)),
                 None => Err(Error::NotFound { run: run.clone() }),
             })
             .collect())
@@ -214,14 +176,14 @@ impl LeaseStore for MemoryLeaseStore {
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<RunRecord>> {
         check_list(filter)?;
-        let now = Instant::now();
+        let now = self.now();
         let state = self.lock();
         let mut records: Vec<RunRecord> = state
             .runs
             .iter()
             .filter(|(run, _)| filter.after.as_ref().is_none_or(|after| *run > after))
-            .filter(|(_, slot)| filter.kind.as_ref().is_none_or(|k| slot.kind == *k))
-            .map(|(run, slot)| self.record(run, slot, now))
+            .filter(|(_, slot)| filter.kind.as_ref().is_none_or(|k| slot.run.kind == *k))
+            .map(|(run, slot)| slot.run.record(run, now))
             .filter(|r| filter.state.is_none_or(|s| r.state == s))
             .filter(|r| !filter.expired || r.is_expired())
             .collect();
@@ -231,58 +193,20 @@ impl LeaseStore for MemoryLeaseStore {
     }
 
     async fn force_release(&self, run: &RunId) -> Result<RunRecord> {
-        let now = Instant::now();
+        let now = self.now();
         let mut state = self.lock();
-        let slot = state
-            .runs
-            .get_mut(run)
-            .ok_or_else(|| Error::NotFound { run: run.clone() })?;
-        match slot.state {
-            RunState::Suspended => return Err(Error::Suspended { run: run.clone() }),
-            RunState::Completed => return Err(Error::Completed { run: run.clone() }),
-            RunState::Failed => return Err(Error::Failed { run: run.clone() }),
-            RunState::Cancelled => return Err(Error::Cancelled { run: run.clone() }),
-            RunState::Runnable => {}
-            // A state of a later contract than this store knows: refused, not guessed at.
-            _ => {
-                return Err(InvalidInput::Unsupported {
-                    operation: "force_release",
-                }
-                .into())
-            }
-        }
-        self.archive(slot, AttemptOutcome::ForceReleased, None, now);
-        Self::unown(slot, now);
-        self.announce(slot, now);
-        Ok(self.record(run, slot, now))
+        let slot = found(&mut state, run)?;
+        self.step(run, slot, Op::ForceRelease, now)?;
+        Ok(slot.run.record(run, now))
     }
 
     async fn cancel(&self, run: &RunId, reason: &str) -> Result<RunRecord> {
         lease_core::backend::check_reason(reason)?;
-        let now = Instant::now();
+        let now = self.now();
         let mut state = self.lock();
-        let slot = state
-            .runs
-            .get_mut(run)
-            .ok_or_else(|| Error::NotFound { run: run.clone() })?;
-        match slot.state {
-            RunState::Completed => return Err(Error::Completed { run: run.clone() }),
-            RunState::Cancelled => {}
-            RunState::Runnable | RunState::Suspended | RunState::Failed => {
-                self.archive(slot, AttemptOutcome::Cancelled, Some(reason), now);
-                slot.state = RunState::Cancelled;
-                slot.failure = Some(reason.to_owned());
-                Self::unown(slot, now);
-            }
-            // A state of a later contract than this store knows: refused, not guessed at.
-            _ => {
-                return Err(InvalidInput::Unsupported {
-                    operation: "cancel",
-                }
-                .into())
-            }
-        }
-        Ok(self.record(run, slot, now))
+        let slot = found(&mut state, run)?;
+        self.step(run, slot, Op::Cancel { reason }, now)?;
+        Ok(slot.run.record(run, now))
     }
 
     async fn purge(&self, older_than: std::time::Duration, max: usize) -> Result<Vec<RunId>> {
@@ -297,12 +221,13 @@ impl LeaseStore for MemoryLeaseStore {
         max: usize,
     ) -> Result<Vec<RunId>> {
         check_purge(older_than, max)?;
-        let now = Instant::now();
+        let now = self.now();
         let mut state = self.lock();
-        let mut due: BTreeMap<(Instant, u64), RunId> = BTreeMap::new();
+        let mut due: BTreeMap<(StoreTime, u64), RunId> = BTreeMap::new();
         for (run, slot) in &state.runs {
-            if states.contains(slot.state) && Self::purgeable(slot, older_than, now) {
-                due.insert((slot.claimable_at, slot.order), run.clone());
+            if slot.run.purgeable(states, older_than, now) {
+                // The oldest ended first: `claimable_at` is when it ended.
+                due.insert((slot.run.claimable_at, slot.order), run.clone());
                 if due.len() > max {
                     due.pop_last();
                 }
@@ -311,7 +236,7 @@ impl LeaseStore for MemoryLeaseStore {
         let purged: Vec<RunId> = due.into_values().collect();
         for run in &purged {
             let slot = state.runs.remove(run).expect("collected above");
-            state.floor = state.floor.max(slot.fence);
+            state.floor = state.floor.max(slot.run.fence);
         }
         Ok(purged)
     }
@@ -321,15 +246,10 @@ impl LeaseStore for MemoryLeaseStore {
         let mut state = self.lock();
         let mut purged = Vec::new();
         for run in runs {
-            let ended = state.runs.get(run).is_some_and(|slot| {
-                matches!(
-                    slot.state,
-                    RunState::Completed | RunState::Failed | RunState::Cancelled
-                )
-            });
+            let ended = state.runs.get(run).is_some_and(|slot| slot.run.is_ended());
             if ended {
                 let slot = state.runs.remove(run).expect("looked up above");
-                state.floor = state.floor.max(slot.fence);
+                state.floor = state.floor.max(slot.run.fence);
                 purged.push(run.clone());
             }
         }
@@ -337,12 +257,12 @@ impl LeaseStore for MemoryLeaseStore {
     }
 
     async fn count(&self) -> Result<lease_core::RunCounts> {
-        let now = Instant::now();
+        let now = self.now();
         let state = self.lock();
         let mut counts = lease_core::RunCounts::default();
-        let mut oldest: Option<Instant> = None;
-        let mut longest: Option<Instant> = None;
-        for slot in state.runs.values() {
+        let mut oldest: Option<StoreTime> = None;
+        let mut longest: Option<StoreTime> = None;
+        for slot in state.runs.values().map(|slot| &slot.run) {
             if slot.state == RunState::Runnable && slot.expires_at.is_some_and(|at| at > now) {
                 if let Some(claimed) = slot.claimed_at {
                     longest = Some(longest.map_or(claimed, |l| l.min(claimed)));
@@ -371,19 +291,20 @@ impl LeaseStore for MemoryLeaseStore {
             };
             *figure = (*figure + 1).min(lease_core::MAX_COUNT);
         }
-        counts.oldest_claimable_age = oldest.map(|since| now - since);
-        counts.longest_held = longest.map(|claimed| now.saturating_duration_since(claimed));
+        counts.oldest_claimable_age = oldest.map(|since| now.saturating_since(since));
+        counts.longest_held = longest.map(|claimed| now.saturating_since(claimed));
         Ok(counts)
     }
 
     async fn count_kinds(&self) -> Result<Vec<lease_core::KindCounts>> {
-        let now = Instant::now();
+        let now = self.now();
         let state = self.lock();
         // kind -> (runnable, claimable, the earliest instant one became claimable)
-        let mut by_kind: BTreeMap<Kind, (u64, u64, Option<Instant>)> = BTreeMap::new();
+        let mut by_kind: BTreeMap<Kind, (u64, u64, Option<StoreTime>)> = BTreeMap::new();
         for slot in state
             .runs
             .values()
+            .map(|slot| &slot.run)
             .filter(|s| s.state == RunState::Runnable)
         {
             let figures = by_kind.entry(slot.kind.clone()).or_default();
@@ -398,7 +319,12 @@ impl LeaseStore for MemoryLeaseStore {
             .into_iter()
             .take(lease_core::MAX_KINDS_COUNTED)
             .map(|(kind, (runnable, claimable, since))| {
-                lease_core::KindCounts::new(kind, runnable, claimable, since.map(|s| now - s))
+                lease_core::KindCounts::new(
+                    kind,
+                    runnable,
+                    claimable,
+                    since.map(|s| now.saturating_since(s)),
+                )
             })
             .collect())
     }
@@ -409,12 +335,12 @@ impl LeaseStore for MemoryLeaseStore {
 
     async fn count_purgeable(&self, older_than: std::time::Duration) -> Result<u64> {
         check_purge(older_than, 1)?;
-        let now = Instant::now();
+        let now = self.now();
         let state = self.lock();
         Ok(state
             .runs
             .values()
-            .filter(|slot| Self::purgeable(slot, older_than, now))
+            .filter(|slot| slot.run.purgeable(lease_core::EndedStates::ALL, older_than, now))
             .count() as u64)
     }
 }
