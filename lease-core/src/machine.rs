@@ -254,10 +254,9 @@ impl Run {
         record.claimed_at = self.claimed_at;
         record.renewed_at = self.renewed_at;
         record.ended_at = self.is_ended().then_some(self.claimable_at);
-        record.claimable_since = (self.state == RunState::Runnable
-            && self.owner.is_none()
-            && self.claimable_at <= now)
-            .then_some(self.claimable_at);
+        record.claimable_since =
+            (self.state == RunState::Runnable && self.owner.is_none() && self.claimable_at <= now)
+                .then_some(self.claimable_at);
         record
     }
 

@@ -360,28 +360,6 @@ impl Rec {
         }
     }
 
-    /// Writes the attempt of the lease this record holds (its owner, fence, claim and the
-    /// budget's counter, before the end clears or refunds them) into its history, ended at
-    /// `ended` as `outcome`, the oldest dropped past [`MAX_HISTORY`](lease_core::MAX_HISTORY).
-    /// Nothing for an unowned record.
-    pub(crate) fn end_attempt(&mut self, ended: u64, outcome: AttemptOutcome, error: Option<&str>) {
-        let Some(worker) = self.owner.clone() else {
-            return;
-        };
-        if self.history.len() >= lease_core::MAX_HISTORY {
-            self.history.remove(0);
-        }
-        self.history.push(Tried {
-            number: self.attempts,
-            fence: self.fence,
-            worker,
-            claimed: self.claimed,
-            ended,
-            outcome,
-            error: error.map(|e| lease_core::attempt_error(e).to_owned()),
-        });
-    }
-
     /// A tombstone as an older release wrote it in a purged run's place (this release deletes
     /// the record and raises the fence floor instead; create still honours old tombstones).
     #[cfg(test)]
@@ -644,23 +622,25 @@ mod tests {
         old.created = 0;
         let bytes = old.encode();
         assert_eq!(Rec::decode(&bytes).unwrap(), old);
-        // The attempt history, the oldest dropped past MAX_HISTORY; a count of 0 is refused.
+        // A full attempt history round-trips; a count of 0 is refused.
         let mut held = rec.clone();
         held.owner = Some("w-2".into());
         held.attempts = 3;
-        for i in 0..=lease_core::MAX_HISTORY as u64 {
-            held.end_attempt(100 + i, AttemptOutcome::Retried, Some("boom"));
-        }
-        assert_eq!(held.history.len(), lease_core::MAX_HISTORY);
-        assert_eq!(held.history[0].ended, 101);
+        held.history = (0..lease_core::MAX_HISTORY as u64)
+            .map(|i| Tried {
+                number: i + 1,
+                fence: i + 1,
+                worker: "w-2".into(),
+                claimed: 90 + i,
+                ended: 100 + i,
+                outcome: AttemptOutcome::Retried,
+                error: Some("boom".into()),
+            })
+            .collect();
         assert_eq!(Rec::decode(&held.encode()).unwrap(), held);
         let mut counted = rec.encode();
         counted.push(0);
         assert!(Rec::decode(&counted).is_err());
-        let mut unowned = rec.clone();
-        unowned.owner = None;
-        unowned.end_attempt(5, AttemptOutcome::Expired, None);
-        assert!(unowned.history.is_empty(), "no lease, no attempt");
         let mut trailing = rec.encode();
         trailing.push(0);
         assert!(matches!(Rec::decode(&trailing), Err(Error::Backend { .. })));

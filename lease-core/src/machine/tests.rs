@@ -60,9 +60,12 @@ fn a_claim_raises_the_fence_counts_the_attempt_and_refuses_a_second_claimant() {
         worker: &b,
         ttl: ttl(100),
     };
-    refused(&mut run, op, 50, |e| {
-        matches!(e, Error::Held { owner, remaining, .. } if owner.as_str() == "a" && *remaining == Duration::from_millis(60))
-    });
+    refused(
+        &mut run,
+        op,
+        50,
+        |e| matches!(e, Error::Held { owner, remaining, .. } if owner.as_str() == "a" && *remaining == Duration::from_millis(60)),
+    );
 }
 
 #[test]
@@ -108,15 +111,30 @@ fn an_expired_lease_is_taken_over_and_its_attempt_archived_at_its_expiry() {
 #[test]
 fn voluntary_ends_refund_the_attempt_and_failures_keep_it() {
     for (end, state, attempts, outcome) in [
-        (End::Release, RunState::Runnable, 0, AttemptOutcome::Released),
-        (End::Suspend, RunState::Suspended, 0, AttemptOutcome::Suspended),
+        (
+            End::Release,
+            RunState::Runnable,
+            0,
+            AttemptOutcome::Released,
+        ),
+        (
+            End::Suspend,
+            RunState::Suspended,
+            0,
+            AttemptOutcome::Suspended,
+        ),
         (
             End::RetryAfter(Duration::from_millis(40)),
             RunState::Runnable,
             0,
             AttemptOutcome::Released,
         ),
-        (End::Complete, RunState::Completed, 1, AttemptOutcome::Completed),
+        (
+            End::Complete,
+            RunState::Completed,
+            1,
+            AttemptOutcome::Completed,
+        ),
         (
             End::AttemptFailed {
                 retry_after: Duration::from_millis(40),
@@ -135,16 +153,28 @@ fn voluntary_ends_refund_the_attempt_and_failures_keep_it() {
     ] {
         let mut run = fresh();
         let lease = claimed(&mut run, "a", 0);
-        step(&id(), &mut run, Op::End { lease: &lease, end: &end }, t(20)).unwrap();
+        step(
+            &id(),
+            &mut run,
+            Op::End {
+                lease: &lease,
+                end: &end,
+            },
+            t(20),
+        )
+        .unwrap();
         assert_eq!(run.state, state, "{end:?}");
         assert_eq!(run.attempts, attempts, "{end:?}");
         assert_eq!(run.history.back().unwrap().outcome, outcome, "{end:?}");
         assert_eq!(run.owner, None);
         assert_eq!(run.claimable_at, t(20 + end.delay_millis()), "{end:?}");
         // The ended lease writes nothing more, and is told how it ended.
-        refused(&mut run, Op::Write { lease: &lease }, 30, |e| {
-            matches!(e, Error::LeaseEnded { ended, .. } if *ended == end.ended())
-        });
+        refused(
+            &mut run,
+            Op::Write { lease: &lease },
+            30,
+            |e| matches!(e, Error::LeaseEnded { ended, .. } if *ended == end.ended()),
+        );
     }
 }
 
@@ -153,15 +183,27 @@ fn a_delayed_run_is_refused_until_its_delay_passes() {
     let mut run = fresh();
     let lease = claimed(&mut run, "a", 0);
     let end = End::RetryAfter(Duration::from_millis(50));
-    step(&id(), &mut run, Op::End { lease: &lease, end: &end }, t(10)).unwrap();
+    step(
+        &id(),
+        &mut run,
+        Op::End {
+            lease: &lease,
+            end: &end,
+        },
+        t(10),
+    )
+    .unwrap();
     let b = w("b");
     let op = Op::Claim {
         worker: &b,
         ttl: ttl(100),
     };
-    refused(&mut run, op, 30, |e| {
-        matches!(e, Error::Delayed { remaining, .. } if *remaining == Duration::from_millis(30))
-    });
+    refused(
+        &mut run,
+        op,
+        30,
+        |e| matches!(e, Error::Delayed { remaining, .. } if *remaining == Duration::from_millis(30)),
+    );
     assert!(!run.is_due(t(59)) && run.is_due(t(60)));
     step(&id(), &mut run, op, t(60)).unwrap();
     assert_eq!(run.fence.get(), 2);
@@ -182,7 +224,16 @@ fn complete_with_hands_its_entry_to_the_backend_and_committed_is_refused() {
         |e| matches!(e, Error::InvalidInput(InvalidInput::Unsupported { .. })),
     );
     let end = End::CompleteWith(b"effect".to_vec());
-    let applied = step(&id(), &mut run, Op::End { lease: &lease, end: &end }, t(5)).unwrap();
+    let applied = step(
+        &id(),
+        &mut run,
+        Op::End {
+            lease: &lease,
+            end: &end,
+        },
+        t(5),
+    )
+    .unwrap();
     assert_eq!(
         applied,
         Applied::Ended {
@@ -200,7 +251,16 @@ fn terminal_and_suspended_runs_refuse_claims_by_their_state() {
     ] {
         let mut run = fresh();
         let lease = claimed(&mut run, "a", 0);
-        step(&id(), &mut run, Op::End { lease: &lease, end: &end }, t(1)).unwrap();
+        step(
+            &id(),
+            &mut run,
+            Op::End {
+                lease: &lease,
+                end: &end,
+            },
+            t(1),
+        )
+        .unwrap();
         let b = w("b");
         let op = Op::Claim {
             worker: &b,
@@ -220,21 +280,29 @@ fn force_release_ends_a_live_attempt_now_and_an_expired_one_at_its_expiry() {
     claimed(&mut run, "a", 0);
     step(&id(), &mut run, Op::ForceRelease, t(40)).unwrap();
     let last = run.history.back().unwrap();
-    assert_eq!((last.outcome, last.ended_at), (AttemptOutcome::ForceReleased, Some(t(40))));
+    assert_eq!(
+        (last.outcome, last.ended_at),
+        (AttemptOutcome::ForceReleased, Some(t(40)))
+    );
     assert!(run.is_due(t(40)));
 
     let mut run = fresh();
     claimed(&mut run, "a", 0);
     step(&id(), &mut run, Op::ForceRelease, t(400)).unwrap();
     let last = run.history.back().unwrap();
-    assert_eq!((last.outcome, last.ended_at), (AttemptOutcome::Expired, Some(t(100))));
+    assert_eq!(
+        (last.outcome, last.ended_at),
+        (AttemptOutcome::Expired, Some(t(100)))
+    );
 }
 
 #[test]
 fn cancel_is_idempotent_and_fences_the_holder_out() {
     let mut run = fresh();
     let lease = claimed(&mut run, "a", 0);
-    let op = Op::Cancel { reason: "no longer wanted" };
+    let op = Op::Cancel {
+        reason: "no longer wanted",
+    };
     assert_eq!(step(&id(), &mut run, op, t(5)).unwrap(), Applied::Cancelled);
     assert_eq!(run.failure.as_deref(), Some("no longer wanted"));
     let before = run.clone();
@@ -268,7 +336,16 @@ fn resume_gives_a_fresh_budget_and_refuses_a_runnable_run() {
         )
     });
     let end = End::Fail("x".into());
-    step(&id(), &mut run, Op::End { lease: &lease, end: &end }, t(2)).unwrap();
+    step(
+        &id(),
+        &mut run,
+        Op::End {
+            lease: &lease,
+            end: &end,
+        },
+        t(2),
+    )
+    .unwrap();
     step(&id(), &mut run, Op::Resume, t(3)).unwrap();
     assert_eq!(
         (run.state, run.attempts, run.failure.clone()),
@@ -282,8 +359,16 @@ fn the_history_keeps_the_last_attempts_and_the_fence_stops_at_its_maximum() {
     let mut run = fresh();
     for i in 0..(crate::MAX_HISTORY as u64 + 3) {
         let lease = claimed(&mut run, "a", i * 10);
-        step(&id(), &mut run, Op::End { lease: &lease, end: &End::Release }, t(i * 10 + 1))
-            .unwrap();
+        step(
+            &id(),
+            &mut run,
+            Op::End {
+                lease: &lease,
+                end: &End::Release,
+            },
+            t(i * 10 + 1),
+        )
+        .unwrap();
     }
     assert_eq!(run.history.len(), crate::MAX_HISTORY);
     assert_eq!(run.history.front().unwrap().fence.get(), 4);
@@ -294,7 +379,9 @@ fn the_history_keeps_the_last_attempts_and_the_fence_stops_at_its_maximum() {
         worker: &a,
         ttl: ttl(100),
     };
-    refused(&mut run, op, 1, |e| matches!(e, Error::FenceExhausted { .. }));
+    refused(&mut run, op, 1, |e| {
+        matches!(e, Error::FenceExhausted { .. })
+    });
     assert!(!run.is_due(t(1)));
 }
 
@@ -313,7 +400,16 @@ fn retention_deletes_only_ended_runs_of_the_states_asked_once_old_enough() {
     let lease = claimed(&mut run, "a", 0);
     let day = Duration::from_secs(86_400);
     assert!(!run.purgeable(EndedStates::ALL, Duration::ZERO, t(1)));
-    step(&id(), &mut run, Op::End { lease: &lease, end: &End::Complete }, t(1)).unwrap();
+    step(
+        &id(),
+        &mut run,
+        Op::End {
+            lease: &lease,
+            end: &End::Complete,
+        },
+        t(1),
+    )
+    .unwrap();
     let later = StoreTime::from_micros(t(1).as_micros() + day.as_micros() as u64);
     assert!(!run.purgeable(EndedStates::ALL, day, t(2)));
     assert!(run.purgeable(EndedStates::ALL, day, later));

@@ -4,9 +4,10 @@ use std::time::Duration;
 
 use crate::rpc::{DeleteOptions, Txn, TxnOp, TxnOpResponse};
 use lease_core::backend::{check_new_runs, check_purge};
-use lease_core::{AttemptOutcome, EndedStates, Error, NewRun, Result, RunId, RunRecord, RunState};
+use lease_core::machine::{Applied, Op};
+use lease_core::{EndedStates, Error, NewRun, Result, RunId, RunRecord, RunState};
 
-use super::{now_micros, state_of, EtcdLeaseStore, Plan, Seen};
+use super::{judged, now_micros, EtcdLeaseStore, Plan, Seen};
 use crate::codec::{prefix_end, Keys, Rec};
 use crate::error::BACKEND;
 
@@ -160,18 +161,7 @@ impl EtcdLeaseStore {
 
     pub(super) async fn resume_run(&self, run: &RunId) -> Result<RunRecord> {
         self.decide_one(run, |seen, now| {
-            let rec = seen.live(run)?;
-            let state = state_of(rec);
-            if !matches!(state, RunState::Suspended | RunState::Failed) {
-                return Err(Error::NotSuspended {
-                    run: run.clone(),
-                    state,
-                });
-            }
-            let mut new = rec.clone();
-            new.state = Some(RunState::Runnable);
-            new.failure = None;
-            new.attempts = 0; // a fresh budget
+            let (mut new, _) = judged::step(run, seen, Op::Resume, now)?;
             new.since = now;
             new.not_before = 0;
             new.rest = 0;
@@ -184,36 +174,10 @@ impl EtcdLeaseStore {
 
     pub(super) async fn force_release_run(&self, run: &RunId) -> Result<RunRecord> {
         self.decide_one(run, |seen, now| {
-            let rec = seen.live(run)?;
-            match state_of(rec) {
-                RunState::Suspended => return Err(Error::Suspended { run: run.clone() }),
-                RunState::Completed => return Err(Error::Completed { run: run.clone() }),
-                RunState::Failed => return Err(Error::Failed { run: run.clone() }),
-                RunState::Cancelled => return Err(Error::Cancelled { run: run.clone() }),
-                _ => {}
-            }
-            let mut new = rec.clone();
-            Self::end_held(&mut new, seen, AttemptOutcome::ForceReleased, None, now);
+            let (new, _) = judged::step(run, seen, Op::ForceRelease, now)?;
             self.unowned_plan(run, seen, new, now)
         })
         .await
-    }
-
-    /// Writes the attempt of the lease `new` holds, if any, into its history: ended now as
-    /// `outcome` if the lease is still held (its block there, or a long hold's chain with time
-    /// left), else expired at its expiry (by `now` at the latest).
-    fn end_held(
-        new: &mut Rec,
-        seen: &Seen,
-        outcome: AttemptOutcome,
-        error: Option<&str>,
-        now: u64,
-    ) {
-        if seen.block.is_some() || new.rest > 0 {
-            new.end_attempt(now, outcome, error);
-        } else {
-            new.end_attempt(new.expires_at.min(now), AttemptOutcome::Expired, None);
-        }
     }
 
     /// The write of `new` as an unowned record (no lease, no delay, no link left; its index
@@ -249,26 +213,19 @@ impl EtcdLeaseStore {
     pub(super) async fn cancel_run(&self, run: &RunId, reason: &str) -> Result<RunRecord> {
         lease_core::backend::check_reason(reason)?;
         self.decide_one(run, |seen, now| {
-            let rec = seen.live(run)?;
-            match state_of(rec) {
-                RunState::Completed => return Err(Error::Completed { run: run.clone() }),
-                RunState::Cancelled => {
+            match judged::step(run, seen, Op::Cancel { reason }, now)? {
+                (_, Applied::AlreadyCancelled) => {
                     let out = self.record(run, seen, now)?;
-                    return Ok(Plan {
+                    Ok(Plan {
                         compares: vec![self.unchanged(run.as_str(), seen)],
                         ops: Vec::new(),
                         bytes: 0,
                         out,
                         wake: None,
-                    });
+                    })
                 }
-                _ => {}
+                (new, _) => self.unowned_plan(run, seen, new, now),
             }
-            let mut new = rec.clone();
-            Self::end_held(&mut new, seen, AttemptOutcome::Cancelled, Some(reason), now);
-            new.state = Some(RunState::Cancelled);
-            new.failure = Some(reason.to_owned());
-            self.unowned_plan(run, seen, new, now)
         })
         .await
     }

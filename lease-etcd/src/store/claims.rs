@@ -5,14 +5,14 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::rpc::{Compare, CompareOp, Txn};
-use lease_core::backend::{check_claim_max, check_renew_batch, claim_refusal};
-use lease_core::{
-    AttemptOutcome, Error, Fence, Kind, Lease, LeaseStore, Result, RunId, StoreTime, Ttl, WorkerId,
-};
+use lease_core::backend::{check_claim_max, check_renew_batch};
+use lease_core::machine::{Applied, Op};
+use lease_core::{Error, Fence, Kind, Lease, LeaseStore, Result, RunId, StoreTime, Ttl, WorkerId};
+use lease_runtime::observe::count_stale;
 
 use super::decide::counted;
 use super::{
-    lease_seconds, now_micros, shuffle, state_of, ClaimPage, EtcdLeaseStore, Plan, Seen, ROUNDS,
+    judged, lease_seconds, now_micros, shuffle, ClaimPage, EtcdLeaseStore, Plan, Seen, ROUNDS,
     SWEEP, SWEEP_EVERY,
 };
 use crate::codec::{prefix_end, Keys};
@@ -26,26 +26,16 @@ pub const SCAN_BUDGET: usize = 1024;
 const MAX_PAGE: usize = 512;
 
 impl EtcdLeaseStore {
-    /// Why `run` cannot be claimed, or `None` if it can (etcd's block key is gone).
-    pub(super) fn claim_verdict(run: &RunId, seen: &Seen, now: u64) -> Result<Option<Error>> {
-        let rec = seen.live(run)?;
-        let left = |at: u64| Duration::from_micros(at.saturating_sub(now).max(1_000));
-        // A block, or a chain whose link lapsed with time still left (re-armed by the reader).
-        let blocked = seen.block.is_some() || rec.rest > 0;
-        let (remaining, delayed) = match (blocked, &rec.owner) {
-            (true, Some(_)) => (Some(left(rec.expires_at)), None),
-            (true, None) => (None, Some(left(rec.not_before))),
-            (false, _) => (None, None),
-        };
-        let owner = rec.owner.as_deref().map(WorkerId::new).transpose()?;
-        Ok(claim_refusal(
-            run,
-            state_of(rec),
-            owner.as_ref(),
-            remaining,
-            delayed,
-            Fence::new(rec.fence)?,
-        ))
+    /// Whether `worker` may claim `run` as read, by the contract's claim rules on the record
+    /// as etcd judges it (its block key gone: expired or claimable); the refusal if not.
+    pub(super) fn claim_verdict(
+        run: &RunId,
+        seen: &Seen,
+        worker: &WorkerId,
+        ttl: Ttl,
+        now: u64,
+    ) -> Result<()> {
+        judged::step(run, seen, Op::Claim { worker, ttl }, now).map(|_| ())
     }
 
     /// The claim of a claimable run under etcd lease `lease`, which times its first `link`
@@ -63,19 +53,16 @@ impl EtcdLeaseStore {
         now: u64,
     ) -> Result<Plan<Lease>> {
         let rec = seen.live(run)?;
-        let mut new = rec.clone();
-        // An expired lease taken over (claimable, so its block is gone): its attempt ended at
-        // its expiry, and by `now` at the latest. (`now` is read before the plan, so a claim
-        // planned a while before its transaction can find the block gone earlier than the
-        // expiry recorded for a renewal planned just before it: never later than this claim.)
-        new.end_attempt(rec.expires_at.min(now), AttemptOutcome::Expired, None);
-        new.fence += 1;
-        // Every claim counts against the attempt budget; a voluntary end gives it back.
-        new.attempts += 1;
-        new.owner = Some(worker.as_str().to_string());
-        new.claimed = now;
-        new.renewed = 0;
-        new.expires_at = now + ttl.as_millis() * 1000;
+        // The claim as the machine makes it: an expired lease taken over (its block gone)
+        // archived at its expiry, by `now` at the latest (`now` is read before the plan, so a
+        // claim planned a while before its transaction can find the block gone earlier than
+        // the expiry recorded for a renewal planned just before it: never later than this
+        // claim); the fence raised, the attempt counted.
+        let (mut new, applied) = judged::step(run, seen, Op::Claim { worker, ttl }, now)?;
+        let Applied::Claimed { waited } = applied else {
+            unreachable!("a claim answers Claimed")
+        };
+        // etcd's timing: the TTL in links of at most `max_lease`, the first now.
         new.ttl_ms = ttl.as_millis();
         new.not_before = 0;
         new.rest = ttl.as_millis().saturating_sub(link as u64 * 1000);
@@ -97,13 +84,7 @@ impl EtcdLeaseStore {
         // Claimable since the expiry of the lease before, or since its index position (its
         // creation, release or the end of its delay), on this client's clock as every etcd
         // time is.
-        .with_waited(Some(Duration::from_micros(now.saturating_sub(
-            if rec.owner.is_some() {
-                rec.expires_at
-            } else {
-                rec.since
-            },
-        ))));
+        .with_waited(Some(waited));
         let mut plan = self.plan(
             run.as_str(),
             seen,
@@ -141,11 +122,11 @@ impl EtcdLeaseStore {
         self.decide(&runs, |i, seen, now| {
             let lease = &leases[i];
             let run = lease.run();
-            let rec = seen.writable(lease)?;
-            let mut new = rec.clone();
-            new.heartbeats += 1;
-            new.renewed = now;
-            new.expires_at = now + ttls[i].as_millis() * 1000;
+            let op = Op::Renew {
+                lease,
+                ttl: ttls[i],
+            };
+            let (mut new, _) = count_stale(judged::step(run, seen, op, now))?;
             new.rest = ttls[i].as_millis().saturating_sub(secs[i] as u64 * 1000);
             new.since = now + secs[i] as u64 * 1_000_000;
             let out = Lease::new(
@@ -202,8 +183,8 @@ impl EtcdLeaseStore {
             if !item.live(run).is_ok_and(|rec| rec.since == *since) {
                 continue; // moved since the range was read
             }
-            match Self::claim_verdict(run, item, now) {
-                Ok(None) => claimable.push(i),
+            match Self::claim_verdict(run, item, worker, ttl, now) {
+                Ok(()) => claimable.push(i),
                 _ if item.block.is_some() && *since <= now => blocked.push(i),
                 _ if item.lapsed() && *since <= now => lapsed.push(i),
                 _ => {}
@@ -376,7 +357,7 @@ impl EtcdLeaseStore {
             }
             let now = now_micros();
             let seen = self.read(&[run]).await?.remove(0);
-            if let Some(refusal) = Self::claim_verdict(run, &seen, now)? {
+            if let Err(refusal) = Self::claim_verdict(run, &seen, worker, ttl, now) {
                 if seen.lapsed() {
                     // A long hold or delay between links: time goes on only once re-armed.
                     self.rearm(&[(run, &seen)], now).await?;

@@ -23,6 +23,7 @@ mod claims;
 mod decide;
 mod grants;
 mod guard;
+mod judged;
 mod reads;
 mod wake;
 mod writes;

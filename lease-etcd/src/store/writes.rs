@@ -4,14 +4,15 @@ use std::time::Duration;
 
 use crate::rpc::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
 use lease_core::{
-    AttemptOutcome, End, Ending, Error, Fence, IdempotencyKey, InvalidInput, JournalEntry, Lease,
-    Result, RunId, StoreTime,
+    End, Ending, Error, Fence, IdempotencyKey, JournalEntry, Lease, Result, RunId, StoreTime,
 };
 
 use super::grants::delay_bucket;
-use super::{now_micros, EtcdLeaseStore, Plan, Seen, ROUNDS};
+use super::{judged, now_micros, EtcdLeaseStore, Plan, Seen, ROUNDS};
 use crate::codec::{decode_entry, encode_entry};
 use crate::error::BACKEND;
+use lease_core::machine::{Applied, Op};
+use lease_runtime::observe::count_stale;
 
 impl EtcdLeaseStore {
     /// The end of a lease (`end` already checked), planned against what was read.
@@ -24,18 +25,14 @@ impl EtcdLeaseStore {
         now: u64,
     ) -> Result<Plan<()>> {
         let run = lease.run();
-        let rec = seen.writable(lease)?;
+        // The end as the machine makes it: the attempt archived, the state, the refund of a
+        // voluntary end, the reason; then etcd's timing.
+        let (mut new, applied) = count_stale(judged::step(run, seen, Op::End { lease, end }, now))?;
+        let Applied::Ended { journal } = applied else {
+            unreachable!("an end answers Ended")
+        };
         // Timed by etcd on the bucket's grid: the run is claimable from then, not earlier.
         let delay = delay_secs(end) * 1_000_000;
-        let mut new = rec.clone();
-        // The attempt's end, before the owner is cleared and any refund (end_many refused
-        // End::Committed, the only end without an outcome).
-        if let Some((outcome, error)) = AttemptOutcome::of_end(end) {
-            new.end_attempt(now, outcome, error);
-        }
-        new.state = Some(end.state());
-        new.owner = None;
-        new.expires_at = 0;
         // A delay longer than `max_lease` is timed in links: the first now, the rest re-armed.
         let link = if delay > 0 {
             self.link(delay_secs(end) as i64) as u64 * 1_000_000
@@ -45,33 +42,16 @@ impl EtcdLeaseStore {
         new.rest = (delay - link) / 1000;
         new.since = now + link;
         new.not_before = if delay > 0 { now + delay } else { 0 };
-        if end.refunds_attempt() {
-            new.attempts = new.attempts.saturating_sub(1);
-        }
         let mut extra = Vec::new();
         let mut bytes = 0;
-        match end {
-            End::CompleteWith(payload) => {
-                new.journal_len += 1;
-                bytes = payload.len();
-                extra.push(TxnOp::put(
-                    self.keys.entry(run.as_str(), new.journal_len),
-                    encode_entry(rec.fence, now, payload),
-                    None,
-                ));
-            }
-            End::Fail(reason) => new.failure = Some(reason.clone()),
-            End::Complete
-            | End::Release
-            | End::Suspend
-            | End::RetryAfter(_)
-            | End::AttemptFailed { .. } => {}
-            _ => {
-                return Err(InvalidInput::Unsupported {
-                    operation: "this kind of end",
-                }
-                .into())
-            }
+        if let Some(payload) = journal {
+            new.journal_len += 1;
+            bytes = payload.len();
+            extra.push(TxnOp::put(
+                self.keys.entry(run.as_str(), new.journal_len),
+                encode_entry(new.fence, now, payload),
+                None,
+            ));
         }
         if delay > 0 {
             // The block key replaces the deleted one: the delay is timed by etcd.

@@ -96,7 +96,13 @@ impl LeaseStore for MemoryLeaseStore {
             return Ok(slot.journal[at].clone());
         }
         verdict(lease, slot)?;
-        Ok(push_entry(slot, lease.fence(), payload.to_vec(), Some(key), now))
+        Ok(push_entry(
+            slot,
+            lease.fence(),
+            payload.to_vec(),
+            Some(key),
+            now,
+        ))
     }
 
     async fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>> {
@@ -340,7 +346,10 @@ impl LeaseStore for MemoryLeaseStore {
         Ok(state
             .runs
             .values()
-            .filter(|slot| slot.run.purgeable(lease_core::EndedStates::ALL, older_than, now))
+            .filter(|slot| {
+                slot.run
+                    .purgeable(lease_core::EndedStates::ALL, older_than, now)
+            })
             .count() as u64)
     }
 }
