@@ -27,6 +27,7 @@ mod job_scenarios;
 mod kind_scenarios;
 mod lag_scenarios;
 mod life_scenarios;
+mod machine_scenarios;
 pub mod model_check;
 mod payload_scenarios;
 mod priority_scenarios;
@@ -51,6 +52,7 @@ pub use job_scenarios::*;
 pub use kind_scenarios::*;
 pub use lag_scenarios::*;
 pub use life_scenarios::*;
+pub use machine_scenarios::*;
 pub use payload_scenarios::*;
 pub use priority_scenarios::*;
 pub use request_scenarios::*;
@@ -304,6 +306,7 @@ macro_rules! conformance_tests {
             purge_ended_removes_only_the_states_asked,
             purge_ids_removes_the_listed_ended_runs_only,
             scope_heartbeats_keep_a_lease_past_its_ttl,
+            the_machine_table_holds_on_every_backend,
         );
     };
     (@each $factory:expr; $($scenario:ident),* $(,)?) => {
