@@ -11,6 +11,10 @@
 //! cargo test -p distribution --example custom_backend   # every conformance scenario against it
 //! ```
 //!
+//! A store that only wraps another (to count, trace or fault its calls) need not forward
+//! each method by hand: [`lease_core::forward::Forward`] forwards every one through a single
+//! hook, as the runtime's `Instrumented` and `FaultyStore` do.
+//!
 //! The page for backend authors is `lease-conformance/README.md` (how to run the suite on your
 //! own crate); the shared checks, verdict rules and the trait's evolution policy are in
 //! [`lease_core::backend`]. This file is the worked example both of them point to.
@@ -395,6 +399,12 @@ impl LeaseStore for AuditedStore {
     // Wake-ups are hints, not writes: no audit entry.
     fn wakes(&self) -> Option<lease_core::Wakes> {
         self.inner.wakes()
+    }
+
+    // What the store supports and how finely it times: the conformance suite reads it (and
+    // skips only what a store says it lacks), as callers that adapt to the store do.
+    fn capabilities(&self) -> lease_core::Capabilities {
+        self.inner.capabilities()
     }
 }
 

@@ -37,8 +37,8 @@ fn expect_ended(result: &lease_core::Result<()>, fence: u64, how: Ended, item: &
 /// suspend) in one call, and gives every item its own verdict: a stale, ended, unknown or
 /// never-issued lease is refused alone, with its reason, and the others commit.
 pub async fn end_many_ends_each_lease_as_asked_with_a_verdict_per_item(factory: &dyn StoreFactory) {
-    let t = crate::timing(factory);
     let store = factory.fresh().await;
+    let t = crate::timing(&*store);
     let a = worker("a");
     let mut leases = Vec::new();
     for id in ["complete", "effect", "release", "suspend", "done", "ahead"] {
@@ -143,8 +143,8 @@ pub async fn end_many_ends_each_lease_as_asked_with_a_verdict_per_item(factory: 
 /// journal entry and no completion, and one under the current fence leaves exactly one entry
 /// under that fence and a completed run, after which the lease writes nothing more.
 pub async fn complete_with_writes_its_effect_only_with_the_completion(factory: &dyn StoreFactory) {
-    let t = crate::timing(factory);
     let store = factory.fresh().await;
+    let t = crate::timing(&*store);
     let r = created(&*store, "order-7").await;
     let old = store.claim(&r, &worker("a"), t.short_ttl()).await.unwrap();
     store.append(&old, b"step 1").await.unwrap();

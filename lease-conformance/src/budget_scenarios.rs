@@ -50,8 +50,8 @@ async fn until_state(store: &dyn LeaseStore, run: &RunId, state: RunState, withi
 pub async fn a_handler_that_crashes_every_attempt_fails_the_run_after_its_budget(
     factory: &dyn StoreFactory,
 ) {
-    let t = crate::timing(factory);
     let store = factory.fresh().await;
+    let t = crate::timing(&*store);
     let r = created(&*store, "crashes").await;
     let started = Arc::new(AtomicU64::new(0));
     for process in 0..6 {
@@ -79,7 +79,7 @@ pub async fn a_handler_that_crashes_every_attempt_fails_the_run_after_its_budget
     );
     // The history tells the same, attempt by attempt: three crashed holders whose leases
     // expired (each written by the claim that took over), then the claim that failed the run.
-    if factory.capabilities().attempt_history {
+    if store.capabilities().attempt_history {
         let history = record.history.clone().expect("the store keeps a history");
         let seen: Vec<(lease_core::AttemptOutcome, u64, u64, String)> = history
             .iter()
@@ -417,7 +417,7 @@ pub async fn the_attempt_budget_counts_failures_not_waits_deploys_or_snoozes(
     }
     let old = store.inspect(&reborn).await.unwrap();
     assert_eq!(old.state, RunState::Failed);
-    let t = crate::timing(factory);
+    let t = crate::timing(&*store);
     tokio::time::sleep(t.scale(Duration::from_millis(20))).await;
     let purged = store.purge(Duration::ZERO, 100).await.unwrap();
     assert!(purged.contains(&reborn), "{purged:?}");
@@ -500,8 +500,8 @@ async fn fail_once_under_a_worker(store: &Arc<dyn LeaseStore>, run: &RunId, max:
 pub async fn an_end_the_handler_committed_is_reported_once_after_a_renewal_met_it(
     factory: &dyn StoreFactory,
 ) {
-    let t = crate::timing(factory);
     let store = factory.fresh().await;
+    let t = crate::timing(&*store);
     let r = created(&*store, "self-ended").await;
     let ttl = t.ttl(3_000);
     let heartbeat = ttl.as_duration() / 10;

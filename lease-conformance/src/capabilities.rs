@@ -1,4 +1,4 @@
-//! What a backend can time, declared by its [`StoreFactory`](crate::StoreFactory), and the
+//! What a backend can time, as its store tells ([`LeaseStore::capabilities`](lease_core::LeaseStore::capabilities)), and the
 //! scenario timings derived from it.
 //!
 //! The scenarios were written for stores that time a lease to the millisecond (memory,
@@ -20,158 +20,20 @@ const BASE_EXPIRY_SLACK: Duration = Duration::from_millis(250);
 
 /// The largest `min_ttl` the suite accepts: scenarios use 60 s TTLs as "longer than the
 /// scenario", and stretched TTLs must stay far below [`Ttl::MAX`].
-pub const MAX_MIN_TTL: Duration = Duration::from_secs(10);
+pub const MAX_MIN_TTL: Duration = lease_core::capabilities::MAX_TIMED;
 
-/// What a backend can time, as the conformance suite needs to know it.
-///
-/// The [`Default`] describes a store that times any TTL to the millisecond: with it every
-/// scenario runs with exactly the timings it was written with.
-///
-/// ```
-/// use std::time::Duration;
-/// use lease_conformance::Capabilities;
-///
-/// // etcd: leases are whole seconds, and the server refuses or raises TTLs below its minimum.
-/// let etcd = Capabilities::default()
-///     .with_min_ttl(Duration::from_secs(1))
-///     .with_ttl_granularity(Duration::from_secs(1));
-/// assert_eq!(etcd.timing().short_ttl().as_duration(), Duration::from_secs(1));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Capabilities {
-    /// The shortest TTL the store times as asked (and so the shortest a scenario asks for).
-    pub min_ttl: Duration,
-    /// The store times TTLs in whole multiples of this; scenarios only ask for such TTLs.
-    pub ttl_granularity: Duration,
-    /// How long after a lease's TTL has run out (counted from the instant the store received
-    /// the claim or renewal) the store may still judge it live. Never early, but a store
-    /// whose expiry is found by a periodic sweep (etcd's leader checks its leases every
-    /// 500 ms) may be this late. Scenarios wait this much longer before they expect expiry,
-    /// and the model check accepts either answer for this much longer.
-    pub max_expiry_lag: Duration,
-    /// Whether [`count`](lease_core::LeaseStore::count) reports the queue's lag
-    /// ([`RunCounts::oldest_claimable_age`](lease_core::RunCounts::oldest_claimable_age)); a
-    /// store that times no instants of its own (etcd) reports `None`.
-    pub queue_lag: bool,
-    /// Whether records carry the run's times ([`RunRecord::created_at`] and the others).
-    ///
-    /// [`RunRecord::created_at`]: lease_core::RunRecord::created_at
-    pub record_times: bool,
-    /// Whether [`inspect`](lease_core::LeaseStore::inspect) reports the run's attempt history
-    /// ([`RunRecord::history`]).
-    ///
-    /// [`RunRecord::history`]: lease_core::RunRecord::history
-    pub attempt_history: bool,
-    /// Whether [`count_kinds`](lease_core::LeaseStore::count_kinds) counts by kind (etcd
-    /// refuses it as unsupported).
-    pub kind_counts: bool,
-    /// Whether the store sends wake-ups ([`LeaseStore::wakes`](lease_core::LeaseStore::wakes)).
-    pub wake_ups: bool,
+pub use lease_core::Capabilities;
+
+/// The scenario timings of a store with these capabilities.
+pub trait TimingOf {
+    /// The timings.
+    fn timing(&self) -> Timing;
 }
 
-impl Default for Capabilities {
-    fn default() -> Self {
-        Capabilities {
-            min_ttl: Duration::from_millis(1),
-            ttl_granularity: Duration::from_millis(1),
-            max_expiry_lag: Duration::ZERO,
-            queue_lag: true,
-            record_times: true,
-            attempt_history: true,
-            kind_counts: true,
-            wake_ups: true,
-        }
-    }
-}
-
-impl Capabilities {
-    /// The shortest TTL the store times as asked.
-    ///
-    /// # Panics
-    /// When `min_ttl` is zero, over [`MAX_MIN_TTL`], or not a whole number of milliseconds.
-    #[must_use]
-    pub fn with_min_ttl(mut self, min_ttl: Duration) -> Self {
-        assert!(
-            !min_ttl.is_zero() && min_ttl <= MAX_MIN_TTL && whole_millis(min_ttl),
-            "min_ttl must be whole milliseconds in 1 ms..={MAX_MIN_TTL:?}, got {min_ttl:?}"
-        );
-        self.min_ttl = min_ttl;
-        self
-    }
-
-    /// The step the store times TTLs in.
-    ///
-    /// # Panics
-    /// When `granularity` is zero, over [`MAX_MIN_TTL`], or not a whole number of milliseconds.
-    #[must_use]
-    pub fn with_ttl_granularity(mut self, granularity: Duration) -> Self {
-        assert!(
-            !granularity.is_zero() && granularity <= MAX_MIN_TTL && whole_millis(granularity),
-            "ttl_granularity must be whole milliseconds in 1 ms..={MAX_MIN_TTL:?}, \
-             got {granularity:?}"
-        );
-        self.ttl_granularity = granularity;
-        self
-    }
-
-    /// How late the store may judge a lease expired.
-    ///
-    /// # Panics
-    /// When `lag` is over [`MAX_MIN_TTL`] or not a whole number of milliseconds.
-    #[must_use]
-    pub fn with_max_expiry_lag(mut self, lag: Duration) -> Self {
-        assert!(
-            lag <= MAX_MIN_TTL && whole_millis(lag),
-            "max_expiry_lag must be whole milliseconds up to {MAX_MIN_TTL:?}, got {lag:?}"
-        );
-        self.max_expiry_lag = lag;
-        self
-    }
-
-    /// The store does not report the queue's lag.
-    #[must_use]
-    pub fn without_queue_lag(mut self) -> Self {
-        self.queue_lag = false;
-        self
-    }
-
-    /// The store's records carry no times.
-    #[must_use]
-    pub fn without_record_times(mut self) -> Self {
-        self.record_times = false;
-        self
-    }
-
-    /// The store keeps no attempt history.
-    #[must_use]
-    pub fn without_attempt_history(mut self) -> Self {
-        self.attempt_history = false;
-        self
-    }
-
-    /// The store does not count by kind.
-    #[must_use]
-    pub fn without_kind_counts(mut self) -> Self {
-        self.kind_counts = false;
-        self
-    }
-
-    /// The store sends no wake-ups: its workers poll.
-    #[must_use]
-    pub fn without_wake_ups(mut self) -> Self {
-        self.wake_ups = false;
-        self
-    }
-
-    /// The scenario timings for a store with these capabilities.
-    pub fn timing(&self) -> Timing {
+impl TimingOf for Capabilities {
+    fn timing(&self) -> Timing {
         Timing::new(*self)
     }
-}
-
-fn whole_millis(d: Duration) -> bool {
-    d.subsec_nanos() % 1_000_000 == 0
 }
 
 /// Scenario timings derived from [`Capabilities`].

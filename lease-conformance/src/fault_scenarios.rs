@@ -33,8 +33,8 @@ async fn renewed(faulty: &FaultyStore, scope: &RunScope, n: u64) {
 /// renewal of it is sent any more, by a scope's own heartbeat or by a hub. Renewals are counted
 /// at the store's door, so a renewal the store would refuse counts too.
 pub async fn heartbeats_stop_once_a_lease_ends(factory: &dyn StoreFactory) {
-    let t = crate::timing(factory);
     let inner = factory.fresh().await;
+    let t = crate::timing(&*inner);
     let counting = FaultyStore::new(inner.clone());
     let store: Arc<dyn LeaseStore> = Arc::new(counting.clone());
     let interval = Duration::from_millis(40);
@@ -102,8 +102,8 @@ pub async fn heartbeats_stop_once_a_lease_ends(factory: &dyn StoreFactory) {
 pub async fn scope_deadline_counts_from_the_send_instant_of_a_late_renewal(
     factory: &dyn StoreFactory,
 ) {
-    let t = crate::timing(factory);
     let inner = factory.fresh().await;
+    let t = crate::timing(&*inner);
     let r = created(&*inner, "late-reply").await;
     let faulty = FaultyStore::new(inner.clone());
     // Claim at 0 (deadline 1.7 s); renewal sent and applied at 0.6 s (store expiry 2.6 s), its

@@ -62,10 +62,10 @@ fn in_order(record: &RunRecord, h: &[Attempt]) {
 /// counter (a voluntary end refunds, a resume starts again), fences every claim. A retried
 /// end writes nothing more; a refused stale end writes nothing at all.
 pub async fn the_attempt_history_tells_how_each_attempt_ended(factory: &dyn StoreFactory) {
-    let t = crate::timing(factory);
     let store = factory.fresh().await;
+    let t = crate::timing(&*store);
     let r = created(&*store, "hist").await;
-    if !factory.capabilities().attempt_history {
+    if !store.capabilities().attempt_history {
         let a = store.claim(&r, &worker("a"), long()).await.unwrap();
         store.complete(&a).await.unwrap();
         let record = store.inspect(&r).await.unwrap();
@@ -191,10 +191,10 @@ pub async fn the_attempt_history_tells_how_each_attempt_ended(factory: &dyn Stor
 /// [`MAX_ATTEMPT_ERROR_BYTES`] (cut at a character boundary; the run's failure keeps it all),
 /// and a purge removes it with the run: the id created again starts with none.
 pub async fn the_attempt_history_is_bounded_and_goes_with_its_run(factory: &dyn StoreFactory) {
-    if !factory.capabilities().attempt_history {
+    let store = factory.fresh().await;
+    if !store.capabilities().attempt_history {
         return;
     }
-    let store = factory.fresh().await;
     let r = created(&*store, "hist-many").await;
     let rounds = MAX_HISTORY as u64 + 2;
     for _ in 0..rounds {

@@ -54,8 +54,8 @@ async fn scopes(
 /// In a batch renewal where one lease is stale (someone took its run over), only that run's
 /// scope is cancelled, with the stale fence as the reason; the others keep renewing.
 pub async fn hub_cancels_only_the_scope_whose_lease_is_stale(factory: &dyn StoreFactory) {
-    let t = crate::timing(factory);
     let store = factory.fresh().await;
+    let t = crate::timing(&*store);
     let hub = Heartbeats::new(store.clone(), Duration::from_millis(100)).unwrap();
     let all = scopes(
         &store,
@@ -144,8 +144,8 @@ pub async fn hub_cancels_only_the_scope_whose_lease_is_stale(factory: &dyn Store
 pub async fn hub_over_a_hanging_store_cancels_every_scope_at_its_local_deadline(
     factory: &dyn StoreFactory,
 ) {
-    let t = crate::timing(factory);
     let inner = factory.fresh().await;
+    let t = crate::timing(&*inner);
     let faulty = FaultyStore::new(inner.clone());
     let store: Arc<dyn LeaseStore> = Arc::new(faulty.clone());
     let hub = Heartbeats::new(store.clone(), t.scale(Duration::from_millis(200))).unwrap();
@@ -181,8 +181,8 @@ pub async fn hub_over_a_hanging_store_cancels_every_scope_at_its_local_deadline(
 /// A hub holding more than [`MAX_BATCH`](lease_core::MAX_BATCH) leases renews them in chunks of
 /// at most that many per round trip, and renews every one.
 pub async fn hub_renews_in_chunks_of_at_most_max_batch(factory: &dyn StoreFactory) {
-    let t = crate::timing(factory);
     let store = factory.fresh().await;
+    let t = crate::timing(&*store);
     let n = lease_core::MAX_BATCH * 2 + 1;
     for i in 0..n {
         created(&*store, &format!("many-{i:05}")).await;

@@ -165,8 +165,8 @@ pub async fn cancel_ends_a_run_in_every_state_but_completed(factory: &dyn StoreF
 /// `LeaseEnded { cancelled }` under its fence, and nothing it writes after the cancel lands.
 /// A scope holding the run is cancelled at its next heartbeat with that verdict.
 pub async fn cancel_fences_out_the_holder_with_a_verdict_naming_it(factory: &dyn StoreFactory) {
-    let t = crate::timing(factory);
     let store = factory.fresh().await;
+    let t = crate::timing(&*store);
     let r = created(&*store, "charge").await;
     let lease = store.claim(&r, &worker("a"), long()).await.unwrap();
     store.append(&lease, b"started").await.unwrap();
@@ -360,9 +360,9 @@ pub async fn purge_removes_cancelled_runs_and_never_reuses_their_fence(factory: 
 pub async fn a_run_created_with_a_delay_waits_for_it_on_the_store_clock(
     factory: &dyn StoreFactory,
 ) {
-    let t = crate::timing(factory);
-    let delay = t.ttl(400).as_duration();
     let store = factory.fresh().await;
+    let t = crate::timing(&*store);
+    let delay = t.ttl(400).as_duration();
     let too_long = lease_core::MAX_START_DELAY + Duration::from_millis(1);
     let bad = NewRun::new(crate::scenarios::run("bad")).with_delay(too_long);
     assert!(matches!(

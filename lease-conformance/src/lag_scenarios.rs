@@ -18,9 +18,9 @@ async fn lag(store: &dyn LeaseStore) -> Option<Duration> {
 /// creation. Each figure lies between the bounds the test's own clock puts on the store's (a
 /// store that cannot tell reports `None` throughout).
 pub async fn count_tells_the_queue_lag_on_the_store_clock(factory: &dyn StoreFactory) {
-    let t = crate::timing(factory);
-    let reports = factory.capabilities().queue_lag;
     let store = factory.fresh().await;
+    let t = crate::timing(&*store);
+    let reports = store.capabilities().queue_lag;
     let slack = Duration::from_millis(2);
     assert_eq!(lag(&*store).await, None, "an empty store");
 
@@ -76,8 +76,8 @@ pub async fn count_tells_the_queue_lag_on_the_store_clock(factory: &dyn StoreFac
 /// held, nor is one given back. Each figure lies between that run's `held_for` read just
 /// before and just after the count (a store that cannot tell reports `None` throughout).
 pub async fn count_tells_the_longest_held_lease(factory: &dyn StoreFactory) {
-    let t = crate::timing(factory);
     let store = factory.fresh().await;
+    let t = crate::timing(&*store);
     let (w, long) = (worker("w"), t.at_least(60_000));
     let slack = Duration::from_millis(2);
     assert_eq!(
@@ -101,7 +101,7 @@ pub async fn count_tells_the_longest_held_lease(factory: &dyn StoreFactory) {
         async move { store.inspect(&run(id)).await.unwrap().held_for() }
     };
     let within = |longest: Option<Duration>, before: Option<Duration>, after: Option<Duration>| {
-        if !factory.capabilities().queue_lag {
+        if !store.capabilities().queue_lag {
             assert_eq!(longest, None, "a store that cannot tell says so");
             return;
         }
@@ -141,12 +141,12 @@ pub async fn count_tells_the_longest_held_lease(factory: &dyn StoreFactory) {
 /// expiry. `list` says what `inspect` says. A store that cannot tell the queue's lag reports
 /// no instant for any run.
 pub async fn records_tell_since_when_a_run_has_been_claimable(factory: &dyn StoreFactory) {
-    let t = crate::timing(factory);
     let store = factory.fresh().await;
+    let t = crate::timing(&*store);
     let (r, w, long) = (run("waiting"), worker("w"), t.at_least(60_000));
     let created = store.create(&r).await.unwrap();
     let record = store.inspect(&r).await.unwrap();
-    if !factory.capabilities().queue_lag {
+    if !store.capabilities().queue_lag {
         assert_eq!(
             (created.claimable_since, record.claimable_since),
             (None, None),
@@ -329,7 +329,7 @@ pub async fn count_at_scale(store: std::sync::Arc<dyn LeaseStore>) -> String {
 /// is gone. A store that cannot count by kind refuses as unsupported, before any I/O.
 pub async fn count_kinds_tells_each_kinds_waiting_runs_and_lag(factory: &dyn StoreFactory) {
     let store = factory.fresh().await;
-    if !factory.capabilities().kind_counts {
+    if !store.capabilities().kind_counts {
         let refused = store.count_kinds().await;
         assert!(
             matches!(
@@ -418,8 +418,8 @@ pub async fn count_kinds_tells_each_kinds_waiting_runs_and_lag(factory: &dyn Sto
 /// lease expired since that expiry; a renewal keeps it. Each figure lies between the bounds the
 /// test's own clock puts on the store's.
 pub async fn claim_next_tells_how_long_each_run_waited(factory: &dyn StoreFactory) {
-    let t = crate::timing(factory);
     let store = factory.fresh().await;
+    let t = crate::timing(&*store);
     let slack = Duration::from_millis(2);
     let w = worker("w");
     let long = t.at_least(60_000);

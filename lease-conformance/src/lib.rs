@@ -44,7 +44,7 @@ mod worker_scenarios;
 
 pub use batch_scenarios::*;
 pub use budget_scenarios::*;
-pub use capabilities::{Capabilities, Timing, MAX_MIN_TTL};
+pub use capabilities::{Capabilities, Timing, TimingOf, MAX_MIN_TTL};
 pub use fault_scenarios::*;
 pub use history_scenarios::*;
 pub use hub_scenarios::*;
@@ -88,19 +88,12 @@ pub trait StoreFactory: Send + Sync {
     /// A store over its own empty namespace: no runs, and nothing another store from this
     /// factory does is visible to it.
     async fn fresh(&self) -> Arc<dyn LeaseStore>;
-
-    /// What the stores from this factory can time. Scenarios read it through
-    /// [`Capabilities::timing`] and stretch their TTLs and waits to what the store can time.
-    /// The default is a store that times any TTL to the millisecond (memory, Postgres,
-    /// Redis), with which every scenario keeps the timings it was written with.
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::default()
-    }
 }
 
-/// The scenario timings for `factory`'s stores.
-pub(crate) fn timing(factory: &dyn StoreFactory) -> Timing {
-    factory.capabilities().timing()
+/// The scenario timings for `store`, from what it says it can time
+/// ([`LeaseStore::capabilities`]).
+pub(crate) fn timing(store: &dyn LeaseStore) -> Timing {
+    store.capabilities().timing()
 }
 
 /// Waits until the lease on `run`, claimed under [`Timing::short_ttl`] just before, has expired

@@ -26,8 +26,8 @@ const BASE_DELAY_MS: u64 = 400;
 /// `force_release` ends a delay at once.
 pub async fn a_retry_delay_holds_the_run_back_on_the_store_clock(factory: &dyn StoreFactory) {
     // A delay is timed by the store like a TTL, so it stretches with the store's TTLs.
-    let delay = crate::timing(factory).ttl(BASE_DELAY_MS).as_duration();
     let store = factory.fresh().await;
+    let delay = crate::timing(&*store).ttl(BASE_DELAY_MS).as_duration();
     let r = created(&*store, "retry").await;
     let first = store.claim(&r, &worker("a"), long()).await.unwrap();
 
@@ -91,7 +91,7 @@ pub async fn a_retry_delay_holds_the_run_back_on_the_store_clock(factory: &dyn S
     ));
 
     // Handed out once the delay is over, and not before it could have passed.
-    let lag = crate::timing(factory).capabilities().max_expiry_lag;
+    let lag = crate::timing(&*store).capabilities().max_expiry_lag;
     let deadline = sent + delay + lag + Duration::from_secs(5);
     let second = loop {
         let polled = Instant::now();
@@ -235,8 +235,8 @@ pub async fn a_failed_run_stays_failed_until_an_operator_resumes_it(factory: &dy
 /// then the run is failed with the last error as its reason; the store saw five claims.
 pub async fn worker_gives_up_on_a_poison_run_after_its_attempts(factory: &dyn StoreFactory) {
     // Backoff delays are timed by the store like TTLs, so they stretch with them.
-    let t = crate::timing(factory);
     let store = factory.fresh().await;
+    let t = crate::timing(&*store);
     let r = created(&*store, "poison").await;
     let attempts: Arc<Mutex<Vec<(u64, Instant)>>> = Arc::default();
     let config = WorkerConfig::new(Ttl::from_secs(30).unwrap())
@@ -363,7 +363,7 @@ pub async fn purge_removes_old_ended_runs_and_never_reuses_a_fence(factory: &dyn
         "runs that ended a moment ago are younger than an hour"
     );
     // Ends are stamped by the store's clock, which ticks at the store's own resolution.
-    let t = crate::timing(factory);
+    let t = crate::timing(&*store);
     tokio::time::sleep(t.scale(Duration::from_millis(50))).await;
     let age = t.scale(Duration::from_millis(20));
     assert_eq!(store.count_purgeable(age).await.unwrap(), 2);
@@ -572,8 +572,8 @@ pub async fn poison_claim_rate(
 /// expired), held, delayed, suspended, completed and failed, and follows them as they move:
 /// a resume, a force-release that ends a delay, a purge.
 pub async fn count_tells_how_many_runs_are_in_each_state(factory: &dyn StoreFactory) {
-    let t = crate::timing(factory);
     let store = factory.fresh().await;
+    let t = crate::timing(&*store);
     let short = t.short_ttl();
     for name in [
         "fresh-1", "fresh-2", "expired", "held", "delayed", "parked", "done-1", "done-2", "failed",

@@ -184,8 +184,8 @@ fn compared(record: &RunRecord, history: bool) -> Compared {
 /// the machine let through.
 pub async fn the_machine_table_holds_on_every_backend(factory: &dyn StoreFactory) {
     let store = factory.fresh().await;
-    let t = timing(factory);
-    let history = factory.capabilities().attempt_history;
+    let t = timing(&*store);
+    let history = store.capabilities().attempt_history;
     for (row, steps) in table().into_iter().enumerate() {
         let id = run(&format!("machine-row-{row}"));
         store

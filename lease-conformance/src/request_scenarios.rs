@@ -150,8 +150,8 @@ pub async fn hostile_run_ids_are_stored_verbatim(factory: &dyn StoreFactory) {
 
 /// `list` filters by state and by expiry, pages by run id, and orders by run id.
 pub async fn list_filters_by_state_and_expiry(factory: &dyn StoreFactory) {
-    let t = crate::timing(factory);
     let store = factory.fresh().await;
+    let t = crate::timing(&*store);
     let a = created(&*store, "a").await;
     let b = created(&*store, "b").await;
     let c = created(&*store, "c").await;

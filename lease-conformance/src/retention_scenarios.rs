@@ -21,9 +21,9 @@ use crate::{timing, StoreFactory};
 /// entry naming it under its fence), no handler is ever given that run, and shutdown releases
 /// it.
 pub async fn workers_with_retention_purge_ended_runs_under_one_lease(factory: &dyn StoreFactory) {
-    let t = timing(factory);
     // Retention is off on `memory:` itself; the pass-through wrapper has another name.
     let store: Arc<dyn LeaseStore> = Arc::new(FaultyStore::new(factory.fresh().await));
+    let t = timing(&*store);
     let w = worker("setup");
     for i in 0..5 {
         let id = run(&format!("ended-{i}"));
@@ -116,8 +116,8 @@ pub async fn workers_with_retention_purge_ended_runs_under_one_lease(factory: &d
 /// purged (the Redis backend passes over such entries once per set of states, not every
 /// call), and a purged id created again is claimed above its old fence.
 pub async fn purge_ended_removes_only_the_states_asked(factory: &dyn StoreFactory) {
-    let t = timing(factory);
     let store = factory.fresh().await;
+    let t = timing(&*store);
     let w = worker("w");
     let ttl = t.at_least(30_000);
     let mut fences = std::collections::HashMap::new();
@@ -208,8 +208,8 @@ pub async fn purge_ended_removes_only_the_states_asked(factory: &dyn StoreFactor
 /// (held, runnable, suspended, missing) as they are; an id listed twice is removed once, and
 /// a removed id created again is claimed above its old fence.
 pub async fn purge_ids_removes_the_listed_ended_runs_only(factory: &dyn StoreFactory) {
-    let t = timing(factory);
     let store = factory.fresh().await;
+    let t = timing(&*store);
     let w = worker("w");
     let ttl = t.at_least(30_000);
     let ids: Vec<_> = ["done", "failed", "held", "waiting", "parked"]

@@ -121,8 +121,8 @@ pub async fn a_held_run_is_refused_with_its_holder(factory: &dyn StoreFactory) {
 
 /// A lease that expired by the store clock is reclaimable, and the new fence is the old + 1.
 pub async fn an_expired_lease_is_reclaimable_with_the_next_fence(factory: &dyn StoreFactory) {
-    let t = crate::timing(factory);
     let store = factory.fresh().await;
+    let t = crate::timing(&*store);
     let r = created(&*store, "expiring").await;
     let a = store.claim(&r, &worker("a"), t.short_ttl()).await.unwrap();
     crate::until_expired(&*store, &r, t).await;
@@ -135,8 +135,8 @@ pub async fn an_expired_lease_is_reclaimable_with_the_next_fence(factory: &dyn S
 
 /// A write under a fence lower than the current one is rejected with both fences, and not applied.
 pub async fn a_write_under_a_lower_fence_is_rejected_with_both_fences(factory: &dyn StoreFactory) {
-    let t = crate::timing(factory);
     let store = factory.fresh().await;
+    let t = crate::timing(&*store);
     let r = created(&*store, "stale").await;
     let a = store.claim(&r, &worker("a"), t.short_ttl()).await.unwrap();
     crate::until_expired(&*store, &r, t).await;
@@ -159,8 +159,8 @@ pub async fn a_write_under_a_lower_fence_is_rejected_with_both_fences(factory: &
 /// A write under the current fence after the lease expired, before anyone reclaimed, is accepted:
 /// no rejection is ever "your lease expired".
 pub async fn a_write_under_the_current_fence_after_expiry_is_accepted(factory: &dyn StoreFactory) {
-    let t = crate::timing(factory);
     let store = factory.fresh().await;
+    let t = crate::timing(&*store);
     let r = created(&*store, "late").await;
     let a = store.claim(&r, &worker("a"), t.short_ttl()).await.unwrap();
     crate::until_expired(&*store, &r, t).await;
@@ -202,8 +202,8 @@ pub async fn a_fence_the_store_never_issued_is_rejected_as_ahead(factory: &dyn S
 
 /// Renew moves the expiry forward on the store clock and increments `heartbeats`.
 pub async fn renew_extends_expiry_and_counts_heartbeats(factory: &dyn StoreFactory) {
-    let t = crate::timing(factory);
     let store = factory.fresh().await;
+    let t = crate::timing(&*store);
     let r = created(&*store, "renewed").await;
     let lease = store
         .claim(&r, &worker("a"), t.at_least(2_000))
@@ -225,8 +225,8 @@ pub async fn renew_extends_expiry_and_counts_heartbeats(factory: &dyn StoreFacto
 
 /// Renew under a stale fence is rejected with both fences and bumps nothing.
 pub async fn renew_under_a_stale_fence_is_rejected(factory: &dyn StoreFactory) {
-    let t = crate::timing(factory);
     let store = factory.fresh().await;
+    let t = crate::timing(&*store);
     let r = created(&*store, "stale-renew").await;
     let a = store.claim(&r, &worker("a"), t.short_ttl()).await.unwrap();
     crate::until_expired(&*store, &r, t).await;
@@ -319,8 +319,8 @@ pub async fn resume_then_claim_takes_a_higher_fence(factory: &dyn StoreFactory) 
 pub async fn fences_strictly_increase_over_a_hundred_claim_expire_cycles(
     factory: &dyn StoreFactory,
 ) {
-    let t = crate::timing(factory);
     let store = factory.fresh().await;
+    let t = crate::timing(&*store);
     let lanes: usize = if t.is_stretched() { 4 } else { 1 };
     let cycles = 100 / lanes;
     let tasks: Vec<_> = (0..lanes)
@@ -427,8 +427,8 @@ pub async fn claim_next_never_hands_out_a_run_twice(factory: &dyn StoreFactory) 
 /// `claim_next` takes unowned and expired runnable runs, longest claimable first, never held,
 /// suspended or completed ones, and returns nothing when none is claimable.
 pub async fn claim_next_takes_claimable_runs_longest_waiting_first(factory: &dyn StoreFactory) {
-    let t = crate::timing(factory);
     let store = factory.fresh().await;
+    let t = crate::timing(&*store);
     let old = created(&*store, "z-oldest").await;
     let expiring = created(&*store, "y-expiring").await;
     let held = created(&*store, "x-held").await;
@@ -471,8 +471,8 @@ pub async fn claim_next_takes_claimable_runs_longest_waiting_first(factory: &dyn
 
 /// Complete is fenced and terminal: the run can never be claimed or written again.
 pub async fn complete_is_terminal_and_fenced(factory: &dyn StoreFactory) {
-    let t = crate::timing(factory);
     let store = factory.fresh().await;
+    let t = crate::timing(&*store);
     let r = created(&*store, "completed").await;
     let a = store.claim(&r, &worker("a"), t.short_ttl()).await.unwrap();
     crate::until_expired(&*store, &r, t).await;
@@ -544,8 +544,8 @@ pub async fn journal_entries_keep_order_and_record_their_fence(factory: &dyn Sto
 
 /// `renew_many` answers each lease on its own: fine ones renew, stale and ended ones are rejected.
 pub async fn renew_many_reports_a_result_per_lease(factory: &dyn StoreFactory) {
-    let t = crate::timing(factory);
     let store = factory.fresh().await;
+    let t = crate::timing(&*store);
     let fine = created(&*store, "fine").await;
     let stale = created(&*store, "stale").await;
     let released = created(&*store, "released").await;

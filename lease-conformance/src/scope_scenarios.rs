@@ -66,8 +66,8 @@ pub(crate) fn assert_stopped_at_deadline_before_expiry(
 
 /// A scope's heartbeats keep its lease well past one TTL, and the store counts them.
 pub async fn scope_heartbeats_keep_a_lease_past_its_ttl(factory: &dyn StoreFactory) {
-    let ttl = crate::timing(factory).ttl(300);
     let store = factory.fresh().await;
+    let ttl = crate::timing(&*store).ttl(300);
     let r = created(&*store, "kept").await;
     let scope = RunScope::claim(store.clone(), &r, &worker("a"), ttl, ScopeConfig::default())
         .await
@@ -93,8 +93,8 @@ pub async fn scope_heartbeats_keep_a_lease_past_its_ttl(factory: &dyn StoreFacto
 pub async fn scope_over_a_hanging_store_cancels_at_its_local_deadline_before_store_expiry(
     factory: &dyn StoreFactory,
 ) {
-    let t = crate::timing(factory);
     let inner = factory.fresh().await;
+    let t = crate::timing(&*inner);
     let r = created(&*inner, "partitioned").await;
     let faulty = FaultyStore::new(inner.clone());
     let config = ScopeConfig::default()
@@ -128,8 +128,8 @@ pub async fn scope_over_a_hanging_store_cancels_at_its_local_deadline_before_sto
 pub async fn scope_whose_renewal_is_rejected_cancels_with_the_rejection(
     factory: &dyn StoreFactory,
 ) {
-    let t = crate::timing(factory);
     let store = factory.fresh().await;
+    let t = crate::timing(&*store);
     let r = created(&*store, "taken").await;
     let config = ScopeConfig::default().with_heartbeat(Duration::from_millis(100));
     let scope = RunScope::claim(store.clone(), &r, &worker("a"), t.at_least(5_000), config)
@@ -159,8 +159,8 @@ pub async fn scope_whose_renewal_is_rejected_cancels_with_the_rejection(
 
 /// Suspending through the scope stops its heartbeat: the store's counter stays still.
 pub async fn scope_suspend_stops_heartbeats(factory: &dyn StoreFactory) {
-    let t = crate::timing(factory);
     let store = factory.fresh().await;
+    let t = crate::timing(&*store);
     let r = created(&*store, "parked").await;
     let interval = Duration::from_millis(60);
     let config = ScopeConfig::default().with_heartbeat(interval);
@@ -194,8 +194,8 @@ pub async fn scope_suspend_stops_heartbeats(factory: &dyn StoreFactory) {
 /// room for a retry before the local deadline (2.25 × heartbeat ≥ TTL − margin) are refused
 /// with their own reasons before anything is claimed.
 pub async fn scope_timing_without_room_for_a_retry_is_refused(factory: &dyn StoreFactory) {
-    let t = crate::timing(factory);
     let store = factory.fresh().await;
+    let t = crate::timing(&*store);
     let r = created(&*store, "timing").await;
     let ttl = t.at_least(1_000);
     let of_ttl = |thousandths: u32| ttl.as_duration() * thousandths / 1_000;
@@ -240,8 +240,8 @@ pub async fn scope_timing_without_room_for_a_retry_is_refused(factory: &dyn Stor
 /// successful renewal, a renewal that is lost still leaves time for a retry before the local
 /// deadline, and the scope keeps its lease.
 pub async fn scope_after_a_slow_renewal_still_has_time_to_retry(factory: &dyn StoreFactory) {
-    let t = crate::timing(factory);
     let inner = factory.fresh().await;
+    let t = crate::timing(&*inner);
     let r = created(&*inner, "slow-then-lost").await;
     let faulty = FaultyStore::new(inner.clone());
     // TTL 2 s, margin 200 ms (window 1.8 s), heartbeat 700 ms. Renewal 1 is sent at 0.7 s and

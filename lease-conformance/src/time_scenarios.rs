@@ -35,9 +35,9 @@ fn times(r: &RunRecord) -> [Option<StoreTime>; 4] {
 /// between the calls, each is at most the record's `observed_at`, and `inspect`,
 /// `inspect_many` and `list` agree. A store that keeps no times reports none.
 pub async fn times_on_the_record_follow_the_life_on_the_store_clock(factory: &dyn StoreFactory) {
-    let t = crate::timing(factory);
-    let keeps = factory.capabilities().record_times;
     let store = factory.fresh().await;
+    let t = crate::timing(&*store);
+    let keeps = store.capabilities().record_times;
     let w = worker("w");
     let pause = t.scale(Duration::from_millis(60));
 

@@ -64,16 +64,16 @@ pub async fn wake_ups_come_when_a_run_becomes_claimable(factory: &dyn StoreFacto
     let store = factory.fresh().await;
     let Some(wakes) = store.wakes() else {
         assert!(
-            !factory.capabilities().wake_ups,
-            "the factory declares wake-ups and {store} sends none"
+            !store.capabilities().wake_ups,
+            "{store} declares wake-ups and sends none"
         );
         return;
     };
     assert!(
-        factory.capabilities().wake_ups,
-        "{store} sends wake-ups the factory does not declare"
+        store.capabilities().wake_ups,
+        "{store} sends wake-ups it does not declare"
     );
-    let t = crate::timing(factory);
+    let t = crate::timing(&*store);
     let kind = Kind::new("woken").unwrap();
     let other = Kind::new("elsewhere").unwrap();
     let mut rx = wakes.subscribe();
@@ -165,20 +165,14 @@ pub async fn wake_ups_come_when_a_run_becomes_claimable(factory: &dyn StoreFacto
 /// every scenario running a `Worker` on it shows), and one with them must declare them.
 pub async fn an_idle_worker_is_woken_by_a_new_run_not_by_its_poll(factory: &dyn StoreFactory) {
     let store = factory.fresh().await;
-    let declared = factory.capabilities().wake_ups;
+    let declared = store.capabilities().wake_ups;
     let Some(wakes) = store.wakes() else {
-        assert!(
-            !declared,
-            "the factory declares wake-ups and {store} sends none"
-        );
+        assert!(!declared, "{store} declares wake-ups and sends none");
         return;
     };
-    assert!(
-        declared,
-        "{store} sends wake-ups the factory does not declare"
-    );
+    assert!(declared, "{store} sends wake-ups it does not declare");
     let probe = wakes.subscribe();
-    let t = crate::timing(factory);
+    let t = crate::timing(&*store);
     let kind = Kind::new("prompt").unwrap();
     let poll = Duration::from_secs(60);
     let config = WorkerConfig::new(t.at_least(30_000)).with_wake_poll_interval(poll);
@@ -239,26 +233,43 @@ mod tests {
     use lease_runtime::MemoryLeaseStore;
 
     use crate::{Capabilities, StoreFactory};
+    use lease_core::forward::Forward;
 
-    /// The memory store, which sends wake-ups, behind a factory that says it sends none.
-    struct Undeclared;
+    /// The memory store, which sends wake-ups, behind a wrapper that says it sends none.
+    #[derive(Debug)]
+    struct Undeclared(MemoryLeaseStore);
 
-    #[async_trait::async_trait]
-    impl StoreFactory for Undeclared {
-        async fn fresh(&self) -> Arc<dyn LeaseStore> {
-            Arc::new(MemoryLeaseStore::new())
-        }
-
-        fn capabilities(&self) -> Capabilities {
-            Capabilities::default().without_wake_ups()
+    impl std::fmt::Display for Undeclared {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "undeclared({})", self.0)
         }
     }
 
-    /// The scenario holds the store's wake-ups to the factory's word, rather than reading
-    /// only the store and passing whatever the factory declares.
+    #[async_trait::async_trait]
+    impl Forward for Undeclared {
+        fn inner(&self) -> &dyn LeaseStore {
+            &self.0
+        }
+
+        fn capabilities_over(&self, inner: Capabilities) -> Capabilities {
+            inner.without_wake_ups()
+        }
+    }
+
+    struct Factory;
+
+    #[async_trait::async_trait]
+    impl StoreFactory for Factory {
+        async fn fresh(&self) -> Arc<dyn LeaseStore> {
+            Arc::new(Undeclared(MemoryLeaseStore::new()))
+        }
+    }
+
+    /// The scenario holds the store's wake-ups to its own word, rather than passing whatever
+    /// it declares.
     #[tokio::test]
-    #[should_panic(expected = "sends wake-ups the factory does not declare")]
+    #[should_panic(expected = "sends wake-ups it does not declare")]
     async fn the_idle_worker_scenario_checks_the_declared_capability() {
-        super::an_idle_worker_is_woken_by_a_new_run_not_by_its_poll(&Undeclared).await;
+        super::an_idle_worker_is_woken_by_a_new_run_not_by_its_poll(&Factory).await;
     }
 }

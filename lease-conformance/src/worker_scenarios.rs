@@ -108,8 +108,8 @@ pub async fn worker_runs_at_most_its_concurrency_limit(factory: &dyn StoreFactor
 /// answers `StaleFence`, its effect-and-complete is refused, nothing it wrote late lands, and
 /// the worker counts the end as refused, not completed.
 pub async fn worker_handler_ignoring_its_token_is_still_fenced(factory: &dyn StoreFactory) {
-    let t = crate::timing(factory);
     let inner = factory.fresh().await;
+    let t = crate::timing(&*inner);
     let id = backlog(&*inner, "ignored", 1).await.remove(0);
     let faulty = Arc::new(FaultyStore::new(inner.clone()));
     let config = WorkerConfig::new(t.ttl(400))

@@ -1,4 +1,4 @@
-//! Scenarios through a factory that declares etcd-like capabilities (whole-second TTLs, at
+//! Scenarios through a store that declares etcd-like capabilities (whole-second TTLs, at
 //! least one second) over the memory store: the suite stretches its timings and still passes.
 //!
 //! The store is wrapped in [`Coarse`], which refuses every claim whose TTL the declared
@@ -207,6 +207,10 @@ impl LeaseStore for Coarse {
     fn wakes(&self) -> Option<lease_core::Wakes> {
         self.inner.wakes()
     }
+
+    fn capabilities(&self) -> Capabilities {
+        self.caps
+    }
 }
 
 struct CoarseFactory;
@@ -218,10 +222,6 @@ impl StoreFactory for CoarseFactory {
             inner: MemoryLeaseStore::new(),
             caps: etcd_like(),
         })
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        etcd_like()
     }
 }
 

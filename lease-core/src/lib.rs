@@ -48,8 +48,10 @@
 
 mod attempt;
 pub mod backend;
+pub mod capabilities;
 mod effect;
 mod error;
+pub mod forward;
 mod id;
 mod kind;
 pub mod limits;
@@ -62,6 +64,7 @@ mod types;
 mod wake;
 
 pub use attempt::{attempt_error, Attempt, AttemptOutcome};
+pub use capabilities::Capabilities;
 pub use effect::Effect;
 pub use error::{BoxError, Ended, Error, InvalidInput, Result};
 pub use id::{IdempotencyKey, RunId, WorkerId};

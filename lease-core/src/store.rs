@@ -573,6 +573,16 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     fn wakes(&self) -> Option<crate::Wakes> {
         None
     }
+
+    /// What this store supports and how finely it times leases: read by callers that adapt
+    /// to the store, and by the conformance suite, which holds the store to it (a scenario
+    /// skips only what the store says it lacks, and checks that it does lack it).
+    ///
+    /// The default is [`Capabilities::default`](crate::Capabilities::default): the whole
+    /// contract, timed to the millisecond. A backend that lacks a part says so.
+    fn capabilities(&self) -> crate::Capabilities {
+        crate::Capabilities::default()
+    }
 }
 
 /// The verdict on a fenced write, given what the store holds for the run.

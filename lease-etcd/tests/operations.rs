@@ -464,7 +464,7 @@ async fn two_thousand_scopes_grant_a_lease_a_second_and_expiry_stays_prompt() {
     assert!(
         claimed_at
             <= Duration::from_secs(5)
-                + lease_conformance::fixtures::etcd::etcd_capabilities().max_expiry_lag
+                + store.capabilities().max_expiry_lag
                 + Duration::from_millis(500),
         "the dead holder's run was claimable only after {claimed_at:?}"
     );

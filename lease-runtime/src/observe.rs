@@ -10,10 +10,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lease_core::{
-    Ending, Error, IdempotencyKey, JournalEntry, Lease, LeaseStore, ListFilter, Result, RunId,
-    RunRecord, Ttl, WorkerId,
-};
+use lease_core::forward::{Call, Forward, Next, Reply};
+use lease_core::{Error, Lease, LeaseStore, Result, RunId, WorkerId};
 use tracing::Instrument;
 
 pub use crate::refresh::{spawn_counts, CountsRefresher, MIN_COUNTS_EVERY};
@@ -373,14 +371,6 @@ impl Instrumented {
         }
     }
 
-    fn items<T>(&self, result: &Result<Vec<Result<T>>>) {
-        if let Ok(items) = result {
-            for e in items.iter().filter_map(|r| r.as_ref().err()) {
-                self.verdict(e);
-            }
-        }
-    }
-
     async fn call<T, F>(&self, op: &'static str, span: tracing::Span, f: F) -> Result<T>
     where
         F: std::future::Future<Output = Result<T>>,
@@ -441,239 +431,50 @@ impl fmt::Display for Instrumented {
     }
 }
 
+/// Every call counted, timed and traced, by the forwarding base: a method added to the trait
+/// is instrumented too.
 #[async_trait::async_trait]
-impl LeaseStore for Instrumented {
-    async fn create(&self, run: &RunId) -> Result<RunRecord> {
-        let s = on_run(span(self.backend, "create"), run);
-        self.call("create", s, self.inner.create(run)).await
+impl Forward for Instrumented {
+    fn inner(&self) -> &dyn LeaseStore {
+        &*self.inner
     }
 
-    async fn claim(&self, run: &RunId, worker: &WorkerId, ttl: Ttl) -> Result<Lease> {
-        let s = on_worker(on_run(span(self.backend, "claim"), run), worker);
-        let result = self
-            .call("claim", s, self.inner.claim(run, worker, ttl))
-            .await;
-        if let Ok(lease) = &result {
-            tracing::debug!(run = %run, fence = lease.fence().get(), worker = %worker, "claimed");
+    async fn around<T: Reply>(&self, call: Call<'_>, next: Next<'_, T>) -> Result<T> {
+        // One series for both claims of the next runs: by kind or of the default kind.
+        let op = match call.operation {
+            "claim_next_kind" => "claim_next",
+            op => op,
+        };
+        let mut s = span(self.backend, op);
+        if let Some(lease) = call.lease {
+            s = on_lease(s, lease);
+        } else if let Some(run) = call.run {
+            s = on_run(s, run);
+        }
+        if let Some(worker) = call.worker {
+            s = on_worker(s, worker);
+        }
+        if let Some(items) = call.items {
+            s = on_items(s, items);
+        }
+        let result = self.call(op, s, next.run()).await;
+        if let Ok(reply) = &result {
+            for e in reply.item_errors() {
+                self.verdict(e);
+            }
+            if op == "claim_next" && reply.is_empty() {
+                metrics::counter!(EMPTY_CLAIMS, "backend" => self.backend).increment(1);
+            }
+            if let Some(lease) = reply.lease().filter(|_| op == "claim") {
+                tracing::debug!(
+                    run = %lease.run(),
+                    fence = lease.fence().get(),
+                    worker = %lease.owner(),
+                    "claimed"
+                );
+            }
         }
         result
-    }
-
-    async fn claim_next(&self, worker: &WorkerId, ttl: Ttl, max: usize) -> Result<Vec<Lease>> {
-        let s = on_items(on_worker(span(self.backend, "claim_next"), worker), max);
-        let result = self
-            .call("claim_next", s, self.inner.claim_next(worker, ttl, max))
-            .await;
-        if matches!(&result, Ok(leases) if leases.is_empty()) {
-            metrics::counter!(EMPTY_CLAIMS, "backend" => self.backend).increment(1);
-        }
-        result
-    }
-
-    async fn claim_next_kind(
-        &self,
-        kind: &lease_core::Kind,
-        worker: &WorkerId,
-        ttl: Ttl,
-        max: usize,
-    ) -> Result<Vec<Lease>> {
-        let s = on_items(on_worker(span(self.backend, "claim_next"), worker), max);
-        let result = self
-            .call(
-                "claim_next",
-                s,
-                self.inner.claim_next_kind(kind, worker, ttl, max),
-            )
-            .await;
-        if matches!(&result, Ok(leases) if leases.is_empty()) {
-            metrics::counter!(EMPTY_CLAIMS, "backend" => self.backend).increment(1);
-        }
-        result
-    }
-
-    async fn renew(&self, lease: &Lease) -> Result<Lease> {
-        let s = on_lease(span(self.backend, "renew"), lease);
-        self.call("renew", s, self.inner.renew(lease)).await
-    }
-
-    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
-        let s = on_items(span(self.backend, "renew_many"), leases.len());
-        let result = self
-            .call("renew_many", s, self.inner.renew_many(leases))
-            .await;
-        self.items(&result);
-        result
-    }
-
-    async fn append(&self, lease: &Lease, payload: &[u8]) -> Result<JournalEntry> {
-        let s = on_lease(span(self.backend, "append"), lease);
-        self.call("append", s, self.inner.append(lease, payload))
-            .await
-    }
-
-    async fn append_keyed(
-        &self,
-        lease: &Lease,
-        key: &IdempotencyKey,
-        payload: &[u8],
-    ) -> Result<JournalEntry> {
-        let s = on_lease(span(self.backend, "append_keyed"), lease);
-        self.call(
-            "append_keyed",
-            s,
-            self.inner.append_keyed(lease, key, payload),
-        )
-        .await
-    }
-
-    async fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>> {
-        let s = on_run(span(self.backend, "journal"), run);
-        self.call("journal", s, self.inner.journal(run)).await
-    }
-
-    async fn release(&self, lease: &Lease) -> Result<()> {
-        let s = on_lease(span(self.backend, "release"), lease);
-        self.call("release", s, self.inner.release(lease)).await
-    }
-
-    async fn suspend(&self, lease: &Lease) -> Result<()> {
-        let s = on_lease(span(self.backend, "suspend"), lease);
-        self.call("suspend", s, self.inner.suspend(lease)).await
-    }
-
-    async fn end_many(&self, ends: &[Ending]) -> Result<Vec<Result<()>>> {
-        let s = on_items(span(self.backend, "end_many"), ends.len());
-        let result = self.call("end_many", s, self.inner.end_many(ends)).await;
-        self.items(&result);
-        result
-    }
-
-    fn takes_effect(&self, effect: &lease_core::Effect) -> bool {
-        self.inner.takes_effect(effect)
-    }
-
-    async fn end_many_with_effects(
-        &self,
-        ends: &[Ending],
-        effects: &[Option<lease_core::Effect>],
-    ) -> Result<Vec<Result<()>>> {
-        let s = on_items(span(self.backend, "end_many_with_effects"), ends.len());
-        let result = self
-            .call(
-                "end_many_with_effects",
-                s,
-                self.inner.end_many_with_effects(ends, effects),
-            )
-            .await;
-        self.items(&result);
-        result
-    }
-
-    async fn create_many(&self, runs: &[RunId]) -> Result<Vec<Result<()>>> {
-        let s = on_items(span(self.backend, "create_many"), runs.len());
-        let result = self
-            .call("create_many", s, self.inner.create_many(runs))
-            .await;
-        self.items(&result);
-        result
-    }
-
-    async fn create_with(&self, new: &lease_core::NewRun) -> Result<RunRecord> {
-        let s = on_run(span(self.backend, "create_with"), new.run());
-        self.call("create_with", s, self.inner.create_with(new))
-            .await
-    }
-
-    async fn create_many_with(&self, runs: &[lease_core::NewRun]) -> Result<Vec<Result<()>>> {
-        let s = on_items(span(self.backend, "create_many_with"), runs.len());
-        let result = self
-            .call("create_many_with", s, self.inner.create_many_with(runs))
-            .await;
-        self.items(&result);
-        result
-    }
-
-    async fn resume(&self, run: &RunId) -> Result<RunRecord> {
-        let s = on_run(span(self.backend, "resume"), run);
-        self.call("resume", s, self.inner.resume(run)).await
-    }
-
-    async fn complete(&self, lease: &Lease) -> Result<()> {
-        let s = on_lease(span(self.backend, "complete"), lease);
-        self.call("complete", s, self.inner.complete(lease)).await
-    }
-
-    async fn inspect(&self, run: &RunId) -> Result<RunRecord> {
-        let s = on_run(span(self.backend, "inspect"), run);
-        self.call("inspect", s, self.inner.inspect(run)).await
-    }
-
-    async fn inspect_many(&self, runs: &[RunId]) -> Result<Vec<Result<RunRecord>>> {
-        let s = on_items(span(self.backend, "inspect_many"), runs.len());
-        self.call("inspect_many", s, self.inner.inspect_many(runs))
-            .await
-    }
-
-    async fn list(&self, filter: &ListFilter) -> Result<Vec<RunRecord>> {
-        let s = on_items(span(self.backend, "list"), filter.limit);
-        self.call("list", s, self.inner.list(filter)).await
-    }
-
-    async fn force_release(&self, run: &RunId) -> Result<RunRecord> {
-        let s = on_run(span(self.backend, "force_release"), run);
-        self.call("force_release", s, self.inner.force_release(run))
-            .await
-    }
-
-    async fn cancel(&self, run: &RunId, reason: &str) -> Result<RunRecord> {
-        let s = on_run(span(self.backend, "cancel"), run);
-        self.call("cancel", s, self.inner.cancel(run, reason)).await
-    }
-
-    async fn purge(&self, older_than: Duration, max: usize) -> Result<Vec<RunId>> {
-        let s = on_items(span(self.backend, "purge"), max);
-        self.call("purge", s, self.inner.purge(older_than, max))
-            .await
-    }
-
-    async fn purge_ended(
-        &self,
-        states: lease_core::EndedStates,
-        older_than: Duration,
-        max: usize,
-    ) -> Result<Vec<RunId>> {
-        let s = on_items(span(self.backend, "purge_ended"), max);
-        self.call(
-            "purge_ended",
-            s,
-            self.inner.purge_ended(states, older_than, max),
-        )
-        .await
-    }
-
-    async fn purge_ids(&self, runs: &[RunId]) -> Result<Vec<RunId>> {
-        let s = on_items(span(self.backend, "purge_ids"), runs.len());
-        self.call("purge_ids", s, self.inner.purge_ids(runs)).await
-    }
-
-    async fn count_purgeable(&self, older_than: Duration) -> Result<u64> {
-        let s = span(self.backend, "count_purgeable");
-        self.call("count_purgeable", s, self.inner.count_purgeable(older_than))
-            .await
-    }
-
-    async fn count(&self) -> Result<lease_core::RunCounts> {
-        let s = span(self.backend, "count");
-        self.call("count", s, self.inner.count()).await
-    }
-
-    async fn count_kinds(&self) -> Result<Vec<lease_core::KindCounts>> {
-        let s = span(self.backend, "count_kinds");
-        self.call("count_kinds", s, self.inner.count_kinds()).await
-    }
-
-    fn wakes(&self) -> Option<lease_core::Wakes> {
-        self.inner.wakes()
     }
 }
 

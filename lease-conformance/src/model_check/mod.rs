@@ -764,7 +764,7 @@ pub fn run_model_check(factory: Arc<dyn StoreFactory>, cases: u32) {
         .build()
         .expect("a tokio runtime");
     let store = runtime.block_on(factory.fresh());
-    let timing = factory.capabilities().timing();
+    let timing = crate::TimingOf::timing(&store.capabilities());
     let next = std::sync::atomic::AtomicU64::new(0);
     let config = ProptestConfig {
         cases,

@@ -156,4 +156,22 @@ impl LeaseStore for EtcdLeaseStore {
     fn wakes(&self) -> Option<lease_core::Wakes> {
         self.wake_ups()
     }
+
+    /// Whole-second leases from 1 s, on etcd leases reused for up to a second (so a block
+    /// outlives its TTL by up to a second more), expired by the leader's sweep up to about half
+    /// a second late: declared as two seconds of expiry lag. No queue lag (etcd times no
+    /// instants of its own) and no counts by kind.
+    fn capabilities(&self) -> lease_core::Capabilities {
+        let caps = lease_core::Capabilities::default()
+            .with_min_ttl(std::time::Duration::from_secs(1))
+            .with_ttl_granularity(std::time::Duration::from_secs(1))
+            .with_max_expiry_lag(std::time::Duration::from_secs(2))
+            .without_queue_lag()
+            .without_kind_counts();
+        if self.listening.is_some() {
+            caps
+        } else {
+            caps.without_wake_ups()
+        }
+    }
 }

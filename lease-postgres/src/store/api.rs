@@ -469,6 +469,17 @@ impl LeaseStore for PostgresLeaseStore {
         Some(crate::wake::wakes(listening, &self.route.own, &self.schema))
     }
 
+    fn capabilities(&self) -> lease_core::Capabilities {
+        // The whole contract to the millisecond, and runs created (and leases ended) inside
+        // the caller's transaction (`create_in`, `end_in`).
+        let caps = lease_core::Capabilities::default().with_transactional_enqueue();
+        if self.listening.is_some() {
+            caps
+        } else {
+            caps.without_wake_ups()
+        }
+    }
+
     async fn count_purgeable(&self, older_than: Duration) -> Result<u64> {
         check_purge(older_than, 1)?;
         let row = call!(self, |conn| {

@@ -508,6 +508,15 @@ impl LeaseStore for RedisLeaseStore {
         ))
     }
 
+    fn capabilities(&self) -> lease_core::Capabilities {
+        let caps = lease_core::Capabilities::default();
+        if self.listening.is_some() {
+            caps
+        } else {
+            caps.without_wake_ups()
+        }
+    }
+
     async fn count_kinds(&self) -> Result<Vec<lease_core::KindCounts>> {
         self.count_kinds_runs().await
     }
