@@ -94,3 +94,31 @@ impl Queries {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The one number of the contract a migration spells: the priority column's range (a
+    /// migration is fixed once applied and `sqlx::migrate!` embeds it as written, so it cannot
+    /// be rendered). This ties it to `lease_core::MAX_PRIORITY`: change the limit and this
+    /// fails until a migration moves the constraint with it.
+    #[test]
+    fn the_priority_constraint_is_the_contracts_range() {
+        let migration = include_str!("../../migrations/20261208000000_run_priority.sql");
+        let bound = migration
+            .split("CHECK (priority BETWEEN 0 AND ")
+            .nth(1)
+            .and_then(|rest| rest.split(')').next())
+            .and_then(|n| n.parse::<u8>().ok())
+            .expect("the migration constrains priority to 0..=N");
+        assert_eq!(bound, lease_core::MAX_PRIORITY);
+    }
+
+    /// Every number the statements need comes rendered from the contract: none is left as a
+    /// placeholder once rendered.
+    #[test]
+    fn rendering_leaves_no_placeholder() {
+        let sql = super::render_sql(include_str!("../../sql/end_many.sql"), "s");
+        assert!(!sql.contains("{max_history}") && !sql.contains("{schema}"));
+        assert!(sql.contains(&lease_core::MAX_HISTORY.to_string()));
+    }
+}
