@@ -48,9 +48,14 @@ pub async fn a_run_created_for_a_wall_time_waits_for_it_on_the_store_clock(
     let wait = Duration::from_millis(1500);
     let sent = Instant::now();
     let when = SystemTime::now() + wait;
+    let takes_run_at = store.capabilities().run_at;
     let record = match store.create_with(&at("at-time", when)).await {
-        Ok(record) => record,
+        Ok(record) => {
+            assert!(takes_run_at, "{store} takes run_at but says it does not");
+            record
+        }
         Err(Error::InvalidInput(InvalidInput::Unsupported { .. })) => {
+            assert!(!takes_run_at, "{store} says it takes run_at and refuses it");
             assert!(matches!(
                 store.inspect(&run("at-time")).await,
                 Err(Error::NotFound { .. })

@@ -58,7 +58,8 @@ pub struct Capabilities {
     pub kind_counts: bool,
     /// Whether the store sends wake-ups ([`LeaseStore::wakes`](crate::LeaseStore::wakes)).
     pub wake_ups: bool,
-    /// Whether runs can be created for a wall-clock time ([`NewRun::at`](crate::NewRun::at)).
+    /// Whether runs can be created for a wall-clock time
+    /// ([`NewRun::with_run_at`](crate::NewRun::with_run_at)).
     pub run_at: bool,
     /// Whether runs can be created, and leases ended, inside the caller's own database
     /// transaction (Postgres: `PostgresLeaseStore::create_in`, `end_in`). Not part of the
@@ -159,6 +160,13 @@ impl Capabilities {
     #[must_use]
     pub fn without_wake_ups(mut self) -> Self {
         self.wake_ups = false;
+        self
+    }
+
+    /// The store refuses runs created for a wall-clock time.
+    #[must_use]
+    pub fn without_run_at(mut self) -> Self {
+        self.run_at = false;
         self
     }
 

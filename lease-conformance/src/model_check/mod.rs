@@ -85,7 +85,7 @@ pub async fn check_sequence(store: &dyn LeaseStore, case: u64, steps: &[Step]) {
 }
 
 /// [`check_sequence`] with the timings of a store's capabilities
-/// ([`StoreFactory::capabilities`]).
+/// ([`LeaseStore::capabilities`]).
 pub async fn check_sequence_with(
     store: &dyn LeaseStore,
     timing: Timing,
