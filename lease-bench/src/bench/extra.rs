@@ -6,10 +6,8 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distribution::{
-    Heartbeats, JournalEntry, Lease, LeaseStore, ListFilter, Result, RunId, RunRecord, RunScope,
-    ScopeConfig, Ttl, WorkerId,
-};
+use distribution::forward::{Call, Forward, Next, Reply};
+use distribution::{Heartbeats, LeaseStore, Result, RunScope, ScopeConfig, Ttl, WorkerId};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
@@ -79,73 +77,21 @@ impl Counting {
     }
 }
 
+/// Every call forwarded by the forwarding base; renewals (one or a batch) timed.
 #[async_trait::async_trait]
-impl LeaseStore for Counting {
-    async fn create(&self, run: &RunId) -> Result<RunRecord> {
-        self.inner.create(run).await
+impl Forward for Counting {
+    fn inner(&self) -> &dyn LeaseStore {
+        &*self.inner
     }
-    async fn claim(&self, run: &RunId, worker: &WorkerId, ttl: Ttl) -> Result<Lease> {
-        self.inner.claim(run, worker, ttl).await
-    }
-    async fn claim_next(&self, worker: &WorkerId, ttl: Ttl, max: usize) -> Result<Vec<Lease>> {
-        self.inner.claim_next(worker, ttl, max).await
-    }
-    async fn claim_next_kind(
-        &self,
-        kind: &distribution::Kind,
-        worker: &WorkerId,
-        ttl: Ttl,
-        max: usize,
-    ) -> Result<Vec<Lease>> {
-        self.inner.claim_next_kind(kind, worker, ttl, max).await
-    }
-    async fn renew(&self, lease: &Lease) -> Result<Lease> {
+
+    async fn around<T: Reply>(&self, call: Call<'_>, next: Next<'_, T>) -> Result<T> {
+        if call.renews.is_empty() {
+            return next.run().await;
+        }
         let t0 = Instant::now();
-        let out = self.inner.renew(lease).await;
+        let out = next.run().await;
         self.record(t0);
         out
-    }
-    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
-        let t0 = Instant::now();
-        let out = self.inner.renew_many(leases).await;
-        self.record(t0);
-        out
-    }
-    async fn append(&self, lease: &Lease, payload: &[u8]) -> Result<JournalEntry> {
-        self.inner.append(lease, payload).await
-    }
-    async fn end_many(&self, ends: &[distribution::Ending]) -> Result<Vec<Result<()>>> {
-        self.inner.end_many(ends).await
-    }
-    async fn create_many(&self, runs: &[RunId]) -> Result<Vec<Result<()>>> {
-        self.inner.create_many(runs).await
-    }
-    async fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>> {
-        self.inner.journal(run).await
-    }
-    async fn release(&self, lease: &Lease) -> Result<()> {
-        self.inner.release(lease).await
-    }
-    async fn suspend(&self, lease: &Lease) -> Result<()> {
-        self.inner.suspend(lease).await
-    }
-    async fn resume(&self, run: &RunId) -> Result<RunRecord> {
-        self.inner.resume(run).await
-    }
-    async fn complete(&self, lease: &Lease) -> Result<()> {
-        self.inner.complete(lease).await
-    }
-    async fn inspect(&self, run: &RunId) -> Result<RunRecord> {
-        self.inner.inspect(run).await
-    }
-    async fn list(&self, filter: &ListFilter) -> Result<Vec<RunRecord>> {
-        self.inner.list(filter).await
-    }
-    async fn force_release(&self, run: &RunId) -> Result<RunRecord> {
-        self.inner.force_release(run).await
-    }
-    async fn cancel(&self, run: &RunId, reason: &str) -> Result<RunRecord> {
-        self.inner.cancel(run, reason).await
     }
 }
 
