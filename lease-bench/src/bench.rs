@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use crate::Failure;
 
 mod best;
+mod cost;
 mod effects;
 mod extra;
 mod limit;
@@ -285,6 +286,34 @@ pub(crate) async fn run(config: &Config, args: BenchArgs) -> Result<(), Failure>
             eprintln!("bench: {backend} table-size sweep {sizes:?}, {held} held");
             extras.push(sweep::sweep(target, &sizes, held, args.quick).await?);
         }
+        if args.parts.contains(&Part::Cost) {
+            let jobs = args.cost_jobs;
+            if target.kind == Kind::Postgres && keep_alive.0.is_some() {
+                // A private durable server of its own, restarted with pg_stat_statements and
+                // autovacuum off: the drain is the only writer its counters see.
+                eprintln!("bench: starting a durable PostgreSQL for the cost part");
+                let pg = tokio::task::spawn_blocking(PostgresServer::start_durable)
+                    .await
+                    .map_err(|e| BenchError::setup(e.to_string()))?
+                    .map_err(|e| BenchError::setup(format!("durable postgres fixture: {e}")))?;
+                let url = pg.url();
+                if let RawConn::Pg(pool) = RawConn::postgres(&url, target.pool).await? {
+                    cost::prepare_postgres(&pg, &pool).await?;
+                }
+                let cost_target = Target {
+                    kind: Kind::Postgres,
+                    raw: RawConn::postgres(&url, target.pool).await?,
+                    url,
+                    pool: target.pool,
+                    prefix: target.prefix.clone(),
+                };
+                extras.push(cost::cost(&cost_target, jobs).await?);
+                drop(cost_target);
+                drop(pg);
+            } else {
+                extras.push(cost::cost(target, jobs).await?);
+            }
+        }
         let effects_here = args.parts.contains(&Part::Effects) && target.kind == Kind::Postgres;
         if args.parts.contains(&Part::Worker) || effects_here {
             // Durable servers for the worker rows: a private Postgres with fsync and
@@ -409,6 +438,7 @@ fn describe(v: &Value) -> String {
         Some("worker" | "handover") => worker::describe(v),
         Some("pickup") => pickup::describe(v),
         Some("effects") => effects::describe(v),
+        Some("cost") => cost::describe(v),
         _ => extra::describe(v),
     }
 }

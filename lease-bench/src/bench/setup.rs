@@ -51,6 +51,9 @@ pub(crate) struct BenchArgs {
     /// payload too, a third drain has both.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub(crate) worker_kinds: usize,
+    /// Jobs each drain of the cost part creates and drains.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub(crate) cost_jobs: usize,
     /// Runs held by the worker that shuts down in the handover test.
     #[arg(long, value_name = "N", default_value_t = 100)]
     pub(crate) handover_runs: usize,
@@ -95,6 +98,9 @@ pub(crate) enum Part {
     /// Create → handler latency and idle load of 1 and 16 idle workers, wake-ups against
     /// polling.
     Pickup,
+    /// What one drained job costs the store: statements or commands and their server time,
+    /// transactions, WAL or AOF bytes, rows and index entries written (durable servers).
+    Cost,
     /// Exactly-once effects (Postgres, durable server): the journaled effect, the effect in
     /// the handler's own transaction, and the group-committed `PgEffect`, at each worker count.
     Effects,
