@@ -56,9 +56,11 @@ pub(crate) async fn prepare_postgres(
 /// The cost of a drained job on `target`, both drains.
 pub(super) async fn cost(target: &Target, jobs: usize) -> Result<Value, BenchError> {
     if let RawConn::Pg(pool) = &target.raw {
-        sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-            .execute(pool)
-            .await?;
+        for extension in ["pg_stat_statements", "pg_walinspect"] {
+            sqlx::query(&format!("CREATE EXTENSION IF NOT EXISTS {extension}"))
+                .execute(pool)
+                .await?;
+        }
     }
     let mut rows = Vec::new();
     for effect in [false, true] {
@@ -82,16 +84,19 @@ pub(super) async fn cost(target: &Target, jobs: usize) -> Result<Value, BenchErr
     }))
 }
 
-/// Creates `jobs` runs, reads the counters, drains them with one Worker, reads again.
+/// Creates `jobs` runs and drains them with one Worker, reading the counters before the
+/// creation, between, and after the drain: the cost of each phase.
 async fn drain(target: &Target, jobs: usize, with_effect: bool) -> Result<Value, BenchError> {
     let ns = target.namespace("cost");
     let lib = target.lib(&ns).await?;
     let names: Vec<RunId> = (0..jobs)
         .map(|i| RunId::new(format!("job-{i:07}")))
         .collect::<Result<_, _>>()?;
+    settle(target).await;
+    let start = Counters::read(target, &ns).await?;
     create_backlog(&lib, &names).await?;
     settle(target).await;
-    let before = Counters::read(target, &ns, true).await?;
+    let created = Counters::read(target, &ns).await?;
 
     let done = Arc::new(AtomicU64::new(0));
     let all = Arc::new(Notify::new());
@@ -133,7 +138,7 @@ async fn drain(target: &Target, jobs: usize, with_effect: bool) -> Result<Value,
     // The store's connections close, and their backends flush what they counted.
     drop(lib);
     settle(target).await;
-    let after = Counters::read(target, &ns, false).await?;
+    let drained = Counters::read(target, &ns).await?;
     validate(target, &ns, &names, with_effect).await?;
     drop_namespace(target, &ns).await?;
     Ok(json!({
@@ -141,9 +146,43 @@ async fn drain(target: &Target, jobs: usize, with_effect: bool) -> Result<Value,
         "jobs": jobs,
         "claimed": report.claimed,
         "end_batches": report.batches,
-        "per_job": after.per_job(&before, jobs),
-        "top": after.top(jobs),
+        "create": created.per_job(&start, jobs),
+        "create_top": created.top(jobs),
+        "create_wal": wal_between(target, &start, &created, jobs).await?,
+        "per_job": drained.per_job(&created, jobs),
+        "top": drained.top(jobs),
+        "wal": wal_between(target, &created, &drained, jobs).await?,
     }))
+}
+
+/// Postgres: the WAL written between two readings, by record kind (`pg_walinspect`), per
+/// job, most frequent first; index entries are the B-tree leaf inserts.
+async fn wal_between(
+    target: &Target,
+    from: &Counters,
+    to: &Counters,
+    jobs: usize,
+) -> Result<Value, BenchError> {
+    let (RawConn::Pg(pool), Some(from), Some(to)) = (&target.raw, &from.lsn, &to.lsn) else {
+        return Ok(Value::Null);
+    };
+    let rows = sqlx::query(
+        "SELECT \"resource_manager/record_type\", count::float8, combined_size::float8 \
+         FROM pg_get_wal_stats($1::pg_lsn, $2::pg_lsn, true) WHERE count > 0 \
+         ORDER BY count DESC",
+    )
+    .bind(from)
+    .bind(to)
+    .fetch_all(pool)
+    .await?;
+    let n = jobs as f64;
+    let mut out = Vec::new();
+    for row in rows {
+        let (kind, count, bytes): (String, f64, f64) =
+            (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+        out.push(json!({"record": kind, "per_job": count / n, "bytes_per_job": bytes / n}));
+    }
+    Ok(Value::Array(out))
 }
 
 /// Waits for the server's counters to catch up: Postgres backends flush table and WAL counts
@@ -179,17 +218,24 @@ async fn validate(
 /// The server's counters at one instant.
 #[derive(Debug, Default)]
 struct Counters {
-    /// Named figures (statements, transactions, WAL, rows, commands, CPU, AOF bytes).
+    /// Named running totals (transactions, WAL, rows, CPU, AOF bytes): a phase costs the
+    /// difference between two readings.
     figures: Vec<(&'static str, f64)>,
+    /// Named sums over the statements or commands counted since the last reading (which
+    /// reset them): a phase costs the reading at its end.
+    window: Vec<(&'static str, f64)>,
     /// Per statement or command: (name, calls, server ms, WAL bytes).
     items: Vec<(String, f64, f64, f64)>,
+    /// Postgres: where the WAL stood.
+    lsn: Option<String>,
 }
 
 impl Counters {
-    async fn read(target: &Target, ns: &str, reset: bool) -> Result<Counters, BenchError> {
+    /// Reads the counters, and resets the per-statement (or per-command) ones.
+    async fn read(target: &Target, ns: &str) -> Result<Counters, BenchError> {
         match &target.raw {
-            RawConn::Pg(pool) => pg_counters(pool, ns, reset).await,
-            RawConn::Redis(conn) => redis_counters(&mut conn.clone(), reset).await,
+            RawConn::Pg(pool) => pg_counters(pool, ns).await,
+            RawConn::Redis(conn) => redis_counters(&mut conn.clone()).await,
         }
     }
 
@@ -208,11 +254,14 @@ impl Counters {
                 json!((value - before.figure(name)) / jobs as f64),
             );
         }
+        for (name, value) in &self.window {
+            out.insert((*name).to_owned(), json!(value / jobs as f64));
+        }
         Value::Object(out)
     }
 
-    /// The statements or commands, most called first, per job (the counters were reset
-    /// before the drain).
+    /// The statements or commands, most called first, per job (the counters were reset at
+    /// the phase's start).
     fn top(&self, jobs: usize) -> Value {
         let mut items = self.items.clone();
         items.sort_by(|a, b| b.1.total_cmp(&a.1));
@@ -230,7 +279,7 @@ impl Counters {
     }
 }
 
-async fn pg_counters(pool: &sqlx::PgPool, ns: &str, reset: bool) -> Result<Counters, BenchError> {
+async fn pg_counters(pool: &sqlx::PgPool, ns: &str) -> Result<Counters, BenchError> {
     let mut c = Counters::default();
     let wal = sqlx::query(
         "SELECT wal_records::float8, wal_fpi::float8, wal_bytes::float8 FROM pg_stat_wal",
@@ -249,9 +298,7 @@ async fn pg_counters(pool: &sqlx::PgPool, ns: &str, reset: bool) -> Result<Count
     c.figures.push(("transactions", commits));
     let tables = sqlx::query(
         "SELECT coalesce(sum(n_tup_ins), 0)::float8, coalesce(sum(n_tup_upd), 0)::float8, \
-                coalesce(sum(n_tup_hot_upd), 0)::float8, coalesce(sum(n_tup_del), 0)::float8, \
-                coalesce(sum((n_tup_ins + n_tup_upd - n_tup_hot_upd) \
-                    * (SELECT count(*) FROM pg_index i WHERE i.indrelid = t.relid)), 0)::float8 \
+                coalesce(sum(n_tup_hot_upd), 0)::float8, coalesce(sum(n_tup_del), 0)::float8 \
          FROM pg_stat_user_tables t WHERE schemaname = $1",
     )
     .bind(ns)
@@ -261,17 +308,15 @@ async fn pg_counters(pool: &sqlx::PgPool, ns: &str, reset: bool) -> Result<Count
     c.figures.push(("rows_updated", tables.try_get(1)?));
     c.figures.push(("rows_updated_hot", tables.try_get(2)?));
     c.figures.push(("rows_deleted", tables.try_get(3)?));
-    c.figures
-        .push(("index_entries_written", tables.try_get(4)?));
-    if reset {
-        sqlx::query("SELECT pg_stat_statements_reset()")
-            .execute(pool)
-            .await?;
-        return Ok(c);
-    }
+    let lsn: String = sqlx::query("SELECT pg_current_wal_lsn()::text")
+        .fetch_one(pool)
+        .await?
+        .try_get(0)?;
+    c.lsn = Some(lsn);
     // The store's statements only: not the bench's own reads of the counters.
     let statements = sqlx::query(
-        "SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 90), calls::float8, \
+        "SELECT left(regexp_replace(regexp_replace(query, '--[^\\n]*', '', 'g'), '\\s+', ' ', 'g'), 90), \
+                calls::float8, \
                 total_exec_time, wal_bytes::float8 \
          FROM pg_stat_statements \
          WHERE query NOT LIKE '%pg_stat%' AND query NOT LIKE '%pg_index%'",
@@ -290,15 +335,15 @@ async fn pg_counters(pool: &sqlx::PgPool, ns: &str, reset: bool) -> Result<Count
         ms += item.2;
         c.items.push(item);
     }
-    c.figures.push(("statements", calls));
-    c.figures.push(("statement_server_us", ms * 1000.0));
+    c.window.push(("statements", calls));
+    c.window.push(("statement_server_us", ms * 1000.0));
+    sqlx::query("SELECT pg_stat_statements_reset()")
+        .execute(pool)
+        .await?;
     Ok(c)
 }
 
-async fn redis_counters(
-    conn: &mut redis::aio::ConnectionManager,
-    reset: bool,
-) -> Result<Counters, BenchError> {
+async fn redis_counters(conn: &mut redis::aio::ConnectionManager) -> Result<Counters, BenchError> {
     let mut c = Counters::default();
     let (commands, cpu) = super::best::server_stats(conn).await?;
     c.figures.push(("server_cpu_us", cpu * 1e6));
@@ -314,14 +359,9 @@ async fn redis_counters(
     c.figures.push(("aof_bytes", aof));
     let keys: f64 = redis::cmd("DBSIZE").query_async::<u64>(conn).await? as f64;
     c.figures.push(("keys", keys));
-    if reset {
-        redis::cmd("CONFIG")
-            .arg("RESETSTAT")
-            .query_async::<()>(conn)
-            .await?;
-        return Ok(c);
-    }
-    let (mut calls, mut us) = (0.0, 0.0);
+    // Calls are what clients send (a script is one); commands count those run inside
+    // scripts too, whose time is also inside the script's.
+    let (mut calls, mut commands_run) = (0.0, 0.0);
     for (name, (n, usec)) in commands {
         if matches!(
             name.as_str(),
@@ -329,43 +369,116 @@ async fn redis_counters(
         ) {
             continue;
         }
-        calls += n as f64;
-        us += usec as f64;
+        if matches!(name.as_str(), "evalsha" | "eval" | "fcall") {
+            calls += n as f64;
+        } else {
+            commands_run += n as f64;
+        }
         c.items.push((name, n as f64, usec as f64 / 1000.0, 0.0));
     }
-    c.figures.push(("commands", calls));
-    c.figures.push(("command_server_us", us));
+    c.window.push(("script_calls", calls));
+    c.window
+        .push(("commands_in_or_out_of_scripts", commands_run));
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async::<()>(conn)
+        .await?;
     Ok(c)
 }
 
-/// The part's tables.
+/// The part's tables: one column per phase (the creation measured before the first drain),
+/// then each phase's statements or commands.
 pub(super) fn describe(v: &Value) -> String {
     let mut out = format!(
-        "cost per drained job — {} ({} jobs, one Worker of {} handlers)\n",
+        "cost per job at the store — {} ({} jobs created with create_many, drained by one Worker of {} handlers)\n",
         v["backend"].as_str().unwrap_or("?"),
         v["jobs"],
         v["concurrency"]
     );
-    for row in v["rows"].as_array().into_iter().flatten() {
-        out.push_str(&format!("  {}:\n", row["drain"].as_str().unwrap_or("?")));
-        if let Some(per) = row["per_job"].as_object() {
-            for (name, value) in per {
+    let pg = v["backend"].as_str() == Some("postgres");
+    let rows: Vec<&Value> = v["rows"].as_array().into_iter().flatten().collect();
+    let Some(first) = rows.first() else {
+        return out;
+    };
+    let mut columns: Vec<(String, &Value, &Value)> =
+        vec![("create".into(), &first["create"], &first["create_top"])];
+    for row in &rows {
+        columns.push((
+            format!("drain: {}", row["drain"].as_str().unwrap_or("?")),
+            &row["per_job"],
+            &row["top"],
+        ));
+    }
+    out.push_str(&format!("  {:<30}", "per job"));
+    for (name, _, _) in &columns {
+        out.push_str(&format!(" {name:>24}"));
+    }
+    out.push('\n');
+    let names: Vec<&String> = first["per_job"]
+        .as_object()
+        .map(|m| m.keys().collect())
+        .unwrap_or_default();
+    for name in names {
+        out.push_str(&format!("  {name:<30}"));
+        for (_, figures, _) in &columns {
+            out.push_str(&format!(" {:>24.3}", figures[name].as_f64().unwrap_or(0.0)));
+        }
+        out.push('\n');
+    }
+    let wal: Vec<&Value> = std::iter::once(&first["create_wal"])
+        .chain(rows.iter().map(|r| &r["wal"]))
+        .collect();
+    if wal.iter().any(|w| w.is_array()) {
+        out.push_str(&format!("  {:<30}", "index_entries_written"));
+        for w in &wal {
+            out.push_str(&format!(" {:>24.3}", index_entries(w)));
+        }
+        out.push('\n');
+    }
+    for ((name, _, top), wal) in columns.iter().zip(&wal) {
+        if let Some(records) = wal.as_array() {
+            out.push_str(&format!("  {name}, WAL records (per job: count, bytes):\n"));
+            for r in records.iter().take(8) {
                 out.push_str(&format!(
-                    "    {name:<24} {:>10.2}\n",
-                    value.as_f64().unwrap_or(0.0)
+                    "    {:>7.3} {:>8.1}  {}\n",
+                    r["per_job"].as_f64().unwrap_or(0.0),
+                    r["bytes_per_job"].as_f64().unwrap_or(0.0),
+                    r["record"].as_str().unwrap_or("?")
                 ));
             }
         }
-        out.push_str("    by statement or command (per job: calls, server µs, WAL bytes):\n");
-        for item in row["top"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "  {name}, by {} (per job: calls, server µs{}):\n",
+            if pg { "statement" } else { "command" },
+            if pg { ", WAL bytes" } else { "" }
+        ));
+        for item in top.as_array().into_iter().flatten() {
+            let wal = match pg {
+                true => format!(" {:>8.1}", item["wal_bytes"].as_f64().unwrap_or(0.0)),
+                false => String::new(),
+            };
             out.push_str(&format!(
-                "      {:>6.3} {:>8.1} {:>8.1}  {}\n",
+                "    {:>7.3} {:>8.1}{wal}  {}\n",
                 item["calls"].as_f64().unwrap_or(0.0),
                 item["server_us"].as_f64().unwrap_or(0.0),
-                item["wal_bytes"].as_f64().unwrap_or(0.0),
                 item["what"].as_str().unwrap_or("?")
             ));
         }
     }
     out
+}
+
+/// B-tree leaf inserts per job (one per index entry; `INSERT_POST` adds to a posting list).
+fn index_entries(wal: &Value) -> f64 {
+    wal.as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| {
+            matches!(
+                r["record"].as_str(),
+                Some("Btree/INSERT_LEAF" | "Btree/INSERT_POST")
+            )
+        })
+        .map(|r| r["per_job"].as_f64().unwrap_or(0.0))
+        .sum()
 }
