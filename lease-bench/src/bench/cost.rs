@@ -482,3 +482,65 @@ fn index_entries(wal: &Value) -> f64 {
         .map(|r| r["per_job"].as_f64().unwrap_or(0.0))
         .sum()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_phase_costs_the_difference_of_running_totals_and_its_own_window() {
+        let before = Counters {
+            figures: vec![("wal_bytes", 1_000.0)],
+            window: vec![("statements", 70.0)],
+            ..Counters::default()
+        };
+        let after = Counters {
+            figures: vec![("wal_bytes", 5_000.0)],
+            window: vec![("statements", 8.0)],
+            ..Counters::default()
+        };
+        let per = after.per_job(&before, 4);
+        assert_eq!(per["wal_bytes"], json!(1_000.0));
+        // The window was reset at the phase's start: the earlier reading is not subtracted.
+        assert_eq!(per["statements"], json!(2.0));
+    }
+
+    #[test]
+    fn index_entries_are_the_btree_leaf_inserts() {
+        let wal = json!([
+            {"record": "Btree/INSERT_LEAF", "per_job": 4.5},
+            {"record": "Btree/INSERT_POST", "per_job": 0.5},
+            {"record": "Btree/INSERT_UPPER", "per_job": 0.25},
+            {"record": "Heap/UPDATE", "per_job": 2.0},
+        ]);
+        assert_eq!(index_entries(&wal), 5.0);
+        assert_eq!(index_entries(&Value::Null), 0.0);
+    }
+
+    #[test]
+    fn the_table_has_a_column_per_phase() {
+        let v = json!({
+            "backend": "redis", "jobs": 10, "concurrency": 64,
+            "rows": [
+                {"drain": "complete", "create": {"keys": 1.0}, "create_top": [],
+                 "per_job": {"keys": 0.0}, "top": [{"what": "hget", "calls": 4.0, "server_us": 2.5}],
+                 "create_wal": null, "wal": null},
+                {"drain": "effect + complete", "create": {"keys": 1.0}, "create_top": [],
+                 "per_job": {"keys": 1.0}, "top": [], "create_wal": null, "wal": null},
+            ]
+        });
+        let text = describe(&v);
+        let header = text.lines().nth(1).unwrap();
+        for column in ["create", "drain: complete", "drain: effect + complete"] {
+            assert!(header.contains(column), "{header}");
+        }
+        let keys = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("keys"))
+            .unwrap();
+        let cells: Vec<&str> = keys.split_whitespace().collect();
+        assert_eq!(cells, ["keys", "1.000", "0.000", "1.000"]);
+        assert!(text.contains("    4.000      2.5  hget"), "{text}");
+        assert!(!text.contains("WAL"), "Redis has no WAL column: {text}");
+    }
+}
