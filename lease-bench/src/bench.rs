@@ -291,21 +291,14 @@ pub(crate) async fn run(config: &Config, args: BenchArgs) -> Result<(), Failure>
             if target.kind == Kind::Postgres && keep_alive.0.is_some() {
                 // A private durable server of its own, restarted with pg_stat_statements and
                 // autovacuum off: the drain is the only writer its counters see.
-                eprintln!("bench: starting a durable PostgreSQL for the cost part");
-                let pg = tokio::task::spawn_blocking(PostgresServer::start_durable)
-                    .await
-                    .map_err(|e| BenchError::setup(e.to_string()))?
-                    .map_err(|e| BenchError::setup(format!("durable postgres fixture: {e}")))?;
-                let url = pg.url();
-                if let RawConn::Pg(pool) = RawConn::postgres(&url, target.pool).await? {
-                    cost::prepare_postgres(&pg, &pool).await?;
+                let (pg, durable) = durable_postgres(target, "the cost part").await?;
+                if let RawConn::Pg(pool) = &durable.raw {
+                    cost::prepare_postgres(&pg, pool).await?;
                 }
+                // The restart closed the pool: a new one.
                 let cost_target = Target {
-                    kind: Kind::Postgres,
-                    raw: RawConn::postgres(&url, target.pool).await?,
-                    url,
-                    pool: target.pool,
-                    prefix: target.prefix.clone(),
+                    raw: RawConn::postgres(&durable.url, durable.pool).await?,
+                    ..durable
                 };
                 extras.push(cost::cost(&cost_target, jobs).await?);
                 drop(cost_target);
@@ -321,20 +314,7 @@ pub(crate) async fn run(config: &Config, args: BenchArgs) -> Result<(), Failure>
             // as it is (appendonly yes, appendfsync always). A --store server is used as is and
             // its settings are reported.
             let durable = if target.kind == Kind::Postgres && keep_alive.0.is_some() {
-                eprintln!("bench: starting a durable PostgreSQL for the worker rows");
-                let pg = tokio::task::spawn_blocking(PostgresServer::start_durable)
-                    .await
-                    .map_err(|e| BenchError::setup(e.to_string()))?
-                    .map_err(|e| BenchError::setup(format!("durable postgres fixture: {e}")))?;
-                let url = pg.url();
-                let durable_target = Target {
-                    kind: Kind::Postgres,
-                    raw: RawConn::postgres(&url, target.pool).await?,
-                    url,
-                    pool: target.pool,
-                    prefix: target.prefix.clone(),
-                };
-                Some((pg, durable_target))
+                Some(durable_postgres(target, "the worker rows").await?)
             } else {
                 None
             };
@@ -428,6 +408,28 @@ fn load_average() -> String {
         .take(3)
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// A private durable PostgreSQL (fsync and `synchronous_commit` on) for `what`, and a target
+/// on it with `target`'s pool size and namespace prefix.
+async fn durable_postgres(
+    target: &Target,
+    what: &str,
+) -> Result<(PostgresServer, Target), BenchError> {
+    eprintln!("bench: starting a durable PostgreSQL for {what}");
+    let pg = tokio::task::spawn_blocking(PostgresServer::start_durable)
+        .await
+        .map_err(|e| BenchError::setup(e.to_string()))?
+        .map_err(|e| BenchError::setup(format!("durable postgres fixture: {e}")))?;
+    let url = pg.url();
+    let durable = Target {
+        kind: Kind::Postgres,
+        raw: RawConn::postgres(&url, target.pool).await?,
+        url,
+        pool: target.pool,
+        prefix: target.prefix.clone(),
+    };
+    Ok((pg, durable))
 }
 
 /// A human-readable rendering of one extra measurement.
