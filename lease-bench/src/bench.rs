@@ -21,6 +21,7 @@ mod best;
 mod cost;
 mod effects;
 mod extra;
+mod fleet;
 mod limit;
 mod measure;
 mod pickup;

@@ -15,17 +15,13 @@
 //! Two drains per backend: "complete" (the handler returns `End::Complete`) and "effect +
 //! complete" (`End::CompleteWith`, a journal entry and the completion in one write).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use distribution::{
-    BoxError, CancellationToken, End, RunContext, RunId, Ttl, Worker, WorkerConfig, WorkerId,
-};
+use distribution::{BoxError, End, RunContext, RunId, Ttl, Worker, WorkerConfig, WorkerId};
 use serde_json::{json, Value};
 use sqlx::Row;
-use tokio::sync::Notify;
 
+use super::fleet::Fleet;
 use super::raw::RawConn;
 use super::sweep::drop_namespace;
 use super::worker::{create_backlog, effect};
@@ -98,21 +94,16 @@ async fn drain(target: &Target, jobs: usize, with_effect: bool) -> Result<Value,
     settle(target).await;
     let created = Counters::read(target, &ns).await?;
 
-    let done = Arc::new(AtomicU64::new(0));
-    let all = Arc::new(Notify::new());
-    let shutdown = CancellationToken::new();
     let config = WorkerConfig::new(Ttl::from_secs(30)?)
         .with_concurrency(CONCURRENCY)
         .with_batch(250, Duration::from_millis(2))
         .with_poll_interval(Duration::from_millis(50));
-    let worker = {
-        let (done, all) = (done.clone(), all.clone());
-        Worker::new(lib.clone(), WorkerId::new("cost-worker")?, config)?.on_end(move |report| {
-            if report.result.is_ok() && done.fetch_add(1, Ordering::Relaxed) + 1 == jobs as u64 {
-                all.notify_one();
-            }
-        })
-    };
+    let mut fleet = Fleet::new(jobs);
+    let worker = fleet.counting(Worker::new(
+        lib.clone(),
+        WorkerId::new("cost-worker")?,
+        config,
+    )?);
     let handler = move |ctx: RunContext| async move {
         Ok::<_, BoxError>(if with_effect {
             End::CompleteWith(effect(ctx.run(), ctx.fence().get()))
@@ -120,19 +111,14 @@ async fn drain(target: &Target, jobs: usize, with_effect: bool) -> Result<Value,
             End::Complete
         })
     };
-    let running = {
-        let shutdown = shutdown.clone();
-        tokio::spawn(async move { worker.run(handler, shutdown).await })
-    };
-    let waited = tokio::time::timeout(Duration::from_secs(300), all.notified()).await;
-    shutdown.cancel();
-    let report = running
-        .await
-        .map_err(|e| BenchError::setup(e.to_string()))??;
-    if waited.is_err() || report.completed != jobs as u64 {
+    let shutdown = fleet.shutdown();
+    fleet.spawn(async move { worker.run(handler, shutdown).await });
+    let waited = fleet.wait(Duration::from_secs(300)).await;
+    let totals = fleet.stop().await?;
+    if waited.is_err() || totals.completed != jobs as u64 || totals.not_ok != 0 {
         return Err(BenchError::wrong(format!(
-            "the cost drain completed {} of {jobs} jobs",
-            report.completed
+            "the cost drain completed {} of {jobs} jobs, {} refused, failed or errored",
+            totals.completed, totals.not_ok
         )));
     }
     // The store's connections close, and their backends flush what they counted.
@@ -144,8 +130,8 @@ async fn drain(target: &Target, jobs: usize, with_effect: bool) -> Result<Value,
     Ok(json!({
         "drain": if with_effect { "effect + complete" } else { "complete" },
         "jobs": jobs,
-        "claimed": report.claimed,
-        "end_batches": report.batches,
+        "claimed": totals.claimed,
+        "end_batches": totals.batches,
         "create": created.per_job(&start, jobs),
         "create_top": created.top(jobs),
         "create_wal": wal_between(target, &start, &created, jobs).await?,

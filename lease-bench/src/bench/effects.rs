@@ -12,19 +12,18 @@
 //! Each drain is validated against the store: every run completed, and one journal entry or one
 //! `payments` row per run, under its completion's fence.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use distribution::postgres::{PgEffect, PostgresConfig, PostgresLeaseStore};
 use distribution::{
-    BoxError, CancellationToken, End, Ended, LeaseStore, RunContext, RunId, RunState, Ttl, Worker,
-    WorkerConfig, WorkerId, WorkerReport,
+    BoxError, End, Ended, LeaseStore, RunContext, RunId, RunState, Ttl, Worker, WorkerConfig,
+    WorkerId,
 };
 use serde_json::{json, Value};
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::fleet::Fleet;
 use super::raw::RawConn;
 use super::sweep::{drop_namespace, quoted};
 use super::{BenchError, Target};
@@ -133,52 +132,32 @@ async fn drain(
             result?;
         }
     }
-    let completed = Arc::new(AtomicU64::new(0));
-    let all_done = Arc::new(Notify::new());
-    let shutdown = CancellationToken::new();
+    let mut fleet = Fleet::new(jobs);
     let t0 = Instant::now();
-    let mut tasks = Vec::with_capacity(workers);
     for w in 0..workers {
-        let (completed, all_done) = (completed.clone(), all_done.clone());
-        let worker = Worker::new(
+        let worker = fleet.counting(Worker::new(
             store.clone(),
             WorkerId::new(format!("bench-worker-{w}"))?,
             config()?,
-        )?
-        .on_end(move |report| {
-            if report.result.is_ok() && report.end.ended() == Ended::Completed {
-                let n = completed.fetch_add(1, Ordering::Relaxed) + 1;
-                if n == jobs as u64 {
-                    all_done.notify_one();
-                }
-            }
-        });
+        )?);
         let (shutdown, handler) = (
-            shutdown.clone(),
+            fleet.shutdown(),
             handler(mode, store.clone(), insert.clone()),
         );
-        tasks.push(tokio::spawn(
-            async move { worker.run(handler, shutdown).await },
-        ));
+        fleet.spawn(async move { worker.run(handler, shutdown).await });
     }
     let limit = Duration::from_secs(600);
-    let waited = tokio::time::timeout(limit, all_done.notified()).await;
+    let waited = fleet.wait(limit).await;
     let secs = t0.elapsed().as_secs_f64();
-    shutdown.cancel();
-    let mut reports: Vec<WorkerReport> = Vec::with_capacity(workers);
-    for task in tasks {
-        reports.push(task.await.map_err(|e| BenchError::setup(e.to_string()))??);
-    }
-    if waited.is_err() {
+    let totals = fleet.stop().await?;
+    if let Err(completed) = waited {
         return Err(BenchError::wrong(format!(
-            "effects {}: {workers} workers completed {} of {jobs} jobs within {limit:?}",
-            mode.name(),
-            completed.load(Ordering::Relaxed)
+            "effects {}: {workers} workers completed {completed} of {jobs} jobs within {limit:?}",
+            mode.name()
         )));
     }
-    let sum = |f: fn(&WorkerReport) -> u64| reports.iter().map(f).sum::<u64>();
-    let (done, batches) = (sum(|r| r.completed), sum(|r| r.batches));
-    let not_ok = sum(|r| r.refused + r.failed + r.handler_errors + r.abandoned);
+    let (done, batches) = (totals.completed, totals.batches);
+    let not_ok = totals.not_ok;
     if done != jobs as u64 || not_ok != 0 {
         return Err(BenchError::wrong(format!(
             "effects {}: {done} completed of {jobs}, {not_ok} refused, failed or errored",

@@ -6,19 +6,19 @@
 //! appendonly yes and appendfsync always); the settings are read back and reported.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distribution::{
     BoxError, CancellationToken, End, Kind, Kinds, LeaseStore, NewRun, RunContext, RunId, RunState,
-    Ttl, Worker, WorkerConfig, WorkerId, WorkerReport, MAX_BATCH,
+    Ttl, Worker, WorkerConfig, WorkerId, MAX_BATCH,
 };
 use serde_json::{json, Value};
 use sqlx::Row;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::fleet::Fleet;
 use super::raw::RawConn;
 use super::sweep::drop_namespace;
 use super::{BenchError, Target};
@@ -182,9 +182,7 @@ async fn drain(
         .collect::<Result<_, _>>()?;
     create_backlog_with(&lib, &names, payload, &kinds).await?;
 
-    let completed = Arc::new(AtomicU64::new(0));
-    let all_done = Arc::new(Notify::new());
-    let shutdown = CancellationToken::new();
+    let mut fleet = Fleet::new(jobs);
     // The Redis server's CPU seconds before and after the drain: a figure the machine's load
     // moves far less than jobs/s, since the server is the bottleneck.
     let server_cpu = || async {
@@ -197,24 +195,13 @@ async fn drain(
     };
     let cpu_before = server_cpu().await?;
     let t0 = Instant::now();
-    let mut tasks = Vec::with_capacity(workers);
     for w in 0..workers {
-        let (completed, all_done) = (completed.clone(), all_done.clone());
-        let worker = Worker::new(
+        let worker = fleet.counting(Worker::new(
             lib.clone(),
             WorkerId::new(format!("bench-worker-{w}"))?,
             setting.config()?,
-        )?
-        .on_end(move |report| {
-            // Called after the batch carrying this end committed.
-            if report.result.is_ok() && matches!(report.end, End::CompleteWith(_)) {
-                let n = completed.fetch_add(1, Ordering::Relaxed) + 1;
-                if n == jobs as u64 {
-                    all_done.notify_one();
-                }
-            }
-        });
-        let shutdown = shutdown.clone();
+        )?);
+        let shutdown = fleet.shutdown();
         let handler = move |ctx: RunContext| async move {
             let got = ctx.payload().map_or(0, <[u8]>::len);
             if got != payload {
@@ -225,28 +212,24 @@ async fn drain(
         let served = kinds
             .iter()
             .fold(Kinds::new(), |k, kind| k.handle(kind.clone(), handler));
-        tasks.push(tokio::spawn(async move {
-            worker.run_kinds(served, shutdown).await
-        }));
+        fleet.spawn(async move { worker.run_kinds(served, shutdown).await });
     }
     let limit = Duration::from_secs(300);
-    let waited = tokio::time::timeout(limit, all_done.notified()).await;
+    let waited = fleet.wait(limit).await;
     let secs = t0.elapsed().as_secs_f64();
     let cpu_after = server_cpu().await?;
-    shutdown.cancel();
-    let mut reports: Vec<WorkerReport> = Vec::with_capacity(workers);
-    for task in tasks {
-        reports.push(task.await.map_err(|e| BenchError::setup(e.to_string()))??);
-    }
-    if waited.is_err() {
+    let totals = fleet.stop().await?;
+    if let Err(completed) = waited {
         return Err(BenchError::wrong(format!(
-            "{workers} workers completed {} of {jobs} jobs within {limit:?}",
-            completed.load(Ordering::Relaxed)
+            "{workers} workers completed {completed} of {jobs} jobs within {limit:?}"
         )));
     }
-    let sum = |f: fn(&WorkerReport) -> u64| reports.iter().map(f).sum::<u64>();
-    let (done, batches, claimed) = (sum(|r| r.completed), sum(|r| r.batches), sum(|r| r.claimed));
-    let not_ok = sum(|r| r.refused + r.failed + r.handler_errors + r.abandoned);
+    let (done, batches, claimed, not_ok) = (
+        totals.completed,
+        totals.batches,
+        totals.claimed,
+        totals.not_ok,
+    );
     checked_store(target, &ns, &lib, &names).await?;
     if done != jobs as u64 || not_ok != 0 {
         return Err(BenchError::wrong(format!(
