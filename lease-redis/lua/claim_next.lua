@@ -30,6 +30,7 @@ local now = now_micros()
 local expires = now + tonumber(ARGV[2]) * 1000
 local max = tonumber(ARGV[3])
 local budget = tonumber(ARGV[4])
+local initial_budget = budget
 local out = { '0' }
 local taken = 0
 -- The priorities from the highest down; each index's claimable range in order.
@@ -39,13 +40,23 @@ for priority = MAX_PRIORITY, 0, -1 do
     zkey = KEYS[4 + priority]
   end
   while taken < max do
+    -- As many entries as runs still wanted; once stale entries have turned up, as many as the
+    -- budget has left (more stale ones are likely, and one range read each would cost more
+    -- than the entries themselves), stopping once enough runs are taken.
+    local want = max - taken
+    if budget < initial_budget then
+      want = math.max(want, budget)
+    end
     local members = redis.call('ZRANGEBYSCORE', zkey, '-inf', num(now), 'WITHSCORES', 'LIMIT', 0,
-      max - taken)
+      want)
     if #members == 0 then
       break
     end
     for j = 1, #members, 2 do
       local m = members[j]
+      if taken >= max then
+        break
+      end
       if budget <= 0 then
         out[1] = '1'
         return out

@@ -22,7 +22,7 @@ pub use config::RedisConfig;
 pub use epoch::{Rebound, REBIND_FENCE_STEP};
 pub use fenced::FencedScript;
 pub use keys::MAX_NAMESPACE_BYTES;
-pub use store::RedisLeaseStore;
+pub use store::{RedisLeaseStore, CLAIM_NEXT_SCAN};
 
 /// The redis-rs this crate is built on, so callers of [`RedisLeaseStore::from_client`] and
 /// [`RedisLeaseStore::fenced_script`] name the same types.

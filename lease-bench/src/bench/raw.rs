@@ -55,9 +55,6 @@ macro_rules! lua {
     };
 }
 
-/// `claim_next.lua`'s examination budget, as the adapter passes it (`CLAIM_NEXT_SCAN`).
-const CLAIM_NEXT_SCAN: usize = 128;
-
 /// The scripts of `lease-redis/lua`, prefixed by `common.lua` as the adapter does.
 pub(crate) struct RedisScripts {
     create: Script,
@@ -314,7 +311,7 @@ impl Raw {
                     .arg(worker)
                     .arg(ttl_ms)
                     .arg(max)
-                    .arg(CLAIM_NEXT_SCAN)
+                    .arg(distribution::redis::CLAIM_NEXT_SCAN)
                     .invoke_async(&mut conn.clone())
                     .await?;
                 // A flag (more to examine), then id, fence, expiry, attempts, payload, priority,

@@ -29,8 +29,10 @@ use lease_runtime::observe::count_stale;
 pub(crate) const LIST_SCAN: usize = 1000;
 
 /// How many index entries one `claim_next` script call may examine that turn out not to be
-/// claimable (stale entries it removes or moves): the bound on one call's extra work.
-const CLAIM_NEXT_SCAN: usize = 128;
+/// claimable (stale entries it removes or moves): the bound on one call's extra work. A claim
+/// that meets more calls the script again, so behind `n` stale entries it makes at least
+/// `n / CLAIM_NEXT_SCAN` calls, each of bounded server time.
+pub const CLAIM_NEXT_SCAN: usize = 128;
 
 /// The most runs one purge script call removes: the bound on its server time (a few ms).
 pub(crate) const PURGE_SCRIPT_RUNS: usize = 100;
