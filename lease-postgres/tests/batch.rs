@@ -275,6 +275,26 @@ async fn explain(
     args: &str,
     mode: &str,
 ) -> String {
+    explain_as(
+        store,
+        "ANALYZE, BUFFERS, COSTS OFF",
+        statement,
+        types,
+        args,
+        mode,
+    )
+    .await
+}
+
+/// [`explain`] with other `EXPLAIN` options.
+async fn explain_as(
+    store: &PostgresLeaseStore,
+    options: &str,
+    statement: &str,
+    types: &str,
+    args: &str,
+    mode: &str,
+) -> String {
     let mut tx = store.pool().begin().await.unwrap();
     sqlx::query(&format!("SET LOCAL plan_cache_mode = {mode}"))
         .execute(&mut *tx)
@@ -284,12 +304,11 @@ async fn explain(
         .execute(&mut *tx)
         .await
         .unwrap();
-    let lines: Vec<String> = sqlx::query_scalar(&format!(
-        "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) EXECUTE explained ({args})"
-    ))
-    .fetch_all(&mut *tx)
-    .await
-    .unwrap();
+    let lines: Vec<String> =
+        sqlx::query_scalar(&format!("EXPLAIN ({options}) EXECUTE explained ({args})"))
+            .fetch_all(&mut *tx)
+            .await
+            .unwrap();
     // A prepared statement outlives the transaction; the session goes back to the pool.
     sqlx::query("DEALLOCATE explained")
         .execute(&mut *tx)
@@ -387,6 +406,65 @@ async fn batch_statements_have_no_nested_loop_over_the_batch() {
                     "{name} ({mode}): a nested loop whose inner side is {inner}:\n{plan}"
                 );
             }
+        }
+    }
+}
+
+/// The statements that push an attempt onto a run's history (an end, and a claim that takes
+/// over an expired lease) get `attempt_pushed` inlined into their plans, custom or generic: a
+/// call per row, each with its own executor, cost an end about 10 µs of server time more
+/// (migration 20261216000000). A body the planner cannot inline (a subquery, a volatile
+/// call, a mismatched volatility) shows up here as a call by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attempt_history_pushes_are_inlined_into_the_statements() {
+    let Some(url) = postgres_url().await else {
+        return;
+    };
+    let store = PostgresLeaseStore::connect(config(&url)).await.unwrap();
+    let leases = claimed(&store, "inline", 3).await;
+    let runs = format!(
+        "ARRAY[{}]::text[]",
+        leases
+            .iter()
+            .map(|l| format!("'{}'", l.run()))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let end_args = format!(
+        "{runs}, array_fill(1::bigint, ARRAY[3]), array_fill('completed'::text, ARRAY[3]), \
+         array_fill(NULL::bytea, ARRAY[3]), array_fill(0::bigint, ARRAY[3]), \
+         array_fill(NULL::text, ARRAY[3]), array_fill(false, ARRAY[3]), \
+         array_fill('completed'::text, ARRAY[3]), array_fill(NULL::text, ARRAY[3])"
+    );
+    let cases = [
+        (
+            "end_many",
+            sql(include_str!("../sql/end_many.sql"), &store),
+            "text[], bigint[], text[], bytea[], bigint[], text[], bool[], text[], text[]",
+            end_args,
+        ),
+        (
+            "claim_next",
+            sql(include_str!("../sql/claim_next.sql"), &store),
+            "text, bigint, bigint, bigint, text",
+            "'x', 60000, 10, 256, 'default'".to_owned(),
+        ),
+    ];
+    for (name, statement, types, args) in &cases {
+        assert!(
+            statement.contains("attempt_pushed("),
+            "{name} no longer pushes an attempt: this test checks nothing for it"
+        );
+        for mode in ["force_custom_plan", "force_generic_plan"] {
+            let plan = explain_as(&store, "VERBOSE, COSTS OFF", statement, types, args, mode).await;
+            assert!(
+                !plan.contains("attempt_pushed("),
+                "{name} ({mode}) calls attempt_pushed per row instead of inlining it:\n{plan}"
+            );
+            assert!(
+                plan.contains("jsonb_build_object('n'"),
+                "{name} ({mode}): the plan does not show the history's push:\n{plan}"
+            );
         }
     }
 }
