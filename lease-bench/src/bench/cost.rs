@@ -21,6 +21,7 @@ use distribution::{BoxError, End, RunContext, RunId, Ttl, Worker, WorkerConfig, 
 use serde_json::{json, Value};
 use sqlx::Row;
 
+use super::extra::{cpu_time, processes_cpu};
 use super::fleet::Fleet;
 use super::raw::RawConn;
 use super::sweep::drop_namespace;
@@ -111,10 +112,23 @@ async fn drain(target: &Target, jobs: usize, with_effect: bool) -> Result<Value,
             End::Complete
         })
     };
+    let server_process = match target.raw {
+        RawConn::Pg(_) => "postgres",
+        RawConn::Redis(_) => "redis-server",
+    };
+    let cpu_before = (cpu_time(), processes_cpu(server_process));
     let shutdown = fleet.shutdown();
     fleet.spawn(async move { worker.run(handler, shutdown).await });
     let waited = fleet.wait(Duration::from_secs(300)).await;
     let totals = fleet.stop().await?;
+    // Read before the store's connections close: a backend that exits takes its time along.
+    let cpu_us = |now: Duration, before: Duration| {
+        now.saturating_sub(before).as_secs_f64() * 1e6 / jobs as f64
+    };
+    let cpu = json!({
+        "bench_process_us": cpu_us(cpu_time(), cpu_before.0),
+        "server_processes_us": cpu_us(processes_cpu(server_process), cpu_before.1),
+    });
     if waited.is_err() || totals.completed != jobs as u64 || totals.not_ok != 0 {
         return Err(BenchError::wrong(format!(
             "the cost drain completed {} of {jobs} jobs, {} refused, failed or errored",
@@ -138,6 +152,7 @@ async fn drain(target: &Target, jobs: usize, with_effect: bool) -> Result<Value,
         "per_job": drained.per_job(&created, jobs),
         "top": drained.top(jobs),
         "wal": wal_between(target, &created, &drained, jobs).await?,
+        "cpu": cpu,
     }))
 }
 
@@ -408,6 +423,19 @@ pub(super) fn describe(v: &Value) -> String {
         out.push_str(&format!("  {name:<30}"));
         for (_, figures, _) in &columns {
             out.push_str(&format!(" {:>24.3}", figures[name].as_f64().unwrap_or(0.0)));
+        }
+        out.push('\n');
+    }
+    for (label, key) in [
+        ("bench process CPU µs (drain)", "bench_process_us"),
+        ("server processes CPU µs (drain)", "server_processes_us"),
+    ] {
+        out.push_str(&format!("  {label:<30} {:>24}", "—"));
+        for row in &rows {
+            out.push_str(&format!(
+                " {:>24.1}",
+                row["cpu"][key].as_f64().unwrap_or(0.0)
+            ));
         }
         out.push('\n');
     }
