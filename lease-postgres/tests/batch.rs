@@ -261,6 +261,27 @@ async fn create_many_of_a_thousand_ids_with_some_existing() {
     assert!(store.create_many(&[]).await.unwrap().is_empty());
 }
 
+/// The run ids of `leases` as an SQL `text[]` literal.
+fn run_array(leases: &[Lease]) -> String {
+    let quoted: Vec<String> = leases.iter().map(|l| format!("'{}'", l.run())).collect();
+    format!("ARRAY[{}]::text[]", quoted.join(","))
+}
+
+/// The parameter types of `sql/end_many.sql`.
+const END_MANY_TYPES: &str =
+    "text[], bigint[], text[], bytea[], bigint[], text[], bool[], text[], text[]";
+
+/// `sql/end_many.sql`'s arguments completing each of the `n` runs of `runs` (a [`run_array`])
+/// at fence 1, with `payloads` (a `bytea[]` expression of `n` items) as their journal entries.
+fn end_many_args(runs: &str, n: usize, payloads: &str) -> String {
+    format!(
+        "{runs}, array_fill(1::bigint, ARRAY[{n}]), array_fill('completed'::text, ARRAY[{n}]), \
+         {payloads}, array_fill(0::bigint, ARRAY[{n}]), array_fill(NULL::text, ARRAY[{n}]), \
+         array_fill(false, ARRAY[{n}]), array_fill('completed'::text, ARRAY[{n}]), \
+         array_fill(NULL::text, ARRAY[{n}])"
+    )
+}
+
 /// The query text of a statement, for EXPLAIN.
 fn sql(text: &str, store: &PostgresLeaseStore) -> String {
     lease_postgres::render_sql(text, store.schema())
@@ -336,31 +357,19 @@ async fn batch_statements_have_no_nested_loop_over_the_batch() {
         )
         .await
         .unwrap();
-    let runs = format!(
-        "ARRAY[{}]::text[]",
-        leases
-            .iter()
-            .map(|l| format!("'{}'", l.run()))
-            .collect::<Vec<_>>()
-            .join(",")
-    );
+    let runs = run_array(&leases);
     assert!(leases.iter().all(|l| l.fence().get() == 1));
     let fences = "array_fill(1::bigint, ARRAY[1000])";
     let payloads = (0..1_000)
         .map(|i| if i % 2 == 0 { "'x'" } else { "NULL" })
         .collect::<Vec<_>>()
         .join(",");
-    let end_args = format!(
-        "{runs}, {fences}, array_fill('completed'::text, ARRAY[1000]), ARRAY[{payloads}]::bytea[], \
-         array_fill(0::bigint, ARRAY[1000]), array_fill(NULL::text, ARRAY[1000]), \
-         array_fill(false, ARRAY[1000]), array_fill('completed'::text, ARRAY[1000]), \
-         array_fill(NULL::text, ARRAY[1000])"
-    );
+    let end_args = end_many_args(&runs, 1_000, &format!("ARRAY[{payloads}]::bytea[]"));
     let cases = [
         (
             "end_many",
             sql(include_str!("../sql/end_many.sql"), &store),
-            "text[], bigint[], text[], bytea[], bigint[], text[], bool[], text[], text[]",
+            END_MANY_TYPES,
             end_args,
             1_000,
         ),
@@ -422,25 +431,13 @@ async fn attempt_history_pushes_are_inlined_into_the_statements() {
     };
     let store = PostgresLeaseStore::connect(config(&url)).await.unwrap();
     let leases = claimed(&store, "inline", 3).await;
-    let runs = format!(
-        "ARRAY[{}]::text[]",
-        leases
-            .iter()
-            .map(|l| format!("'{}'", l.run()))
-            .collect::<Vec<_>>()
-            .join(",")
-    );
-    let end_args = format!(
-        "{runs}, array_fill(1::bigint, ARRAY[3]), array_fill('completed'::text, ARRAY[3]), \
-         array_fill(NULL::bytea, ARRAY[3]), array_fill(0::bigint, ARRAY[3]), \
-         array_fill(NULL::text, ARRAY[3]), array_fill(false, ARRAY[3]), \
-         array_fill('completed'::text, ARRAY[3]), array_fill(NULL::text, ARRAY[3])"
-    );
+    let runs = run_array(&leases);
+    let end_args = end_many_args(&runs, 3, "array_fill(NULL::bytea, ARRAY[3])");
     let cases = [
         (
             "end_many",
             sql(include_str!("../sql/end_many.sql"), &store),
-            "text[], bigint[], text[], bytea[], bigint[], text[], bool[], text[], text[]",
+            END_MANY_TYPES,
             end_args,
         ),
         (
@@ -655,14 +652,7 @@ async fn renew_many_cost_is_flat_from_ten_thousand_runs_to_a_hundred_thousand_he
 
     let mut buffers = Vec::new();
     for (store, leases) in [(&small, &small_leases), (&large, &large_leases)] {
-        let runs = format!(
-            "ARRAY[{}]::text[]",
-            leases
-                .iter()
-                .map(|l| format!("'{}'", l.run()))
-                .collect::<Vec<_>>()
-                .join(",")
-        );
+        let runs = run_array(leases);
         for mode in ["force_custom_plan", "force_generic_plan"] {
             let plan = explain(
                 store,
