@@ -22,6 +22,7 @@ mod cost;
 mod effects;
 mod extra;
 mod fleet;
+mod floor;
 mod limit;
 mod measure;
 mod pickup;
@@ -309,7 +310,8 @@ pub(crate) async fn run(config: &Config, args: BenchArgs) -> Result<(), Failure>
             }
         }
         let effects_here = args.parts.contains(&Part::Effects) && target.kind == Kind::Postgres;
-        if args.parts.contains(&Part::Worker) || effects_here {
+        let floor_here = args.parts.contains(&Part::Floor) && target.kind == Kind::Postgres;
+        if args.parts.contains(&Part::Worker) || effects_here || floor_here {
             // Durable servers for the worker rows: a private Postgres with fsync and
             // synchronous_commit on (the shared fixture runs with them off), the Redis fixture
             // as it is (appendonly yes, appendfsync always). A --store server is used as is and
@@ -326,6 +328,10 @@ pub(crate) async fn run(config: &Config, args: BenchArgs) -> Result<(), Failure>
             if effects_here {
                 eprintln!("bench: {backend} exactly-once effects, {jobs} jobs");
                 extras.push(effects::effects(target, jobs, &args.worker_counts).await?);
+            }
+            if floor_here {
+                eprintln!("bench: {backend} the Worker against the floor, {jobs} jobs");
+                extras.push(floor::floor(target, jobs, &args.worker_counts).await?);
             }
             if args.parts.contains(&Part::Worker) {
                 eprintln!("bench: {backend} Worker runtime, {jobs} jobs");
@@ -442,6 +448,7 @@ fn describe(v: &Value) -> String {
         Some("pickup") => pickup::describe(v),
         Some("effects") => effects::describe(v),
         Some("cost") => cost::describe(v),
+        Some("floor") => floor::describe(v),
         _ => extra::describe(v),
     }
 }

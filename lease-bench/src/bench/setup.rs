@@ -101,6 +101,10 @@ pub(crate) enum Part {
     /// What one drained job costs the store: statements or commands and their server time,
     /// transactions, WAL or AOF bytes, rows and index entries written (durable servers).
     Cost,
+    /// The Worker's drain against raw loops of the least a durable queue on the same tables
+    /// does: claim 64 with one UPDATE … SKIP LOCKED, end them with one fenced UPDATE
+    /// (Postgres, durable server), at each worker count.
+    Floor,
     /// Exactly-once effects (Postgres, durable server): the journaled effect, the effect in
     /// the handler's own transaction, and the group-committed `PgEffect`, at each worker count.
     Effects,
