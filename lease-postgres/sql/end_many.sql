@@ -45,10 +45,14 @@ WITH input AS (
                                           r.attempts, r.fence, r.lease_owner,
                                           r.claimed_at, now(), locked.outcome, locked.error)
     FROM locked
+    -- The verdict is judged on the row as `locked` read it under our lock, which holds until
+    -- the commit: nothing else changes it in between. Judged on r's columns instead, the
+    -- conditions matched runs_held's predicate, and a generic plan found the rows through that
+    -- index, hashing every held lease of the schema on every call (O(held), not O(batch)).
     WHERE r.run_id = locked.run_id
-      AND r.fence = locked.presented
-      AND r.state = 'runnable'
-      AND r.lease_owner IS NOT NULL
+      AND locked.fence = locked.presented
+      AND locked.state = 'runnable'
+      AND locked.lease_owner IS NOT NULL
     RETURNING locked.ord, r.run_id, r.fence, r.journal_len, locked.payload
 ), journaled AS (
     -- Only the ends that were applied. The row lock makes seq gapless, as in append.sql.
@@ -60,22 +64,23 @@ WITH input AS (
 SELECT part.ord,
        bool_or(part.ended) AS ended,
        bool_or(part.locked) AS locked,
-       bool_or(part.run_exists) AS run_exists,
+       -- Existence is read only for an item whose row was not locked (a skipped row is not
+       -- read); no lock, so this never waits. A locked row exists.
+       CASE WHEN bool_or(part.locked) THEN true
+            ELSE EXISTS (SELECT 1 FROM {schema}.runs cur
+                         WHERE cur.run_id = max(part.run_id) COLLATE "C") END AS run_exists,
        max(part.state) AS state,
        max(part.lease_owner) AS lease_owner,
        max(part.fence) AS fence
 FROM (
-    -- Existence only (a skipped row is not read); no lock, so this never waits.
-    SELECT input.ord, false AS ended, false AS locked,
-           EXISTS (SELECT 1 FROM {schema}.runs cur
-                   WHERE cur.run_id = input.run_id COLLATE "C") AS run_exists,
+    SELECT input.ord, false AS ended, false AS locked, input.run_id,
            NULL::text AS state, NULL::text AS lease_owner, NULL::bigint AS fence
     FROM input
     UNION ALL
-    SELECT locked.ord, false, true, true, locked.state, locked.lease_owner, locked.fence
+    SELECT locked.ord, false, true, NULL, locked.state, locked.lease_owner, locked.fence
     FROM locked
     UNION ALL
-    SELECT ended.ord, true, true, true, NULL, NULL, NULL
+    SELECT ended.ord, true, true, NULL, NULL, NULL, NULL
     FROM ended
 ) AS part
 GROUP BY part.ord
