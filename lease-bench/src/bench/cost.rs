@@ -25,7 +25,7 @@ use super::extra::{cpu_time, processes_cpu};
 use super::fleet::Fleet;
 use super::raw::RawConn;
 use super::sweep::drop_namespace;
-use super::worker::{create_backlog, effect};
+use super::worker::{create_backlog, effect, job_names};
 use super::{BenchError, Target};
 
 /// Handlers of the one Worker: what peer-bench gives each peer.
@@ -86,9 +86,7 @@ pub(super) async fn cost(target: &Target, jobs: usize) -> Result<Value, BenchErr
 async fn drain(target: &Target, jobs: usize, with_effect: bool) -> Result<Value, BenchError> {
     let ns = target.namespace("cost");
     let lib = target.lib(&ns).await?;
-    let names: Vec<RunId> = (0..jobs)
-        .map(|i| RunId::new(format!("job-{i:07}")))
-        .collect::<Result<_, _>>()?;
+    let names = job_names(jobs)?;
     settle(target).await;
     let start = Counters::read(target, &ns).await?;
     create_backlog(&lib, &names).await?;

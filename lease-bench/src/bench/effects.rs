@@ -17,8 +17,7 @@ use std::time::Duration;
 
 use distribution::postgres::{PgEffect, PostgresConfig, PostgresLeaseStore};
 use distribution::{
-    BoxError, End, Ended, LeaseStore, RunContext, RunId, RunState, Ttl, Worker, WorkerConfig,
-    WorkerId,
+    BoxError, End, Ended, LeaseStore, RunContext, RunState, Ttl, Worker, WorkerConfig, WorkerId,
 };
 use serde_json::{json, Value};
 use tokio::time::Instant;
@@ -26,6 +25,7 @@ use tokio::time::Instant;
 use super::fleet::Fleet;
 use super::raw::RawConn;
 use super::sweep::{drop_namespace, quoted};
+use super::worker::job_names;
 use super::{BenchError, Target};
 
 /// How each job's effect is committed.
@@ -124,9 +124,7 @@ async fn drain(
     .await?;
     let insert: Arc<str> =
         format!("INSERT INTO {q}.payments (run_id, fence) VALUES ($1, $2)").into();
-    let names: Vec<RunId> = (0..jobs)
-        .map(|i| RunId::new(format!("job-{i:07}")))
-        .collect::<Result<_, _>>()?;
+    let names = job_names(jobs)?;
     for chunk in names.chunks(distribution::MAX_BATCH) {
         for result in store.create_many(chunk).await? {
             result?;

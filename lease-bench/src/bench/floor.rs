@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distribution::{
-    BoxError, End, Ending, LeaseStore, RunContext, RunId, Ttl, Worker, WorkerConfig, WorkerId,
+    BoxError, End, Ending, LeaseStore, RunContext, Ttl, Worker, WorkerConfig, WorkerId,
 };
 use serde_json::{json, Value};
 use tokio::time::Instant;
@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use super::fleet::Fleet;
 use super::raw::RawConn;
 use super::sweep::{drop_namespace, quoted};
-use super::worker::create_backlog;
+use super::worker::{create_backlog, job_names};
 use super::{BenchError, Target};
 
 /// Runs each raw loop claims per statement, and each Worker's handlers.
@@ -74,9 +74,7 @@ enum Path {
 async fn drain(target: &Target, jobs: usize, n: usize, path: Path) -> Result<f64, BenchError> {
     let ns = target.namespace("floor");
     let lib = target.lib(&ns).await?;
-    let names: Vec<RunId> = (0..jobs)
-        .map(|i| RunId::new(format!("job-{i:07}")))
-        .collect::<Result<_, _>>()?;
+    let names = job_names(jobs)?;
     create_backlog(&lib, &names).await?;
     let RawConn::Pg(pool) = &target.raw else {
         unreachable!("checked by floor")

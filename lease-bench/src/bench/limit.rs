@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::sweep::drop_namespace;
-use super::worker::{checked_store, create_backlog, effect};
+use super::worker::{checked_store, create_backlog, effect, job_names};
 use super::{BenchError, Target};
 
 /// Lease TTL of the raw claims (as the Worker rows').
@@ -28,9 +28,7 @@ pub(super) async fn drain(
 ) -> Result<Value, BenchError> {
     let ns = target.namespace("limit");
     let lib: Arc<dyn LeaseStore> = target.lib(&ns).await?;
-    let names: Vec<RunId> = (0..jobs)
-        .map(|i| RunId::new(format!("job-{i:07}")))
-        .collect::<Result<_, _>>()?;
+    let names = job_names(jobs)?;
     create_backlog(&lib, &names).await?;
     let raw = Arc::new(target.raw.namespace(&ns));
     let done = Arc::new(AtomicU64::new(0));

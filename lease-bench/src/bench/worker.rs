@@ -98,6 +98,13 @@ async fn durability(target: &Target) -> Result<String, BenchError> {
     })
 }
 
+/// The ids of a backlog of `jobs` runs: `job-0000000`, `job-0000001`, …
+pub(super) fn job_names(jobs: usize) -> Result<Vec<RunId>, BenchError> {
+    Ok((0..jobs)
+        .map(|i| RunId::new(format!("job-{i:07}")))
+        .collect::<Result<_, _>>()?)
+}
+
 pub(super) async fn create_backlog(
     lib: &Arc<dyn LeaseStore>,
     names: &[RunId],
@@ -177,9 +184,7 @@ async fn drain(
     let kinds = bench_kinds(kinds)?;
     let ns = target.namespace("worker");
     let lib = target.lib(&ns).await?;
-    let names: Vec<RunId> = (0..jobs)
-        .map(|i| RunId::new(format!("job-{i:07}")))
-        .collect::<Result<_, _>>()?;
+    let names = job_names(jobs)?;
     create_backlog_with(&lib, &names, payload, &kinds).await?;
 
     let mut fleet = Fleet::new(jobs);
