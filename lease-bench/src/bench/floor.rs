@@ -9,7 +9,7 @@
 //! that writes the same two row versions per job cannot be ahead of the raw loops by more than
 //! the loops' own lead over the Worker.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,14 +34,14 @@ pub(super) async fn floor(
     jobs: usize,
     counts: &[usize],
 ) -> Result<Value, BenchError> {
-    let RawConn::Pg(_) = &target.raw else {
+    let RawConn::Pg(pool) = &target.raw else {
         return Err(BenchError::setup("the floor part measures Postgres"));
     };
     let mut rows = Vec::new();
     for &n in counts {
-        let worker = drain(target, jobs, n, Path::Worker).await?;
-        let calls = drain(target, jobs, n, Path::Calls).await?;
-        let raw = drain(target, jobs, n, Path::Raw).await?;
+        let worker = drain(target, pool, jobs, n, Path::Worker).await?;
+        let calls = drain(target, pool, jobs, n, Path::Calls).await?;
+        let raw = drain(target, pool, jobs, n, Path::Raw).await?;
         eprintln!(
             "bench: floor at {n}: Worker {worker:.0} jobs/s, store calls {calls:.0}, raw loops {raw:.0}"
         );
@@ -70,46 +70,27 @@ enum Path {
 }
 
 /// Jobs per second of one drain of `jobs` runs by `n` loops or Workers on `path`, checked:
-/// every run completed.
-async fn drain(target: &Target, jobs: usize, n: usize, path: Path) -> Result<f64, BenchError> {
+/// every run completed. `pool` is the target's raw connection.
+async fn drain(
+    target: &Target,
+    pool: &sqlx::PgPool,
+    jobs: usize,
+    n: usize,
+    path: Path,
+) -> Result<f64, BenchError> {
     let ns = target.namespace("floor");
     let lib = target.lib(&ns).await?;
     let names = job_names(jobs)?;
     create_backlog(&lib, &names).await?;
-    let RawConn::Pg(pool) = &target.raw else {
-        unreachable!("checked by floor")
-    };
     let schema = quoted(&ns);
     sqlx::query(&format!("VACUUM ANALYZE {schema}.runs"))
         .execute(pool)
         .await?;
     let t0 = Instant::now();
-    if path == Path::Raw {
-        raw_loops(pool, &schema, n).await?;
-    } else if path == Path::Calls {
-        call_loops(&lib, n).await?;
-    } else {
-        let mut fleet = Fleet::new(jobs);
-        for w in 0..n {
-            let config = WorkerConfig::new(Ttl::from_secs(30)?)
-                .with_concurrency(BATCH as usize)
-                .with_poll_interval(Duration::from_millis(10));
-            let worker = fleet.counting(Worker::new(
-                lib.clone(),
-                WorkerId::new(format!("floor-worker-{w}"))?,
-                config,
-            )?);
-            let shutdown = fleet.shutdown();
-            let handler = |_: RunContext| async { Ok::<_, BoxError>(End::Complete) };
-            fleet.spawn(async move { worker.run(handler, shutdown).await });
-        }
-        let waited = fleet.wait(Duration::from_secs(300)).await;
-        fleet.stop().await?;
-        if let Err(done) = waited {
-            return Err(BenchError::wrong(format!(
-                "{n} Workers completed {done} of {jobs} jobs"
-            )));
-        }
+    match path {
+        Path::Raw => raw_loops(pool, &schema, n).await?,
+        Path::Calls => call_loops(&lib, n).await?,
+        Path::Worker => worker_fleet(&lib, jobs, n).await?,
     }
     let secs = t0.elapsed().as_secs_f64();
     let completed: i64 = sqlx::query_scalar(&format!(
@@ -124,6 +105,32 @@ async fn drain(target: &Target, jobs: usize, n: usize, path: Path) -> Result<f64
     }
     drop_namespace(target, &ns).await?;
     Ok(jobs as f64 / secs)
+}
+
+/// `n` Workers of 64 handlers (`End::Complete`) until all `jobs` runs are completed.
+async fn worker_fleet(lib: &Arc<dyn LeaseStore>, jobs: usize, n: usize) -> Result<(), BenchError> {
+    let mut fleet = Fleet::new(jobs);
+    for w in 0..n {
+        let config = WorkerConfig::new(Ttl::from_secs(30)?)
+            .with_concurrency(BATCH as usize)
+            .with_poll_interval(Duration::from_millis(10));
+        let worker = fleet.counting(Worker::new(
+            lib.clone(),
+            WorkerId::new(format!("floor-worker-{w}"))?,
+            config,
+        )?);
+        let shutdown = fleet.shutdown();
+        let handler = |_: RunContext| async { Ok::<_, BoxError>(End::Complete) };
+        fleet.spawn(async move { worker.run(handler, shutdown).await });
+    }
+    let waited = fleet.wait(Duration::from_secs(300)).await;
+    fleet.stop().await?;
+    if let Err(done) = waited {
+        return Err(BenchError::wrong(format!(
+            "{n} Workers completed {done} of {jobs} jobs"
+        )));
+    }
+    Ok(())
 }
 
 /// `n` loops of claim 64 → end them, until the backlog is empty.
@@ -148,17 +155,10 @@ async fn raw_loops(pool: &sqlx::PgPool, schema: &str, n: usize) -> Result<(), Be
          WHERE r.run_id = i.run_id AND r.fence = i.fence AND r.state = 'runnable' \
            AND r.lease_owner IS NOT NULL"
     );
-    let ended = Arc::new(AtomicU64::new(0));
     let empty = Arc::new(AtomicBool::new(false));
     let mut loops = tokio::task::JoinSet::new();
     for w in 0..n {
-        let (pool, claim, end, ended, empty) = (
-            pool.clone(),
-            claim.clone(),
-            end.clone(),
-            ended.clone(),
-            empty.clone(),
-        );
+        let (pool, claim, end, empty) = (pool.clone(), claim.clone(), end.clone(), empty.clone());
         loops.spawn(async move {
             let owner = format!("floor-raw-{w}");
             while !empty.load(Ordering::Relaxed) {
@@ -172,13 +172,12 @@ async fn raw_loops(pool: &sqlx::PgPool, schema: &str, n: usize) -> Result<(), Be
                     break;
                 }
                 let (ids, fences): (Vec<String>, Vec<i64>) = rows.into_iter().unzip();
-                let done = sqlx::query(&end)
+                // Every run is checked completed after the drain.
+                sqlx::query(&end)
                     .bind(&ids)
                     .bind(&fences)
                     .execute(&pool)
-                    .await?
-                    .rows_affected();
-                ended.fetch_add(done, Ordering::Relaxed);
+                    .await?;
             }
             Ok::<_, sqlx::Error>(())
         });
