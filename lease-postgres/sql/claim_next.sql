@@ -24,14 +24,20 @@
 -- else claimable_at.
 --
 -- The updates find their rows by primary key (= ANY of an array), whatever the planner
--- estimates for LIMIT $3, and the answer is assembled by grouping, not by joining the CTEs.
+-- estimates for the limits, and the answer is assembled by grouping, not by joining the CTEs.
+--
+-- Planned once per session: the limits and the kind are read through sub-selects, which no
+-- plan sees through, so a plan made for the arguments costs what the generic plan costs and
+-- the server keeps the generic one after its first five runs. Read straight from $3 and $5, a
+-- custom plan (LIMIT 3) was costed far below the generic one (a tenth of the table), and the
+-- statement was planned on every call: ~0.9 ms a call (tests/plan_cache.rs, BENCHMARKS.md).
 WITH RECURSIVE levels(priority) AS (
     (SELECT priority FROM {schema}.runs
-     WHERE state = 'runnable' AND kind = $5
+     WHERE state = 'runnable' AND kind = (SELECT $5::text)
      ORDER BY kind DESC, priority DESC LIMIT 1)
   UNION ALL
     SELECT (SELECT r.priority FROM {schema}.runs r
-            WHERE r.state = 'runnable' AND r.kind = $5 AND r.priority < levels.priority
+            WHERE r.state = 'runnable' AND r.kind = (SELECT $5::text) AND r.priority < levels.priority
             ORDER BY r.kind DESC, r.priority DESC LIMIT 1)
     FROM levels
     WHERE levels.priority IS NOT NULL
@@ -42,7 +48,7 @@ WITH RECURSIVE levels(priority) AS (
                coalesce(lease_expires_at, claimable_at) AS claimable_since
         FROM {schema}.runs
         WHERE state = 'runnable'
-          AND kind = $5
+          AND kind = (SELECT $5::text)
           AND priority = levels.priority
           AND claimable_at <= now()
           AND (lease_owner IS NULL OR lease_expires_at <= now())
@@ -50,11 +56,11 @@ WITH RECURSIVE levels(priority) AS (
                    THEN greatest(fence, (SELECT f.fence FROM {schema}.fence_floor f))
                    ELSE fence END < 9223372036854775807
         ORDER BY kind, priority, claimable_at, created_seq
-        LIMIT $3
+        LIMIT (SELECT $3::bigint)
         FOR UPDATE SKIP LOCKED
     ) AS level
     WHERE levels.priority IS NOT NULL
-    LIMIT $3
+    LIMIT (SELECT $3::bigint)
 ), claimed AS (
     UPDATE {schema}.runs r
     SET lease_owner = $1,
@@ -82,11 +88,11 @@ WITH RECURSIVE levels(priority) AS (
     FROM {schema}.runs
     WHERE state = 'runnable'
       AND lease_owner IS NOT NULL
-      AND kind = $5
+      AND kind = (SELECT $5::text)
       AND claimable_at <= now()
       AND lease_expires_at > now()
     ORDER BY kind, claimable_at
-    LIMIT $4
+    LIMIT (SELECT $4::bigint)
     FOR UPDATE SKIP LOCKED
 ), moved AS (
     -- The lock re-checked that each is still held, so its expiry is not null.

@@ -25,6 +25,9 @@ pub(crate) struct Route {
     /// wholesale, only the one wait of a fenced transaction it commits itself.
     pub(crate) caller: PgPool,
     pub(crate) hosts: Vec<PgConnectOptions>,
+    /// The caller pool's options for each of `hosts`: not silent when wake-ups are on, and
+    /// with the server's JIT setting.
+    caller_hosts: Vec<PgConnectOptions>,
     pub(crate) current: AtomicUsize,
     /// When the store last moved to another host; older connections are discarded.
     switched_at: Mutex<Instant>,
@@ -79,6 +82,16 @@ fn session(
     options.application_name(app_name)
 }
 
+/// A session of the store's own pool: [`session`], silent, and with JIT compilation off. The
+/// store's statements are index probes and bounded walks, each a millisecond or two, but a
+/// generic plan costs a `LIMIT` it cannot see as a tenth of the table: `claim_next` on a
+/// queue of 600,000 runs was costed above `jit_above_cost`, and each call spent ~450 ms
+/// compiling itself (BENCHMARKS.md). The caller's pool keeps the server's setting: its
+/// sessions run the caller's statements too.
+fn own_session(options: PgConnectOptions, lock_wait: &str, app_name: &str) -> PgConnectOptions {
+    session(options, lock_wait, app_name, true).options([("jit", "off")])
+}
+
 impl Route {
     /// The pools and their checks; connects lazily.
     pub(crate) fn new(config: &PostgresConfig, parsed: Parsed) -> Arc<Route> {
@@ -87,19 +100,19 @@ impl Route {
         let hosts: Vec<PgConnectOptions> = parsed
             .hosts
             .iter()
-            .map(|host| session(host.clone(), &lock_wait, &app_name, true))
+            .map(|host| own_session(host.clone(), &lock_wait, &app_name))
             .collect();
-        let caller_host = session(
-            parsed.hosts[0].clone(),
-            &lock_wait,
-            &format!("{app_name} caller"),
-            !parsed.wake_ups,
-        );
+        let caller_name = format!("{app_name} caller");
+        let caller_hosts: Vec<PgConnectOptions> = parsed
+            .hosts
+            .iter()
+            .map(|host| session(host.clone(), &lock_wait, &caller_name, !parsed.wake_ups))
+            .collect();
         let sizes = (config.max_connections, config.acquire_timeout);
         Arc::new_cyclic(|me: &Weak<Route>| {
             let pool = checked_pool(me, hosts[0].clone(), sizes);
-            let caller = checked_pool(me, caller_host, sizes);
-            Route::assemble(pool, caller, hosts, &parsed, app_name)
+            let caller = checked_pool(me, caller_hosts[0].clone(), sizes);
+            Route::assemble(pool, caller, (hosts, caller_hosts), &parsed, app_name)
         })
     }
 
@@ -111,23 +124,20 @@ impl Route {
     pub(crate) fn over(caller: PgPool, config: &PostgresConfig, parsed: &Parsed) -> Arc<Route> {
         let app_name = app_name();
         let lock_wait = parsed.lock_wait.as_millis().to_string();
-        let host = session(
-            (*caller.connect_options()).clone(),
-            &lock_wait,
-            &app_name,
-            true,
-        );
+        let caller_host = (*caller.connect_options()).clone();
+        let host = own_session(caller_host.clone(), &lock_wait, &app_name);
         let sizes = (config.max_connections, config.acquire_timeout);
         Arc::new_cyclic(|me: &Weak<Route>| {
             let pool = checked_pool(me, host.clone(), sizes);
-            Route::assemble(pool, caller, vec![host], parsed, app_name)
+            let hosts = (vec![host], vec![caller_host]);
+            Route::assemble(pool, caller, hosts, parsed, app_name)
         })
     }
 
     fn assemble(
         pool: PgPool,
         caller: PgPool,
-        hosts: Vec<PgConnectOptions>,
+        (hosts, caller_hosts): (Vec<PgConnectOptions>, Vec<PgConnectOptions>),
         parsed: &Parsed,
         app_name: String,
     ) -> Route {
@@ -135,6 +145,7 @@ impl Route {
             own: pool,
             caller,
             hosts,
+            caller_hosts,
             current: AtomicUsize::new(0),
             switched_at: Mutex::new(Instant::now()),
             sync_replicas: parsed.sync_replicas,
@@ -226,9 +237,10 @@ impl Route {
         *self.switched_at.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
         let host = &self.hosts[index];
         self.own.set_connect_options(host.clone());
-        let caller_name = format!("{} caller", self.app_name);
+        // The caller's own options for that host: the store's would make its sessions silent
+        // (no wake-ups from the caller's writes) and take JIT away from its statements.
         self.caller
-            .set_connect_options(host.clone().application_name(&caller_name));
+            .set_connect_options(self.caller_hosts[index].clone());
         tracing::warn!(
             host = %host.get_host(),
             port = host.get_port(),
