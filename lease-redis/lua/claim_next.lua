@@ -22,17 +22,6 @@
 -- entry that is not (its run gone or ended, or held: an index written by an older version of
 -- this adapter, whose renewals left it behind) is removed or moved to the lease's expiry; at
 -- most ARGV[4] of them per call, so one call's work is bounded however many there are.
--- An idle poll costs one command: with no claimable index of the kind and no restore marker
--- (an emptied sorted set is deleted, so EXISTS is 0 exactly when none holds an entry), there is
--- nothing to claim or report. It counts before the marker is read, so a restored namespace is
--- still reported on every call.
-local watched = { KEYS[15], KEYS[2] }
-for priority = 1, MAX_PRIORITY do
-  watched[#watched + 1] = KEYS[4 + priority]
-end
-if redis.call('EXISTS', unpack(watched)) == 0 then
-  return { '0' }
-end
 local restored = redis.call('GET', KEYS[15])
 if restored then
   return { 'restored', restored }

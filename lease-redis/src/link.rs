@@ -263,6 +263,14 @@ impl Link {
         self.read_call(call).await
     }
 
+    /// Runs one plain command that writes nothing on the shared connection, after the
+    /// epoch's tick, as [`read`](Link::read) runs a script.
+    pub(crate) async fn command(&self, cmd: &redis::Cmd) -> Result<Value, RedisError> {
+        self.tick().await?;
+        let (id, mut conn) = self.shared().await?;
+        conn.query(cmd).await.map_err(|e| self.failed(&e, id))
+    }
+
     async fn read_call(&self, call: &Call<'_>) -> Result<Value, RedisError> {
         let (id, mut conn) = self.shared().await?;
         eval(&mut conn, call, &self.home)

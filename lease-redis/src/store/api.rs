@@ -136,6 +136,11 @@ impl LeaseStore for RedisLeaseStore {
                 })
             })
             .collect();
+        if self.was_idle(kind) && !self.claimable_any(&indexes).await? {
+            // Nothing in the kind's indexes and no restore marker: what the script would
+            // answer, for one read-only command (an idle worker's poll).
+            return Ok(Vec::new());
+        }
         let mut leases = Vec::new();
         // Each script call examines a bounded number of stale index entries; calls continue
         // while one ran out of that budget, so a claimable run is never missed.
@@ -189,6 +194,7 @@ impl LeaseStore for RedisLeaseStore {
             }
             leases.extend(claimed);
             if !more || leases.len() >= max {
+                self.set_idle(kind, leases.is_empty());
                 return Ok(leases);
             }
         }

@@ -79,6 +79,9 @@ pub struct RedisLeaseStore {
     /// entry of the ended index the purges passed over before any candidate: the next purge
     /// looks after it.
     pub(crate) purge_from: Arc<std::sync::Mutex<PurgeFrom>>,
+    /// The kinds whose last `claim_next` found nothing: the next one first asks, with one
+    /// `EXISTS`, whether any of the kind's claimable indexes (or the restore marker) is there.
+    pub(crate) idle_kinds: Arc<std::sync::Mutex<std::collections::HashSet<Kind>>>,
 }
 
 impl RedisLeaseStore {
@@ -117,6 +120,7 @@ impl RedisLeaseStore {
                 .then(|| Arc::new(lease_runtime::WakeListener::new())),
             config,
             purge_from: Arc::default(),
+            idle_kinds: Arc::default(),
         };
         store.fold_tombstones().await?;
         Ok(store)
@@ -181,6 +185,34 @@ impl RedisLeaseStore {
     /// keys a [`FencedScript`](crate::FencedScript) may touch. Distinct runs and names give distinct keys.
     pub fn script_key(&self, run: &RunId, name: &str) -> String {
         self.keys.user(run, name)
+    }
+
+    /// Whether the last `claim_next` of `kind` found nothing.
+    pub(crate) fn was_idle(&self, kind: &Kind) -> bool {
+        lock(&self.idle_kinds).contains(kind)
+    }
+
+    pub(crate) fn set_idle(&self, kind: &Kind, idle: bool) {
+        let mut idle_kinds = lock(&self.idle_kinds);
+        if idle {
+            idle_kinds.insert(kind.clone());
+        } else {
+            idle_kinds.remove(kind);
+        }
+    }
+
+    /// Whether any of a kind's claimable `indexes` or the restore marker is there (`EXISTS`;
+    /// an emptied sorted set is deleted). Read-only, one command.
+    pub(crate) async fn claimable_any(&self, indexes: &[String]) -> Result<bool> {
+        let mut exists = redis::cmd("EXISTS");
+        exists.arg(self.keys.restored()).arg(indexes);
+        match self.link.command(&exists).await? {
+            redis::Value::Int(n) => Ok(n > 0),
+            other => Err(Error::backend(
+                crate::error::BACKEND,
+                format!("EXISTS answered {other:?}"),
+            )),
+        }
     }
 
     /// Runs a script that writes nothing (or nothing replicas must confirm).
@@ -353,4 +385,9 @@ impl fmt::Display for RedisLeaseStore {
         }
         Ok(())
     }
+}
+
+/// The guarded value, through a poisoned lock too (nothing it guards is left half-written).
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
