@@ -5,10 +5,10 @@
 -- claimable longest first.
 --
 -- The pick walks the kind's part of the runs_claimable index (kind, priority, claimable_at,
--- created_seq), a priority at a time from the highest down: the priorities that have runnable
--- runs are found by skipping through the index (one probe each, at most ten: a loose index
--- scan, evaluated only as far as the pick reads it), and each priority's claimable range is
--- walked in claimable order until $3 runs are picked. Other kinds' runs are neither claimed nor
+-- created_seq), a priority at a time from the highest down (each of the ten priorities is
+-- tried, an empty one at the cost of one index probe; evaluated only as far as the pick
+-- reads), and each priority's claimable range is walked in claimable order until $3 runs are
+-- picked. Other kinds' runs are neither claimed nor
 -- walked past. Renewals do not move claimable_at forward (so they stay HOT updates), so a held
 -- run's entry keeps the expiry of its claim and, once that instant passes, lags: it sits at the
 -- head of its priority's range while the lease is still held. The pick checks the lease in the
@@ -31,16 +31,12 @@
 -- the server keeps the generic one after its first five runs. Read straight from $3 and $5, a
 -- custom plan (LIMIT 3) was costed far below the generic one (a tenth of the table), and the
 -- statement was planned on every call: ~0.9 ms a call (tests/plan_cache.rs, BENCHMARKS.md).
-WITH RECURSIVE levels(priority) AS (
-    (SELECT priority FROM {schema}.runs
-     WHERE state = 'runnable' AND kind = (SELECT $5::text)
-     ORDER BY kind DESC, priority DESC LIMIT 1)
-  UNION ALL
-    SELECT (SELECT r.priority FROM {schema}.runs r
-            WHERE r.state = 'runnable' AND r.kind = (SELECT $5::text) AND r.priority < levels.priority
-            ORDER BY r.kind DESC, r.priority DESC LIMIT 1)
-    FROM levels
-    WHERE levels.priority IS NOT NULL
+WITH levels(priority) AS (
+    -- Every priority from the highest down; one that has no claimable run costs one probe of
+    -- the index. (A loose index scan found the priorities in use by walking the kind's range
+    -- backwards from its newest entries, which in a drain are the held runs' and the dead
+    -- versions of the runs just ended: thousands of heap visits a call.)
+    SELECT p::smallint FROM generate_series({max_priority}, 0, -1) AS p
 ), picked AS (
     SELECT level.*
     FROM levels CROSS JOIN LATERAL (
@@ -59,7 +55,6 @@ WITH RECURSIVE levels(priority) AS (
         LIMIT (SELECT $3::bigint)
         FOR UPDATE SKIP LOCKED
     ) AS level
-    WHERE levels.priority IS NOT NULL
     LIMIT (SELECT $3::bigint)
 ), claimed AS (
     UPDATE {schema}.runs r

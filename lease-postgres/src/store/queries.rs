@@ -40,13 +40,15 @@ pub(crate) struct Queries {
 /// A statement of `sql/` as a store runs it in `schema`. Identifiers cannot be bound as
 /// parameters, so the schema is spliced in, quoted (any characters are safe inside a
 /// double-quoted identifier once its quotes are doubled), and so are the contract's numbers a
-/// statement needs (nothing in the SQL spells them): the attempt history's cap. For the
+/// statement needs (nothing in the SQL spells them): the attempt history's cap and the highest
+/// priority. For the
 /// benchmarks and tests that run the statements themselves.
 #[doc(hidden)]
 pub fn render_sql(sql: &str, schema: &str) -> String {
     let quoted = format!("\"{}\"", schema.replace('"', "\"\""));
     sql.replace("{schema}", &quoted)
         .replace("{max_history}", &lease_core::MAX_HISTORY.to_string())
+        .replace("{max_priority}", &lease_core::MAX_PRIORITY.to_string())
 }
 
 impl Queries {
@@ -120,5 +122,7 @@ mod tests {
         let sql = super::render_sql(include_str!("../../sql/end_many.sql"), "s");
         assert!(!sql.contains("{max_history}") && !sql.contains("{schema}"));
         assert!(sql.contains(&lease_core::MAX_HISTORY.to_string()));
+        let sql = super::render_sql(include_str!("../../sql/claim_next.sql"), "s");
+        assert!(!sql.contains("{max_priority}") && !sql.contains("{max_history}"));
     }
 }
