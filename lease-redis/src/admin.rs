@@ -9,6 +9,7 @@ use lease_core::{EndedStates, Error, ListFilter, Result, RunId, RunRecord, RunSt
 
 use crate::call::Call;
 use crate::keys::{self, Class};
+use crate::link::lock;
 use crate::reply::Reply;
 use crate::store::{
     RedisLeaseStore, KIND_RESENDS, LIST_SCAN, PURGE_SCAN, PURGE_SCRIPT_RUNS, SCRIPTS,
@@ -176,14 +177,14 @@ impl RedisLeaseStore {
     /// Where the next purge of `states` looks from in the ended index (see
     /// [`purge_runs`](RedisLeaseStore::purge_runs)).
     fn purge_from(&self, states: EndedStates) -> (String, String) {
-        let from = self.purge_from.lock().unwrap_or_else(|e| e.into_inner());
+        let from = lock(&self.purge_from);
         from.get(&states.bits())
             .cloned()
             .unwrap_or_else(|| ("-inf".to_owned(), String::new()))
     }
 
     fn set_purge_from(&self, states: EndedStates, score: &str, member: &str) {
-        let mut from = self.purge_from.lock().unwrap_or_else(|e| e.into_inner());
+        let mut from = lock(&self.purge_from);
         from.insert(states.bits(), (score.to_owned(), member.to_owned()));
     }
 

@@ -568,7 +568,8 @@ fn protocol_version(protocol: Protocol) -> redis::ProtocolVersion {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// The guarded value, through a poisoned lock too (nothing guarded here is left half-written).
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)

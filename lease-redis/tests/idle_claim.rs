@@ -10,38 +10,22 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use lease_conformance::fixtures::{unavailable, unique_namespace, RedisOptions, RedisServer};
+use lease_conformance::fixtures::{required, unique_namespace, RedisServer};
 use lease_core::{LeaseStore, NewRun, RunId, Ttl, WorkerId};
 use lease_redis::{RedisConfig, RedisLeaseStore};
 use redis::aio::MultiplexedConnection;
 
+mod support;
+
 /// Polls measured on each side.
 const POLLS: u64 = 20;
 
-fn server() -> Option<RedisServer> {
-    match RedisServer::start_options(RedisOptions::default()) {
-        Ok(server) => Some(server),
-        Err(why) => unavailable(
-            "redis-server",
-            why,
-            "install redis-server (bash scripts/test.sh does it)",
-        ),
-    }
-}
-
-/// `cmdstat_<name>` → calls, from `INFO commandstats` (a script's commands counted too).
+/// `cmdstat_<name>` → calls (a script's commands counted too).
 async fn calls(conn: &mut MultiplexedConnection) -> HashMap<String, u64> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .unwrap();
-    info.lines()
-        .filter_map(|line| {
-            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
-            Some((name.to_owned(), calls.parse().ok()?))
-        })
+    let stats = support::commandstats(conn).await;
+    stats
+        .into_iter()
+        .map(|(name, (calls, _))| (name, calls))
         .collect()
 }
 
@@ -52,11 +36,7 @@ async fn polls(store: &RedisLeaseStore, conn: &mut MultiplexedConnection) -> Has
     // The first call of a connection loads the script (`EVALSHA` refused, `SCRIPT LOAD`), and
     // finding nothing, marks the kind idle.
     store.claim_next(&worker, ttl, 8).await.unwrap();
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(conn)
-        .await
-        .unwrap();
+    support::reset(conn).await;
     for _ in 0..POLLS {
         let claimed = store.claim_next(&worker, ttl, 8).await.unwrap();
         assert!(claimed.is_empty(), "nothing is claimable: {claimed:?}");
@@ -70,7 +50,8 @@ async fn polls(store: &RedisLeaseStore, conn: &mut MultiplexedConnection) -> Has
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_poll_sends_one_command() {
-    let Some(server) = server() else {
+    let hint = "install redis-server (bash scripts/test.sh does it)";
+    let Some(server) = required("redis-server", RedisServer::start(), hint) else {
         return;
     };
     let store = RedisLeaseStore::connect(
@@ -119,11 +100,7 @@ async fn an_idle_poll_sends_one_command() {
         .await
         .unwrap();
     assert_eq!(claimed.len(), 1, "{claimed:?}");
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    support::reset(&mut conn).await;
     let after = store
         .claim_next(&worker, Ttl::from_secs(30).unwrap(), 8)
         .await

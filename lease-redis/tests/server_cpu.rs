@@ -17,6 +17,9 @@ use lease_redis::{RedisConfig, RedisLeaseStore};
 use redis::aio::MultiplexedConnection;
 use redis::Script;
 
+mod support;
+use support::{commandstats, reset};
+
 const RUNS: usize = 1_000;
 const CYCLES: usize = 5_000;
 const ROUNDS: usize = 5;
@@ -35,35 +38,6 @@ async fn raw(url: &str) -> MultiplexedConnection {
         )
         .await
         .unwrap()
-}
-
-/// `cmdstat_<name>` → (calls, usec), from `INFO commandstats`.
-async fn commandstats(conn: &mut MultiplexedConnection) -> HashMap<String, (u64, u64)> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .unwrap();
-    info.lines()
-        .filter_map(|line| {
-            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let field = |key: &str| -> Option<u64> {
-                rest.split(',')
-                    .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))?
-                    .parse()
-                    .ok()
-            };
-            Some((name.to_owned(), (field("calls")?, field("usec")?)))
-        })
-        .collect()
-}
-
-async fn reset(conn: &mut MultiplexedConnection) {
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(conn)
-        .await
-        .unwrap();
 }
 
 /// Prints the top-level commands' µs per cycle and returns their sum.

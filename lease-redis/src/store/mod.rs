@@ -20,7 +20,7 @@ use crate::epoch::Epoch;
 use crate::error::RedisError;
 use crate::guard::Guard;
 use crate::keys::{self, Class, Keys};
-use crate::link::Link;
+use crate::link::{lock, Link};
 use crate::reply::Reply;
 use lease_runtime::observe::count_stale;
 
@@ -385,9 +385,4 @@ impl fmt::Display for RedisLeaseStore {
         }
         Ok(())
     }
-}
-
-/// The guarded value, through a poisoned lock too (nothing it guards is left half-written).
-fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
