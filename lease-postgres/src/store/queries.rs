@@ -41,8 +41,7 @@ pub(crate) struct Queries {
 /// parameters, so the schema is spliced in, quoted (any characters are safe inside a
 /// double-quoted identifier once its quotes are doubled), and so are the contract's numbers a
 /// statement needs (nothing in the SQL spells them): the attempt history's cap and the highest
-/// priority. For the
-/// benchmarks and tests that run the statements themselves.
+/// priority. For the benchmarks and tests that run the statements themselves.
 #[doc(hidden)]
 pub fn render_sql(sql: &str, schema: &str) -> String {
     let quoted = format!("\"{}\"", schema.replace('"', "\"\""));
