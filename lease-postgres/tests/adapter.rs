@@ -734,3 +734,53 @@ async fn a_store_over_the_callers_pool_keeps_every_setting() {
         "volatile shows what it accepted"
     );
 }
+
+/// The read that explains a refused claim takes its clock when it reads the row. A release that
+/// begins after the reading transaction did but commits before its snapshot stamps the run
+/// claimable at a later time than that transaction's `now()`: read against `now()`, the run
+/// given back without a delay looked delayed by a few hundred microseconds, and a claim racing
+/// the release was refused as `Delayed` (seen under load in `failover.rs`'s eight workers).
+/// Here the reading transaction starts first and holds still while the release commits.
+#[tokio::test]
+async fn a_run_released_without_a_delay_never_reads_as_delayed() {
+    let Some(url) = postgres_url().await else {
+        return;
+    };
+    let store = PostgresLeaseStore::connect(config(&url)).await.unwrap();
+    let run = id("released");
+    store.create(&run).await.unwrap();
+    let lease = store.claim(&run, &worker("a"), ttl(60_000)).await.unwrap();
+
+    let explain = lease_postgres::render_sql(include_str!("../sql/explain.sql"), store.schema());
+    let mut tx = store.pool().begin().await.unwrap();
+    // The transaction's start: now() from here on.
+    sqlx::query("SELECT now()").execute(&mut *tx).await.unwrap();
+    store.release(&lease).await.unwrap();
+    let after_start: bool = sqlx::query_scalar(&format!(
+        "SELECT claimable_at > now() FROM \"{}\".runs WHERE run_id = $1",
+        store.schema()
+    ))
+    .bind(run.as_str())
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    assert!(
+        after_start,
+        "the release's timestamp should follow the reading transaction's start"
+    );
+    let row = sqlx::query(&explain)
+        .bind(run.as_str())
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    let delay: Option<i64> = sqlx::Row::get(&row, "delay_us");
+    let owner: Option<String> = sqlx::Row::get(&row, "lease_owner");
+    tx.rollback().await.unwrap();
+    assert_eq!(owner, None, "the release committed before the read");
+    assert_eq!(
+        delay, None,
+        "a run released without a delay read as delayed"
+    );
+    let again = store.claim(&run, &worker("b"), ttl(60_000)).await.unwrap();
+    assert!(again.fence() > lease.fence());
+}

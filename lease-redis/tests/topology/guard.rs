@@ -142,6 +142,23 @@ fn aof_size(server: &lease_conformance::fixtures::RedisServer) -> u64 {
     std::fs::metadata(&file).unwrap().len()
 }
 
+/// Waits until the server's append-only buffer is empty: every write it has acknowledged is in
+/// the file (not necessarily on the disk).
+async fn written(server: &lease_conformance::fixtures::RedisServer) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let pending = server.info("persistence", "aof_buffer_length").unwrap();
+        if pending == "0" {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the append-only buffer still holds {pending} bytes after 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// An OS crash simulated by cutting the append-only file back to an earlier size: under
 /// `appendfsync everysec` (accepted only with `volatile=true`) writes past the last fsync can
 /// be lost, and the restarted server issues a fence again; the test asserts the repeat, so it
@@ -158,33 +175,22 @@ async fn under_everysec_an_os_crash_loses_claims_and_a_fence_repeats() {
     store.create(&r).await.unwrap();
     let first = store.claim(&r, &worker("a"), ttl(60_000)).await.unwrap();
     store.release(&first).await.unwrap();
-    // Everything so far reached the file (the size stops moving): the "last fsync".
-    let synced = {
-        let mut last = aof_size(&server);
-        loop {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            let now = aof_size(&server);
-            if now == last {
-                break now;
-            }
-            last = now;
-        }
-    };
+    // Everything so far reached the file: the "last fsync". Under everysec a reply can go out
+    // while its write waits in the server's buffer (up to 2 s while a background fsync is
+    // slow), so the file's size alone does not say that; an empty buffer does.
+    written(&server).await;
+    let synced = aof_size(&server);
     let mut lost = Vec::new();
     for name in ["b", "c", "d"] {
         let lease = store.claim(&r, &worker(name), ttl(60_000)).await.unwrap();
         lost.push(lease.fence().get());
         store.release(&lease).await.unwrap();
     }
-    // Reached the file (not necessarily the disk): a background fsync can delay the write.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while aof_size(&server) <= synced {
-        assert!(
-            Instant::now() < deadline,
-            "the later claims never reached the file"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    written(&server).await;
+    assert!(
+        aof_size(&server) > synced,
+        "the later claims never reached the file"
+    );
     server.stop(); // SIGKILL
     let file = server.aof_incr_file().unwrap();
     std::fs::OpenOptions::new()
@@ -196,7 +202,10 @@ async fn under_everysec_an_os_crash_loses_claims_and_a_fence_repeats() {
     server.restart().unwrap();
 
     let after = connect(&url, &ns).await.unwrap();
-    let again = after.claim(&r, &worker("e"), ttl(60_000)).await.unwrap();
+    let again = after
+        .claim(&r, &worker("e"), ttl(60_000))
+        .await
+        .unwrap_or_else(|e| panic!("the claim after the restart was refused: {e:?}"));
     say(&format!(
         "everysec OS crash: fences {} then {lost:?} were handed out; after the AOF lost its \
          tail the restarted server handed out fence {} again",
