@@ -588,6 +588,15 @@ pub enum InvalidInput {
         /// The run.
         run: crate::RunId,
     },
+    /// A job's arguments (`lease-runtime`'s `JobArgs`) that cannot be written as JSON (a map
+    /// with keys that are not strings, a `Serialize` impl that fails).
+    #[error("the arguments of a {kind} job cannot be written as JSON: {why}")]
+    JobArgs {
+        /// The job's kind.
+        kind: String,
+        /// What the encoder said.
+        why: String,
+    },
     /// An operation this backend does not offer (a method added to the trait after it was
     /// written, whose default refuses rather than weakens the contract).
     #[error("{operation} is not supported by this backend")]

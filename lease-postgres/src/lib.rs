@@ -9,6 +9,7 @@ mod error;
 #[cfg(test)]
 mod fuzz_url;
 mod in_tx;
+mod insert_tx;
 mod notify;
 mod route;
 mod store;

@@ -213,3 +213,108 @@ async fn runs_scheduled_in_a_transaction_exist_only_if_it_commits_and_wait_their
     );
     assert_eq!(handed[0].payload(), Some(&b"now"[..]));
 }
+
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct SendReceipt {
+    order: u64,
+}
+impl lease_runtime::JobArgs for SendReceipt {
+    const KIND: &'static str = "send_receipt";
+}
+
+/// Typed inserts in the caller's transaction: a rolled-back insert leaves nothing; an insert
+/// with an id that exists answers `duplicate` without aborting the transaction, which goes on
+/// and commits; a worker serving the kind gets the committed job's arguments once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed_inserts_commit_with_the_callers_transaction_and_a_resend_is_a_duplicate() {
+    use lease_runtime::{
+        CancellationToken, InsertExt, InsertOpts, Kinds, RunContext, Worker, WorkerConfig,
+    };
+    let Some(url) = postgres_url().await else {
+        return;
+    };
+    let schema = unique_namespace("typed_in_tx");
+    let store = PostgresLeaseStore::connect(PostgresConfig::from_url(url).with_schema(&schema))
+        .await
+        .unwrap();
+    let orders = format!("\"{schema}\".orders");
+    sqlx::query(&format!("CREATE TABLE {orders} (id BIGINT PRIMARY KEY)"))
+        .execute(store.pool())
+        .await
+        .unwrap();
+
+    let mut tx = store.pool().begin().await.unwrap();
+    let dropped = store
+        .insert_tx(&mut tx, &SendReceipt { order: 1 }, InsertOpts::new())
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    assert!(matches!(
+        store.inspect(&dropped.run_id).await,
+        Err(Error::NotFound { .. })
+    ));
+
+    let named = InsertOpts::new().with_id(RunId::new("receipt-7").unwrap());
+    let mut tx = store.pool().begin().await.unwrap();
+    sqlx::query(&format!("INSERT INTO {orders} VALUES (7)"))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let first = store
+        .insert_tx(&mut tx, &SendReceipt { order: 7 }, named.clone())
+        .await
+        .unwrap();
+    let resent = store
+        .insert_many_tx(&mut tx, &[(SendReceipt { order: 7 }, named.clone())])
+        .await
+        .unwrap();
+    assert!(!first.duplicate);
+    assert!(resent[0].duplicate, "{resent:?}");
+    assert_eq!(resent[0].run_id, first.run_id);
+    // The duplicate did not abort the transaction: it still writes and commits.
+    sqlx::query(&format!("INSERT INTO {orders} VALUES (8)"))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    // Outside a transaction, through the store-wide extension: a duplicate too.
+    let again = store
+        .insert(&SendReceipt { order: 7 }, named)
+        .await
+        .unwrap();
+    assert!(again.duplicate);
+
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let handled = seen.clone();
+    let kinds = Kinds::new().job::<SendReceipt, _, _>(move |ctx: RunContext, args: SendReceipt| {
+        let seen = handled.clone();
+        async move {
+            seen.lock()
+                .unwrap()
+                .push((ctx.run().to_string(), args.order));
+            Ok(End::Complete)
+        }
+    });
+    let shared: Arc<dyn LeaseStore> = Arc::new(store.clone());
+    let config = WorkerConfig::new(Ttl::from_secs(30).unwrap())
+        .with_poll_interval(Duration::from_millis(20));
+    let worker = Worker::new(shared, WorkerId::new("w").unwrap(), config).unwrap();
+    let stop = CancellationToken::new();
+    let token = stop.clone();
+    let serving = tokio::spawn(async move { worker.run_kinds(kinds, token).await });
+    let give_up = Instant::now() + Duration::from_secs(20);
+    while store.inspect(&first.run_id).await.unwrap().state != RunState::Completed {
+        assert!(
+            Instant::now() < give_up,
+            "the job was not completed in 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+    serving.await.unwrap().unwrap();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [("receipt-7".to_owned(), 7)],
+        "the handler got the job's arguments once"
+    );
+}

@@ -4,6 +4,8 @@
 //! - [`RunScope`]: the worker side of one lease; heartbeats it and cancels the run's work
 //!   before the lease can be lost.
 //! - [`Heartbeats`]: a worker-wide heartbeat renewing all its scopes' leases in batches.
+//! - [`JobArgs`], [`InsertExt::insert`] and [`InsertOpts`]: typed jobs, inserted on any store
+//!   and served, decoded, by [`Kinds::job`].
 //! - [`Worker`]: the claim → handle → end loop, with group-committed ends, retries with
 //!   backoff and a graceful shutdown that hands its runs over at once; [`Kinds`] serves
 //!   several kinds from one worker.
@@ -41,6 +43,7 @@
 
 mod fault;
 mod heartbeats;
+mod jobs;
 mod memory;
 pub mod observe;
 mod refresh;
@@ -53,6 +56,7 @@ mod worker;
 
 pub use fault::{Fault, FaultyStore, ReplyFault, FAULT_BACKEND};
 pub use heartbeats::{HeartbeatStats, Heartbeats, TickReport};
+pub use jobs::{new_run_id, ArgsError, InsertExt, InsertOpts, Inserted, JobArgs};
 pub use memory::{MemoryLeaseStore, MemoryTransaction};
 pub use observe::Instrumented;
 pub use retention::{
@@ -63,8 +67,6 @@ pub use schedule::{Schedule, Scheduler, SchedulerReport, MAX_INTERVAL, MAX_SCHED
 pub use scope::{min_margin, CancelReason, RunScope, ScopeConfig};
 pub use wake::WakesExt;
 pub use wake_listener::{OpenSession, WakeListener, WakeSession};
-#[cfg(feature = "serde")]
-pub use worker::ArgsError;
 pub use worker::{
     EndReport, Handler, HandlerFuture, Kinds, RetryPolicy, RunContext, Worker, WorkerConfig,
     WorkerReport, DEFAULT_WAKE_POLL,

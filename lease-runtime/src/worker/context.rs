@@ -9,6 +9,7 @@ use std::sync::Arc;
 use lease_core::{BoxError, End, Fence, JournalEntry, Lease, LeaseStore, Result, RunId};
 use tokio_util::sync::CancellationToken;
 
+use crate::jobs::ArgsError;
 use crate::scope::RunScope;
 
 /// What a handler is given for one claimed run: the run, its lease and fence, the cancellation
@@ -81,22 +82,17 @@ impl RunContext {
         self.payload.as_deref()
     }
 
-    /// The run's payload read as JSON into `T` (the `serde` feature): a payments handler
-    /// starts with `let charge: Charge = ctx.args()?;`. A run without a payload, or with one
-    /// that is not `T`, is an [`ArgsError`], which `?` turns into a failed attempt (retried
-    /// under the [`RetryPolicy`](crate::RetryPolicy), failed at the last), never a panic.
+    /// The run's payload read as JSON into `T`: a payments handler starts with
+    /// `let charge: Charge = ctx.args()?;`. A run without a payload, or with one that is not
+    /// `T`, is an [`ArgsError`], which `?` turns into a failed attempt (retried under the
+    /// [`RetryPolicy`](crate::RetryPolicy), failed at the last), never a panic.
+    /// [`Kinds::job`](crate::Kinds::job) decodes before the handler runs, and fails the run at
+    /// once instead.
     ///
     /// # Errors
     /// [`ArgsError::Missing`], [`ArgsError::Invalid`].
-    #[cfg(feature = "serde")]
     pub fn args<T: serde::de::DeserializeOwned>(&self) -> std::result::Result<T, ArgsError> {
-        let payload = self.payload().ok_or_else(|| ArgsError::Missing {
-            run: self.run().clone(),
-        })?;
-        serde_json::from_slice(payload).map_err(|source| ArgsError::Invalid {
-            run: self.run().clone(),
-            source,
-        })
+        crate::jobs::args::decode(self.run(), self.payload())
     }
 
     /// Appends to the run's journal under the lease's fence; the store's verdict is returned.
@@ -143,27 +139,6 @@ impl RunContext {
     pub fn store(&self) -> &Arc<dyn LeaseStore> {
         self.scope.store()
     }
-}
-
-/// Why a run's payload could not be read as a handler's arguments ([`RunContext::args`]).
-#[cfg(feature = "serde")]
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ArgsError {
-    /// The run was created without a payload.
-    #[error("run {run} has no payload to read arguments from")]
-    Missing {
-        /// The run.
-        run: RunId,
-    },
-    /// The payload is not JSON of the handler's argument type.
-    #[error("run {run}'s payload is not valid arguments: {source}")]
-    Invalid {
-        /// The run.
-        run: RunId,
-        /// What JSON decoding said (the line, column and mismatch).
-        source: serde_json::Error,
-    },
 }
 
 impl fmt::Debug for RunContext {

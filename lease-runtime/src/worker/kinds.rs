@@ -1,12 +1,15 @@
 //! Which kinds a [`Worker`](crate::Worker) serves, each with its handler: [`Kinds`].
 
 use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
-use super::context::Handler;
-use lease_core::{InvalidInput, Kind};
+use super::context::{Handler, HandlerFuture, RunContext};
+use crate::jobs::{args::decode, JobArgs};
+use lease_core::{sanitize_reason, BoxError, End, InvalidInput, Kind};
 
 /// The kinds one [`Worker`](crate::Worker) serves ([`Worker::run_kinds`](crate::Worker::run_kinds)):
 /// each kind with its own handler, and optionally its own concurrency limit within the
@@ -29,6 +32,8 @@ use lease_core::{InvalidInput, Kind};
 #[derive(Default)]
 pub struct Kinds {
     pub(super) routes: Vec<Route>,
+    /// A typed job whose `KIND` is not a valid kind: reported when the worker starts.
+    invalid: Option<InvalidInput>,
 }
 
 /// One served kind.
@@ -79,6 +84,74 @@ impl Kinds {
         self
     }
 
+    /// Serves the jobs of `T` (kind `T::KIND`) with `handler`, which takes the run's context
+    /// and its arguments decoded, within the worker's concurrency.
+    ///
+    /// A payload that is not `T` (or a run without one) fails the run for good, with the
+    /// decode error as its reason ([`End::Fail`]): arguments that cannot be read now will not
+    /// be readable on a retry. The handler is not called.
+    ///
+    /// ```
+    /// use serde::{Deserialize, Serialize};
+    /// use lease_core::End;
+    /// use lease_runtime::{JobArgs, Kinds, RunContext};
+    ///
+    /// #[derive(Serialize, Deserialize)]
+    /// struct SendEmail {
+    ///     to: String,
+    /// }
+    /// impl JobArgs for SendEmail {
+    ///     const KIND: &'static str = "send_email";
+    /// }
+    ///
+    /// let kinds = Kinds::new().job::<SendEmail, _, _>(|_ctx: RunContext, args: SendEmail| async move {
+    ///     println!("mail to {}", args.to);
+    ///     Ok(End::Complete)
+    /// });
+    /// assert_eq!(kinds.len(), 1);
+    /// ```
+    pub fn job<T, F, Fut>(self, handler: F) -> Kinds
+    where
+        T: JobArgs,
+        F: Fn(RunContext, T) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<End, BoxError>> + Send + 'static,
+    {
+        self.typed::<T, F, Fut>(handler, None)
+    }
+
+    /// [`job`](Kinds::job), at most `concurrency` of its runs at once (as
+    /// [`handle_limited`](Kinds::handle_limited)).
+    pub fn job_limited<T, F, Fut>(self, handler: F, concurrency: usize) -> Kinds
+    where
+        T: JobArgs,
+        F: Fn(RunContext, T) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<End, BoxError>> + Send + 'static,
+    {
+        self.typed::<T, F, Fut>(handler, Some(concurrency))
+    }
+
+    fn typed<T, F, Fut>(mut self, handler: F, limit: Option<usize>) -> Kinds
+    where
+        T: JobArgs,
+        F: Fn(RunContext, T) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<End, BoxError>> + Send + 'static,
+    {
+        match T::kind() {
+            Ok(kind) => self.routes.push(Route {
+                kind,
+                handler: Arc::new(Typed {
+                    handler,
+                    args: PhantomData::<fn() -> T>,
+                }),
+                limit,
+            }),
+            Err(invalid) => {
+                self.invalid.get_or_insert(invalid);
+            }
+        }
+        self
+    }
+
     /// How many kinds it serves.
     pub fn len(&self) -> usize {
         self.routes.len()
@@ -92,6 +165,9 @@ impl Kinds {
     /// Checks it against the worker's `concurrency`: at least one kind, each once, each
     /// limit from 1 to `concurrency`.
     pub(super) fn check(&self, concurrency: usize) -> Result<(), InvalidInput> {
+        if let Some(invalid) = &self.invalid {
+            return Err(invalid.clone());
+        }
         if self.routes.is_empty() {
             return Err(InvalidInput::WorkerSetting {
                 setting: "kinds",
@@ -162,6 +238,30 @@ impl Drop for Slot {
     fn drop(&mut self) {
         if self.kind.take().is_some() {
             self.freed.notify_one();
+        }
+    }
+}
+
+/// A typed job's handler: decodes the payload, then calls the user's function.
+struct Typed<T, F> {
+    handler: F,
+    args: PhantomData<fn() -> T>,
+}
+
+impl<T, F, Fut> Handler for Typed<T, F>
+where
+    T: JobArgs,
+    F: Fn(RunContext, T) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<End, BoxError>> + Send + 'static,
+{
+    fn call(&self, ctx: RunContext) -> HandlerFuture {
+        match decode::<T>(ctx.run(), ctx.payload()) {
+            Ok(args) => Box::pin((self.handler)(ctx, args)),
+            Err(why) => {
+                tracing::warn!(run = %ctx.run(), kind = T::KIND, error = %why, "job arguments do not decode; failing the run");
+                let reason = sanitize_reason(&why.to_string());
+                Box::pin(async move { Ok(End::Fail(reason)) })
+            }
         }
     }
 }

@@ -29,8 +29,6 @@ use crate::scope::{RunScope, ScopeConfig};
 
 use batcher::{batcher, submit, Batcher, Shared};
 pub use config::{RetryPolicy, WorkerConfig, DEFAULT_WAKE_POLL};
-#[cfg(feature = "serde")]
-pub use context::ArgsError;
 use context::{bump, Counters, Observer};
 pub use context::{EndReport, Handler, HandlerFuture, RunContext, WorkerReport};
 use job::{job, Job};

@@ -1,0 +1,202 @@
+//! One way to insert a job: [`InsertOpts`], [`InsertExt::insert`] and its answer [`Inserted`].
+
+use std::time::{Duration, SystemTime};
+
+use lease_core::{Error, InvalidInput, LeaseStore, NewRun, Result, RunId};
+
+use super::JobArgs;
+
+/// How one job is inserted: its id, priority and start. Every field is optional; an unset one
+/// takes the kind's default ([`JobArgs::insert_opts`]), then the store's (a generated id,
+/// priority 0, claimable at once).
+///
+/// ```
+/// use std::time::Duration;
+/// use lease_runtime::InsertOpts;
+/// let opts = InsertOpts::new().with_priority(2).with_delay(Duration::from_secs(60));
+/// # let _ = opts;
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[must_use]
+pub struct InsertOpts {
+    id: Option<RunId>,
+    priority: Option<u8>,
+    start: Option<Start>,
+}
+
+/// When the run becomes claimable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Start {
+    After(Duration),
+    At(SystemTime),
+}
+
+impl InsertOpts {
+    /// No option set.
+    pub fn new() -> InsertOpts {
+        InsertOpts::default()
+    }
+
+    /// The run's id, for a caller that has one (an order number, a request id): an insert
+    /// that finds a run with this id creates nothing and answers
+    /// [`duplicate`](Inserted::duplicate), so an insert sent twice runs once. Without it the id
+    /// is generated ([`new_run_id`]).
+    pub fn with_id(mut self, id: RunId) -> InsertOpts {
+        self.id = Some(id);
+        self
+    }
+
+    /// The run's priority: 0 (claimed first) to
+    /// [`MAX_PRIORITY`](lease_core::MAX_PRIORITY) ([`NewRun::with_priority`]).
+    pub fn with_priority(mut self, priority: u8) -> InsertOpts {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// Not claimable before `delay` has passed on the store's clock, at most
+    /// [`MAX_START_DELAY`](lease_core::MAX_START_DELAY) ([`NewRun::with_delay`]). Replaces a
+    /// start time set before.
+    pub fn with_delay(mut self, delay: Duration) -> InsertOpts {
+        self.start = Some(Start::After(delay));
+        self
+    }
+
+    /// Not claimable before `at` ([`NewRun::with_run_at`]: the store's clock decides, except
+    /// on etcd, which turns it into a delay on this host's clock). Replaces a delay set before.
+    pub fn with_run_at(mut self, at: SystemTime) -> InsertOpts {
+        self.start = Some(Start::At(at));
+        self
+    }
+
+    /// The id given with [`with_id`](InsertOpts::with_id), if any.
+    pub fn id(&self) -> Option<&RunId> {
+        self.id.as_ref()
+    }
+
+    /// These options, each unset field taken from `defaults`.
+    pub fn or(self, defaults: InsertOpts) -> InsertOpts {
+        InsertOpts {
+            id: self.id.or(defaults.id),
+            priority: self.priority.or(defaults.priority),
+            start: self.start.or(defaults.start),
+        }
+    }
+
+    /// The [`NewRun`] that inserts `args` with these options over `T`'s defaults: `T::KIND`,
+    /// the arguments' JSON as the payload, the id given or a generated one. For callers of the
+    /// lower-level [`create_with`](LeaseStore::create_with) family.
+    ///
+    /// # Errors
+    /// [`InvalidInput`] when `T::KIND` is not a valid kind, the arguments cannot be written as
+    /// JSON, or the run breaks a [`NewRun::check`] rule (payload size, priority, start).
+    pub fn new_run<T: JobArgs>(&self, args: &T) -> std::result::Result<NewRun, InvalidInput> {
+        let opts = self.clone().or(T::insert_opts());
+        let kind = T::kind()?;
+        let payload = serde_json::to_vec(args).map_err(|e| InvalidInput::JobArgs {
+            kind: T::KIND.to_owned(),
+            why: e.to_string(),
+        })?;
+        let id = match opts.id {
+            Some(id) => id,
+            None => new_run_id(),
+        };
+        let mut new = NewRun::new(id).with_kind(kind).with_payload(payload);
+        if let Some(priority) = opts.priority {
+            new = new.with_priority(priority);
+        }
+        new = match opts.start {
+            Some(Start::After(delay)) => new.with_delay(delay),
+            Some(Start::At(at)) => new.with_run_at(at),
+            None => new,
+        };
+        new.check()?;
+        Ok(new)
+    }
+}
+
+/// What an insert did: the run's id, and whether the run existed already.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Inserted {
+    /// The run: the one created, or the one found.
+    pub run_id: RunId,
+    /// True when nothing was created because the run existed already (an insert with an id
+    /// that was sent before, or repeated in the same batch).
+    pub duplicate: bool,
+}
+
+/// A fresh run id: a UUIDv7 (time-ordered, so ids sort by creation time to the millisecond;
+/// 74 random bits), as text.
+pub fn new_run_id() -> RunId {
+    RunId::new(uuid::Uuid::now_v7().to_string()).expect("a UUID is a valid run id")
+}
+
+impl Inserted {
+    /// The answer to an insert from the answer to the create of `new`, made from `opts`: for
+    /// adapters that insert through a create of their own (a create in the caller's
+    /// transaction). An existing run is a duplicate when the id was the caller's.
+    ///
+    /// # Errors
+    /// `created`'s error, unless it says the run exists.
+    pub fn from_create(new: &NewRun, opts: &InsertOpts, created: Result<()>) -> Result<Inserted> {
+        match created {
+            Ok(()) => Ok(Inserted {
+                run_id: new.run().clone(),
+                duplicate: false,
+            }),
+            // A generated id is fresh: a run with it can only be this insert's own earlier
+            // send (the store resent the create after a lost reply), so it was created, not
+            // found.
+            Err(Error::AlreadyExists { .. }) => Ok(Inserted {
+                run_id: new.run().clone(),
+                duplicate: opts.id.is_some(),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Typed inserts on any store, `Arc<dyn LeaseStore>` included.
+///
+/// Each insert is one [`create_with`](LeaseStore::create_with) (or one
+/// [`create_many_with`](LeaseStore::create_many_with) for a batch), so it is as atomic and as
+/// durable as the store's create. A retry of an insert with the same id (given with
+/// [`InsertOpts::with_id`]) answers `duplicate: true` with that id and changes nothing; an
+/// insert without an id that fails with an outer error may or may not have created its run.
+#[async_trait::async_trait]
+pub trait InsertExt: LeaseStore {
+    /// Inserts one job of kind `T::KIND` with `args` as its payload.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] before any I/O for arguments or options
+    /// [`InsertOpts::new_run`] refuses; otherwise as [`create_with`](LeaseStore::create_with),
+    /// except that an existing run is `Ok` with [`Inserted::duplicate`].
+    async fn insert<T: JobArgs>(&self, args: &T, opts: InsertOpts) -> Result<Inserted> {
+        let new = opts.new_run(args)?;
+        let created = self.create_with(&new).await.map(drop);
+        Inserted::from_create(&new, &opts, created)
+    }
+
+    /// Inserts up to [`MAX_BATCH`](lease_core::MAX_BATCH) jobs of one kind in one round trip,
+    /// one answer per job, in order.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] before any I/O when any job is refused (nothing is created);
+    /// the outer error of [`create_many_with`](LeaseStore::create_many_with); the first error
+    /// of a job other than an existing run (the other jobs' fate is then as the store says:
+    /// insert them again with their ids to learn it).
+    async fn insert_many<T: JobArgs>(&self, jobs: &[(T, InsertOpts)]) -> Result<Vec<Inserted>> {
+        let runs = jobs
+            .iter()
+            .map(|(args, opts)| opts.new_run(args))
+            .collect::<std::result::Result<Vec<NewRun>, InvalidInput>>()?;
+        let results = self.create_many_with(&runs).await?;
+        runs.iter()
+            .zip(jobs)
+            .zip(results)
+            .map(|((new, (_, opts)), created)| Inserted::from_create(new, opts, created))
+            .collect()
+    }
+}
+
+impl<S: LeaseStore + ?Sized> InsertExt for S {}

@@ -1,0 +1,344 @@
+//! Typed jobs on the memory store: `JobArgs`, `InsertOpts`, `insert` / `insert_many` and
+//! `Kinds::job`. The Postgres and Redis adapters run the same API in their own tests
+//! (`lease-postgres/tests/jobs.rs`, `lease-redis/tests/claim_payload.rs`).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lease_core::{
+    End, Error, InvalidInput, Kind, LeaseStore, ListFilter, NewRun, RunId, RunState, Ttl, WorkerId,
+};
+use lease_runtime::{
+    CancellationToken, InsertExt, InsertOpts, JobArgs, Kinds, MemoryLeaseStore, RunContext, Worker,
+    WorkerConfig,
+};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct SendEmail {
+    to: String,
+}
+impl JobArgs for SendEmail {
+    const KIND: &'static str = "send_email";
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Charge {
+    customer: String,
+    amount_cents: u64,
+}
+impl JobArgs for Charge {
+    const KIND: &'static str = "charge";
+    fn insert_opts() -> InsertOpts {
+        InsertOpts::new().with_priority(3)
+    }
+}
+
+/// A kind that breaks the kind rules (a control character).
+#[derive(Serialize, Deserialize)]
+struct BadKind;
+impl JobArgs for BadKind {
+    const KIND: &'static str = "bad\nkind";
+}
+
+/// Arguments JSON cannot hold: a map whose keys are not strings.
+#[derive(Serialize, Deserialize)]
+struct NotJson {
+    by_pair: BTreeMap<(u8, u8), u8>,
+}
+impl JobArgs for NotJson {
+    const KIND: &'static str = "not_json";
+}
+
+fn id(s: &str) -> RunId {
+    RunId::new(s).unwrap()
+}
+
+fn worker(store: Arc<dyn LeaseStore>) -> Worker {
+    let config = WorkerConfig::new(Ttl::from_secs(30).unwrap())
+        .with_poll_interval(Duration::from_millis(10));
+    Worker::new(store, WorkerId::new("w").unwrap(), config).unwrap()
+}
+
+/// Waits until every run in `runs` has ended, or fails after 20 s.
+async fn until_ended(store: &dyn LeaseStore, runs: &[RunId]) {
+    let give_up = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut open = Vec::new();
+        for run in runs {
+            let state = store.inspect(run).await.unwrap().state;
+            if !matches!(state, RunState::Completed | RunState::Failed) {
+                open.push(run.clone());
+            }
+        }
+        if open.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < give_up, "{open:?} still open after 20 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_insert_makes_a_run_of_the_kind_with_the_args_as_json_and_a_time_ordered_id() {
+    let store = MemoryLeaseStore::new();
+    let email = SendEmail {
+        to: "a@example.com".into(),
+    };
+    let first = store.insert(&email, InsertOpts::new()).await.unwrap();
+    let second = store.insert(&email, InsertOpts::new()).await.unwrap();
+    assert!(!first.duplicate && !second.duplicate);
+    assert_ne!(
+        first.run_id, second.run_id,
+        "each insert without an id is a new run"
+    );
+    // A UUIDv7: 36 characters, version nibble 7, and later ids sort after earlier ones.
+    let text = first.run_id.as_str();
+    assert_eq!(text.len(), 36, "{text}");
+    assert_eq!(&text[14..15], "7", "{text} is not a version 7 UUID");
+    assert!(
+        second.run_id.as_str() > text,
+        "{second:?} sorts before {first:?}"
+    );
+
+    let record = store.inspect(&first.run_id).await.unwrap();
+    assert_eq!(record.state, RunState::Runnable);
+    assert_eq!(record.kind.as_str(), "send_email");
+    assert_eq!(
+        record.payload.as_deref(),
+        Some(&br#"{"to":"a@example.com"}"#[..])
+    );
+}
+
+#[tokio::test]
+async fn an_insert_with_an_id_sent_twice_creates_one_run_and_answers_duplicate() {
+    let store = MemoryLeaseStore::new();
+    let opts = InsertOpts::new().with_id(id("order-7"));
+    let args = SendEmail {
+        to: "b@example.com".into(),
+    };
+    let first = store.insert(&args, opts.clone()).await.unwrap();
+    assert!(!first.duplicate);
+    assert_eq!(first.run_id, id("order-7"));
+    // The resend carries other arguments: nothing is changed, the first run is kept.
+    let other = SendEmail {
+        to: "c@example.com".into(),
+    };
+    let again = store.insert(&other, opts).await.unwrap();
+    assert!(again.duplicate);
+    assert_eq!(again.run_id, id("order-7"));
+    let record = store.inspect(&id("order-7")).await.unwrap();
+    assert_eq!(
+        record.payload.as_deref(),
+        Some(&br#"{"to":"b@example.com"}"#[..])
+    );
+    let listed = store.list(&ListFilter::default()).await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+}
+
+#[tokio::test]
+async fn insert_many_answers_each_job_in_order_and_a_repeated_id_is_a_duplicate() {
+    let store = MemoryLeaseStore::new();
+    let charge = |n: u64| Charge {
+        customer: format!("c-{n}"),
+        amount_cents: n,
+    };
+    let jobs = vec![
+        (charge(1), InsertOpts::new().with_id(id("charge-1"))),
+        (charge(2), InsertOpts::new()),
+        (charge(3), InsertOpts::new().with_id(id("charge-1"))),
+        (charge(4), InsertOpts::new().with_priority(9)),
+    ];
+    let answers = store.insert_many(&jobs).await.unwrap();
+    let flags: Vec<bool> = answers.iter().map(|a| a.duplicate).collect();
+    assert_eq!(flags, [false, false, true, false]);
+    assert_eq!(answers[0].run_id, id("charge-1"));
+    assert_eq!(answers[2].run_id, id("charge-1"));
+    // The kind's default priority (3), unless the insert sets its own.
+    let mut priorities = Vec::new();
+    for answer in [&answers[0], &answers[1], &answers[3]] {
+        priorities.push(store.inspect(&answer.run_id).await.unwrap().priority);
+    }
+    assert_eq!(priorities, [3, 3, 9]);
+    let again = store.insert_many(&jobs[..2]).await.unwrap();
+    assert!(
+        again[0].duplicate,
+        "a batch sent again: its named jobs are duplicates"
+    );
+    assert!(
+        !again[1].duplicate,
+        "a job without an id is a new run each time"
+    );
+}
+
+#[tokio::test]
+async fn bad_arguments_and_bad_kinds_are_refused_before_anything_is_written() {
+    let store = MemoryLeaseStore::new();
+    let err = store.insert(&BadKind, InsertOpts::new()).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidInput(InvalidInput::ControlCharacter { .. })
+        ),
+        "{err:?}"
+    );
+    let pairs = NotJson {
+        by_pair: BTreeMap::from([((1, 2), 3)]),
+    };
+    let err = store.insert(&pairs, InsertOpts::new()).await.unwrap_err();
+    match &err {
+        Error::InvalidInput(InvalidInput::JobArgs { kind, why }) => {
+            assert_eq!(kind, "not_json");
+            assert!(why.contains("key must be a string"), "{why}");
+        }
+        other => panic!("expected JobArgs, got {other:?}"),
+    }
+    let too_high = InsertOpts::new().with_priority(200);
+    let err = store
+        .insert(&SendEmail { to: "x".into() }, too_high)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidInput(InvalidInput::PriorityTooHigh { .. })
+        ),
+        "{err:?}"
+    );
+    // One bad job in a batch: nothing of the batch is created.
+    let jobs = vec![
+        (
+            SendEmail { to: "ok".into() },
+            InsertOpts::new().with_id(id("fine")),
+        ),
+        (
+            SendEmail { to: "no".into() },
+            InsertOpts::new().with_priority(200),
+        ),
+    ];
+    assert!(store.insert_many(&jobs).await.is_err());
+    assert!(store.list(&ListFilter::default()).await.unwrap().is_empty());
+
+    // A worker given a typed job whose kind is invalid refuses to start, naming it.
+    let shared: Arc<dyn LeaseStore> = Arc::new(store);
+    let kinds = Kinds::new()
+        .job::<BadKind, _, _>(|_ctx: RunContext, _args: BadKind| async { Ok(End::Complete) });
+    let err = worker(shared)
+        .run_kinds(kinds, CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidInput(InvalidInput::ControlCharacter { .. })
+        ),
+        "{err:?}"
+    );
+}
+
+/// Two kinds served by one worker: each handler gets its own decoded arguments, once; a run
+/// of a served kind whose payload is not its arguments fails at its first attempt with the
+/// decode error as its reason, and its handler never sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kinds_job_hands_each_handler_its_decoded_args_and_fails_undecodable_runs_for_good() {
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+    let email = store
+        .insert(
+            &SendEmail {
+                to: "d@example.com".into(),
+            },
+            InsertOpts::new(),
+        )
+        .await
+        .unwrap();
+    let charge = store
+        .insert(
+            &Charge {
+                customer: "c-9".into(),
+                amount_cents: 1200,
+            },
+            InsertOpts::new(),
+        )
+        .await
+        .unwrap();
+    let garbled = id("garbled");
+    store
+        .create_with(
+            &NewRun::new(garbled.clone())
+                .with_kind(Kind::new(Charge::KIND).unwrap())
+                .with_payload(br#"{"customer":"c-1","amount_cents":"twelve"}"#.to_vec()),
+        )
+        .await
+        .unwrap();
+    let empty = id("empty");
+    store
+        .create_with(&NewRun::new(empty.clone()).with_kind(Kind::new(SendEmail::KIND).unwrap()))
+        .await
+        .unwrap();
+
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let (emails, charges) = (seen.clone(), seen.clone());
+    let kinds = Kinds::new()
+        .job::<SendEmail, _, _>(move |ctx: RunContext, args: SendEmail| {
+            let seen = emails.clone();
+            async move {
+                seen.lock()
+                    .unwrap()
+                    .push(format!("{} email {}", ctx.run(), args.to));
+                Ok(End::Complete)
+            }
+        })
+        .job::<Charge, _, _>(move |ctx: RunContext, args: Charge| {
+            let seen = charges.clone();
+            async move {
+                let line = format!(
+                    "{} charge {} {}",
+                    ctx.run(),
+                    args.customer,
+                    args.amount_cents
+                );
+                seen.lock().unwrap().push(line);
+                Ok(End::Complete)
+            }
+        });
+    let stop = CancellationToken::new();
+    let serve = worker(store.clone());
+    let token = stop.clone();
+    let handle = tokio::spawn(async move { serve.run_kinds(kinds, token).await });
+    let all = [
+        email.run_id.clone(),
+        charge.run_id.clone(),
+        garbled.clone(),
+        empty.clone(),
+    ];
+    until_ended(store.as_ref(), &all).await;
+    stop.cancel();
+    let report = handle.await.unwrap().unwrap();
+    assert_eq!(report.completed, 2, "{report:?}");
+
+    let mut seen = seen.lock().unwrap().clone();
+    seen.sort();
+    let mut expected = vec![
+        format!("{} email d@example.com", email.run_id),
+        format!("{} charge c-9 1200", charge.run_id),
+    ];
+    expected.sort();
+    assert_eq!(seen, expected, "each handler ran once, with its arguments");
+    for (run, says) in [
+        (
+            &garbled,
+            "run garbled's payload is not valid arguments: invalid type",
+        ),
+        (&empty, "run empty has no payload to read arguments from"),
+    ] {
+        let record = store.inspect(run).await.unwrap();
+        assert_eq!(record.state, RunState::Failed, "{run}");
+        assert_eq!(
+            record.attempts, 1,
+            "{run}: failed at its first attempt, not retried"
+        );
+        let reason = record.failure.unwrap_or_default();
+        assert!(reason.contains(says), "{run}: failed with {reason:?}");
+    }
+}
