@@ -13,7 +13,7 @@ use distribution::{Config, ConfigError, Error, RunId, Ttl};
 
 pub mod metrics;
 
-/// Exit codes, documented in the README's CLI reference.
+/// Exit codes, documented in the command reference of `lease-cli/README.md`.
 pub mod exit {
     /// Something failed that has no code of its own.
     pub const FAILURE: u8 = 1;
