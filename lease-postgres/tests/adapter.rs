@@ -113,12 +113,28 @@ impl tracing::Subscriber for Capture {
     fn exit(&self, _: &tracing::span::Id) {}
 }
 
-// current_thread: the capturing subscriber is this thread's default, and sees sqlx's events.
+/// The capturing subscriber, the process's global default from the first call on. A
+/// thread-local default (`set_default`) missed every event in one CI run: tracing caches each
+/// call site's interest for all threads, and another test's thread can register a call site
+/// while the cache is rebuilt for the new subscriber. The global default sees every thread's
+/// events: the other tests' logs are checked too (their servers' passwords differ, and the
+/// wrong password below is this test's alone).
+fn capture() -> Capture {
+    static CAPTURE: std::sync::OnceLock<Capture> = std::sync::OnceLock::new();
+    CAPTURE
+        .get_or_init(|| {
+            let capture = Capture::default();
+            tracing::subscriber::set_global_default(capture.clone())
+                .expect("no other subscriber in this test process");
+            capture
+        })
+        .clone()
+}
+
 #[tokio::test]
 async fn the_password_never_appears_in_errors_logs_or_debug_output() {
     let Some(server) = own_server() else { return };
-    let capture = Capture::default();
-    let _guard = tracing::subscriber::set_default(capture.clone());
+    let capture = capture();
     let password = server.password().to_owned();
     let good_url = server.password_url();
     assert!(good_url.contains(&password));

@@ -127,8 +127,24 @@ async fn hostile_run_ids_round_trip_without_colliding_or_leaving_the_slot() {
     }
 }
 
-/// Collects every tracing event's text while installed.
+/// Collects every tracing event's text, one line an event.
 struct Capture(Arc<Mutex<String>>);
+
+/// Everything logged in this test process from the first call on: the capture is the global
+/// default. A thread-local default (`set_default`) can miss events when tests run in parallel:
+/// tracing caches each call site's interest for all threads, and another test's thread can
+/// register a call site while the cache is rebuilt for the new subscriber. So every test reads
+/// the whole process's log, and looks for its own server in it.
+fn captured() -> Arc<Mutex<String>> {
+    static LOG: std::sync::OnceLock<Arc<Mutex<String>>> = std::sync::OnceLock::new();
+    LOG.get_or_init(|| {
+        let log = Arc::new(Mutex::new(String::new()));
+        tracing::subscriber::set_global_default(Capture(log.clone()))
+            .expect("no other subscriber in this test process");
+        log
+    })
+    .clone()
+}
 
 impl tracing::Subscriber for Capture {
     fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
@@ -161,8 +177,7 @@ async fn the_password_never_appears_in_errors_logs_or_debug() {
     let Some(mut server) = server(false, Some(PASSWORD)) else {
         return;
     };
-    let log = Arc::new(Mutex::new(String::new()));
-    let _guard = tracing::subscriber::set_default(Capture(log.clone()));
+    let log = captured();
     let mut shown = Vec::new();
 
     // Volatile on purpose: the guard's warning names the server, and must not name the secret.
@@ -189,11 +204,15 @@ async fn the_password_never_appears_in_errors_logs_or_debug() {
     let unreachable = RedisLeaseStore::from_url(&url).await.unwrap_err();
     shown.push(format!("{unreachable} {unreachable:?}"));
 
-    shown.push(log.lock().unwrap().clone());
+    let port = server.port().to_string();
+    let logged = log.lock().unwrap().clone();
     assert!(
-        log.lock().unwrap().contains("volatile"),
+        logged
+            .lines()
+            .any(|line| line.contains("volatile") && line.contains(&port)),
         "the guard did not log"
     );
+    shown.push(logged);
     for text in shown {
         assert!(!text.contains(PASSWORD), "password leaked: {text}");
         assert!(!text.contains(WRONG), "wrong password leaked: {text}");
@@ -364,8 +383,7 @@ async fn when_config_is_not_permitted_the_guard_refuses_unless_volatile() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    let log = Arc::new(Mutex::new(String::new()));
-    let _guard = tracing::subscriber::set_default(Capture(log.clone()));
+    let log = captured();
     let url = format!("redis://app:app-pw@127.0.0.1:{}", server.port());
     let err = RedisLeaseStore::from_url(&url).await.unwrap_err();
     assert!(matches!(err, Error::Misconfigured { .. }), "{err:?}");
@@ -383,8 +401,13 @@ async fn when_config_is_not_permitted_the_guard_refuses_unless_volatile() {
     );
     assert!(!shown.contains("app-pw"), "{shown}");
     let log = log.lock().unwrap().clone();
-    assert!(log.contains("volatile mode"), "{log}");
-    assert!(log.contains("CONFIG unreadable"), "{log}");
+    let port = server.port().to_string();
+    assert!(
+        log.lines().any(|line| line.contains("volatile mode")
+            && line.contains("CONFIG unreadable")
+            && line.contains(&port)),
+        "{log}"
+    );
     assert!(!log.contains("app-pw"), "{log}");
 }
 
