@@ -45,15 +45,15 @@ pub use lease_core::{
 };
 pub use lease_runtime::{
     min_margin, observe, CancelReason, CancellationToken, EndReport, Handler, HandlerFuture,
-    HeartbeatStats, Heartbeats, Instrumented, Kinds, MemoryLeaseStore, MemoryTransaction, Purger,
-    PurgerReport, RetryPolicy, RunContext, RunScope, Schedule, Scheduler, SchedulerReport,
-    ScopeConfig, TickReport, Worker, WorkerConfig, WorkerReport, DEFAULT_PURGER_NAME,
-    DEFAULT_PURGE_BATCH, DEFAULT_PURGE_EVERY, DEFAULT_RETENTION_AGE, PURGER_KIND,
+    HeartbeatStats, Heartbeats, InsertExt, InsertOpts, Inserted, Instrumented, JobArgs, Kinds,
+    MemoryLeaseStore, MemoryTransaction, Purger, PurgerReport, RetryPolicy, RunContext, RunScope,
+    Schedule, Scheduler, SchedulerReport, ScopeConfig, TickReport, Worker, WorkerConfig,
+    WorkerReport, DEFAULT_PURGER_NAME, DEFAULT_PURGE_BATCH, DEFAULT_PURGE_EVERY,
+    DEFAULT_RETENTION_AGE, PURGER_KIND,
 };
 
-/// Why a run's payload could not be read as a handler's arguments (the `serde` feature).
-#[cfg(feature = "serde")]
-pub use lease_runtime::ArgsError;
+/// Why a run's payload could not be read as a handler's arguments.
+pub use lease_runtime::{new_run_id, ArgsError};
 
 /// Fault injection for tests of code built on the library: a store wrapper that hangs, fails
 /// or delays calls and their replies, as a network would.

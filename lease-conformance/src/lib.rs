@@ -39,6 +39,7 @@ mod scenarios;
 mod scope_scenarios;
 mod storage_scenarios;
 mod time_scenarios;
+mod unique_scenarios;
 mod wake_scenarios;
 mod worker_scenarios;
 
@@ -65,6 +66,7 @@ pub use storage_scenarios::{
     a_churned_id_comes_back_above_its_fence, churn_and_purge, churn_in_batches, Churned,
 };
 pub use time_scenarios::*;
+pub use unique_scenarios::*;
 pub use wake_scenarios::*;
 pub use worker_scenarios::*;
 
@@ -290,6 +292,7 @@ macro_rules! conformance_tests {
             runs_are_claimed_only_by_a_claim_of_their_kind,
             by_id_calls_and_mislabelled_leases_keep_a_run_in_its_kind,
             higher_priorities_are_claimed_first_and_the_oldest_first_within_one,
+            a_unique_key_keeps_one_live_run,
             a_worker_serves_each_kind_with_its_handler_and_starves_none,
             worker_handler_ignoring_its_token_is_still_fenced,
             worker_reports_no_end_before_its_batch_commits,

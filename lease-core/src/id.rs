@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use crate::error::InvalidInput;
 
-/// Checks the identifier rules shared by [`RunId`] and [`WorkerId`].
-fn validate(what: &'static str, id: &str) -> Result<(), InvalidInput> {
+/// Checks the identifier rules shared by [`RunId`], [`WorkerId`] and unique keys.
+pub(crate) fn validate(what: &'static str, id: &str) -> Result<(), InvalidInput> {
     if id.is_empty() {
         return Err(InvalidInput::EmptyId { what });
     }

@@ -75,7 +75,7 @@ pub use limits::{
     MAX_PRIORITY, MAX_PURGE_AGE, MAX_REASON_BYTES, MAX_RETRY_DELAY, MAX_RUN_PAYLOAD_BYTES,
     MAX_START_DELAY, MAX_WAKE_DELAY, REBIND_FENCE_STEP,
 };
-pub use new_run::{refuse_priorities, NewRun};
+pub use new_run::{refuse_priorities, refuse_unique_keys, NewRun};
 pub use policy::{EndedStates, Retention, DEFAULT_COMPLETED_RETENTION, DEFAULT_FAILED_RETENTION};
 pub use redact::{redact_url, REDACTED, UNPARSEABLE_URL};
 pub use store::{LeaseStore, LeaseStoreExt};

@@ -44,6 +44,7 @@ pub struct NewRun {
     kind: Kind,
     run_at: Option<SystemTime>,
     priority: u8,
+    unique_key: Option<Arc<str>>,
 }
 
 impl fmt::Debug for NewRun {
@@ -54,6 +55,7 @@ impl fmt::Debug for NewRun {
             .field("priority", &self.priority)
             .field("delay", &self.delay)
             .field("run_at", &self.run_at)
+            .field("unique_key", &self.unique_key)
             .field(
                 "payload",
                 &PayloadSize(self.payload.as_ref().map(|p| p.len())),
@@ -72,7 +74,27 @@ impl NewRun {
             kind: Kind::default(),
             run_at: None,
             priority: 0,
+            unique_key: None,
         }
+    }
+
+    /// With unique key `key` (the rules of a run id: 1 to
+    /// [`MAX_ID_BYTES`](crate::MAX_ID_BYTES) bytes, no control character; checked by
+    /// [`check`](NewRun::check)). While another run with this key is **live** (runnable:
+    /// waiting, scheduled, held or retrying; or suspended), the create makes nothing and
+    /// answers [`Error::AlreadyExists`](crate::Error::AlreadyExists) naming that run. A run
+    /// holds its key until it ends (completed, failed, cancelled); a failed run that is resumed
+    /// takes its key back only if no other live run took it meanwhile. Two creates racing
+    /// with the same key create one run, on every backend that takes keys; a backend without
+    /// them refuses the create ([`InvalidInput::Unsupported`]).
+    pub fn with_unique_key(mut self, key: impl Into<String>) -> NewRun {
+        self.unique_key = Some(Arc::from(key.into()));
+        self
+    }
+
+    /// The run's unique key, if it has one.
+    pub fn unique_key(&self) -> Option<&str> {
+        self.unique_key.as_deref()
     }
 
     /// Of priority `priority`, 0 (the default, the lowest) to [`MAX_PRIORITY`]: within its
@@ -190,14 +212,20 @@ impl NewRun {
             && self.kind.is_default()
             && self.run_at.is_none()
             && self.priority == 0
+            && self.unique_key.is_none()
     }
 
     /// Validates it. Backends call it (or [`check_new_runs`]) before any I/O.
     ///
     /// # Errors
     /// [`InvalidInput::StartDelayTooLong`], [`InvalidInput::RunPayloadTooLarge`],
-    /// [`InvalidInput::RunAtTooFar`], [`InvalidInput::PriorityTooHigh`].
+    /// [`InvalidInput::RunAtTooFar`], [`InvalidInput::PriorityTooHigh`]; for the unique key,
+    /// the id errors ([`InvalidInput::EmptyId`], [`InvalidInput::IdTooLong`],
+    /// [`InvalidInput::ControlCharacter`]) naming it.
     pub fn check(&self) -> Result<(), InvalidInput> {
+        if let Some(key) = &self.unique_key {
+            crate::id::validate("unique key", key)?;
+        }
         if self.priority > MAX_PRIORITY {
             return Err(InvalidInput::PriorityTooHigh {
                 priority: self.priority,
@@ -233,6 +261,23 @@ impl From<RunId> for NewRun {
     fn from(run: RunId) -> NewRun {
         NewRun::new(run)
     }
+}
+
+/// Refuses runs with a unique key, for a backend that keeps none, with
+/// [`InvalidInput::Unsupported`] (before any I/O): ignoring the key would create duplicates the
+/// caller asked to be kept out.
+///
+/// # Errors
+/// [`InvalidInput::Unsupported`] if any of `runs` has a unique key.
+pub fn refuse_unique_keys<'a>(
+    runs: impl IntoIterator<Item = &'a NewRun>,
+) -> Result<(), InvalidInput> {
+    if runs.into_iter().any(|n| n.unique_key.is_some()) {
+        return Err(InvalidInput::Unsupported {
+            operation: "a unique key",
+        });
+    }
+    Ok(())
 }
 
 /// Refuses runs with a priority above 0, for a backend that keeps no priorities, with

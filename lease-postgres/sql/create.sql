@@ -1,7 +1,8 @@
 -- $1 run_id, $2 start delay in ms (0: claimable at once), $3 payload (bytea; NULL: none), $4 kind,
 -- $5 run_at in µs since the Unix epoch (NULL: none): claimable from the later of the delay's end
--- and run_at, both on the database clock; $6 priority (0 to 9)
--- Returns: the new record, or no row if the run exists. A delayed run is runnable and unowned
+-- and run_at, both on the database clock; $6 priority (0 to 9); $7 unique key (NULL: none)
+-- Returns: the new record, or no row if the run exists or another live run holds the unique
+-- key (sql/unique_holder.sql tells which). A delayed run is runnable and unowned
 -- with claimable_at in the future, as after a retry delay: claim and claim_next wait for it,
 -- on the database clock.
 -- The run starts at the schema's fence floor (the highest fence of any purged run), so an id
@@ -12,11 +13,13 @@
 -- The transaction commits synchronously whatever the session says (create_in runs this inside
 -- the caller's transaction).
 WITH inserted AS (
-    INSERT INTO {schema}.runs (run_id, fence, claimable_at, kind, priority)
+    INSERT INTO {schema}.runs (run_id, fence, claimable_at, kind, priority, unique_key)
     SELECT $1, (SELECT f.fence FROM {schema}.fence_floor f),
            greatest(now() + $2::bigint * interval '1 millisecond',
-                    'epoch'::timestamptz + $5::bigint * interval '1 microsecond'), $4, $6
-    ON CONFLICT (run_id) DO NOTHING
+                    'epoch'::timestamptz + $5::bigint * interval '1 microsecond'), $4, $6, $7
+    -- No conflict target: the id's primary key and the live runs' unique keys
+    -- (migrations/20261217000000_unique_keys.sql) both make it create nothing.
+    ON CONFLICT DO NOTHING
     RETURNING *
 ), stored AS (
     -- The payload, with the row it belongs to: a purged id's old payload was deleted by the

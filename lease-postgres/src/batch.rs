@@ -85,7 +85,7 @@ impl PostgresLeaseStore {
         conn: &mut PgConnection,
         runs: &[NewRun],
     ) -> Result<Vec<Result<()>>> {
-        let (ids, delays, payloads, kinds, run_at, priorities) =
+        let (ids, delays, payloads, kinds, run_at, priorities, unique_keys) =
             crate::store::create_many_columns(runs);
         let query = sqlx::query(&self.sql.create_many)
             .bind(&ids)
@@ -93,12 +93,14 @@ impl PostgresLeaseStore {
             .bind(&payloads)
             .bind(&kinds)
             .bind(&run_at)
-            .bind(&priorities);
+            .bind(&priorities)
+            .bind(&unique_keys);
         // One row per created run, none for the others.
         let rows = self
             .write_batch(conn, query, 0, "create_many", |_| Ok(true))
             .await?;
         let results = created_verdicts(runs, &rows)?;
+        let results = self.name_holders(conn, runs, results).await?;
         if results
             .iter()
             .any(|r| matches!(r, Err(Error::AlreadyExists { .. })))

@@ -179,25 +179,36 @@ impl PostgresLeaseStore {
     pub async fn create_with_in(&self, conn: &mut PgConnection, new: &NewRun) -> Result<RunRecord> {
         new.check()?;
         let run = new.run();
-        let query = sqlx::query(&self.sql.create)
-            .bind(run.as_str())
-            .bind(crate::store::millis(new))
-            .bind(new.payload())
-            .bind(new.kind().as_str())
-            .bind(new.run_at_micros())
-            .bind(i16::from(new.priority()));
-        let row = self
-            .in_time(async {
-                query
-                    .fetch_optional(&mut *conn)
-                    .await
-                    .map_err(|e| self.created_meanwhile(&format!("run {run}"), e).into())
-            })
-            .await?;
-        match row {
-            Some(row) => Ok(record(&row)?),
-            None => Err(Error::AlreadyExists { run: run.clone() }),
+        for _ in 0..crate::store::ATTEMPTS {
+            let query = sqlx::query(&self.sql.create)
+                .bind(run.as_str())
+                .bind(crate::store::millis(new))
+                .bind(new.payload())
+                .bind(new.kind().as_str())
+                .bind(new.run_at_micros())
+                .bind(i16::from(new.priority()))
+                .bind(new.unique_key());
+            let row = self
+                .in_time(async {
+                    query
+                        .fetch_optional(&mut *conn)
+                        .await
+                        .map_err(|e| self.created_meanwhile(&format!("run {run}"), e).into())
+                })
+                .await?;
+            if let Some(row) = row {
+                return Ok(record(&row)?);
+            }
+            let Some(key) = new.unique_key() else {
+                return Err(Error::AlreadyExists { run: run.clone() });
+            };
+            // The id exists, or a live run holds the key; neither when the holder ended since
+            // the statement looked: then it is tried again.
+            if let Some(holder) = self.in_time(self.unique_holder(conn, run, key)).await? {
+                return Err(Error::AlreadyExists { run: holder });
+            }
         }
+        Err(crate::store::PostgresLeaseStore::raced(run))
     }
 
     /// A serialization failure of a create in the caller's transaction, said as what it
@@ -246,7 +257,7 @@ impl PostgresLeaseStore {
         if runs.is_empty() {
             return Ok(Vec::new());
         }
-        let (ids, delays, payloads, kinds, run_at, priorities) =
+        let (ids, delays, payloads, kinds, run_at, priorities, unique_keys) =
             crate::store::create_many_columns(runs);
         let query = sqlx::query(&self.sql.create_many)
             .bind(&ids)
@@ -254,7 +265,8 @@ impl PostgresLeaseStore {
             .bind(&payloads)
             .bind(&kinds)
             .bind(&run_at)
-            .bind(&priorities);
+            .bind(&priorities)
+            .bind(&unique_keys);
         let rows = self
             .in_time(async {
                 query.fetch_all(&mut *conn).await.map_err(|e| {
@@ -263,7 +275,8 @@ impl PostgresLeaseStore {
                 })
             })
             .await?;
-        created_verdicts(runs, &rows)
+        let results = created_verdicts(runs, &rows)?;
+        self.in_time(self.name_holders(conn, runs, results)).await
     }
 
     /// After the caller committed on `conn` a transaction holding the store's part: returns

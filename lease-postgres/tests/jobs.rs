@@ -271,6 +271,18 @@ async fn typed_inserts_commit_with_the_callers_transaction_and_a_resend_is_a_dup
     assert!(!first.duplicate);
     assert!(resent[0].duplicate, "{resent:?}");
     assert_eq!(resent[0].run_id, first.run_id);
+    // A unique key in the same transaction: the second insert finds the first's run.
+    let keyed = InsertOpts::new().with_unique_key("receipt:8");
+    let by_key = store
+        .insert_tx(&mut tx, &SendReceipt { order: 8 }, keyed.clone())
+        .await
+        .unwrap();
+    let by_key_again = store
+        .insert_tx(&mut tx, &SendReceipt { order: 8 }, keyed)
+        .await
+        .unwrap();
+    assert!(!by_key.duplicate && by_key_again.duplicate);
+    assert_eq!(by_key_again.run_id, by_key.run_id);
     // The duplicate did not abort the transaction: it still writes and commits.
     sqlx::query(&format!("INSERT INTO {orders} VALUES (8)"))
         .execute(&mut *tx)
@@ -303,18 +315,17 @@ async fn typed_inserts_commit_with_the_callers_transaction_and_a_resend_is_a_dup
     let token = stop.clone();
     let serving = tokio::spawn(async move { worker.run_kinds(kinds, token).await });
     let give_up = Instant::now() + Duration::from_secs(20);
-    while store.inspect(&first.run_id).await.unwrap().state != RunState::Completed {
-        assert!(
-            Instant::now() < give_up,
-            "the job was not completed in 20 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    for run in [&first.run_id, &by_key.run_id] {
+        while store.inspect(run).await.unwrap().state != RunState::Completed {
+            assert!(Instant::now() < give_up, "{run} was not completed in 20 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
     stop.cancel();
     serving.await.unwrap().unwrap();
-    assert_eq!(
-        *seen.lock().unwrap(),
-        [("receipt-7".to_owned(), 7)],
-        "the handler got the job's arguments once"
-    );
+    let mut seen = seen.lock().unwrap().clone();
+    seen.sort();
+    let mut expected = vec![("receipt-7".to_owned(), 7), (by_key.run_id.to_string(), 8)];
+    expected.sort();
+    assert_eq!(seen, expected, "each job's handler got its arguments once");
 }

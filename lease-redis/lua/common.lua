@@ -65,6 +65,20 @@ local function read_run(runs, id)
   return { id = id, s = s, f = f, h = h, e = e, m = m, o = o, t = t }
 end
 
+-- The encoded id of the live run (runnable or suspended) holding unique key k, or nil: uniq
+-- names the run that took k last, which holds it only while it is live.
+local function unique_holder(runs, uniq, k)
+  local id = redis.call('HGET', uniq, k)
+  if not id then
+    return nil
+  end
+  local r = read_run(runs, id)
+  if r and (r.s == 'runnable' or r.s == 'suspended') then
+    return id
+  end
+  return nil
+end
+
 local function write_run(runs, r)
   redis.call('HSET', runs, r.id, r.s .. ':' .. r.f .. ':' .. r.h .. ':' .. r.e .. ':' .. r.m .. ':' .. r.o .. r.t)
 end

@@ -2,20 +2,30 @@
 -- by encoded id); KEYS[4]: creation counter; KEYS[5]: the fence floor (string: the highest
 -- fence of any purged run); KEYS[6]: attempts hash; KEYS[7]: delayed runs (zset: encoded id scored by its
 -- delay's end; for count); KEYS[8]: payloads hash; KEYS[9]: kinds hash (id -> kind, for
--- kinds other than the default); KEYS[10]: every kind but the default (set, for count). KEYS[2]
--- is the index of the run's kind.
+-- kinds other than the default); KEYS[10]: every kind but the default (set, for count);
+-- KEYS[11]: unique keys (hash: key -> the run that took it last); KEYS[12]: each keyed run's
+-- key (hash). KEYS[2] is the index of the run's kind.
 -- ARGV[1]: encoded run id; ARGV[2]: start delay in ms (0: claimable at once); ARGV[3]: the
 -- payload, '' for none or '=' followed by its bytes; ARGV[4]: run_at, µs since the Unix epoch
 -- ('' for none): claimable from the later of it and the delay's end, on this server's clock;
 -- ARGV[5]: the run's class ('' for the default kind at priority 0), kept in the kinds hash
--- and, with the run's other facts, in its record
--- Returns: {'exists'} if the run exists; else {'ok', now, fence, not_before} (fence: the
+-- and, with the run's other facts, in its record; ARGV[6]: its unique key ('' for none)
+-- Returns: {'exists'} if the run exists; {'held', id} if the live run id holds the unique key;
+-- else {'ok', now, fence, not_before} (fence: the
 -- floor, above every fence a purged run carried, so an id purged and created again never
 -- reuses one; not_before: the delay's end on this
 -- server's clock in µs, or '' without a delay). A delayed run is unowned with its expiry at
 -- the delay's end, as after a retry delay: claim and claim_next wait for it.
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
   return { 'exists' }
+end
+if ARGV[6] ~= '' then
+  local holder = unique_holder(KEYS[1], KEYS[11], ARGV[6])
+  if holder then
+    return { 'held', holder }
+  end
+  redis.call('HSET', KEYS[11], ARGV[6], ARGV[1])
+  redis.call('HSET', KEYS[12], ARGV[1], ARGV[6])
 end
 local now = now_micros()
 local order = redis.call('INCR', KEYS[4])

@@ -3,13 +3,15 @@
 -- fence of any purged run, where every run starts); KEYS[6]: attempts hash; KEYS[7]: delayed
 -- runs (zset: encoded id scored by its delay's end; for count); KEYS[8]: payloads hash;
 -- KEYS[9]: kinds hash (id -> kind, for kinds other than the default); KEYS[10]: every kind but
--- the default (set, for count); KEYS[10+i]: the claimable index of run i's kind
--- ARGV[5i-4]: encoded id of run i; ARGV[5i-3]: its start delay in ms (0: claimable at once);
--- ARGV[5i-2]: its payload, '' for none or '=' followed by its bytes; ARGV[5i-1]: its run_at in
--- µs since the Unix epoch ('' for none; the later of it and the delay's end holds); ARGV[5i]:
--- its kind, '' for the default
+-- the default (set, for count); KEYS[11]: unique keys (hash: key -> the run that took it last);
+-- KEYS[12]: each keyed run's key (hash); KEYS[12+i]: the claimable index of run i's kind
+-- ARGV[6i-5]: encoded id of run i; ARGV[6i-4]: its start delay in ms (0: claimable at once);
+-- ARGV[6i-3]: its payload, '' for none or '=' followed by its bytes; ARGV[6i-2]: its run_at in
+-- µs since the Unix epoch ('' for none; the later of it and the delay's end holds); ARGV[6i-1]:
+-- its kind, '' for the default; ARGV[6i]: its unique key, '' for none
 -- Returns: one string per run, in order: '1' if created, '0' if it existed (also for the
--- second copy of an id repeated in the batch)
+-- second copy of an id repeated in the batch), '=' and an encoded id if that live run holds
+-- its unique key (also a run created earlier in the batch)
 -- The new runs take consecutive creation orders in input order and one claimable instant
 -- (plus each one's delay), so claim_next hands out the undelayed ones in input order. A
 -- delayed run is unowned with its expiry at the delay's end, as after a retry delay.
@@ -20,16 +22,27 @@ local delays = {}
 local payloads = {}
 local times = {}
 local items = {}
-for i = 1, #ARGV / 5 do
-  local id = ARGV[5 * i - 4]
+local taken = {}
+for i = 1, #ARGV / 6 do
+  local id = ARGV[6 * i - 5]
+  local key = ARGV[6 * i]
+  local holder = nil
+  if key ~= '' then
+    holder = taken[key] or unique_holder(KEYS[1], KEYS[11], key)
+  end
   if seen[id] or redis.call('HEXISTS', KEYS[1], id) == 1 then
     out[i] = '0'
+  elseif holder then
+    out[i] = '=' .. holder
   else
     seen[id] = true
+    if key ~= '' then
+      taken[key] = id
+    end
     new[#new + 1] = id
-    delays[#new] = tonumber(ARGV[5 * i - 3])
-    payloads[#new] = ARGV[5 * i - 2]
-    times[#new] = ARGV[5 * i - 1]
+    delays[#new] = tonumber(ARGV[6 * i - 4])
+    payloads[#new] = ARGV[6 * i - 3]
+    times[#new] = ARGV[6 * i - 2]
     items[#new] = i
     out[i] = '1'
   end
@@ -52,12 +65,17 @@ for n, id in ipairs(new) do
   local fence = floor
   -- The record's expiry field: the instant it is claimable from (common.lua's record format).
   write_run(KEYS[1], { id = id, s = 'runnable', f = fence, h = '0', e = num(at), m = member, o = '',
-    t = times_suffix(num(now), '', '', creation_facts(ARGV[5 * items[n]], payloads[n])) })
-  index(KEYS[10 + items[n]], { f = fence, m = member }, at)
-  wake(KEYS[10 + items[n]], at, now)
+    t = times_suffix(num(now), '', '', creation_facts(ARGV[6 * items[n] - 1], payloads[n])) })
+  index(KEYS[12 + items[n]], { f = fence, m = member }, at)
+  wake(KEYS[12 + items[n]], at, now)
   redis.call('ZADD', KEYS[3], 0, id)
   store_payload(KEYS[8], id, payloads[n])
-  local kind = ARGV[5 * items[n]]
+  local key = ARGV[6 * items[n]]
+  if key ~= '' then
+    redis.call('HSET', KEYS[11], key, id)
+    redis.call('HSET', KEYS[12], id, key)
+  end
+  local kind = ARGV[6 * items[n] - 1]
   if kind ~= '' then
     redis.call('HSET', KEYS[9], id, kind)
     redis.call('SADD', KEYS[10], kind)

@@ -28,6 +28,8 @@ impl RedisLeaseStore {
                     .key(self.keys.suspended())
                     .key(self.keys.attempts())
                     .key(self.keys.kinds())
+                    .key(self.keys.unique())
+                    .key(self.keys.unique_of())
                     .arg(&encoded)
                     .arg(kind.arg());
                 call
@@ -266,6 +268,8 @@ impl RedisLeaseStore {
                 .key(self.keys.payloads())
                 .key(self.keys.kinds())
                 .key(self.keys.history())
+                .key(self.keys.unique())
+                .key(self.keys.unique_of())
                 .arg(age_ms);
             for (encoded, run) in chunk {
                 call.key(self.keys.journal(run))

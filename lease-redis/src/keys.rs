@@ -296,6 +296,18 @@ impl Keys {
         format!("{}:hist", self.tag)
     }
 
+    /// Unique keys (hash: key → the encoded id of the run that took it last, which holds it
+    /// while it is live: runnable or suspended).
+    pub(crate) fn unique(&self) -> String {
+        format!("{}:uniq", self.tag)
+    }
+
+    /// The unique key of each run created with one (hash: encoded id → key), for resume and
+    /// purge.
+    pub(crate) fn unique_of(&self) -> String {
+        format!("{}:uniqof", self.tag)
+    }
+
     /// The counter written after a write that replicas must acknowledge.
     /// The store epoch (`src/epoch.rs`).
     pub(crate) fn epoch(&self) -> String {

@@ -1,5 +1,5 @@
-//! Typed jobs on Redis: an insert with an id sent twice creates one run and answers
-//! `duplicate`, a batch answers each job, and a worker serving the kind through `Kinds::job`
+//! Typed jobs on Redis: an insert with an id, or with a unique key, sent twice creates one run
+//! and answers `duplicate`, a batch answers each job, and a worker serving the kind through `Kinds::job`
 //! hands the handler the decoded arguments once (the shared server: `REDIS_URL`, or one
 //! private server for this process).
 
@@ -20,6 +20,13 @@ struct Resize {
 }
 impl JobArgs for Resize {
     const KIND: &'static str = "resize";
+}
+
+fn args_again() -> Resize {
+    Resize {
+        image: "cat.png".into(),
+        width: 640,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -53,6 +60,12 @@ async fn a_typed_job_inserted_twice_runs_once_with_its_arguments() {
         .unwrap();
     assert!(!batch[0].duplicate && batch[1].duplicate, "{batch:?}");
     assert_eq!(batch[1].run_id, first.run_id);
+    // A unique key without an id: the second insert finds the first's run.
+    let keyed = InsertOpts::new().with_unique_key("resize:cat.png:640");
+    let by_key = store.insert(&args_again(), keyed.clone()).await.unwrap();
+    let by_key_again = store.insert(&args_again(), keyed).await.unwrap();
+    assert!(!by_key.duplicate && by_key_again.duplicate);
+    assert_eq!(by_key_again.run_id, by_key.run_id);
 
     let seen = Arc::new(Mutex::new(Vec::new()));
     let handled = seen.clone();
@@ -72,7 +85,7 @@ async fn a_typed_job_inserted_twice_runs_once_with_its_arguments() {
     let token = stop.clone();
     let serving = tokio::spawn(async move { worker.run_kinds(kinds, token).await });
     let give_up = Instant::now() + Duration::from_secs(20);
-    for run in [&first.run_id, &batch[0].run_id] {
+    for run in [&first.run_id, &batch[0].run_id, &by_key.run_id] {
         while store.inspect(run).await.unwrap().state != RunState::Completed {
             assert!(Instant::now() < give_up, "{run} was not completed in 20 s");
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -85,6 +98,7 @@ async fn a_typed_job_inserted_twice_runs_once_with_its_arguments() {
     let mut expected = vec![
         (batch[0].run_id.to_string(), "dog.png".to_owned(), 320),
         ("resize-cat".to_owned(), "cat.png".to_owned(), 640),
+        (by_key.run_id.to_string(), "cat.png".to_owned(), 640),
     ];
     expected.sort();
     assert_eq!(

@@ -55,6 +55,33 @@ struct State {
     floor: Fence,
     /// Creation order, to break ties in claimable-since order.
     next_order: u64,
+    /// Unique key → the run that took it last. The run holds it while it is live (runnable or
+    /// suspended); an ended or purged run's entry is stale and the next create takes it over.
+    unique: HashMap<std::sync::Arc<str>, RunId>,
+}
+
+impl State {
+    /// The live run holding unique key `key`, if any.
+    fn holder(&self, key: &str) -> Option<RunId> {
+        let run = self.unique.get(key)?;
+        let live = self
+            .runs
+            .get(run)
+            .is_some_and(|slot| matches!(slot.run.state, RunState::Runnable | RunState::Suspended));
+        live.then(|| run.clone())
+    }
+
+    /// Removes a purged run, lifting the fence floor over it and dropping its unique key.
+    fn remove(&mut self, run: &RunId) -> Option<Slot> {
+        let slot = self.runs.remove(run)?;
+        self.floor = self.floor.max(slot.run.fence);
+        if let Some(key) = &slot.unique_key {
+            if self.unique.get(key) == Some(run) {
+                self.unique.remove(key);
+            }
+        }
+        Some(slot)
+    }
 }
 
 /// One run: its record, driven by [`machine::step`] (the contract's rules, written once), and
@@ -68,6 +95,8 @@ struct Slot {
     keys: HashMap<IdempotencyKey, usize>,
     /// The payload it was created with.
     payload: Option<std::sync::Arc<[u8]>>,
+    /// Its unique key, if it was created with one.
+    unique_key: Option<std::sync::Arc<str>>,
 }
 
 /// The store's part of a [`MemoryLeaseStore::fenced_with`] closure: journal entries to append
@@ -166,6 +195,13 @@ impl MemoryLeaseStore {
         if state.runs.contains_key(run) {
             return Err(Error::AlreadyExists { run: run.clone() });
         }
+        let key: Option<std::sync::Arc<str>> = new.unique_key().map(Into::into);
+        if let Some(holder) = key.as_ref().and_then(|k| state.holder(k)) {
+            return Err(Error::AlreadyExists { run: holder });
+        }
+        if let Some(key) = &key {
+            state.unique.insert(key.clone(), run.clone());
+        }
         state.next_order += 1;
         // A start delay or time: claimable from then, as after a retry delay. This
         // process's clock is the store's.
@@ -187,6 +223,7 @@ impl MemoryLeaseStore {
             journal: Vec::new(),
             keys: HashMap::new(),
             payload: new.payload_shared(),
+            unique_key: key,
         };
         let record = record_with_payload(run, &slot, now);
         self.announce(&slot, now);

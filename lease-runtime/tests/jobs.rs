@@ -342,3 +342,44 @@ async fn kinds_job_hands_each_handler_its_decoded_args_and_fails_undecodable_run
         assert!(reason.contains(says), "{run}: failed with {reason:?}");
     }
 }
+
+#[tokio::test]
+async fn an_insert_with_the_unique_key_of_a_live_run_answers_that_run() {
+    let store = MemoryLeaseStore::new();
+    let key = InsertOpts::new().with_unique_key("email:e@example.com");
+    let args = SendEmail {
+        to: "e@example.com".into(),
+    };
+    let first = store.insert(&args, key.clone()).await.unwrap();
+    let again = store.insert(&args, key.clone()).await.unwrap();
+    assert!(!first.duplicate);
+    assert!(again.duplicate);
+    assert_eq!(
+        again.run_id, first.run_id,
+        "the live run's id, not the new one's"
+    );
+    // In a batch too, with an id of its own that was never created.
+    let batch = store
+        .insert_many(&[(args.clone(), key.clone().with_id(id("other")))])
+        .await
+        .unwrap();
+    assert!(batch[0].duplicate);
+    assert_eq!(batch[0].run_id, first.run_id);
+    assert!(matches!(
+        store.inspect(&id("other")).await,
+        Err(Error::NotFound { .. })
+    ));
+    // Once the run has ended, the key is free.
+    let lease = store
+        .claim(
+            &first.run_id,
+            &WorkerId::new("w").unwrap(),
+            Ttl::from_secs(5).unwrap(),
+        )
+        .await
+        .unwrap();
+    store.complete(&lease).await.unwrap();
+    let after = store.insert(&args, key).await.unwrap();
+    assert!(!after.duplicate);
+    assert_ne!(after.run_id, first.run_id);
+}

@@ -17,12 +17,18 @@ impl LeaseStore for EtcdLeaseStore {
     }
 
     async fn create_with(&self, new: &NewRun) -> Result<RunRecord> {
+        // Unique keys are not kept here yet: refused (after the input checks) rather than
+        // ignored.
+        new.check()?;
+        lease_core::refuse_unique_keys([new])?;
         let created = self.create_batch(std::slice::from_ref(new)).await?;
         created.into_iter().next().expect("one result")?;
         self.inspect(new.run()).await
     }
 
     async fn create_many_with(&self, runs: &[NewRun]) -> Result<Vec<Result<()>>> {
+        lease_core::backend::check_new_runs(runs)?;
+        lease_core::refuse_unique_keys(runs)?;
         self.create_batch(runs).await
     }
 

@@ -56,6 +56,11 @@ pub(crate) fn corrupt(why: impl fmt::Display) -> PgError {
     }
 }
 
+/// A run id read from the store.
+pub(crate) fn run_id(value: String) -> Result<RunId, PgError> {
+    RunId::new(value).map_err(corrupt)
+}
+
 pub(crate) fn fence(value: i64) -> Result<Fence, PgError> {
     u64::try_from(value)
         .ok()
@@ -238,7 +243,7 @@ pub(crate) fn millis(new: &NewRun) -> i64 {
 }
 
 /// The columns `sql/create_many.sql` takes for a batch: ids, start delays, payloads, kinds,
-/// run_at times and priorities.
+/// run_at times, priorities and unique keys.
 pub(crate) type CreateColumns<'a> = (
     Vec<&'a str>,
     Vec<i64>,
@@ -246,6 +251,7 @@ pub(crate) type CreateColumns<'a> = (
     Vec<&'a str>,
     Vec<Option<i64>>,
     Vec<i16>,
+    Vec<Option<&'a str>>,
 );
 
 /// The columns of `runs` for `sql/create_many.sql`.
@@ -257,5 +263,6 @@ pub(crate) fn create_many_columns(runs: &[NewRun]) -> CreateColumns<'_> {
         runs.iter().map(|n| n.kind().as_str()).collect(),
         runs.iter().map(NewRun::run_at_micros).collect(),
         runs.iter().map(|n| i16::from(n.priority())).collect(),
+        runs.iter().map(NewRun::unique_key).collect(),
     )
 }

@@ -87,7 +87,7 @@ pub fn migrator() -> &'static Migrator {
 
 /// How often an operation whose refusal could not be explained (the row changed between the
 /// write and the read that explains it) is tried again before giving up.
-const ATTEMPTS: usize = 5;
+pub(crate) const ATTEMPTS: usize = 5;
 
 /// How many lagging index entries (held runs whose `claimable_at` passed while they renewed)
 /// one `claim_next` moves forward; see `sql/claim_next.sql`. Each is one non-HOT update, so
@@ -530,7 +530,7 @@ impl PostgresLeaseStore {
         Ok(row.map(|row| Explained::from_row(&row)).transpose()?)
     }
 
-    fn raced(run: &RunId) -> Error {
+    pub(crate) fn raced(run: &RunId) -> Error {
         PgError::Failed(format!(
             "run {run} changed under every one of {ATTEMPTS} attempts; giving up"
         ))
@@ -691,7 +691,8 @@ impl PostgresLeaseStore {
                     .bind(new.payload())
                     .bind(new.kind().as_str())
                     .bind(new.run_at_micros())
-                    .bind(i16::from(new.priority()));
+                    .bind(i16::from(new.priority()))
+                    .bind(new.unique_key());
             }
             let row = self.write_opt(conn, query).await?;
             if let Some(row) = row {
@@ -703,6 +704,15 @@ impl PostgresLeaseStore {
                 Err(Error::NotFound { .. }) => None,
                 Err(e) => return Err(e),
             };
+            if let (None, Some(key)) = (&current, create.and_then(NewRun::unique_key)) {
+                // No run with the id: a live run holds the key, or held it and has ended since
+                // (the create is tried again).
+                if let Some(holder) = self.unique_holder(conn, run, key).await? {
+                    self.route.confirm_seen(conn).await?;
+                    return Err(Error::AlreadyExists { run: holder });
+                }
+                continue;
+            }
             if let Some(refusal) = refusal(current.as_ref()) {
                 if matches!(refusal, Error::AlreadyExists { .. }) {
                     // A retried create takes "already exists" for its own commit: the run
@@ -713,6 +723,82 @@ impl PostgresLeaseStore {
             }
         }
         Err(Self::raced(run))
+    }
+
+    /// Why a create of `run` with unique key `key` created nothing: the run with the id, else
+    /// the live run holding the key (`sql/unique_holder.sql`); `None` when neither exists now.
+    pub(crate) async fn unique_holder(
+        &self,
+        conn: &mut PgConnection,
+        run: &RunId,
+        key: &str,
+    ) -> Result<Option<RunId>> {
+        let row = self
+            .read_opt(
+                conn,
+                sqlx::query(&self.sql.unique_holder)
+                    .bind(run.as_str())
+                    .bind(key),
+            )
+            .await?;
+        Ok(row.map(|row| run_id(get(&row, "run_id")?)).transpose()?)
+    }
+
+    /// The results of a batch of creates with each input that created nothing for its unique
+    /// key told apart (`sql/unique_holders.sql`): an id that exists stays
+    /// [`Error::AlreadyExists`] naming itself; an input whose key a live run holds (one
+    /// before it in the batch included) names that run; one whose holder has ended since the
+    /// batch looked is refused as raced (retryable: create it again).
+    pub(crate) async fn name_holders(
+        &self,
+        conn: &mut PgConnection,
+        runs: &[NewRun],
+        results: Vec<Result<()>>,
+    ) -> Result<Vec<Result<()>>> {
+        let keyed = |(new, result): &(&NewRun, &Result<()>)| {
+            new.unique_key().is_some() && matches!(result, Err(Error::AlreadyExists { .. }))
+        };
+        let asked: Vec<(&NewRun, &Result<()>)> =
+            runs.iter().zip(results.iter()).filter(keyed).collect();
+        if asked.is_empty() {
+            return Ok(results);
+        }
+        let ids: Vec<&str> = asked.iter().map(|(n, _)| n.run().as_str()).collect();
+        let keys: Vec<&str> = asked.iter().filter_map(|(n, _)| n.unique_key()).collect();
+        let rows = self
+            .read_all(
+                conn,
+                sqlx::query(&self.sql.unique_holders).bind(&ids).bind(&keys),
+            )
+            .await?;
+        let mut existing = std::collections::HashSet::new();
+        let mut holders = std::collections::HashMap::new();
+        for row in &rows {
+            let run = run_id(get(row, "run_id")?)?;
+            match get::<Option<String>>(row, "unique_key")? {
+                Some(key) => {
+                    holders.insert(key, run);
+                }
+                None => {
+                    existing.insert(run);
+                }
+            }
+        }
+        Ok(runs
+            .iter()
+            .zip(results)
+            .map(|(new, result)| match (new.unique_key(), result) {
+                (Some(key), Err(Error::AlreadyExists { run })) if !existing.contains(&run) => {
+                    match holders.get(key) {
+                        Some(holder) => Err(Error::AlreadyExists {
+                            run: holder.clone(),
+                        }),
+                        None => Err(Self::raced(&run)),
+                    }
+                }
+                (_, result) => result,
+            })
+            .collect())
     }
 
     async fn inspect_on(&self, conn: &mut PgConnection, run: &RunId) -> Result<RunRecord> {

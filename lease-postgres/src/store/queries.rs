@@ -14,6 +14,8 @@ pub(crate) struct Queries {
     pub(crate) renew_many_explain: String,
     pub(crate) end_many: String,
     pub(crate) create_many: String,
+    pub(crate) unique_holder: String,
+    pub(crate) unique_holders: String,
     pub(crate) purge: String,
     pub(crate) purge_ids: String,
     pub(crate) count_purgeable: String,
@@ -65,6 +67,8 @@ impl Queries {
             renew_many_explain: q(include_str!("../../sql/renew_many_explain.sql")),
             end_many: q(include_str!("../../sql/end_many.sql")),
             create_many: q(include_str!("../../sql/create_many.sql")),
+            unique_holder: q(include_str!("../../sql/unique_holder.sql")),
+            unique_holders: q(include_str!("../../sql/unique_holders.sql")),
             purge: q(concat!(
                 include_str!("../../sql/purge.sql"),
                 include_str!("../../sql/purge_remove.sql")

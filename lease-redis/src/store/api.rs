@@ -22,11 +22,14 @@ impl LeaseStore for RedisLeaseStore {
             .key(self.keys.payloads())
             .key(self.keys.kinds())
             .key(self.keys.kind_set())
+            .key(self.keys.unique())
+            .key(self.keys.unique_of())
             .arg(keys::encode(run.as_str()))
             .arg(new.delay_millis())
             .arg(marked(new))
             .arg(run_at_arg(new))
-            .arg(Class::of_new(new).arg());
+            .arg(Class::of_new(new).arg())
+            .arg(new.unique_key().unwrap_or(""));
         let (reply, ack) = self.write("create", &call).await?;
         match reply.status()? {
             "ok" => {
@@ -51,6 +54,12 @@ impl LeaseStore for RedisLeaseStore {
                 // on the replicas as if this call had created it.
                 ack.confirm()?;
                 Err(Error::AlreadyExists { run: run.clone() })
+            }
+            "held" => {
+                ack.confirm()?;
+                Err(Error::AlreadyExists {
+                    run: keys::decode(reply.str(1)?)?,
+                })
             }
             other => Err(reply.bad(format!("unknown status {other:?}")).into()),
         }
@@ -433,14 +442,17 @@ impl LeaseStore for RedisLeaseStore {
             .key(self.keys.delayed())
             .key(self.keys.payloads())
             .key(self.keys.kinds())
-            .key(self.keys.kind_set());
+            .key(self.keys.kind_set())
+            .key(self.keys.unique())
+            .key(self.keys.unique_of());
         for new in runs {
             call.key(self.keys.claimable_of(&Class::of_new(new)))
                 .arg(keys::encode(new.run().as_str()))
                 .arg(new.delay_millis())
                 .arg(marked(new))
                 .arg(run_at_arg(new))
-                .arg(Class::of_new(new).arg());
+                .arg(Class::of_new(new).arg())
+                .arg(new.unique_key().unwrap_or(""));
         }
         let (reply, ack) = self.write("create_many", &call).await?;
         if reply.len() != runs.len() {
@@ -453,6 +465,9 @@ impl LeaseStore for RedisLeaseStore {
                 "1" => Ok(()),
                 "0" => Err(Error::AlreadyExists {
                     run: new.run().clone(),
+                }),
+                held if held.starts_with('=') => Err(Error::AlreadyExists {
+                    run: keys::decode(&held[1..])?,
                 }),
                 other => Err(reply.bad(format!("unknown result {other:?}")).into()),
             })

@@ -23,9 +23,9 @@ use super::InsertOpts;
 /// }
 /// impl JobArgs for ChargeCard {
 ///     const KIND: &'static str = "charge_card";
-///     // Charges go before everything else unless an insert says otherwise.
+///     // Charges are claimed before the kind's other runs unless an insert says otherwise.
 ///     fn insert_opts() -> InsertOpts {
-///         InsertOpts::new().with_priority(0)
+///         InsertOpts::new().with_priority(9)
 ///     }
 /// }
 /// ```

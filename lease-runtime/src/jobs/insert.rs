@@ -22,6 +22,7 @@ pub struct InsertOpts {
     id: Option<RunId>,
     priority: Option<u8>,
     start: Option<Start>,
+    unique_key: Option<String>,
 }
 
 /// When the run becomes claimable.
@@ -46,8 +47,8 @@ impl InsertOpts {
         self
     }
 
-    /// The run's priority: 0 (claimed first) to
-    /// [`MAX_PRIORITY`](lease_core::MAX_PRIORITY) ([`NewRun::with_priority`]).
+    /// The run's priority: 0 (the default) to [`MAX_PRIORITY`](lease_core::MAX_PRIORITY),
+    /// higher claimed first within its kind ([`NewRun::with_priority`]).
     pub fn with_priority(mut self, priority: u8) -> InsertOpts {
         self.priority = Some(priority);
         self
@@ -68,6 +69,18 @@ impl InsertOpts {
         self
     }
 
+    /// A unique key: while a run inserted with `key` is live (waiting, scheduled, running,
+    /// retrying or suspended), another insert with it creates nothing and answers
+    /// [`duplicate`](Inserted::duplicate) with that run's id; once the run has ended
+    /// (completed, failed, cancelled) the key is free again. Two inserts racing with one key
+    /// create one run. The key is namespace-wide, across kinds: put the kind in it to keep
+    /// kinds apart. See [`NewRun::with_unique_key`]; the etcd backend does not take keys yet
+    /// and refuses the insert.
+    pub fn with_unique_key(mut self, key: impl Into<String>) -> InsertOpts {
+        self.unique_key = Some(key.into());
+        self
+    }
+
     /// The id given with [`with_id`](InsertOpts::with_id), if any.
     pub fn id(&self) -> Option<&RunId> {
         self.id.as_ref()
@@ -79,6 +92,7 @@ impl InsertOpts {
             id: self.id.or(defaults.id),
             priority: self.priority.or(defaults.priority),
             start: self.start.or(defaults.start),
+            unique_key: self.unique_key.or(defaults.unique_key),
         }
     }
 
@@ -104,6 +118,9 @@ impl InsertOpts {
         if let Some(priority) = opts.priority {
             new = new.with_priority(priority);
         }
+        if let Some(key) = opts.unique_key {
+            new = new.with_unique_key(key);
+        }
         new = match opts.start {
             Some(Start::After(delay)) => new.with_delay(delay),
             Some(Start::At(at)) => new.with_run_at(at),
@@ -120,8 +137,9 @@ impl InsertOpts {
 pub struct Inserted {
     /// The run: the one created, or the one found.
     pub run_id: RunId,
-    /// True when nothing was created because the run existed already (an insert with an id
-    /// that was sent before, or repeated in the same batch).
+    /// True when nothing was created because the run existed already: an insert with an id
+    /// that was sent before or repeated in the same batch, or with the unique key of a live
+    /// run.
     pub duplicate: bool,
 }
 
@@ -134,7 +152,8 @@ pub fn new_run_id() -> RunId {
 impl Inserted {
     /// The answer to an insert from the answer to the create of `new`, made from `opts`: for
     /// adapters that insert through a create of their own (a create in the caller's
-    /// transaction). An existing run is a duplicate when the id was the caller's.
+    /// transaction). A run that exists — the id given, or the live run holding the unique key
+    /// — is a duplicate.
     ///
     /// # Errors
     /// `created`'s error, unless it says the run exists.
@@ -146,10 +165,10 @@ impl Inserted {
             }),
             // A generated id is fresh: a run with it can only be this insert's own earlier
             // send (the store resent the create after a lost reply), so it was created, not
-            // found.
-            Err(Error::AlreadyExists { .. }) => Ok(Inserted {
-                run_id: new.run().clone(),
-                duplicate: opts.id.is_some(),
+            // found. Any other run that exists was found.
+            Err(Error::AlreadyExists { run }) => Ok(Inserted {
+                duplicate: opts.id.is_some() || &run != new.run(),
+                run_id: run,
             }),
             Err(e) => Err(e),
         }

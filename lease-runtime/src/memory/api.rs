@@ -150,7 +150,19 @@ impl LeaseStore for MemoryLeaseStore {
         let mut state = self.lock();
         let slot = found(&mut state, run)?;
         self.step(run, slot, Op::Resume, now)?;
-        Ok(slot.run.record(run, now))
+        let record = slot.run.record(run, now);
+        // Live again: it takes its unique key back, unless another live run took it meanwhile.
+        if let Some(key) = slot.unique_key.clone() {
+            match state.holder(&key) {
+                Some(holder) if &holder != run => {
+                    found(&mut state, run)?.unique_key = None;
+                }
+                _ => {
+                    state.unique.insert(key, run.clone());
+                }
+            }
+        }
+        Ok(record)
     }
 
     async fn complete(&self, lease: &Lease) -> Result<()> {
@@ -241,8 +253,7 @@ impl LeaseStore for MemoryLeaseStore {
         }
         let purged: Vec<RunId> = due.into_values().collect();
         for run in &purged {
-            let slot = state.runs.remove(run).expect("collected above");
-            state.floor = state.floor.max(slot.run.fence);
+            state.remove(run).expect("collected above");
         }
         Ok(purged)
     }
@@ -254,8 +265,7 @@ impl LeaseStore for MemoryLeaseStore {
         for run in runs {
             let ended = state.runs.get(run).is_some_and(|slot| slot.run.is_ended());
             if ended {
-                let slot = state.runs.remove(run).expect("looked up above");
-                state.floor = state.floor.max(slot.run.fence);
+                state.remove(run).expect("looked up above");
                 purged.push(run.clone());
             }
         }
