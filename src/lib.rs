@@ -45,9 +45,9 @@ pub use lease_core::{
 };
 pub use lease_runtime::{
     min_margin, observe, CancelReason, CancellationToken, EndReport, Handler, HandlerFuture,
-    HeartbeatStats, Heartbeats, InsertExt, InsertOpts, Inserted, Instrumented, JobArgs, Kinds,
-    MemoryLeaseStore, MemoryTransaction, Purger, PurgerReport, RetryPolicy, RunContext, RunScope,
-    Schedule, Scheduler, SchedulerReport, ScopeConfig, TickReport, Worker, WorkerConfig,
+    HeartbeatStats, Heartbeats, InsertExt, InsertOpts, Inserted, Instrumented, JobArgs, KindPolicy,
+    Kinds, MemoryLeaseStore, MemoryTransaction, Purger, PurgerReport, RetryPolicy, RunContext,
+    RunScope, Schedule, Scheduler, SchedulerReport, ScopeConfig, TickReport, Worker, WorkerConfig,
     WorkerReport, DEFAULT_PURGER_NAME, DEFAULT_PURGE_BATCH, DEFAULT_PURGE_EVERY,
     DEFAULT_RETENTION_AGE, PURGER_KIND,
 };

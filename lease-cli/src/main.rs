@@ -58,15 +58,20 @@ enum Command {
     /// embedded store unless --store names one.
     Demo,
     /// Create a runnable run, claimable at once or after --delay, with an optional payload.
+    /// Prints the run's id (generated when none is given); -o json prints its record.
     Create {
-        /// The run id.
-        run: String,
+        /// The run id (1 to 255 bytes); without it a UUIDv7 is generated.
+        run: Option<String>,
+        /// While a live run (waiting, scheduled, held, retrying or suspended) has this unique
+        /// key, create nothing and print that run's id (exit 0, a note on standard error).
+        #[arg(long, value_name = "KEY")]
+        unique_key: Option<String>,
         /// Not claimable until this long after the create, on the store's clock (a number and
-        /// a unit, ms, s, m, h or d; at most 30 days). Waiting uses no attempt.
+        /// a unit, ms, s, m, h or d; at most 366 days). Waiting uses no attempt.
         #[arg(long, value_name = "AGE", value_parser = ops::parse_age)]
         delay: Option<Duration>,
         /// Not claimable before this time, on the store's clock (RFC 3339, for example
-        /// 2026-12-24T09:00:00Z or 2026-12-24T10:00:00+01:00; at most 30 days ahead). Not on
+        /// 2026-12-24T09:00:00Z or 2026-12-24T10:00:00+01:00; at most 366 days ahead). Not on
         /// etcd, which has no server clock: use --delay there.
         #[arg(long, value_name = "TIME", value_parser = ops::parse_time, conflicts_with = "delay")]
         run_at: Option<std::time::SystemTime>,
@@ -290,6 +295,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Demo => unreachable!("answered before the store is required"),
         Command::Create {
             run,
+            unique_key,
             delay,
             run_at,
             payload,
@@ -298,8 +304,14 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
             priority,
             json,
         } => {
-            let mut new =
-                distribution::NewRun::new(run_id(&run)?).with_delay(delay.unwrap_or_default());
+            let id = match run {
+                Some(run) => run_id(&run)?,
+                None => distribution::new_run_id(),
+            };
+            let mut new = distribution::NewRun::new(id).with_delay(delay.unwrap_or_default());
+            if let Some(key) = unique_key {
+                new = new.with_unique_key(key);
+            }
             if let Some(at) = run_at {
                 new = new.with_run_at(at);
             }

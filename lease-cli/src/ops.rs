@@ -12,8 +12,17 @@ pub(crate) async fn create(
 ) -> Result<(), Failure> {
     new.check()?;
     let store = connect(config).await?;
-    let record = store.create_with(new).await?;
-    print_record(&record, format);
+    let (record, duplicate) = match store.create_with(new).await {
+        Ok(record) => (record, false),
+        // The live run holding the unique key: the answer, not a failure.
+        Err(distribution::Error::AlreadyExists { run })
+            if new.unique_key().is_some() && &run != new.run() =>
+        {
+            (store.inspect(&run).await?, true)
+        }
+        Err(e) => return Err(e.into()),
+    };
+    crate::output::print_created(&record, duplicate, new.unique_key(), format);
     Ok(())
 }
 

@@ -130,6 +130,35 @@ pub(crate) enum Format {
 }
 
 /// Prints one record: a pretty-printed JSON object, or a one-row table.
+/// What `lease create` prints: the run's id alone (`id=$(lease create ...)`), and with a
+/// unique key a live run held, that run's id and a note on standard error; `-o json`: the run's
+/// record with `"duplicate"`.
+pub(crate) fn print_created(
+    record: &RunRecord,
+    duplicate: bool,
+    unique_key: Option<&str>,
+    format: Format,
+) {
+    match format {
+        Format::Json => {
+            let mut view =
+                serde_json::to_value(RecordView::from(record)).expect("records serialize");
+            view["duplicate"] = serde_json::Value::Bool(duplicate);
+            let text = serde_json::to_string_pretty(&view).expect("records serialize");
+            println!("{text}");
+        }
+        Format::Text => {
+            println!("{}", record.run);
+            if let (true, Some(key)) = (duplicate, unique_key) {
+                eprintln!(
+                    "lease: run {} holds unique key {key:?}: nothing was created",
+                    record.run
+                );
+            }
+        }
+    }
+}
+
 pub(crate) fn print_record(record: &RunRecord, format: Format) {
     match format {
         Format::Json => {

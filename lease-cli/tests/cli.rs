@@ -105,8 +105,8 @@ fn operator_commands_on_the_memory_store_report_missing_runs() {
     let record: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     let left = record["claimable_in_ms"].as_i64().unwrap_or(0);
     assert!((89_000..=90_000).contains(&left), "{record}");
-    // Over 30 days, or no unit: refused before the store, naming the rule.
-    let out = memory(&["create", "order-3", "--delay", "31d"]);
+    // Over 366 days, or no unit: refused before the store, naming the rule.
+    let out = memory(&["create", "order-3", "--delay", "367d"]);
     assert_exit(&out, USAGE);
     assert!(stderr(&out).contains("start delay"), "{}", stderr(&out));
     assert_exit(&memory(&["create", "order-3", "--delay", "90"]), USAGE);
@@ -1823,4 +1823,70 @@ fn inspect_shows_the_times_and_list_finds_runs_held_too_long() {
             stderr(&bad)
         );
     }
+}
+
+/// `lease create` prints the run's id, generated (a UUIDv7) when none is given. With
+/// `--unique-key`, a second create while the first run is live prints the first run's id,
+/// creates nothing and exits 0, saying so on standard error; once that run has ended the key is
+/// free. `-o json` prints the record with `duplicate`. A bad key exits 2 before the store.
+#[test]
+fn lease_create_generates_an_id_and_a_unique_key_finds_the_live_run() {
+    let Some((_server, url)) = postgres() else {
+        return;
+    };
+    let base = ["--store", url.as_str(), "--namespace", "cli_unique"];
+    let with = |args: &[&str]| lease(&[&base[..], args].concat());
+    let out = with(&["create", "--kind", "email", "--unique-key", "welcome:7"]);
+    assert_exit(&out, 0);
+    let first = stdout(&out).trim().to_owned();
+    assert_eq!(first.len(), 36, "a UUID: {first:?}");
+    assert_eq!(&first[14..15], "7", "version 7: {first}");
+    let out = with(&["create", "--kind", "email", "--unique-key", "welcome:7"]);
+    assert_exit(&out, 0);
+    assert_eq!(stdout(&out).trim(), first);
+    assert!(
+        stderr(&out).contains(&format!("run {first} holds unique key \"welcome:7\"")),
+        "{}",
+        stderr(&out)
+    );
+    let out = with(&[
+        "create",
+        "other-id",
+        "--unique-key",
+        "welcome:7",
+        "-o",
+        "json",
+    ]);
+    assert_exit(&out, 0);
+    let record: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(record["run"], first.as_str(), "{record}");
+    assert_eq!(record["duplicate"], true, "{record}");
+    assert_exit(&with(&["inspect", "other-id"]), NOT_FOUND);
+
+    let (rt, store) = admin(&url, "cli_unique");
+    let lease = rt
+        .block_on(store.claim(&id(&first), &worker("w"), ttl(60_000)))
+        .unwrap();
+    rt.block_on(store.complete(&lease)).unwrap();
+    let out = with(&[
+        "create",
+        "--kind",
+        "email",
+        "--unique-key",
+        "welcome:7",
+        "-o",
+        "json",
+    ]);
+    assert_exit(&out, 0);
+    let record: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_ne!(record["run"], first.as_str(), "{record}");
+    assert_eq!(record["duplicate"], false, "{record}");
+    assert_eq!(record["kind"], "email", "{record}");
+
+    let out = with(&["create", "--unique-key", ""]);
+    assert_exit(&out, USAGE);
+    assert_eq!(
+        stderr(&out).trim(),
+        "lease: unique key is empty; it must be 1 to 255 bytes of UTF-8"
+    );
 }

@@ -30,9 +30,12 @@ pub const MAX_PAYLOAD_BYTES: usize = 1 << 20;
 /// 0 (the default, the lowest) to this, and higher ones are claimed first.
 pub const MAX_PRIORITY: u8 = 9;
 
-/// The longest a run may be created not claimable for ([`NewRun::with_delay`](crate::NewRun::with_delay)): 30 days, as
+/// The longest a run may be created not claimable for ([`NewRun::with_delay`](crate::NewRun::with_delay),
+/// [`NewRun::with_run_at`](crate::NewRun::with_run_at)): 366 days, so a job can be planned a
+/// year ahead, leap years included. Every backend times it as it times a retry delay (Postgres
+/// and Redis on their clock, etcd in lease links); a retry's own delay stays at most
 /// [`MAX_RETRY_DELAY`].
-pub const MAX_START_DELAY: Duration = Duration::from_secs(30 * 86_400);
+pub const MAX_START_DELAY: Duration = Duration::from_secs(366 * 86_400);
 
 // --- Ends ------------------------------------------------------------------------------
 

@@ -68,8 +68,8 @@ pub use scope::{min_margin, CancelReason, RunScope, ScopeConfig};
 pub use wake::WakesExt;
 pub use wake_listener::{OpenSession, WakeListener, WakeSession};
 pub use worker::{
-    EndReport, Handler, HandlerFuture, Kinds, RetryPolicy, RunContext, Worker, WorkerConfig,
-    WorkerReport, DEFAULT_WAKE_POLL,
+    EndReport, Handler, HandlerFuture, KindPolicy, Kinds, RetryPolicy, RunContext, Worker,
+    WorkerConfig, WorkerReport, DEFAULT_WAKE_POLL,
 };
 
 /// The contract this runtime is built on, re-exported so that a user of the runtime names the

@@ -383,3 +383,178 @@ async fn an_insert_with_the_unique_key_of_a_live_run_answers_that_run() {
     assert!(!after.duplicate);
     assert_ne!(after.run_id, first.run_id);
 }
+
+/// A handler's follow-up job, for the drain.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct FollowUp {
+    of: String,
+}
+impl JobArgs for FollowUp {
+    const KIND: &'static str = "follow_up";
+}
+
+/// `Worker::drain` runs every job there is to run now and returns by itself: the jobs inserted
+/// before it, the follow-up jobs their handlers insert, and a failing job's retries when the
+/// policy has no backoff (failed at its last attempt); a job scheduled for later is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_runs_everything_runnable_now_and_stops_by_itself() {
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+    for to in ["a@example.com", "b@example.com"] {
+        store
+            .insert(&SendEmail { to: to.into() }, InsertOpts::new())
+            .await
+            .unwrap();
+    }
+    let later = store
+        .insert(
+            &SendEmail {
+                to: "later@example.com".into(),
+            },
+            InsertOpts::new().with_delay(Duration::from_secs(3600)),
+        )
+        .await
+        .unwrap();
+    let broken = store
+        .insert(
+            &Charge {
+                customer: "broken".into(),
+                amount_cents: 1,
+            },
+            InsertOpts::new(),
+        )
+        .await
+        .unwrap();
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let (emails, follow_ups) = (seen.clone(), seen.clone());
+    let kinds = Kinds::new()
+        .job::<SendEmail, _, _>(move |ctx: RunContext, args: SendEmail| {
+            let seen = emails.clone();
+            async move {
+                seen.lock().unwrap().push(format!("email {}", args.to));
+                let follow_up = FollowUp { of: args.to };
+                ctx.store().insert(&follow_up, InsertOpts::new()).await?;
+                Ok(End::Complete)
+            }
+        })
+        .job::<FollowUp, _, _>(move |_ctx: RunContext, args: FollowUp| {
+            let seen = follow_ups.clone();
+            async move {
+                seen.lock().unwrap().push(format!("follow-up {}", args.of));
+                Ok(End::Complete)
+            }
+        })
+        .job::<Charge, _, _>(|_ctx: RunContext, _args: Charge| async {
+            Err("the card was declined".into())
+        });
+    let config = WorkerConfig::new(Ttl::from_secs(30).unwrap()).with_retry(
+        lease_runtime::RetryPolicy::default()
+            .with_max_attempts(3)
+            .with_backoff(Duration::ZERO, Duration::ZERO),
+    );
+    let worker = Worker::new(store.clone(), WorkerId::new("w").unwrap(), config).unwrap();
+    let report = tokio::time::timeout(Duration::from_secs(20), worker.drain(kinds))
+        .await
+        .expect("the drain stops by itself")
+        .unwrap();
+    assert_eq!(report.completed, 4, "{report:?}");
+    let mut seen = seen.lock().unwrap().clone();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            "email a@example.com",
+            "email b@example.com",
+            "follow-up a@example.com",
+            "follow-up b@example.com",
+        ]
+    );
+    let record = store.inspect(&broken.run_id).await.unwrap();
+    assert_eq!(record.state, RunState::Failed);
+    assert_eq!(record.attempts, 3, "every attempt ran within the drain");
+    let record = store.inspect(&later.run_id).await.unwrap();
+    assert_eq!(record.state, RunState::Runnable);
+    assert_eq!(record.attempts, 0, "the scheduled job was left");
+}
+
+/// A job whose handler always fails, with its own policy: one attempt, cut off after 50 ms.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Fragile {
+    n: u32,
+}
+impl JobArgs for Fragile {
+    const KIND: &'static str = "fragile";
+    fn policy() -> lease_runtime::KindPolicy {
+        lease_runtime::KindPolicy::new()
+            .with_retry(lease_runtime::RetryPolicy::default().with_max_attempts(1))
+            .with_attempt_timeout(Duration::from_millis(50))
+    }
+}
+
+/// Each kind runs under its own policy where it has one, and the worker's where not: the
+/// fragile kind fails at its first attempt, cut off by its own deadline; the other kind, under
+/// the worker's policy, is tried three times. A kind's policy that breaks the worker's rules is
+/// refused when the worker starts, naming the kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_kind_runs_under_its_own_policy_or_the_workers() {
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+    let fragile = store
+        .insert(&Fragile { n: 1 }, InsertOpts::new())
+        .await
+        .unwrap();
+    let sturdy = store
+        .insert(
+            &Charge {
+                customer: "c-1".into(),
+                amount_cents: 5,
+            },
+            InsertOpts::new(),
+        )
+        .await
+        .unwrap();
+    let kinds = Kinds::new()
+        .job::<Fragile, _, _>(|_ctx: RunContext, _args: Fragile| async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Ok(End::Complete)
+        })
+        .job::<Charge, _, _>(|_ctx: RunContext, _args: Charge| async { Err("declined".into()) });
+    let config = WorkerConfig::new(Ttl::from_secs(30).unwrap())
+        .with_grace(Duration::from_millis(50))
+        .with_retry(
+            lease_runtime::RetryPolicy::default()
+                .with_max_attempts(3)
+                .with_backoff(Duration::ZERO, Duration::ZERO),
+        );
+    let worker = Worker::new(store.clone(), WorkerId::new("w").unwrap(), config).unwrap();
+    tokio::time::timeout(Duration::from_secs(20), worker.drain(kinds))
+        .await
+        .expect("the drain stops by itself")
+        .unwrap();
+    let record = store.inspect(&fragile.run_id).await.unwrap();
+    assert_eq!(record.state, RunState::Failed);
+    assert_eq!(record.attempts, 1, "its own budget: one attempt");
+    let reason = record.failure.unwrap_or_default();
+    assert!(
+        reason.contains("attempt timed out after 50ms"),
+        "cut off by its own timeout: {reason}"
+    );
+    let record = store.inspect(&sturdy.run_id).await.unwrap();
+    assert_eq!(record.state, RunState::Failed);
+    assert_eq!(record.attempts, 3, "the worker's budget: three attempts");
+
+    let bad = Kinds::new().handle_with(
+        Kind::new("bad").unwrap(),
+        |_ctx: RunContext| async { Ok(End::Complete) },
+        lease_runtime::KindPolicy::new().with_attempt_timeout(Duration::ZERO),
+    );
+    let err = worker
+        .run_kinds(bad, CancellationToken::new())
+        .await
+        .unwrap_err();
+    match err {
+        Error::InvalidInput(InvalidInput::WorkerSetting { setting, value, .. }) => {
+            assert_eq!(setting, "attempt timeout");
+            assert!(value.contains("for kind bad"), "{value}");
+        }
+        other => panic!("expected the attempt timeout refused, got {other:?}"),
+    }
+}

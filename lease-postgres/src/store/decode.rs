@@ -237,7 +237,7 @@ pub(crate) fn payload(row: &PgRow) -> Result<Option<std::sync::Arc<[u8]>>, PgErr
 }
 
 /// A start delay as the statements take it: whole milliseconds, rounded up (checked, so at
-/// most 30 days).
+/// most 366 days).
 pub(crate) fn millis(new: &NewRun) -> i64 {
     i64::try_from(new.delay_millis()).unwrap_or(i64::MAX)
 }

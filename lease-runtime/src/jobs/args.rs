@@ -5,6 +5,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::InsertOpts;
+use crate::KindPolicy;
 
 /// The arguments of one kind of job: a serde type whose JSON is the run's payload, with the
 /// kind it is inserted under and served by.
@@ -39,6 +40,13 @@ pub trait JobArgs: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// take precedence over each of them. None by default.
     fn insert_opts() -> InsertOpts {
         InsertOpts::new()
+    }
+
+    /// How a worker serving this kind runs it ([`Kinds::job`](crate::Kinds::job)): its own
+    /// concurrency limit, retry policy and attempt timeout, each the worker's when unset (the
+    /// default: all unset).
+    fn policy() -> KindPolicy {
+        KindPolicy::new()
     }
 
     /// [`KIND`](JobArgs::KIND) as a [`Kind`].

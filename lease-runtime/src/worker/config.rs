@@ -362,22 +362,9 @@ impl WorkerConfig {
                 "it must be shorter than half the TTL",
             );
         }
-        let retry = &self.retry;
-        if retry.max > lease_core::MAX_RETRY_DELAY || retry.base > retry.max {
-            return bad(
-                "retry backoff",
-                format!("{:?} to {:?}", retry.base, retry.max),
-                "the base must be at most the cap, and the cap at most MAX_RETRY_DELAY (30 days)",
-            );
-        }
+        check_retry(&self.retry, "")?;
         if let Some(d) = self.attempt_timeout {
-            if d.is_zero() || d > lease_core::MAX_RETRY_DELAY {
-                return bad(
-                    "attempt timeout",
-                    format!("{d:?}"),
-                    "it must be above zero and at most 30 days",
-                );
-            }
+            check_attempt_timeout(d, "")?;
         }
         if self.grace > MAX_GRACE {
             return bad(
@@ -404,9 +391,6 @@ impl WorkerConfig {
                 "it must be 1 s to a day",
             );
         }
-        if retry.max_attempts == Some(0) {
-            return bad("max attempts", "0".into(), "it must be at least 1");
-        }
         // The scopes' timing rules: heartbeat inside TTL minus margin.
         let mut scope = ScopeConfig::default().with_heartbeat(self.heartbeat());
         if let Some(margin) = self.margin {
@@ -414,6 +398,37 @@ impl WorkerConfig {
         }
         scope.check(self.ttl)
     }
+}
+
+/// Checks a retry policy's backoff (a worker's, or a kind's: `whose` then names it).
+pub(super) fn check_retry(retry: &RetryPolicy, whose: &str) -> Result<(), InvalidInput> {
+    if retry.max > lease_core::MAX_RETRY_DELAY || retry.base > retry.max {
+        return Err(InvalidInput::WorkerSetting {
+            setting: "retry backoff",
+            value: format!("{:?} to {:?}{whose}", retry.base, retry.max),
+            rule: "the base must be at most the cap, and the cap at most MAX_RETRY_DELAY (30 days)",
+        });
+    }
+    if retry.max_attempts == Some(0) {
+        return Err(InvalidInput::WorkerSetting {
+            setting: "max attempts",
+            value: format!("0{whose}"),
+            rule: "it must be at least 1",
+        });
+    }
+    Ok(())
+}
+
+/// Checks an attempt timeout (a worker's, or a kind's: `whose` then names it).
+pub(super) fn check_attempt_timeout(d: Duration, whose: &str) -> Result<(), InvalidInput> {
+    if d.is_zero() || d > lease_core::MAX_RETRY_DELAY {
+        return Err(InvalidInput::WorkerSetting {
+            setting: "attempt timeout",
+            value: format!("{d:?}{whose}"),
+            rule: "it must be above zero and at most 30 days",
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::context::{Handler, HandlerFuture, RunContext};
+use super::KindPolicy;
 use crate::jobs::{args::decode, JobArgs};
 use lease_core::{sanitize_reason, BoxError, End, InvalidInput, Kind};
 
@@ -40,14 +41,14 @@ pub struct Kinds {
 pub(super) struct Route {
     pub(super) kind: Kind,
     pub(super) handler: Arc<dyn Handler>,
-    /// The kind's own concurrency limit, if it has one.
-    pub(super) limit: Option<usize>,
+    /// The kind's own limit, retry policy and attempt timeout, where it has them.
+    pub(super) policy: KindPolicy,
 }
 
 impl fmt::Debug for Kinds {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list()
-            .entries(self.routes.iter().map(|r| (&r.kind, r.limit)))
+            .entries(self.routes.iter().map(|r| (&r.kind, r.policy)))
             .finish()
     }
 }
@@ -59,33 +60,34 @@ impl Kinds {
     }
 
     /// Serves `kind` with `handler`, within the worker's concurrency.
-    pub fn handle(mut self, kind: Kind, handler: impl Handler) -> Kinds {
+    pub fn handle(self, kind: Kind, handler: impl Handler) -> Kinds {
+        self.handle_with(kind, handler, KindPolicy::new())
+    }
+
+    /// Serves `kind` with `handler` under the kind's own `policy` (concurrency limit, retry
+    /// policy, attempt timeout), each unset part the worker's.
+    pub fn handle_with(mut self, kind: Kind, handler: impl Handler, policy: KindPolicy) -> Kinds {
         self.routes.push(Route {
             kind,
             handler: Arc::new(handler),
-            limit: None,
+            policy,
         });
         self
     }
 
     /// Serves `kind` with `handler`, at most `concurrency` of its runs at once (1 up to the
     /// worker's concurrency, checked when the worker starts).
-    pub fn handle_limited(
-        mut self,
-        kind: Kind,
-        handler: impl Handler,
-        concurrency: usize,
-    ) -> Kinds {
-        self.routes.push(Route {
+    pub fn handle_limited(self, kind: Kind, handler: impl Handler, concurrency: usize) -> Kinds {
+        self.handle_with(
             kind,
-            handler: Arc::new(handler),
-            limit: Some(concurrency),
-        });
-        self
+            handler,
+            KindPolicy::new().with_concurrency(concurrency),
+        )
     }
 
     /// Serves the jobs of `T` (kind `T::KIND`) with `handler`, which takes the run's context
-    /// and its arguments decoded, within the worker's concurrency.
+    /// and its arguments decoded, under `T`'s [`policy`](JobArgs::policy) (the worker's
+    /// settings for what it leaves unset).
     ///
     /// A payload that is not `T` (or a run without one) fails the run for good, with the
     /// decode error as its reason ([`End::Fail`]): arguments that cannot be read now will not
@@ -116,7 +118,7 @@ impl Kinds {
         F: Fn(RunContext, T) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<End, BoxError>> + Send + 'static,
     {
-        self.typed::<T, F, Fut>(handler, None)
+        self.typed::<T, F, Fut>(handler, T::policy())
     }
 
     /// [`job`](Kinds::job), at most `concurrency` of its runs at once (as
@@ -127,10 +129,10 @@ impl Kinds {
         F: Fn(RunContext, T) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<End, BoxError>> + Send + 'static,
     {
-        self.typed::<T, F, Fut>(handler, Some(concurrency))
+        self.typed::<T, F, Fut>(handler, T::policy().with_concurrency(concurrency))
     }
 
-    fn typed<T, F, Fut>(mut self, handler: F, limit: Option<usize>) -> Kinds
+    fn typed<T, F, Fut>(mut self, handler: F, policy: KindPolicy) -> Kinds
     where
         T: JobArgs,
         F: Fn(RunContext, T) -> Fut + Send + Sync + 'static,
@@ -143,7 +145,7 @@ impl Kinds {
                     handler,
                     args: PhantomData::<fn() -> T>,
                 }),
-                limit,
+                policy,
             }),
             Err(invalid) => {
                 self.invalid.get_or_insert(invalid);
@@ -183,7 +185,7 @@ impl Kinds {
                     rule: "each kind has one handler",
                 });
             }
-            if let Some(limit) = route.limit {
+            if let Some(limit) = route.policy.concurrency {
                 if limit == 0 || limit > concurrency {
                     return Err(InvalidInput::WorkerSetting {
                         setting: "kind concurrency",
@@ -191,6 +193,13 @@ impl Kinds {
                         rule: "from 1 to the worker's concurrency",
                     });
                 }
+            }
+            let whose = format!(" for kind {}", route.kind);
+            if let Some(retry) = &route.policy.retry {
+                super::config::check_retry(retry, &whose)?;
+            }
+            if let Some(d) = route.policy.attempt_timeout {
+                super::config::check_attempt_timeout(d, &whose)?;
             }
         }
         Ok(())
@@ -202,6 +211,8 @@ pub(super) struct Lane {
     pub(super) kind: Kind,
     pub(super) handler: Arc<dyn Handler>,
     pub(super) limit: Option<Arc<Semaphore>>,
+    /// The kind's retry policy and attempt timeout, where it has its own.
+    pub(super) policy: KindPolicy,
 }
 
 impl Lane {
@@ -211,7 +222,8 @@ impl Lane {
             .map(|r| Lane {
                 kind: r.kind,
                 handler: r.handler,
-                limit: r.limit.map(|n| Arc::new(Semaphore::new(n))),
+                limit: r.policy.concurrency.map(|n| Arc::new(Semaphore::new(n))),
+                policy: r.policy,
             })
             .collect()
     }

@@ -8,8 +8,10 @@
 mod batcher;
 mod config;
 mod context;
+mod drain;
 mod job;
 mod kinds;
+mod policy;
 mod purging;
 
 use std::fmt;
@@ -34,6 +36,7 @@ pub use context::{EndReport, Handler, HandlerFuture, RunContext, WorkerReport};
 use job::{job, Job};
 pub use kinds::Kinds;
 use kinds::{Lane, Slot};
+pub use policy::KindPolicy;
 use purging::stop_purger;
 
 /// Runs a handler for every run it can claim, up to a concurrency limit, and ends each lease
@@ -501,8 +504,11 @@ impl Worker {
                         counters: counters.clone(),
                         shutdown: shutdown.clone(),
                         abandon: abandon.clone(),
-                        retry: self.config.retry,
-                        attempt_timeout: self.config.attempt_timeout,
+                        retry: lane.policy.retry.unwrap_or(self.config.retry),
+                        attempt_timeout: lane
+                            .policy
+                            .attempt_timeout
+                            .or(self.config.attempt_timeout),
                         grace: self.config.grace,
                         own_threads: own_threads.clone(),
                         _slot: permit,
