@@ -71,8 +71,8 @@ enum Command {
         #[arg(long, value_name = "AGE", value_parser = ops::parse_age)]
         delay: Option<Duration>,
         /// Not claimable before this time, on the store's clock (RFC 3339, for example
-        /// 2026-12-24T09:00:00Z or 2026-12-24T10:00:00+01:00; at most 366 days ahead). Not on
-        /// etcd, which has no server clock: use --delay there.
+        /// 2026-12-24T09:00:00Z or 2026-12-24T10:00:00+01:00; at most 366 days ahead). etcd, which
+        /// has no clock of its own to compare it with, takes it as a delay on this host's clock.
         #[arg(long, value_name = "TIME", value_parser = ops::parse_time, conflicts_with = "delay")]
         run_at: Option<std::time::SystemTime>,
         /// The run's payload, as this text (at most 64 KiB; handed to each claim's handler,

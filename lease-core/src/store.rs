@@ -331,6 +331,11 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     /// claims. The record shows the delay's end in
     /// [`not_before`](crate::RunRecord::not_before).
     ///
+    /// With a [unique key](crate::NewRun::with_unique_key), while another run with the key is
+    /// live (runnable or suspended) nothing is created and the answer is
+    /// [`Error::AlreadyExists`] naming **that** run; two creates racing with one key create
+    /// one run. A store that keeps no keys refuses the create.
+    ///
     /// The default implementation creates a plain `new` with [`create`](LeaseStore::create),
     /// and refuses any other with [`InvalidInput::Unsupported`](crate::InvalidInput::Unsupported).
     ///
@@ -367,7 +372,9 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     }
 
     /// [`create_many`](LeaseStore::create_many) with each run's [`NewRun`](crate::NewRun):
-    /// one round trip and one commit for the batch, a result per item in order.
+    /// one round trip and one commit for the batch, a result per item in order. An item whose
+    /// unique key a live run holds, or an earlier item of the batch took, is
+    /// [`Error::AlreadyExists`] naming that run.
     ///
     /// The default implementation creates a batch of plain runs with
     /// [`create_many`](LeaseStore::create_many), and refuses any other with

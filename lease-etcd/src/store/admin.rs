@@ -53,14 +53,6 @@ impl EtcdLeaseStore {
     /// `max_lease`), so no claim takes the run before it is over.
     pub(super) async fn create_batch(&self, runs: &[NewRun]) -> Result<Vec<Result<()>>> {
         check_new_runs(runs)?;
-        // etcd has no clock a client can compare a wall time with: it times delays with its
-        // leases. A run_at would have to trust this process's clock, so it is refused.
-        if runs.iter().any(|n| n.run_at().is_some()) {
-            return Err(lease_core::InvalidInput::Unsupported {
-                operation: "run_at on etcd (it has no server clock to compare with; use a delay)",
-            }
-            .into());
-        }
         let mut first = std::collections::HashMap::new();
         let mut dup = vec![false; runs.len()];
         for (i, new) in runs.iter().enumerate() {
@@ -78,7 +70,7 @@ impl EtcdLeaseStore {
         // Each delay's bucket in seconds (0: none), and a lease for its first link.
         let secs: Vec<u64> = unique
             .iter()
-            .map(|n| match n.delay_millis() {
+            .map(|n| match start_delay_ms(n) {
                 0 => 0,
                 ms => super::grants::delay_bucket(ms.div_ceil(1000)),
             })
@@ -375,4 +367,20 @@ impl EtcdLeaseStore {
         }
         ops
     }
+}
+
+/// How long `new` waits before it is claimable, in whole milliseconds: its delay, or the time
+/// left to its `run_at` **on this host's clock** when it is later. etcd has no clock a client
+/// can compare a wall time with (it times delays with its leases), so a start time becomes a
+/// delay here: the run is never claimable before `run_at` as this host saw it, and late by at
+/// most the delay's bucket (`grants::delay_bucket`) plus a lease link per leader change. A
+/// start time only decides when the run becomes claimable; no fence depends on it.
+fn start_delay_ms(new: &NewRun) -> u64 {
+    let until = new
+        .run_at()
+        .and_then(|at| at.duration_since(std::time::SystemTime::now()).ok())
+        .map_or(0, |left| {
+            u64::try_from(left.as_micros().div_ceil(1000)).unwrap_or(u64::MAX)
+        });
+    new.delay_millis().max(until)
 }

@@ -166,16 +166,15 @@ impl LeaseStore for EtcdLeaseStore {
     /// Whole-second leases from 1 s, on etcd leases reused for up to a second (so a block
     /// outlives its TTL by up to a second more), expired by the leader's sweep up to about half
     /// a second late: declared as two seconds of expiry lag. No queue lag (etcd times no
-    /// instants of its own), no counts by kind, no `run_at`.
+    /// instants of its own), no counts by kind. A `run_at` is taken as a delay on this host's
+    /// clock (`store/admin.rs`, `start_delay_ms`).
     fn capabilities(&self) -> lease_core::Capabilities {
         let caps = lease_core::Capabilities::default()
             .with_min_ttl(std::time::Duration::from_secs(1))
             .with_ttl_granularity(std::time::Duration::from_secs(1))
             .with_max_expiry_lag(std::time::Duration::from_secs(2))
             .without_queue_lag()
-            .without_kind_counts()
-            // No server clock a wall time can be compared with (a delay works).
-            .without_run_at();
+            .without_kind_counts();
         if self.listening.is_some() {
             caps
         } else {
