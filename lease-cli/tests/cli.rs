@@ -1849,16 +1849,13 @@ fn lease_create_generates_an_id_and_a_unique_key_finds_the_live_run() {
         "{}",
         stderr(&out)
     );
-    let out = with(&[
-        "create",
-        "other-id",
-        "--unique-key",
-        "welcome:7",
-        "-o",
-        "json",
-    ]);
-    assert_exit(&out, 0);
-    let record: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    // `-o json`: the record, with `duplicate`.
+    let json = |args: &[&str]| -> serde_json::Value {
+        let out = with(&[args, &["-o", "json"]].concat());
+        assert_exit(&out, 0);
+        serde_json::from_str(&stdout(&out)).unwrap()
+    };
+    let record = json(&["create", "other-id", "--unique-key", "welcome:7"]);
     assert_eq!(record["run"], first.as_str(), "{record}");
     assert_eq!(record["duplicate"], true, "{record}");
     assert_exit(&with(&["inspect", "other-id"]), NOT_FOUND);
@@ -1868,17 +1865,7 @@ fn lease_create_generates_an_id_and_a_unique_key_finds_the_live_run() {
         .block_on(store.claim(&id(&first), &worker("w"), ttl(60_000)))
         .unwrap();
     rt.block_on(store.complete(&lease)).unwrap();
-    let out = with(&[
-        "create",
-        "--kind",
-        "email",
-        "--unique-key",
-        "welcome:7",
-        "-o",
-        "json",
-    ]);
-    assert_exit(&out, 0);
-    let record: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let record = json(&["create", "--kind", "email", "--unique-key", "welcome:7"]);
     assert_ne!(record["run"], first.as_str(), "{record}");
     assert_eq!(record["duplicate"], false, "{record}");
     assert_eq!(record["kind"], "email", "{record}");

@@ -180,8 +180,11 @@ impl Inserted {
 /// Each insert is one [`create_with`](LeaseStore::create_with) (or one
 /// [`create_many_with`](LeaseStore::create_many_with) for a batch), so it is as atomic and as
 /// durable as the store's create. A retry of an insert with the same id (given with
-/// [`InsertOpts::with_id`]) answers `duplicate: true` with that id and changes nothing; an
-/// insert without an id that fails with an outer error may or may not have created its run.
+/// [`InsertOpts::with_id`]) or the same unique key ([`InsertOpts::with_unique_key`], while
+/// the run is live) answers `duplicate: true` with that run's id and changes nothing. An insert
+/// with neither that fails with an outer error (a timeout, a lost connection) may or may not
+/// have created its run, and its retry makes a second one: give a job that must not run twice
+/// an id or a key.
 #[async_trait::async_trait]
 pub trait InsertExt: LeaseStore {
     /// Inserts one job of kind `T::KIND` with `args` as its payload.
