@@ -254,6 +254,31 @@ impl LeaseStore for AuditedStore {
         self.inner.claim_next_kind(kind, worker, ttl, max).await
     }
 
+    async fn claim_next_in(
+        &self,
+        queue: &lease_core::Queue,
+        kind: &lease_core::Kind,
+        worker: &WorkerId,
+        ttl: Ttl,
+        max: usize,
+    ) -> Result<Vec<Lease>> {
+        self.inner
+            .claim_next_in(queue, kind, worker, ttl, max)
+            .await
+    }
+
+    async fn pause_queue(&self, queue: &lease_core::Queue) -> Result<lease_core::QueueState> {
+        self.inner.pause_queue(queue).await
+    }
+
+    async fn resume_queue(&self, queue: &lease_core::Queue) -> Result<lease_core::QueueState> {
+        self.inner.resume_queue(queue).await
+    }
+
+    async fn queues(&self) -> Result<Vec<lease_core::QueueState>> {
+        self.inner.queues().await
+    }
+
     // --- fenced writes: the store decides, the audit records its verdict -------------------
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {

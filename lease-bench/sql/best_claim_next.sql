@@ -6,7 +6,7 @@
 -- the index). Against lease-postgres/sql/claim_next.sql it leaves out moving lagging entries
 -- (runs renewed past their claim's expiry), the answer's order and the expiries, and claims
 -- from the default kind at priority 0 only (the runs the bench creates): the equalities lead
--- runs_claimable (kind, priority, claimable_at, created_seq), so the pick walks the index in
+-- runs_claimable (kind, priority, queue, claimable_at, created_seq), so the pick walks the index in
 -- order. Without them (as it read before kinds and priorities led the index) it sorted every
 -- claimable run on each call and ran at a third of the library's rate.
 UPDATE {schema}.runs
@@ -20,9 +20,10 @@ WHERE run_id IN (
     WHERE state = 'runnable'
       AND kind = 'default'
       AND priority = 0
+      AND queue = 'default'
       AND claimable_at <= now()
       AND (lease_owner IS NULL OR lease_expires_at <= now())
-    ORDER BY kind, priority, claimable_at, created_seq
+    ORDER BY kind, priority, queue, claimable_at, created_seq
     LIMIT $3
     FOR UPDATE SKIP LOCKED
 )

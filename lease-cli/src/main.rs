@@ -44,6 +44,25 @@ struct Cli {
     command: Command,
 }
 
+/// `lease queue …`.
+#[derive(Subcommand)]
+pub(crate) enum QueueAction {
+    /// Pause QUEUE, fleet-wide: no worker claims its runs until it is resumed. Prints its
+    /// state.
+    Pause {
+        /// The queue.
+        queue: String,
+    },
+    /// Resume QUEUE: workers claim its runs again (idle ones at their next poll). Prints its
+    /// state.
+    Resume {
+        /// The queue.
+        queue: String,
+    },
+    /// List the queues ever paused or resumed, with their state.
+    List,
+}
+
 /// The deprecated `--json` of each command: hidden, the same as `-o json`.
 #[derive(clap::Args)]
 struct JsonAlias {
@@ -90,8 +109,18 @@ enum Command {
         /// the claimable runs of the highest priority first.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=9))]
         priority: Option<u8>,
+        /// The run's queue (1 to 64 bytes): only a worker serving this queue claims it, and
+        /// none while the queue is paused. Without it, the run is in the queue `default`.
+        #[arg(long, value_name = "QUEUE")]
+        queue: Option<String>,
         #[command(flatten)]
         json: JsonAlias,
+    },
+    /// Pause, resume or list queues. A paused queue is claimed by no worker of the fleet
+    /// until it is resumed (runs already held finish; creates still add runs to it).
+    Queue {
+        #[command(subcommand)]
+        action: QueueAction,
     },
     /// Show a run's record: state, owner, expiry on the store's clock, fence, heartbeats.
     Inspect {
@@ -302,6 +331,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
             payload_file,
             kind,
             priority,
+            queue,
             json,
         } => {
             let id = match run {
@@ -321,11 +351,15 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
             if let Some(priority) = priority {
                 new = new.with_priority(priority);
             }
+            if let Some(queue) = queue {
+                new = new.with_queue(distribution::Queue::new(queue)?);
+            }
             if let Some(bytes) = ops::payload_arg(payload, payload_file.as_deref())? {
                 new = new.with_payload(bytes);
             }
             ops::create(&config, &new, format(out, &json)).await
         }
+        Command::Queue { action } => ops::queue(&config, action, out).await,
         Command::Inspect { run, json } => {
             ops::inspect(&config, &run_id(&run)?, format(out, &json)).await
         }

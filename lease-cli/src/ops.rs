@@ -1,4 +1,5 @@
-//! Operator commands: create, inspect, list, journal, resume, release --force, purge, migrate.
+//! Operator commands: create, inspect, list, journal, resume, release --force, purge, migrate,
+//! queue.
 
 use distribution::{connect, Config, ListFilter, RunId, RunState};
 
@@ -542,6 +543,57 @@ fn humantime(age: std::time::Duration) -> String {
         }
     }
     format!("{ms}ms")
+}
+
+/// `lease queue pause|resume|list`: each queue on a line (`NAME paused|running since TIME`),
+/// or with `-o json` one object per queue (`queue`, `paused`, `changed_at_us`).
+pub(crate) async fn queue(
+    config: &Config,
+    action: crate::QueueAction,
+    format: Format,
+) -> Result<(), Failure> {
+    use crate::QueueAction;
+    let name = |queue: &str| distribution::Queue::new(queue);
+    let states = match action {
+        QueueAction::Pause { queue } => {
+            let queue = name(&queue)?;
+            vec![connect(config).await?.pause_queue(&queue).await?]
+        }
+        QueueAction::Resume { queue } => {
+            let queue = name(&queue)?;
+            vec![connect(config).await?.resume_queue(&queue).await?]
+        }
+        QueueAction::List => connect(config).await?.queues().await?,
+    };
+    let mut out = std::io::stdout().lock();
+    for state in &states {
+        let changed_us = state.changed_at.map(distribution::StoreTime::as_micros);
+        let line = match format {
+            Format::Json => serde_json::json!({
+                "queue": state.queue.as_str(),
+                "paused": state.paused,
+                "changed_at_us": changed_us,
+            })
+            .to_string(),
+            Format::Text => format!(
+                "{} {}{}",
+                state.queue,
+                if state.paused { "paused" } else { "running" },
+                state
+                    .changed_at
+                    .map(|t| format!(
+                        " since {}",
+                        crate::output::rfc3339(t, chrono::SecondsFormat::Secs)
+                    ))
+                    .unwrap_or_default()
+            ),
+        };
+        // A closed stdout (`| head`) ends the output early.
+        if std::io::Write::write_all(&mut out, format!("{line}\n").as_bytes()).is_err() {
+            break;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

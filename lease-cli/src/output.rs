@@ -36,6 +36,8 @@ pub(crate) struct RecordView {
     payload_bytes: Option<usize>,
     /// The run's kind (`default` for a run created without one).
     kind: String,
+    /// The run's queue (`default` for a run created without one).
+    queue: String,
     /// The run's priority within its kind (0 for a run created without one).
     priority: u8,
     /// When the run was created, on the store's clock, microseconds (null: unknown, for a run
@@ -101,6 +103,7 @@ impl From<&RunRecord> for RecordView {
             payload_hex: shown_payload(r.payload.as_deref()).1,
             payload_bytes: r.payload.as_ref().map(Vec::len),
             kind: r.kind.to_string(),
+            queue: r.queue.to_string(),
             priority: r.priority,
             created_at_us: r.created_at.map(|t| t.as_micros()),
             claimed_at_us: r.claimed_at.map(|t| t.as_micros()),
@@ -180,10 +183,13 @@ pub(crate) fn print_record(record: &RunRecord, format: Format) {
     }
 }
 
-/// The kind and priority under a single record's table, unless they are the defaults.
+/// The kind, queue and priority under a single record's table, unless they are the defaults.
 fn kind_line(out: &mut impl Write, record: &RunRecord) -> io::Result<()> {
     if !record.kind.is_default() {
         writeln!(out, "kind: {}", record.kind)?;
+    }
+    if !record.queue.is_default() {
+        writeln!(out, "queue: {}", record.queue)?;
     }
     if record.priority > 0 {
         writeln!(out, "priority: {}", record.priority)?;

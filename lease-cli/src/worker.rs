@@ -32,6 +32,12 @@ pub(crate) struct WorkerArgs {
     /// kind `default`, the kind of runs created without one.
     #[arg(long = "kind", value_name = "KIND")]
     kinds: Vec<String>,
+    /// Serve the runs of this queue, QUEUE or QUEUE=N (at most N of its commands at once,
+    /// within --concurrency); repeat it for several queues (taken in turn). Default: the
+    /// queue `default`, the queue of runs created without one. A paused queue (`lease queue
+    /// pause`) is passed by until it is resumed.
+    #[arg(long = "queue", value_name = "QUEUE[=N]")]
+    queues: Vec<String>,
     /// How many commands run at once.
     #[arg(long, value_name = "N", default_value_t = 1)]
     concurrency: usize,
@@ -113,6 +119,20 @@ pub(crate) async fn worker(config: &Config, args: WorkerArgs) -> Result<(), Fail
     }
     if args.no_retention {
         worker_config = worker_config.with_retention_policy(None);
+    }
+    for queue in &args.queues {
+        let (name, limit) = match queue.rsplit_once('=') {
+            Some((name, n)) => {
+                let n = n.parse::<usize>().map_err(|_| {
+                    usage(format!(
+                        "--queue {queue}: the limit after '=' must be a whole number"
+                    ))
+                })?;
+                (name, Some(n))
+            }
+            None => (queue.as_str(), None),
+        };
+        worker_config = worker_config.with_queue(distribution::Queue::new(name)?, limit);
     }
     worker_config.check()?;
     let kinds = if args.kinds.is_empty() {

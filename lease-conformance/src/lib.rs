@@ -31,6 +31,7 @@ mod machine_scenarios;
 pub mod model_check;
 mod payload_scenarios;
 mod priority_scenarios;
+mod queue_scenarios;
 mod request_scenarios;
 mod retention_scenarios;
 mod run_at_scenarios;
@@ -56,6 +57,7 @@ pub use life_scenarios::*;
 pub use machine_scenarios::*;
 pub use payload_scenarios::*;
 pub use priority_scenarios::*;
+pub use queue_scenarios::*;
 pub use request_scenarios::*;
 pub use retention_scenarios::*;
 pub use run_at_scenarios::*;
@@ -293,6 +295,7 @@ macro_rules! conformance_tests {
             by_id_calls_and_mislabelled_leases_keep_a_run_in_its_kind,
             higher_priorities_are_claimed_first_and_the_oldest_first_within_one,
             a_unique_key_keeps_one_live_run,
+            queues_are_claimed_apart_and_a_paused_one_by_no_one,
             a_worker_serves_each_kind_with_its_handler_and_starves_none,
             worker_handler_ignoring_its_token_is_still_fenced,
             worker_reports_no_end_before_its_batch_commits,

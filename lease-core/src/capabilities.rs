@@ -61,6 +61,10 @@ pub struct Capabilities {
     /// Whether runs can be created for a wall-clock time
     /// ([`NewRun::with_run_at`](crate::NewRun::with_run_at)).
     pub run_at: bool,
+    /// Whether runs can be created in queues other than the default
+    /// ([`NewRun::with_queue`](crate::NewRun::with_queue)) and queues paused
+    /// ([`LeaseStore::pause_queue`](crate::LeaseStore::pause_queue)).
+    pub queues: bool,
     /// Whether runs can be created, and leases ended, inside the caller's own database
     /// transaction (Postgres: `PostgresLeaseStore::create_in`, `end_in`). Not part of the
     /// trait: a backend's own API, `false` by default.
@@ -79,6 +83,7 @@ impl Default for Capabilities {
             kind_counts: true,
             wake_ups: true,
             run_at: true,
+            queues: true,
             transactional_enqueue: false,
         }
     }
@@ -167,6 +172,13 @@ impl Capabilities {
     #[must_use]
     pub fn without_run_at(mut self) -> Self {
         self.run_at = false;
+        self
+    }
+
+    /// The store keeps no queues but the default, and pauses none.
+    #[must_use]
+    pub fn without_queues(mut self) -> Self {
+        self.queues = false;
         self
     }
 

@@ -438,6 +438,20 @@ pub enum InvalidInput {
         /// The limit.
         max: usize,
     },
+    /// An empty [`Queue`](crate::Queue).
+    #[error("queue is empty; it must be 1 to {max} bytes of UTF-8")]
+    EmptyQueue {
+        /// The limit.
+        max: usize,
+    },
+    /// A [`Queue`](crate::Queue) over [`MAX_QUEUE_BYTES`](crate::MAX_QUEUE_BYTES).
+    #[error("queue is {len} bytes long; the limit is {max} bytes of UTF-8")]
+    QueueTooLong {
+        /// Its length in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
     /// A priority over [`MAX_PRIORITY`](crate::MAX_PRIORITY)
     /// ([`NewRun::with_priority`](crate::NewRun::with_priority)).
     #[error("priority {priority} is too high; priorities are 0 to {max}, higher claimed first")]

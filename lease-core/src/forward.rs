@@ -52,8 +52,8 @@ use std::time::Duration;
 
 use crate::{
     Capabilities, Effect, EndedStates, Ending, Error, IdempotencyKey, JournalEntry, Kind,
-    KindCounts, Lease, LeaseStore, ListFilter, NewRun, Result, RunCounts, RunId, RunRecord, Ttl,
-    Wakes, WorkerId,
+    KindCounts, Lease, LeaseStore, ListFilter, NewRun, Queue, QueueState, Result, RunCounts, RunId,
+    RunRecord, Ttl, Wakes, WorkerId,
 };
 
 /// What a forwarded call is: the trait method's name and what it names, for a wrapper's
@@ -181,7 +181,7 @@ impl Reply for Lease {
 macro_rules! single {
     ($($t:ty),*) => { $(impl Reply for $t {})* };
 }
-single!((), u64, RunRecord, JournalEntry, RunCounts);
+single!((), u64, RunRecord, JournalEntry, RunCounts, QueueState);
 
 macro_rules! many {
     ($($t:ty),*) => {
@@ -192,7 +192,14 @@ macro_rules! many {
         })*
     };
 }
-many!(Lease, RunId, RunRecord, JournalEntry, KindCounts);
+many!(
+    Lease,
+    RunId,
+    RunRecord,
+    JournalEntry,
+    KindCounts,
+    QueueState
+);
 
 macro_rules! verdicts {
     ($($t:ty),*) => {
@@ -267,6 +274,30 @@ impl<W: Forward> LeaseStore for W {
     ) -> Result<Vec<Lease>> {
         let call = Call::claims("claim_next_kind", worker, max);
         forward!(self, call, claim_next_kind(kind, worker, ttl, max))
+    }
+
+    async fn claim_next_in(
+        &self,
+        queue: &Queue,
+        kind: &Kind,
+        worker: &WorkerId,
+        ttl: Ttl,
+        max: usize,
+    ) -> Result<Vec<Lease>> {
+        let call = Call::claims("claim_next_in", worker, max);
+        forward!(self, call, claim_next_in(queue, kind, worker, ttl, max))
+    }
+
+    async fn pause_queue(&self, queue: &Queue) -> Result<QueueState> {
+        forward!(self, Call::new("pause_queue"), pause_queue(queue))
+    }
+
+    async fn resume_queue(&self, queue: &Queue) -> Result<QueueState> {
+        forward!(self, Call::new("resume_queue"), resume_queue(queue))
+    }
+
+    async fn queues(&self) -> Result<Vec<QueueState>> {
+        forward!(self, Call::new("queues"), queues())
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease> {

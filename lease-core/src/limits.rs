@@ -14,6 +14,12 @@ pub const MAX_ID_BYTES: usize = 255;
 /// The longest kind accepted, in bytes of UTF-8.
 pub const MAX_KIND_BYTES: usize = 64;
 
+/// The longest queue name accepted, in bytes of UTF-8.
+pub const MAX_QUEUE_BYTES: usize = 64;
+
+/// The most queues [`queues`](crate::LeaseStore::queues) lists.
+pub const MAX_QUEUES_LISTED: usize = 1000;
+
 // --- Runs and their payloads -----------------------------------------------------------
 
 /// The largest payload a run may be created with

@@ -74,6 +74,8 @@ pub struct Run {
     pub kind: Kind,
     /// Its priority.
     pub priority: u8,
+    /// Its queue (the default until [`Run::in_queue`] sets another).
+    pub queue: crate::Queue,
     /// When it was created.
     pub created_at: StoreTime,
     /// When its latest claim took it.
@@ -177,6 +179,7 @@ impl Run {
             failure: None,
             kind,
             priority,
+            queue: crate::Queue::default(),
             created_at: now,
             claimed_at: None,
             renewed_at: None,
@@ -226,6 +229,13 @@ impl Run {
             .then(|| self.claimable_at.saturating_since(now))
     }
 
+    /// The same run, in `queue`: as create leaves a run created with one.
+    #[must_use]
+    pub fn in_queue(mut self, queue: crate::Queue) -> Run {
+        self.queue = queue;
+        self
+    }
+
     /// The lease its holder has, for `ttl` (without payload or waiting time: the backend's).
     pub fn lease(&self, run: &RunId, ttl: Ttl) -> Option<Lease> {
         let (owner, expires_at) = (self.owner.clone()?, self.expires_at?);
@@ -234,6 +244,7 @@ impl Run {
                 .ok()?
                 .with_attempt(self.attempts)
                 .with_kind(self.kind.clone())
+                .with_queue(self.queue.clone())
                 .with_priority(self.priority),
         )
     }
@@ -249,6 +260,7 @@ impl Run {
         record.failure = self.failure.clone();
         record.attempts = self.attempts;
         record.kind = self.kind.clone();
+        record.queue = self.queue.clone();
         record.priority = self.priority;
         record.created_at = Some(self.created_at);
         record.claimed_at = self.claimed_at;

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::error::InvalidInput;
 use crate::id::RunId;
 use crate::kind::Kind;
+use crate::queue::Queue;
 use crate::types::{check_batch, PayloadSize};
 
 /// A run to create ([`LeaseStore::create_with`](crate::LeaseStore::create_with),
@@ -42,6 +43,7 @@ pub struct NewRun {
     delay: Duration,
     payload: Option<Arc<[u8]>>,
     kind: Kind,
+    queue: Queue,
     run_at: Option<SystemTime>,
     priority: u8,
     unique_key: Option<Arc<str>>,
@@ -52,6 +54,7 @@ impl fmt::Debug for NewRun {
         f.debug_struct("NewRun")
             .field("run", &self.run)
             .field("kind", &self.kind)
+            .field("queue", &self.queue)
             .field("priority", &self.priority)
             .field("delay", &self.delay)
             .field("run_at", &self.run_at)
@@ -72,6 +75,7 @@ impl NewRun {
             delay: Duration::ZERO,
             payload: None,
             kind: Kind::default(),
+            queue: Queue::default(),
             run_at: None,
             priority: 0,
             unique_key: None,
@@ -151,6 +155,20 @@ impl NewRun {
         &self.kind
     }
 
+    /// In queue `queue` (the [`DEFAULT_QUEUE`](crate::DEFAULT_QUEUE) without it): only a claim
+    /// from that queue takes it ([`claim_next_in`](crate::LeaseStore::claim_next_in)), and
+    /// none while the queue is [paused](crate::LeaseStore::pause_queue). A backend without
+    /// queues refuses another queue ([`InvalidInput::Unsupported`]).
+    pub fn with_queue(mut self, queue: Queue) -> NewRun {
+        self.queue = queue;
+        self
+    }
+
+    /// The run's queue.
+    pub fn queue(&self) -> &Queue {
+        &self.queue
+    }
+
     /// Created with `payload` as its data (0 to [`MAX_RUN_PAYLOAD_BYTES`] bytes, checked by
     /// [`check`](NewRun::check) before any I/O). An empty payload is kept as empty, apart
     /// from none.
@@ -210,6 +228,7 @@ impl NewRun {
         self.delay.is_zero()
             && self.payload.is_none()
             && self.kind.is_default()
+            && self.queue.is_default()
             && self.run_at.is_none()
             && self.priority == 0
             && self.unique_key.is_none()

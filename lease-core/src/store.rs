@@ -109,6 +109,88 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
         self.claim_next(worker, ttl, max).await
     }
 
+    /// [`claim_next_kind`](LeaseStore::claim_next_kind) of runs in `queue` only
+    /// ([`NewRun::with_queue`](crate::NewRun::with_queue)): runs of other queues are neither
+    /// claimed nor walked past, and while `queue` is [paused](LeaseStore::pause_queue) the
+    /// call claims nothing and answers an empty list (the pause is read in the claim's own
+    /// atomic step, so no claim that starts after `pause_queue` returned takes a run of the
+    /// queue). `claim_next_kind` is this call with the
+    /// [`DEFAULT_QUEUE`](crate::DEFAULT_QUEUE). A claim by id
+    /// ([`claim`](LeaseStore::claim)) takes a run whatever its queue: a pause holds back the
+    /// workers, not an operator.
+    ///
+    /// The default implementation serves the default queue with `claim_next_kind` and
+    /// refuses any other with [`InvalidInput::Unsupported`](crate::InvalidInput::Unsupported);
+    /// it knows no pause.
+    ///
+    /// # Errors
+    /// As [`claim_next`](LeaseStore::claim_next).
+    async fn claim_next_in(
+        &self,
+        queue: &crate::Queue,
+        kind: &crate::Kind,
+        worker: &WorkerId,
+        ttl: Ttl,
+        max: usize,
+    ) -> Result<Vec<Lease>> {
+        crate::queue::refuse_queues([queue])?;
+        self.claim_next_kind(kind, worker, ttl, max).await
+    }
+
+    /// Pauses `queue`, fleet-wide: from the moment this returns, no
+    /// [`claim_next_in`](LeaseStore::claim_next_in) (and so no `Worker`) claims a run of it
+    /// until [`resume_queue`](LeaseStore::resume_queue); leases already held run to their
+    /// ends, and runs keep being created in it. Stored, so it outlives the caller and every
+    /// worker. Pausing a paused queue, or a queue with no runs, is allowed and changes nothing
+    /// else. Returns the queue's state as stored.
+    ///
+    /// The default implementation refuses with
+    /// [`InvalidInput::Unsupported`](crate::InvalidInput::Unsupported).
+    ///
+    /// # Errors
+    /// The backend being unavailable; then the pause may or may not be stored (sending it
+    /// again is safe).
+    async fn pause_queue(&self, queue: &crate::Queue) -> Result<crate::QueueState> {
+        let _ = queue;
+        Err(crate::InvalidInput::Unsupported {
+            operation: "pause_queue",
+        }
+        .into())
+    }
+
+    /// Resumes `queue`: claims take its runs again, and the store's wake-ups tell idle
+    /// workers. Resuming a queue that is not paused changes nothing. Returns the queue's state
+    /// as stored.
+    ///
+    /// The default implementation refuses with
+    /// [`InvalidInput::Unsupported`](crate::InvalidInput::Unsupported).
+    ///
+    /// # Errors
+    /// As [`pause_queue`](LeaseStore::pause_queue).
+    async fn resume_queue(&self, queue: &crate::Queue) -> Result<crate::QueueState> {
+        let _ = queue;
+        Err(crate::InvalidInput::Unsupported {
+            operation: "resume_queue",
+        }
+        .into())
+    }
+
+    /// The queues that were ever paused or resumed, by name (the first
+    /// [`MAX_QUEUES_LISTED`](crate::MAX_QUEUES_LISTED)), each paused or not. A queue never
+    /// paused is not listed and is not paused.
+    ///
+    /// The default implementation refuses with
+    /// [`InvalidInput::Unsupported`](crate::InvalidInput::Unsupported).
+    ///
+    /// # Errors
+    /// The backend being unavailable.
+    async fn queues(&self) -> Result<Vec<crate::QueueState>> {
+        Err(crate::InvalidInput::Unsupported {
+            operation: "queues",
+        }
+        .into())
+    }
+
     /// The heartbeat: a fenced write that sets the expiry to the store's now plus the lease's
     /// TTL and increments the run's `heartbeats`. Returns the lease with its new expiry.
     ///

@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::error::InvalidInput;
 use crate::id::{RunId, WorkerId};
 use crate::kind::Kind;
+use crate::queue::Queue;
 
 mod checks;
 mod end;
@@ -244,6 +245,7 @@ pub struct Lease {
     attempt: u64,
     payload: Option<Arc<[u8]>>,
     kind: Kind,
+    queue: Queue,
     priority: u8,
     waited: Option<Duration>,
 }
@@ -272,6 +274,7 @@ impl Lease {
             attempt: fence.get(),
             payload: None,
             kind: Kind::default(),
+            queue: Queue::default(),
             priority: 0,
             waited: None,
         })
@@ -319,6 +322,19 @@ impl Lease {
         &self.kind
     }
 
+    /// The same lease, of its run's queue ([`NewRun::with_queue`](crate::NewRun::with_queue)),
+    /// as a backend sets it on the leases its claims hand out.
+    pub fn with_queue(mut self, queue: Queue) -> Lease {
+        self.queue = queue;
+        self
+    }
+
+    /// The run's queue: the [`DEFAULT_QUEUE`](crate::DEFAULT_QUEUE) for a run created without
+    /// one. Fixed for the run's life.
+    pub fn queue(&self) -> &Queue {
+        &self.queue
+    }
+
     /// The same lease, carrying what `from` (a lease of the same run) says of the run itself:
     /// its payload, kind and priority, which never change, and how long the claim found it
     /// waiting. A backend's renewal builds its new
@@ -326,6 +342,7 @@ impl Lease {
     pub fn carrying(mut self, from: &Lease) -> Lease {
         self.payload = from.payload.clone();
         self.kind = from.kind.clone();
+        self.queue = from.queue.clone();
         self.priority = from.priority;
         self.waited = from.waited;
         self
@@ -416,6 +433,7 @@ impl fmt::Debug for Lease {
             .field("expires_at", &self.expires_at)
             .field("attempt", &self.attempt)
             .field("kind", &self.kind)
+            .field("queue", &self.queue)
             .field("priority", &self.priority)
             .field("waited", &self.waited)
             .field(

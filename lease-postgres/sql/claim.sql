@@ -1,5 +1,5 @@
 -- $1 run_id, $2 worker_id, $3 ttl_ms
--- Returns: the new fence, expiry, attempt count, payload, kind and priority, or no row when the claim is refused
+-- Returns: the new fence, expiry, attempt count, payload, kind, queue and priority, or no row when the claim is refused
 -- (explained by a read). Every claim counts against the attempt budget; a voluntary end gives
 -- it back.
 UPDATE {schema}.runs
@@ -27,5 +27,5 @@ WHERE run_id = $1
   AND CASE WHEN claimed_at IS NULL
            THEN greatest(fence, (SELECT f.fence FROM {schema}.fence_floor f))
            ELSE fence END < 9223372036854775807
-RETURNING fence, (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS expires_us, attempts, kind, priority,
+RETURNING fence, (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS expires_us, attempts, kind, queue, priority,
           (SELECT p.payload FROM {schema}.run_payloads p WHERE p.run_id = $1) AS payload

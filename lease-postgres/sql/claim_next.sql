@@ -1,11 +1,12 @@
--- $1 worker_id, $2 ttl_ms, $3 max, $4 most lagging index entries to move forward, $5 kind
+-- $1 worker_id, $2 ttl_ms, $3 max, $4 most lagging index entries to move forward, $5 kind,
+-- $6 queue (nothing is claimed while it is paused: sql/pause_queue.sql)
 -- Returns: the claimed runs with their fences, expiries, attempt counts (each claim counts),
 -- priorities, payloads (read by primary key, only for the runs claimed) and how long each had
 -- been claimable (waited_us, on the database clock), the highest priority first, then those
 -- claimable longest first.
 --
--- The pick walks the kind's part of the runs_claimable index (kind, priority, claimable_at,
--- created_seq), a priority at a time from the highest down (each of the ten priorities is tried,
+-- The pick walks the kind's and queue's parts of the runs_claimable index (kind, priority, queue,
+-- claimable_at, created_seq), a priority at a time from the highest down (each of the ten priorities is tried,
 -- an empty one at the cost of one index probe; evaluated only as far as the pick reads), and
 -- each priority's claimable range is walked in claimable order until $3 runs are picked. Other
 -- kinds' runs are neither claimed nor walked past. Renewals do not move claimable_at forward (so
@@ -36,7 +37,10 @@ WITH levels(priority) AS (
     -- the index. (A loose index scan found the priorities in use by walking the kind's range
     -- backwards from its newest entries, which in a drain are the held runs' and the dead
     -- versions of the runs just ended: thousands of heap visits a call.)
+    -- None while the queue is paused: the pause is read in this statement's snapshot.
     SELECT p::smallint FROM generate_series({max_priority}, 0, -1) AS p
+    WHERE NOT EXISTS (SELECT 1 FROM {schema}.queues q
+                      WHERE q.queue = (SELECT $6::text) AND q.paused)
 ), picked AS (
     SELECT level.*
     FROM levels CROSS JOIN LATERAL (
@@ -46,12 +50,13 @@ WITH levels(priority) AS (
         WHERE state = 'runnable'
           AND kind = (SELECT $5::text)
           AND priority = levels.priority
+          AND queue = (SELECT $6::text)
           AND claimable_at <= now()
           AND (lease_owner IS NULL OR lease_expires_at <= now())
           AND CASE WHEN claimed_at IS NULL
                    THEN greatest(fence, (SELECT f.fence FROM {schema}.fence_floor f))
                    ELSE fence END < 9223372036854775807
-        ORDER BY kind, priority, claimable_at, created_seq
+        ORDER BY kind, priority, queue, claimable_at, created_seq
         LIMIT (SELECT $3::bigint)
         FOR UPDATE SKIP LOCKED
     ) AS level

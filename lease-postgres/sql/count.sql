@@ -3,20 +3,20 @@
 -- partial index that holds it, so one call's work is bounded by $1 per figure (per kind for the
 -- runnable figures, plus the held runs the delayed count walks past in runs_claimable).
 --
--- runs_claimable is led by (kind, priority) and runs_held by the kind, so the runnable figures
--- are counted part by part: the (kind, priority) pairs with runnable runs are found by skipping
--- through runs_claimable (one probe per pair: a loose index scan; at most ten pairs per kind),
--- then each pair's range (for held runs, each kind's) is counted up to $1, and the sum is
+-- runs_claimable is led by (kind, priority, queue) and runs_held by the kind, so the runnable
+-- figures are counted part by part: the (kind, priority, queue) parts with runnable runs are
+-- found by skipping through runs_claimable (one probe per part: a loose index scan; at most ten
+-- priorities per kind and queue), then each part's range (for held runs, each kind's) is counted up to $1, and the sum is
 -- capped at $1.
-WITH RECURSIVE parts(kind, priority) AS (
-    (SELECT kind, priority FROM {schema}.runs WHERE state = 'runnable'
-     ORDER BY kind, priority LIMIT 1)
+WITH RECURSIVE parts(kind, priority, queue) AS (
+    (SELECT kind, priority, queue FROM {schema}.runs WHERE state = 'runnable'
+     ORDER BY kind, priority, queue LIMIT 1)
   UNION ALL
-    SELECT later.kind, later.priority
+    SELECT later.kind, later.priority, later.queue
     FROM parts, LATERAL (
-        SELECT r.kind, r.priority FROM {schema}.runs r
-        WHERE r.state = 'runnable' AND (r.kind, r.priority) > (parts.kind, parts.priority)
-        ORDER BY r.kind, r.priority LIMIT 1) AS later
+        SELECT r.kind, r.priority, r.queue FROM {schema}.runs r
+        WHERE r.state = 'runnable' AND (r.kind, r.priority, r.queue) > (parts.kind, parts.priority, parts.queue)
+        ORDER BY r.kind, r.priority, r.queue LIMIT 1) AS later
 ), kinds AS (
     SELECT DISTINCT kind FROM parts
 )
@@ -25,6 +25,7 @@ SELECT
      SELECT count(*) AS n FROM (
        SELECT 1 FROM {schema}.runs r
        WHERE r.state = 'runnable' AND r.kind = parts.kind AND r.priority = parts.priority
+               AND r.queue = parts.queue
          AND r.claimable_at <= now()
          AND (r.lease_owner IS NULL OR r.lease_expires_at <= now())
        LIMIT $1) c) k) AS claimable,
@@ -38,6 +39,7 @@ SELECT
      SELECT count(*) AS n FROM (
        SELECT 1 FROM {schema}.runs r
        WHERE r.state = 'runnable' AND r.kind = parts.kind AND r.priority = parts.priority
+               AND r.queue = parts.queue
          AND r.lease_owner IS NULL AND r.claimable_at > now()
        LIMIT $1) c) k) AS delayed,
   (SELECT count(*) FROM (
@@ -55,6 +57,7 @@ SELECT
   (SELECT (extract(epoch FROM now() - min(since)) * 1000000)::bigint FROM (
      SELECT (SELECT r.claimable_at FROM {schema}.runs r
              WHERE r.state = 'runnable' AND r.kind = parts.kind AND r.priority = parts.priority
+               AND r.queue = parts.queue
                AND r.lease_owner IS NULL AND r.claimable_at <= now()
              ORDER BY r.claimable_at LIMIT 1) AS since
      FROM parts

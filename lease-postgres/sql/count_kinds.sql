@@ -4,15 +4,15 @@
 -- nothing claimable), each figure counted up to $1 through the partial indexes that hold it,
 -- as count.sql counts them for the whole store: one call's work is bounded by $2 kinds times
 -- $1 runs per figure.
-WITH RECURSIVE parts(kind, priority) AS (
-    (SELECT kind, priority FROM {schema}.runs WHERE state = 'runnable'
-     ORDER BY kind, priority LIMIT 1)
+WITH RECURSIVE parts(kind, priority, queue) AS (
+    (SELECT kind, priority, queue FROM {schema}.runs WHERE state = 'runnable'
+     ORDER BY kind, priority, queue LIMIT 1)
   UNION ALL
-    SELECT later.kind, later.priority
+    SELECT later.kind, later.priority, later.queue
     FROM parts, LATERAL (
-        SELECT r.kind, r.priority FROM {schema}.runs r
-        WHERE r.state = 'runnable' AND (r.kind, r.priority) > (parts.kind, parts.priority)
-        ORDER BY r.kind, r.priority LIMIT 1) AS later
+        SELECT r.kind, r.priority, r.queue FROM {schema}.runs r
+        WHERE r.state = 'runnable' AND (r.kind, r.priority, r.queue) > (parts.kind, parts.priority, parts.queue)
+        ORDER BY r.kind, r.priority, r.queue LIMIT 1) AS later
 ), kinds AS (
     SELECT DISTINCT kind FROM parts ORDER BY kind LIMIT $2
 )
@@ -25,6 +25,7 @@ SELECT kinds.kind,
      SELECT count(*) AS n FROM (
        SELECT 1 FROM {schema}.runs r
        WHERE r.state = 'runnable' AND r.kind = parts.kind AND r.priority = parts.priority
+               AND r.queue = parts.queue
          AND r.claimable_at <= now()
          AND (r.lease_owner IS NULL OR r.lease_expires_at <= now())
        LIMIT $1) c) k
@@ -34,6 +35,7 @@ SELECT kinds.kind,
   (SELECT (extract(epoch FROM now() - min(since)) * 1000000)::bigint FROM (
      SELECT (SELECT r.claimable_at FROM {schema}.runs r
              WHERE r.state = 'runnable' AND r.kind = parts.kind AND r.priority = parts.priority
+               AND r.queue = parts.queue
                AND r.lease_owner IS NULL AND r.claimable_at <= now()
              ORDER BY r.claimable_at LIMIT 1) AS since
      FROM parts WHERE parts.kind = kinds.kind

@@ -1,6 +1,7 @@
 -- $1 run_id, $2 start delay in ms (0: claimable at once), $3 payload (bytea; NULL: none), $4 kind,
 -- $5 run_at in µs since the Unix epoch (NULL: none): claimable from the later of the delay's end
--- and run_at, both on the database clock; $6 priority (0 to 9); $7 unique key (NULL: none)
+-- and run_at, both on the database clock; $6 priority (0 to 9); $7 unique key (NULL: none);
+-- $8 queue
 -- Returns: the new record, or no row if the run exists or another live run holds the unique
 -- key (sql/unique_holder.sql tells which). A delayed run is runnable and unowned
 -- with claimable_at in the future, as after a retry delay: claim and claim_next wait for it,
@@ -13,10 +14,10 @@
 -- The transaction commits synchronously whatever the session says (create_in runs this inside
 -- the caller's transaction).
 WITH inserted AS (
-    INSERT INTO {schema}.runs (run_id, fence, claimable_at, kind, priority, unique_key)
+    INSERT INTO {schema}.runs (run_id, fence, claimable_at, kind, priority, unique_key, queue)
     SELECT $1, (SELECT f.fence FROM {schema}.fence_floor f),
            greatest(now() + $2::bigint * interval '1 millisecond',
-                    'epoch'::timestamptz + $5::bigint * interval '1 microsecond'), $4, $6, $7
+                    'epoch'::timestamptz + $5::bigint * interval '1 microsecond'), $4, $6, $7, $8
     -- No conflict target: the id's primary key and the live runs' unique keys
     -- (migrations/20261217000000_unique_keys.sql) both make it create nothing.
     ON CONFLICT DO NOTHING
@@ -41,5 +42,5 @@ SELECT run_id, state, lease_owner, (extract(epoch FROM lease_expires_at) * 10000
        (extract(epoch FROM renewed_at) * 1000000)::bigint AS renewed_us,
        CASE WHEN state IN ('completed', 'failed', 'cancelled')
             THEN (extract(epoch FROM claimable_at) * 1000000)::bigint END AS ended_us,
-       failure, attempts, $3::bytea AS payload, kind, priority
+       failure, attempts, $3::bytea AS payload, kind, queue, priority
 FROM inserted AS r, durable

@@ -25,4 +25,4 @@ RETURNING run_id, state, lease_owner, (extract(epoch FROM lease_expires_at) * 10
        (extract(epoch FROM renewed_at) * 1000000)::bigint AS renewed_us,
        CASE WHEN state IN ('completed', 'failed', 'cancelled')
             THEN (extract(epoch FROM claimable_at) * 1000000)::bigint END AS ended_us,
-       failure, attempts, kind, priority
+       failure, attempts, kind, queue, priority

@@ -11,7 +11,7 @@ SELECT run_id, state, lease_owner, (extract(epoch FROM lease_expires_at) * 10000
        (extract(epoch FROM renewed_at) * 1000000)::bigint AS renewed_us,
        CASE WHEN state IN ('completed', 'failed', 'cancelled')
             THEN (extract(epoch FROM claimable_at) * 1000000)::bigint END AS ended_us,
-       failure, attempts, kind, priority,
+       failure, attempts, kind, queue, priority,
        (SELECT p.payload FROM {schema}.run_payloads p WHERE p.run_id = $1) AS payload,
        h_attempt, h_fence, h_worker, h_claimed_us, h_ended_us, h_outcome, h_error
 FROM {schema}.runs r, LATERAL (

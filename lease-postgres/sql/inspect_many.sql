@@ -13,7 +13,7 @@ SELECT i.ord, r.run_id, r.state, r.lease_owner,
        (extract(epoch FROM r.renewed_at) * 1000000)::bigint AS renewed_us,
        CASE WHEN r.state IN ('completed', 'failed', 'cancelled')
             THEN (extract(epoch FROM r.claimable_at) * 1000000)::bigint END AS ended_us,
-       r.failure, r.attempts, r.kind, r.priority,
+       r.failure, r.attempts, r.kind, r.queue, r.priority,
        (SELECT p.payload FROM {schema}.run_payloads p WHERE p.run_id = r.run_id) AS payload
 FROM unnest($1::text[]) WITH ORDINALITY AS i(run_id, ord)
 LEFT JOIN {schema}.runs r ON r.run_id = i.run_id COLLATE "C"

@@ -85,7 +85,7 @@ impl PostgresLeaseStore {
         conn: &mut PgConnection,
         runs: &[NewRun],
     ) -> Result<Vec<Result<()>>> {
-        let (ids, delays, payloads, kinds, run_at, priorities, unique_keys) =
+        let (ids, delays, payloads, kinds, run_at, priorities, unique_keys, queues) =
             crate::store::create_many_columns(runs);
         let query = sqlx::query(&self.sql.create_many)
             .bind(&ids)
@@ -94,7 +94,8 @@ impl PostgresLeaseStore {
             .bind(&kinds)
             .bind(&run_at)
             .bind(&priorities)
-            .bind(&unique_keys);
+            .bind(&unique_keys)
+            .bind(&queues);
         // One row per created run, none for the others.
         let rows = self
             .write_batch(conn, query, 0, "create_many", |_| Ok(true))

@@ -187,7 +187,8 @@ impl PostgresLeaseStore {
                 .bind(new.kind().as_str())
                 .bind(new.run_at_micros())
                 .bind(i16::from(new.priority()))
-                .bind(new.unique_key());
+                .bind(new.unique_key())
+                .bind(new.queue().as_str());
             let row = self
                 .in_time(async {
                     query
@@ -257,7 +258,7 @@ impl PostgresLeaseStore {
         if runs.is_empty() {
             return Ok(Vec::new());
         }
-        let (ids, delays, payloads, kinds, run_at, priorities, unique_keys) =
+        let (ids, delays, payloads, kinds, run_at, priorities, unique_keys, queues) =
             crate::store::create_many_columns(runs);
         let query = sqlx::query(&self.sql.create_many)
             .bind(&ids)
@@ -266,7 +267,8 @@ impl PostgresLeaseStore {
             .bind(&kinds)
             .bind(&run_at)
             .bind(&priorities)
-            .bind(&unique_keys);
+            .bind(&unique_keys)
+            .bind(&queues);
         let rows = self
             .in_time(async {
                 query.fetch_all(&mut *conn).await.map_err(|e| {

@@ -392,8 +392,8 @@ async fn batch_statements_have_no_nested_loop_over_the_batch() {
         (
             "claim_next",
             sql(include_str!("../sql/claim_next.sql"), &store),
-            "text, bigint, bigint, bigint, text",
-            "'x', 60000, 1000, 256, 'default'".to_owned(),
+            "text, bigint, bigint, bigint, text, text",
+            "'x', 60000, 1000, 256, 'default', 'default'".to_owned(),
             1_000,
         ),
     ];
@@ -458,8 +458,8 @@ async fn attempt_history_pushes_are_inlined_into_the_statements() {
         (
             "claim_next",
             sql(include_str!("../sql/claim_next.sql"), &store),
-            "text, bigint, bigint, bigint, text",
-            "'x', 60000, 10, 256, 'default'".to_owned(),
+            "text, bigint, bigint, bigint, text, text",
+            "'x', 60000, 10, 256, 'default', 'default'".to_owned(),
         ),
     ];
     for (name, statement, types, args) in &cases {

@@ -21,14 +21,14 @@ use lease_postgres::{sqlx, PostgresConfig, PostgresLeaseStore};
 /// The kind the probe claims from: a value that shows in a plan only if the plan was made for it.
 const PROBE_KIND: &str = "kind-seen-by-the-planner";
 
-const TYPES: &str = "text, bigint, bigint, bigint, text";
+const TYPES: &str = "text, bigint, bigint, bigint, text, text";
 
 /// The text of `EXPLAIN (VERBOSE)` of the prepared claim after `runs` executions under
 /// `plan_cache_mode` `mode`, in a transaction that is rolled back.
 async fn plan_after(store: &PostgresLeaseStore, mode: &str, runs: usize) -> String {
     let statement =
         lease_postgres::render_sql(include_str!("../sql/claim_next.sql"), store.schema());
-    let args = format!("'probe', 60000, 3, 16, '{PROBE_KIND}'");
+    let args = format!("'probe', 60000, 3, 16, '{PROBE_KIND}', 'default'");
     let mut tx = store.pool().begin().await.unwrap();
     sqlx::query(&format!("SET LOCAL plan_cache_mode = {mode}"))
         .execute(&mut *tx)

@@ -3,9 +3,10 @@
 -- encoded run id); KEYS[3]: attempts hash; KEYS[4]: history hash (a claim that takes over an
 -- expired lease writes that attempt, ended at its expiry); KEYS[4+p]: the kind's claimable
 -- index at priority p, for p from 1 to MAX_PRIORITY; KEYS[14]: payloads hash; KEYS[15]: the restore
--- marker (src/epoch.rs)
+-- marker (src/epoch.rs); KEYS[16]: the queues hash (src/keys.rs)
 -- ARGV[1]: worker id; ARGV[2]: TTL in milliseconds; ARGV[3]: most runs to claim; ARGV[4]:
--- most index entries to examine that turn out not to be claimable
+-- most index entries to examine that turn out not to be claimable; ARGV[5]: the queue the
+-- indexes belong to (nothing is claimed while it is paused)
 -- Returns: {'restored', marker} (nothing written: the namespace was restored and is not
 -- rebound yet), or flat {more, encoded id, fence, expiry, attempts, payload, priority, waited
 -- (µs the run had been claimable: now less its index score), encoded id, ...}, the highest
@@ -25,6 +26,11 @@
 local restored = redis.call('GET', KEYS[15])
 if restored then
   return { 'restored', restored }
+end
+-- A paused queue: nothing claimed, nothing examined (one field read per call).
+local paused = redis.call('HGET', KEYS[16], ARGV[5])
+if paused and string.sub(paused, 1, 1) == '1' then
+  return { '0' }
 end
 local now = now_micros()
 local expires = now + tonumber(ARGV[2]) * 1000

@@ -4,7 +4,8 @@
 -- ARGV[1]: encoded id to start after, or ''; ARGV[2]: most records to return; ARGV[3]: state
 -- to keep, or ''; ARGV[4]: '1' to keep only expired leases; ARGV[5]: most ids to examine;
 -- ARGV[6]: '' to keep every kind, else '=' followed by the kind to keep ('=' alone: the default);
--- a run's kind is its class (kinds hash) up to a newline (a priority follows it)
+-- a run's kind is its class (kinds hash) up to a newline or a vertical tab (a priority or a
+-- queue follows it)
 -- Returns: flat {now, cursor, id, state, owner, expiry, fence, heartbeats, failure, attempts,
 -- kind, times, id, ...} ordered by
 -- id, where cursor is the last id examined (continue after it) or '' when the end was reached.
@@ -25,7 +26,7 @@ for i, id in ipairs(ids) do
   if r
     and (ARGV[3] == '' or r.s == ARGV[3])
     and (ARGV[4] ~= '1' or (r.o ~= '' and r.e ~= '' and tonumber(r.e) <= now))
-    and (ARGV[6] == '' or '=' .. string.match(kind_of(KEYS[5], id, r.t), '^[^\n]*') == ARGV[6]) then
+    and (ARGV[6] == '' or '=' .. string.match(kind_of(KEYS[5], id, r.t), '^[^\n\v]*') == ARGV[6]) then
     out[#out + 1] = id
     for _, field in ipairs(record(r, KEYS[3], KEYS[4], KEYS[5], KEYS[6])) do
       out[#out + 1] = field

@@ -354,6 +354,52 @@ impl RedisLeaseStore {
         Ok(counts)
     }
 
+    /// Stores `queue` as paused or not (`lua/pause_queue.lua`), confirmed as a create is.
+    pub(crate) async fn set_paused(
+        &self,
+        queue: &lease_core::Queue,
+        paused: bool,
+    ) -> Result<lease_core::QueueState> {
+        let mut call = Call::new(&SCRIPTS.pause_queue);
+        call.key(self.keys.queues())
+            .arg(queue.as_str())
+            .arg(if paused { "1" } else { "0" });
+        let (reply, ack) = self.write("pause_queue", &call).await?;
+        if reply.len() != 2 {
+            return Err(reply.bad("expected a flag and a time").into());
+        }
+        let state =
+            lease_core::QueueState::new(queue.clone(), reply.str(0)? == "1", Some(reply.time(1)?));
+        ack.confirm()?;
+        tracing::info!(%queue, paused, "queue state stored");
+        Ok(state)
+    }
+
+    /// Every queue ever paused or resumed, by name (`lua/queues.lua`).
+    pub(crate) async fn queue_states(&self) -> Result<Vec<lease_core::QueueState>> {
+        let mut call = Call::new(&SCRIPTS.queues);
+        call.key(self.keys.queues());
+        let reply = self.read("queues", &call).await?;
+        if reply.len() % 3 != 0 {
+            return Err(reply.bad("expected groups of name, flag, time").into());
+        }
+        let mut states = (0..reply.len())
+            .step_by(3)
+            .map(|i| {
+                let queue = lease_core::Queue::new(reply.str(i)?)
+                    .map_err(|e| reply.bad(format!("element {i}: {e}")))?;
+                Ok(lease_core::QueueState::new(
+                    queue,
+                    reply.str(i + 1)? == "1",
+                    Some(reply.time(i + 2)?),
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        states.sort_by(|a, b| a.queue.cmp(&b.queue));
+        states.truncate(lease_core::MAX_QUEUES_LISTED);
+        Ok(states)
+    }
+
     pub(crate) async fn count_kinds_runs(&self) -> Result<Vec<lease_core::KindCounts>> {
         // As count_runs: the classes first, then one read of their indexes, which checks that
         // no class was added in between (else they are read again).

@@ -10,7 +10,9 @@
 //! | `{lease:ns}:claimable` | zset | runnable runs of the default kind scored by the instant (µs) they become claimable |
 //! | `{lease:ns}:claimable:<kind>` | zset | the same for the runs of another [kind](lease_core::Kind), its name hex-encoded |
 //! | `{lease:ns}:claimable[:<kind>]:p<N>` | zset | the same for a kind's runs of priority N, 1 to 9 |
-//! | `{lease:ns}:kind` | hash | the classes (kind and priority, [`Class::arg`]) of runs not of the default kind at priority 0; written by create, removed by purge |
+//! | `{lease:ns}:claimable[:<kind>][:p<N>]:q<queue>` | zset | the same for the runs of a [queue](lease_core::Queue) other than the default, its name hex-encoded |
+//! | `{lease:ns}:kind` | hash | the classes (kind, priority and queue, [`Class::arg`]) of runs not of the default kind at priority 0 in the default queue; written by create, removed by purge |
+//! | `{lease:ns}:queues` | hash | every queue ever paused or resumed: `<queue>` → `1:<µs>` (paused since) or `0:<µs>` (resumed since); read by every `claim_next` |
 //! | `{lease:ns}:kinds` | set | every class but the default that a run was created with, for `count` (never shrinks) |
 //! | `{lease:ns}:ids` | zset | every run id, score 0, so members sort by id |
 //! | `{lease:ns}:seq` | string | the creation counter (claimable-index tiebreak) |
@@ -38,7 +40,7 @@
 //! run id can neither move a key to another slot nor collide with another run's keys, and hex
 //! preserves byte order, so `:runs` sorts exactly as [`RunId`]'s `Ord` does.
 
-use lease_core::{Kind, Lease, NewRun, RunId, MAX_PRIORITY};
+use lease_core::{Kind, Lease, NewRun, Queue, RunId, MAX_PRIORITY};
 
 use crate::error::RedisError;
 
@@ -62,11 +64,12 @@ pub(crate) fn check_namespace(ns: &str) -> Result<(), RedisError> {
     }
 }
 
-/// A run's kind and priority: which claimable index holds it.
+/// A run's kind, priority and queue: which claimable index holds it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Class {
     pub(crate) kind: Kind,
     pub(crate) priority: u8,
+    pub(crate) queue: Queue,
 }
 
 impl Class {
@@ -74,6 +77,7 @@ impl Class {
         Class {
             kind: lease.kind().clone(),
             priority: lease.priority(),
+            queue: lease.queue().clone(),
         }
     }
 
@@ -81,24 +85,35 @@ impl Class {
         Class {
             kind: new.kind().clone(),
             priority: new.priority(),
+            queue: new.queue().clone(),
         }
     }
 
     /// As the scripts keep it (in the kinds hash, for a run that is not of the default kind
-    /// and priority 0): `""` for the default kind at priority 0, else the kind's name (`""`
-    /// for the default), then a newline and the priority if it is above 0. A kind has no
-    /// control characters, so the newline is unambiguous.
+    /// and priority 0 in the default queue): `""` for the default kind at priority 0, else the
+    /// kind's name (`""` for the default), then a newline and the priority if it is above 0,
+    /// then a vertical tab and the queue's name if it is not the default. Kinds and queues
+    /// have no control characters, so both separators are unambiguous.
     pub(crate) fn arg(&self) -> String {
         let kind = kind_arg(&self.kind);
-        if self.priority == 0 {
+        let mut class = if self.priority == 0 {
             kind.to_owned()
         } else {
             format!("{kind}\n{}", self.priority)
+        };
+        if !self.queue.is_default() {
+            class.push('\x0b');
+            class.push_str(self.queue.as_str());
         }
+        class
     }
 
     /// The class `arg` wrote.
     pub(crate) fn parse(s: &str) -> Result<Class, String> {
+        let (s, queue) = match s.split_once('\x0b') {
+            None => (s, Queue::default()),
+            Some((rest, queue)) => (rest, Queue::new(queue).map_err(|e| e.to_string())?),
+        };
         let (kind, priority) = match s.split_once('\n') {
             None => (s, 0),
             Some((kind, p)) => match p.parse::<u8>() {
@@ -111,7 +126,11 @@ impl Class {
         } else {
             Kind::new(kind).map_err(|e| e.to_string())?
         };
-        Ok(Class { kind, priority })
+        Ok(Class {
+            kind,
+            priority,
+            queue,
+        })
     }
 }
 
@@ -199,9 +218,10 @@ impl Keys {
         format!("{}:claimable", self.tag)
     }
 
-    /// The claimable index of `class`'s kind and priority: the default kind's at priority 0
-    /// keeps the key it had before kinds; another kind's has its name in hex; a priority
-    /// above 0 adds `:p<priority>` (hex has no `p`, so no two classes share a key).
+    /// The claimable index of `class`'s kind, priority and queue: the default kind's at
+    /// priority 0 in the default queue keeps the key it had before kinds; another kind's has
+    /// its name in hex; a priority above 0 adds `:p<priority>`, a queue other than the
+    /// default `:q<its name in hex>` (hex has no `p` or `q`, so no two classes share a key).
     pub(crate) fn claimable_of(&self, class: &Class) -> String {
         let mut key = if class.kind.is_default() {
             self.claimable()
@@ -211,7 +231,16 @@ impl Keys {
         if class.priority > 0 {
             key.push_str(&format!(":p{}", class.priority));
         }
+        if !class.queue.is_default() {
+            key.push_str(&format!(":q{}", encode(class.queue.as_str())));
+        }
         key
+    }
+
+    /// Every queue ever paused or resumed (hash: name → `1:<µs>` when paused since then, or
+    /// `0:<µs>` when resumed since then).
+    pub(crate) fn queues(&self) -> String {
+        format!("{}:queues", self.tag)
     }
 
     /// The kinds of runs not of the default kind (hash: encoded id → kind).
@@ -372,7 +401,9 @@ mod tests {
             keys.claimable_of(&Class {
                 kind: Kind::new("{x}:y").unwrap(),
                 priority: 9,
+                queue: Queue::new("{q}:z").unwrap(),
             }),
+            keys.queues(),
             keys.kinds(),
             keys.kind_set(),
             keys.ids(),

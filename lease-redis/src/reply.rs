@@ -133,6 +133,7 @@ impl Reply {
             )
             .with_attempts(self.parse(i + 6)?)
             .with_kind(self.class(i + 7)?.kind)
+            .with_queue(self.class(i + 7)?.queue)
             .with_priority(self.class(i + 7)?.priority)
             .with_times(self.times(i + 8)?);
         record.expires_at = if owner.is_some() { at } else { None };

@@ -50,10 +50,16 @@ impl WakeSession for Session {
 }
 
 /// `<class> <ms>`: the class is the claimable index key's part after `:claimable` (`""` for
-/// the default kind, `:<kind in hex>`, then `:p<priority>` above priority 0).
+/// the default kind, `:<kind in hex>`, then `:p<priority>` above priority 0, then
+/// `:q<queue in hex>` for a queue other than the default).
 fn parse(payload: &str) -> Option<(Kind, Duration)> {
     let (class, ms) = payload.rsplit_once(' ')?;
     let delay = Duration::from_millis(ms.parse().ok()?);
+    // Nor does the queue: a worker serving the kind in any queue tries it.
+    let class = match class.rfind(":q") {
+        Some(at) if class[at + 2..].bytes().all(|b| b.is_ascii_hexdigit()) => &class[..at],
+        _ => class,
+    };
     // The priority does not matter to a wake-up.
     let class = match class.rfind(":p") {
         Some(at) if class[at + 2..].bytes().all(|b| b.is_ascii_digit()) => &class[..at],
@@ -74,10 +80,18 @@ mod tests {
     #[test]
     fn messages_name_the_class_of_the_index_the_scripts_wrote() {
         let keys = Keys::new("ns");
-        for (kind, priority) in [("default", 0), ("default", 3), ("send mail", 0), ("p:1", 9)] {
+        for (kind, priority, queue) in [
+            ("default", 0, "default"),
+            ("default", 3, "default"),
+            ("send mail", 0, "default"),
+            ("p:1", 9, "default"),
+            ("default", 0, "q:1"),
+            ("send mail", 4, "mailers"),
+        ] {
             let class = Class {
                 kind: Kind::new(kind).unwrap(),
                 priority,
+                queue: lease_core::Queue::new(queue).unwrap(),
             };
             let key = keys.claimable_of(&class);
             let suffix = key

@@ -13,7 +13,7 @@ use lease_core::backend::{
 use lease_core::machine::{self, Op};
 use lease_core::{
     End, Ending, Error, Fence, IdempotencyKey, JournalEntry, Kind, Lease, LeaseStore, ListFilter,
-    NewRun, Result, RunId, RunRecord, RunState, StoreTime, Ttl, WorkerId,
+    NewRun, Queue, QueueState, Result, RunId, RunRecord, RunState, StoreTime, Ttl, WorkerId,
 };
 
 use crate::observe::count_stale;
@@ -58,6 +58,8 @@ struct State {
     /// Unique key → the run that took it last. The run holds it while it is live (runnable or
     /// suspended); an ended or purged run's entry is stale and the next create takes it over.
     unique: HashMap<std::sync::Arc<str>, RunId>,
+    /// Every queue ever paused or resumed: whether it is paused, and since when.
+    queues: BTreeMap<lease_core::Queue, (bool, StoreTime)>,
 }
 
 impl State {
@@ -172,6 +174,17 @@ impl MemoryLeaseStore {
         }
     }
 
+    /// Stores `queue` as paused or not, at the store's now.
+    fn set_paused(&self, queue: &Queue, paused: bool) -> Result<QueueState> {
+        let now = self.now();
+        let mut state = self.lock();
+        let entry = state.queues.entry(queue.clone()).or_insert((paused, now));
+        if entry.0 != paused {
+            *entry = (paused, now);
+        }
+        Ok(QueueState::new(queue.clone(), entry.0, Some(entry.1)))
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave a slot half-written: `machine::step`
         // changes a record only once all its checks passed.
@@ -218,7 +231,8 @@ impl MemoryLeaseStore {
                 state.floor,
                 now,
                 claimable_at,
-            ),
+            )
+            .in_queue(new.queue().clone()),
             order: state.next_order,
             journal: Vec::new(),
             keys: HashMap::new(),

@@ -558,3 +558,116 @@ async fn each_kind_runs_under_its_own_policy_or_the_workers() {
         other => panic!("expected the attempt timeout refused, got {other:?}"),
     }
 }
+
+/// Queues: a worker serves the queues it is given (the default queue alone unless told), each
+/// within its own limit; a paused queue's runs wait, for every worker, until it is resumed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_serves_its_queues_each_within_its_limit_and_passes_a_paused_one() {
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+    let email = |to: &str| SendEmail { to: to.into() };
+    let mut mail = Vec::new();
+    for to in ["a", "b", "c", "d"] {
+        let opts = InsertOpts::new().with_queue("mail");
+        mail.push(store.insert(&email(to), opts).await.unwrap().run_id);
+    }
+    let bulk = store
+        .insert(&email("bulk"), InsertOpts::new().with_queue("bulk"))
+        .await
+        .unwrap()
+        .run_id;
+    let plain = store
+        .insert(&email("plain"), InsertOpts::new())
+        .await
+        .unwrap()
+        .run_id;
+    assert_eq!(
+        store.inspect(&mail[0]).await.unwrap().queue.as_str(),
+        "mail"
+    );
+    let bad = store
+        .insert(&email("x"), InsertOpts::new().with_queue(""))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(bad, Error::InvalidInput(InvalidInput::EmptyQueue { .. })),
+        "{bad:?}"
+    );
+    let queue = |name: &str| lease_core::Queue::new(name).unwrap();
+    store.pause_queue(&queue("bulk")).await.unwrap();
+
+    // At most one mail job at a time, whatever the worker's concurrency.
+    let (running, most) = (Arc::new(Mutex::new(0usize)), Arc::new(Mutex::new(0usize)));
+    let kinds = || {
+        let (running, most) = (running.clone(), most.clone());
+        Kinds::new().job::<SendEmail, _, _>(move |_ctx: RunContext, _args: SendEmail| {
+            let (running, most) = (running.clone(), most.clone());
+            async move {
+                let now = {
+                    let mut n = running.lock().unwrap();
+                    *n += 1;
+                    *n
+                };
+                {
+                    let mut most = most.lock().unwrap();
+                    *most = (*most).max(now);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                *running.lock().unwrap() -= 1;
+                Ok(End::Complete)
+            }
+        })
+    };
+    let config = WorkerConfig::new(Ttl::from_secs(30).unwrap())
+        .with_concurrency(8)
+        .with_queue(queue("mail"), Some(1))
+        .with_queue(queue("bulk"), None);
+    let worker = Worker::new(store.clone(), WorkerId::new("w").unwrap(), config.clone()).unwrap();
+    let report = worker.drain(kinds()).await.unwrap();
+    assert_eq!(report.completed, 4, "the mail jobs alone: {report:?}");
+    assert_eq!(*most.lock().unwrap(), 1, "the mail queue's limit");
+    for run in &mail {
+        assert_eq!(store.inspect(run).await.unwrap().state, RunState::Completed);
+    }
+    // The paused queue's run and the default queue's (not served) wait.
+    for run in [&bulk, &plain] {
+        let record = store.inspect(run).await.unwrap();
+        assert_eq!((record.state, record.attempts), (RunState::Runnable, 0));
+    }
+
+    store.resume_queue(&queue("bulk")).await.unwrap();
+    let report = worker.drain(kinds()).await.unwrap();
+    assert_eq!(report.completed, 1, "{report:?}");
+    assert_eq!(
+        store.inspect(&bulk).await.unwrap().state,
+        RunState::Completed
+    );
+    // A worker given no queue serves the default queue.
+    let plain_worker = Worker::new(
+        store.clone(),
+        WorkerId::new("w2").unwrap(),
+        WorkerConfig::new(Ttl::from_secs(30).unwrap()),
+    )
+    .unwrap();
+    assert_eq!(plain_worker.drain(kinds()).await.unwrap().completed, 1);
+    assert_eq!(
+        store.inspect(&plain).await.unwrap().state,
+        RunState::Completed
+    );
+
+    // A queue twice, or a limit above the worker's concurrency, is refused before any claim.
+    for config in [
+        config.clone().with_queue(queue("mail"), None),
+        WorkerConfig::new(Ttl::from_secs(30).unwrap())
+            .with_concurrency(2)
+            .with_queue(queue("mail"), Some(3)),
+    ] {
+        let err = Worker::new(store.clone(), WorkerId::new("w3").unwrap(), config).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                InvalidInput::WorkerSetting { setting, .. } if setting.starts_with("queue")
+            ),
+            "{err:?}"
+        );
+    }
+}

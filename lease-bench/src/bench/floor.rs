@@ -142,8 +142,9 @@ async fn raw_loops(pool: &sqlx::PgPool, schema: &str, n: usize) -> Result<(), Be
              attempts = r.attempts + 1, claimed_at = now() \
          WHERE r.run_id IN (SELECT run_id FROM {schema}.runs \
                             WHERE state = 'runnable' AND kind = 'default' AND priority = 0 \
+                              AND queue = 'default' \
                               AND claimable_at <= now() AND lease_owner IS NULL \
-                            ORDER BY kind, priority, claimable_at, created_seq \
+                            ORDER BY kind, priority, queue, claimable_at, created_seq \
                             LIMIT {BATCH} FOR UPDATE SKIP LOCKED) \
          RETURNING r.run_id, r.fence"
     );

@@ -284,6 +284,7 @@ impl Raw {
                     .bind(max as i64)
                     .bind(LAGGING_MOVED_PER_CLAIM)
                     .bind(distribution::DEFAULT_KIND)
+                    .bind(distribution::DEFAULT_QUEUE)
                     .fetch_all(pool)
                     .await?;
                 rows.iter()
@@ -306,12 +307,14 @@ impl Raw {
                     call.key(format!("{tag}:claimable:p{priority}"));
                 }
                 call.key(format!("{tag}:payload"))
-                    .key(format!("{tag}:restored"));
+                    .key(format!("{tag}:restored"))
+                    .key(format!("{tag}:queues"));
                 let reply: Value = call
                     .arg(worker)
                     .arg(ttl_ms)
                     .arg(max)
                     .arg(distribution::redis::CLAIM_NEXT_SCAN)
+                    .arg(distribution::DEFAULT_QUEUE)
                     .invoke_async(&mut conn.clone())
                     .await?;
                 // A flag (more to examine), then id, fence, expiry, attempts, payload, priority,

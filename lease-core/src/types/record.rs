@@ -57,6 +57,9 @@ pub struct RunRecord {
     /// The run's kind ([`NewRun::with_kind`](crate::NewRun::with_kind)): the
     /// [`DEFAULT_KIND`](crate::DEFAULT_KIND) for a run created without one.
     pub kind: Kind,
+    /// The run's queue ([`NewRun::with_queue`](crate::NewRun::with_queue)): the
+    /// [`DEFAULT_QUEUE`](crate::DEFAULT_QUEUE) for a run created without one.
+    pub queue: Queue,
     /// The run's priority ([`NewRun::with_priority`](crate::NewRun::with_priority)): 0 for a
     /// run created without one.
     pub priority: u8,
@@ -121,6 +124,7 @@ impl RunRecord {
             attempts: 0,
             payload: None,
             kind: Kind::default(),
+            queue: Queue::default(),
             priority: 0,
             created_at: None,
             claimed_at: None,
@@ -211,6 +215,12 @@ impl RunRecord {
         self
     }
 
+    /// In queue `queue` (see [`RunRecord::queue`]).
+    pub fn with_queue(mut self, queue: Queue) -> RunRecord {
+        self.queue = queue;
+        self
+    }
+
     /// Of kind `kind` (see [`RunRecord::kind`]).
     pub fn with_kind(mut self, kind: Kind) -> RunRecord {
         self.kind = kind;
@@ -286,6 +296,7 @@ impl fmt::Debug for RunRecord {
             .field("failure", &self.failure)
             .field("attempts", &self.attempts)
             .field("kind", &self.kind)
+            .field("queue", &self.queue)
             .field("priority", &self.priority)
             .field("payload", &PayloadSize(self.payload.as_ref().map(Vec::len)))
             .field("created_at", &self.created_at)

@@ -17,10 +17,11 @@ impl LeaseStore for EtcdLeaseStore {
     }
 
     async fn create_with(&self, new: &NewRun) -> Result<RunRecord> {
-        // Unique keys are not kept here yet: refused (after the input checks) rather than
-        // ignored.
+        // Unique keys and queues are not kept here yet: refused (after the input checks)
+        // rather than ignored.
         new.check()?;
         lease_core::refuse_unique_keys([new])?;
+        lease_core::refuse_queues([new.queue()])?;
         let created = self.create_batch(std::slice::from_ref(new)).await?;
         created.into_iter().next().expect("one result")?;
         self.inspect(new.run()).await
@@ -29,6 +30,7 @@ impl LeaseStore for EtcdLeaseStore {
     async fn create_many_with(&self, runs: &[NewRun]) -> Result<Vec<Result<()>>> {
         lease_core::backend::check_new_runs(runs)?;
         lease_core::refuse_unique_keys(runs)?;
+        lease_core::refuse_queues(runs.iter().map(NewRun::queue))?;
         self.create_batch(runs).await
     }
 
@@ -174,7 +176,8 @@ impl LeaseStore for EtcdLeaseStore {
             .with_ttl_granularity(std::time::Duration::from_secs(1))
             .with_max_expiry_lag(std::time::Duration::from_secs(2))
             .without_queue_lag()
-            .without_kind_counts();
+            .without_kind_counts()
+            .without_queues();
         if self.listening.is_some() {
             caps
         } else {

@@ -61,6 +61,7 @@ impl LeaseStore for PostgresLeaseStore {
                     return Ok(leased(run, worker, fence, ttl, expires_at, attempt)?
                         .with_payload(payload(&row)?)
                         .with_kind(kind(&row)?)
+                        .with_queue(queue(&row)?)
                         .with_priority(priority(&row)?));
                 }
                 // The read only explains the refusal; if the row now allows a claim (the
@@ -95,6 +96,18 @@ impl LeaseStore for PostgresLeaseStore {
         ttl: Ttl,
         max: usize,
     ) -> Result<Vec<Lease>> {
+        self.claim_next_in(&Queue::default(), kind, worker, ttl, max)
+            .await
+    }
+
+    async fn claim_next_in(
+        &self,
+        queue: &Queue,
+        kind: &Kind,
+        worker: &WorkerId,
+        ttl: Ttl,
+        max: usize,
+    ) -> Result<Vec<Lease>> {
         check_claim_max(max)?;
         let rows = call!(self, |conn| {
             self.write_all(
@@ -104,7 +117,8 @@ impl LeaseStore for PostgresLeaseStore {
                     .bind(ttl_param(ttl))
                     .bind(max as i64)
                     .bind(LAGGING_MOVED_PER_CLAIM)
-                    .bind(kind.as_str()),
+                    .bind(kind.as_str())
+                    .bind(queue.as_str()),
             )
             .await
         })?;
@@ -118,6 +132,7 @@ impl LeaseStore for PostgresLeaseStore {
                 Ok(leased(&run, worker, fence, ttl, expires_at, attempt)?
                     .with_payload(payload(row)?)
                     .with_kind(kind.clone())
+                    .with_queue(queue.clone())
                     .with_priority(priority(row)?)
                     .with_waited(waited.map(|us| Duration::from_micros(us.max(0) as u64))))
             })
@@ -439,6 +454,24 @@ impl LeaseStore for PostgresLeaseStore {
         counts.longest_held =
             longest.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0)));
         Ok(counts)
+    }
+
+    async fn pause_queue(&self, queue: &Queue) -> Result<QueueState> {
+        self.set_paused(queue, true).await
+    }
+
+    async fn resume_queue(&self, queue: &Queue) -> Result<QueueState> {
+        // Idle workers find the queue's runs at their next poll (WorkerConfig's wake poll): a
+        // resume sends no wake-up, as the store's notifications name a kind, not a queue.
+        self.set_paused(queue, false).await
+    }
+
+    async fn queues(&self) -> Result<Vec<QueueState>> {
+        let rows = call!(self, |conn| {
+            let query = sqlx::query(&self.sql.queues).bind(lease_core::MAX_QUEUES_LISTED as i64);
+            self.read_all(conn, query).await
+        })?;
+        rows.iter().map(|row| Ok(queue_state(row)?)).collect()
     }
 
     async fn count_kinds(&self) -> Result<Vec<lease_core::KindCounts>> {

@@ -119,6 +119,9 @@ pub(crate) fn record(row: &PgRow) -> Result<RunRecord, PgError> {
     if row.try_column("kind").is_ok() {
         record.kind = kind(row)?;
     }
+    if row.try_column("queue").is_ok() {
+        record.queue = queue(row)?;
+    }
     if row.try_column("priority").is_ok() {
         record.priority = priority(row)?;
     }
@@ -193,6 +196,20 @@ pub(crate) fn priority(row: &PgRow) -> Result<u8, PgError> {
         .ok_or_else(|| corrupt(format!("priority {p} out of range")))
 }
 
+/// The row's `queue` column.
+pub(crate) fn queue(row: &PgRow) -> Result<lease_core::Queue, PgError> {
+    lease_core::Queue::new(get::<String>(row, "queue")?).map_err(corrupt)
+}
+
+/// A queue's row, as `sql/pause_queue.sql` and `sql/queues.sql` return it.
+pub(crate) fn queue_state(row: &PgRow) -> Result<lease_core::QueueState, PgError> {
+    Ok(lease_core::QueueState::new(
+        queue(row)?,
+        get(row, "paused")?,
+        Some(store_time(get(row, "changed_us")?)?),
+    ))
+}
+
 /// The row's `kind` column.
 pub(crate) fn kind(row: &PgRow) -> Result<Kind, PgError> {
     Kind::new(get::<String>(row, "kind")?).map_err(corrupt)
@@ -243,7 +260,7 @@ pub(crate) fn millis(new: &NewRun) -> i64 {
 }
 
 /// The columns `sql/create_many.sql` takes for a batch: ids, start delays, payloads, kinds,
-/// run_at times, priorities and unique keys.
+/// run_at times, priorities, unique keys and queues.
 pub(crate) type CreateColumns<'a> = (
     Vec<&'a str>,
     Vec<i64>,
@@ -252,6 +269,7 @@ pub(crate) type CreateColumns<'a> = (
     Vec<Option<i64>>,
     Vec<i16>,
     Vec<Option<&'a str>>,
+    Vec<&'a str>,
 );
 
 /// The columns of `runs` for `sql/create_many.sql`.
@@ -264,5 +282,6 @@ pub(crate) fn create_many_columns(runs: &[NewRun]) -> CreateColumns<'_> {
         runs.iter().map(NewRun::run_at_micros).collect(),
         runs.iter().map(|n| i16::from(n.priority())).collect(),
         runs.iter().map(NewRun::unique_key).collect(),
+        runs.iter().map(|n| n.queue().as_str()).collect(),
     )
 }

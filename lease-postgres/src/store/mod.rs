@@ -11,7 +11,7 @@ use lease_core::backend::{
 };
 use lease_core::{
     End, Ending, Error, Fence, IdempotencyKey, JournalEntry, Kind, Lease, LeaseStore, ListFilter,
-    NewRun, Result, RunId, RunRecord, RunState, StoreTime, Ttl, WorkerId,
+    NewRun, Queue, QueueState, Result, RunId, RunRecord, RunState, StoreTime, Ttl, WorkerId,
 };
 use lease_runtime::observe::count_stale;
 use sqlx::migrate::Migrator;
@@ -360,6 +360,20 @@ impl PostgresLeaseStore {
         &self.route.caller
     }
 
+    /// Stores `queue` as paused or not (`sql/pause_queue.sql`), durable as a create is. Sent
+    /// again after an outer error, it stores the same thing.
+    async fn set_paused(&self, queue: &Queue, paused: bool) -> Result<QueueState> {
+        let row = call!(self, |conn| {
+            let query = sqlx::query(&self.sql.pause_queue)
+                .bind(queue.as_str())
+                .bind(paused);
+            self.write_opt(conn, query).await
+        })?;
+        let row = row.ok_or_else(|| Error::backend("postgres", "pause_queue returned no row"))?;
+        tracing::info!(%queue, paused, "queue state stored");
+        Ok(queue_state(&row)?)
+    }
+
     /// A statement that writes, returning at most one row: its wait for synchronous standbys
     /// is bounded, and a row (a write done) is reported only once durable as configured,
     /// confirmed on the same connection.
@@ -692,7 +706,8 @@ impl PostgresLeaseStore {
                     .bind(new.kind().as_str())
                     .bind(new.run_at_micros())
                     .bind(i16::from(new.priority()))
-                    .bind(new.unique_key());
+                    .bind(new.unique_key())
+                    .bind(new.queue().as_str());
             }
             let row = self.write_opt(conn, query).await?;
             if let Some(row) = row {

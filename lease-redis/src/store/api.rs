@@ -42,6 +42,7 @@ impl LeaseStore for RedisLeaseStore {
                         .with_claimable_since(delay_end.is_none().then_some(now))
                         .with_payload(new.payload().map(<[u8]>::to_vec))
                         .with_kind(new.kind().clone())
+                        .with_queue(new.queue().clone())
                         .with_priority(new.priority())
                         .with_times(lease_core::RunTimes {
                             created_at: Some(now),
@@ -90,6 +91,7 @@ impl LeaseStore for RedisLeaseStore {
                     .lease(run.clone(), worker, ttl, &reply, 1)?
                     .with_payload(reply.payload(4)?)
                     .with_kind(kind.kind)
+                    .with_queue(kind.queue)
                     .with_priority(kind.priority);
                 ack.confirm()?;
                 Ok(lease)
@@ -135,13 +137,26 @@ impl LeaseStore for RedisLeaseStore {
         ttl: Ttl,
         max: usize,
     ) -> Result<Vec<Lease>> {
+        self.claim_next_in(&Queue::default(), kind, worker, ttl, max)
+            .await
+    }
+
+    async fn claim_next_in(
+        &self,
+        queue: &Queue,
+        kind: &Kind,
+        worker: &WorkerId,
+        ttl: Ttl,
+        max: usize,
+    ) -> Result<Vec<Lease>> {
         check_claim_max(max)?;
-        // The kind's indexes, priority 0 to MAX_PRIORITY.
+        // The kind's indexes in the queue, priority 0 to MAX_PRIORITY.
         let indexes: Vec<String> = (0..=lease_core::MAX_PRIORITY)
             .map(|priority| {
                 self.keys.claimable_of(&Class {
                     kind: kind.clone(),
                     priority,
+                    queue: queue.clone(),
                 })
             })
             .collect();
@@ -162,11 +177,14 @@ impl LeaseStore for RedisLeaseStore {
             for index in &indexes[1..] {
                 call.key(index);
             }
-            call.key(self.keys.payloads()).key(self.keys.restored());
+            call.key(self.keys.payloads())
+                .key(self.keys.restored())
+                .key(self.keys.queues());
             call.arg(worker.as_str())
                 .arg(ttl.as_millis())
                 .arg(max - leases.len())
-                .arg(CLAIM_NEXT_SCAN);
+                .arg(CLAIM_NEXT_SCAN)
+                .arg(queue.as_str());
             let (reply, ack) = self.write("claim_next", &call).await?;
             if reply.len() == 2 && reply.status()? == "restored" {
                 return Err(self.restored(&reply));
@@ -189,6 +207,7 @@ impl LeaseStore for RedisLeaseStore {
                     let lease = self
                         .lease(run, worker, ttl, &reply, i + 1)?
                         .with_kind(kind.clone())
+                        .with_queue(queue.clone())
                         .with_priority(priority)
                         .with_waited(Some(waited));
                     // Read by the script that claimed the run: the payload of the life it
@@ -540,6 +559,20 @@ impl LeaseStore for RedisLeaseStore {
 
     async fn count_kinds(&self) -> Result<Vec<lease_core::KindCounts>> {
         self.count_kinds_runs().await
+    }
+
+    async fn pause_queue(&self, queue: &Queue) -> Result<lease_core::QueueState> {
+        self.set_paused(queue, true).await
+    }
+
+    async fn resume_queue(&self, queue: &Queue) -> Result<lease_core::QueueState> {
+        // Idle workers find the queue's runs at their next poll (WorkerConfig's wake poll): a
+        // resume sends no wake-up.
+        self.set_paused(queue, false).await
+    }
+
+    async fn queues(&self) -> Result<Vec<lease_core::QueueState>> {
+        self.queue_states().await
     }
 
     async fn count_purgeable(&self, older_than: Duration) -> Result<u64> {

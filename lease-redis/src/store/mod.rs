@@ -11,7 +11,7 @@ use lease_core::backend::{
 };
 use lease_core::{
     End, Ending, Error, IdempotencyKey, JournalEntry, Kind, Lease, LeaseStore, ListFilter, NewRun,
-    Result, RunId, RunRecord, RunState, StoreTime, Ttl, WorkerId,
+    Queue, Result, RunId, RunRecord, RunState, StoreTime, Ttl, WorkerId,
 };
 
 use crate::call::{call_id, Ack, Call};

@@ -36,7 +36,7 @@ pub trait JobArgs: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// that breaks these rules is an [`InvalidInput`] at the insert and when a worker starts).
     const KIND: &'static str;
 
-    /// This kind's insert defaults (priority, delay or start time); an insert's own options
+    /// This kind's insert defaults (queue, priority, delay or start time); an insert's own options
     /// take precedence over each of them. None by default.
     fn insert_opts() -> InsertOpts {
         InsertOpts::new()

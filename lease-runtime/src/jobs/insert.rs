@@ -6,9 +6,9 @@ use lease_core::{Error, InvalidInput, LeaseStore, NewRun, Result, RunId};
 
 use super::JobArgs;
 
-/// How one job is inserted: its id, priority and start. Every field is optional; an unset one
-/// takes the kind's default ([`JobArgs::insert_opts`]), then the store's (a generated id,
-/// priority 0, claimable at once).
+/// How one job is inserted: its id, queue, priority and start. Every field is optional; an
+/// unset one takes the kind's default ([`JobArgs::insert_opts`]), then the store's (a
+/// generated id, the default queue, priority 0, claimable at once).
 ///
 /// ```
 /// use std::time::Duration;
@@ -20,6 +20,7 @@ use super::JobArgs;
 #[must_use]
 pub struct InsertOpts {
     id: Option<RunId>,
+    queue: Option<String>,
     priority: Option<u8>,
     start: Option<Start>,
     unique_key: Option<String>,
@@ -44,6 +45,16 @@ impl InsertOpts {
     /// is generated ([`new_run_id`]).
     pub fn with_id(mut self, id: RunId) -> InsertOpts {
         self.id = Some(id);
+        self
+    }
+
+    /// The run's queue ([`NewRun::with_queue`]): only workers serving it claim the run, within
+    /// the queue's own concurrency, and none while the queue is paused
+    /// ([`pause_queue`](LeaseStore::pause_queue)). Checked at insert
+    /// ([`Queue::new`](lease_core::Queue::new)'s rules); the etcd backend keeps only the
+    /// default queue and refuses another.
+    pub fn with_queue(mut self, queue: impl Into<String>) -> InsertOpts {
+        self.queue = Some(queue.into());
         self
     }
 
@@ -90,6 +101,7 @@ impl InsertOpts {
     pub fn or(self, defaults: InsertOpts) -> InsertOpts {
         InsertOpts {
             id: self.id.or(defaults.id),
+            queue: self.queue.or(defaults.queue),
             priority: self.priority.or(defaults.priority),
             start: self.start.or(defaults.start),
             unique_key: self.unique_key.or(defaults.unique_key),
@@ -115,6 +127,9 @@ impl InsertOpts {
             None => new_run_id(),
         };
         let mut new = NewRun::new(id).with_kind(kind).with_payload(payload);
+        if let Some(queue) = opts.queue {
+            new = new.with_queue(lease_core::Queue::new(queue)?);
+        }
         if let Some(priority) = opts.priority {
             new = new.with_priority(priority);
         }

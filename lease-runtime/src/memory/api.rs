@@ -40,14 +40,29 @@ impl LeaseStore for MemoryLeaseStore {
         ttl: Ttl,
         max: usize,
     ) -> Result<Vec<Lease>> {
+        self.claim_next_in(&Queue::default(), kind, worker, ttl, max)
+            .await
+    }
+
+    async fn claim_next_in(
+        &self,
+        queue: &Queue,
+        kind: &Kind,
+        worker: &WorkerId,
+        ttl: Ttl,
+        max: usize,
+    ) -> Result<Vec<Lease>> {
         check_claim_max(max)?;
         let now = self.now();
         let mut state = self.lock();
+        if state.queues.get(queue).is_some_and(|(paused, _)| *paused) {
+            return Ok(Vec::new());
+        }
         // The machine's claim order: the highest priority first, then the longest claimable,
         // then creation.
         let mut due = BTreeMap::new();
         for (run, slot) in &state.runs {
-            if slot.run.kind == *kind && slot.run.is_claimable(now) {
+            if slot.run.kind == *kind && slot.run.queue == *queue && slot.run.is_claimable(now) {
                 due.insert((slot.run.claim_order(), slot.order), run.clone());
                 if due.len() > max {
                     due.pop_last();
@@ -342,6 +357,27 @@ impl LeaseStore for MemoryLeaseStore {
                     since.map(|s| now.saturating_since(s)),
                 )
             })
+            .collect())
+    }
+
+    async fn pause_queue(&self, queue: &Queue) -> Result<QueueState> {
+        self.set_paused(queue, true)
+    }
+
+    async fn resume_queue(&self, queue: &Queue) -> Result<QueueState> {
+        let state = self.set_paused(queue, false)?;
+        // Idle workers of any kind may have runs of the queue waiting.
+        self.wakes.wake_all();
+        Ok(state)
+    }
+
+    async fn queues(&self) -> Result<Vec<QueueState>> {
+        let state = self.lock();
+        Ok(state
+            .queues
+            .iter()
+            .take(lease_core::MAX_QUEUES_LISTED)
+            .map(|(queue, (paused, at))| QueueState::new(queue.clone(), *paused, Some(*at)))
             .collect())
     }
 

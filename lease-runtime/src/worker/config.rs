@@ -44,6 +44,9 @@ pub struct WorkerConfig {
     pub(super) attempt_timeout: Option<Duration>,
     pub(super) retention: Option<lease_core::Retention>,
     pub(super) retention_every: Duration,
+    /// The queues served, each with its own concurrency (`None`: the worker's); empty: the
+    /// default queue alone.
+    pub(super) queues: Vec<(lease_core::Queue, Option<usize>)>,
 }
 
 /// What a [`Worker`](crate::Worker) does with a run whose attempt failed (its handler returned
@@ -164,6 +167,45 @@ impl WorkerConfig {
             attempt_timeout: None,
             retention: Some(lease_core::Retention::default()),
             retention_every: crate::retention::DEFAULT_PURGE_EVERY,
+            queues: Vec::new(),
+        }
+    }
+
+    /// Serves `queue` too, with at most `concurrency` of its jobs at once (within the worker's
+    /// own [concurrency](WorkerConfig::with_concurrency); `None`: no limit of its own). A
+    /// worker given no queue serves the [`DEFAULT_QUEUE`](lease_core::DEFAULT_QUEUE) alone; a
+    /// worker given queues serves those only (name `default` to keep it). Each queue is
+    /// claimed from on its own ([`claim_next_in`](lease_core::LeaseStore::claim_next_in)),
+    /// taken in turn with the kinds, and a paused queue is passed by
+    /// ([`pause_queue`](lease_core::LeaseStore::pause_queue)). Checked when the worker is made:
+    /// a queue twice, or a limit of 0 or above the worker's concurrency, is refused.
+    ///
+    /// ```
+    /// use lease_core::{Queue, Ttl};
+    /// use lease_runtime::WorkerConfig;
+    /// let config = WorkerConfig::new(Ttl::from_secs(30)?)
+    ///     .with_concurrency(20)
+    ///     .with_queue(Queue::new("mailers")?, Some(4))
+    ///     .with_queue(Queue::default(), None);
+    /// assert!(config.check().is_ok());
+    /// # Ok::<(), lease_core::InvalidInput>(())
+    /// ```
+    pub fn with_queue(
+        mut self,
+        queue: lease_core::Queue,
+        concurrency: Option<usize>,
+    ) -> WorkerConfig {
+        self.queues.push((queue, concurrency));
+        self
+    }
+
+    /// The queues served, each with its own limit: the default queue alone unless
+    /// [`with_queue`](WorkerConfig::with_queue) named others.
+    pub fn queues(&self) -> Vec<(lease_core::Queue, Option<usize>)> {
+        if self.queues.is_empty() {
+            vec![(lease_core::Queue::default(), None)]
+        } else {
+            self.queues.clone()
         }
     }
 
@@ -331,6 +373,20 @@ impl WorkerConfig {
                 self.concurrency.to_string(),
                 "it must be 1 to 10000",
             );
+        }
+        for (at, (queue, limit)) in self.queues.iter().enumerate() {
+            if self.queues[..at].iter().any(|(q, _)| q == queue) {
+                return bad("queues", queue.to_string(), "a queue is given once");
+            }
+            if let Some(limit) = limit {
+                if !(1..=self.concurrency).contains(limit) {
+                    return bad(
+                        "queue concurrency",
+                        format!("{limit} for queue {queue}"),
+                        "it must be 1 to the worker's concurrency",
+                    );
+                }
+            }
         }
         if !(1..=MAX_BATCH).contains(&self.batch_size) {
             return bad(

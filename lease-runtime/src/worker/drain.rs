@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use lease_core::{Kind, ListFilter, Result, RunState, MAX_LIST};
+use lease_core::{Error, InvalidInput, Kind, ListFilter, Queue, Result, RunState, MAX_LIST};
 use tokio_util::sync::CancellationToken;
 
 use super::{Kinds, Worker, WorkerReport};
@@ -14,8 +14,8 @@ impl Worker {
     /// Runs the jobs of `kinds` as [`run_kinds`](Worker::run_kinds) does, and stops by itself
     /// once none of their runs is left to run now: none claimable and none held (by this worker
     /// or any other). A job that a handler inserts, a retry without delay and a lease that
-    /// expired are run too. Runs waiting out a delay (a retry's backoff, a start time) are
-    /// left: give the worker a [`RetryPolicy`](crate::RetryPolicy) without backoff to run
+    /// expired are run too. Runs waiting out a delay (a retry's backoff, a start time), and
+    /// runs of queues the worker does not serve or that are paused, are left: give the worker a [`RetryPolicy`](crate::RetryPolicy) without backoff to run
     /// retries within the drain. The report is the worker's, after its ends committed.
     ///
     /// For tests of handlers, on any store: no sleep and no shutdown token.
@@ -76,8 +76,26 @@ impl Worker {
         }
     }
 
-    /// Whether a runnable run of the `served` kinds is claimable or held now.
+    /// Whether a runnable run of the `served` kinds, in a queue the worker serves that is not
+    /// paused, is claimable or held now.
     async fn left_to_run(&self, served: &[Kind]) -> Result<bool> {
+        let paused: Vec<Queue> = match self.store.queues().await {
+            Ok(states) => states
+                .into_iter()
+                .filter(|q| q.paused)
+                .map(|q| q.queue)
+                .collect(),
+            // A store without queues pauses none.
+            Err(Error::InvalidInput(InvalidInput::Unsupported { .. })) => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        let queues: Vec<Queue> = self
+            .config
+            .queues()
+            .into_iter()
+            .map(|(queue, _)| queue)
+            .filter(|queue| !paused.contains(queue))
+            .collect();
         for kind in served {
             let mut filter = ListFilter::new()
                 .with_state(RunState::Runnable)
@@ -86,7 +104,8 @@ impl Worker {
             loop {
                 let page = self.store.list(&filter).await?;
                 let waiting = |r: &lease_core::RunRecord| {
-                    r.owner.is_none() && r.not_before.is_some_and(|at| at > r.observed_at)
+                    !queues.contains(&r.queue)
+                        || r.owner.is_none() && r.not_before.is_some_and(|at| at > r.observed_at)
                 };
                 if page.iter().any(|r| !waiting(r)) {
                     return Ok(true);

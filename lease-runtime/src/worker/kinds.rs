@@ -207,48 +207,78 @@ impl Kinds {
 }
 
 /// A served kind while the worker runs: its handler and the semaphore of its own limit.
+/// One kind in one queue: what a claim asks for. A kind's limit is shared by its lanes in
+/// every queue, a queue's by its lanes of every kind.
 pub(super) struct Lane {
     pub(super) kind: Kind,
+    pub(super) queue: lease_core::Queue,
     pub(super) handler: Arc<dyn Handler>,
     pub(super) limit: Option<Arc<Semaphore>>,
+    pub(super) queue_limit: Option<Arc<Semaphore>>,
     /// The kind's retry policy and attempt timeout, where it has its own.
     pub(super) policy: KindPolicy,
 }
 
+/// A lane's own slots: its kind's and its queue's, each where it has a limit.
+pub(super) type LaneSlots = (Option<OwnedSemaphorePermit>, Option<OwnedSemaphorePermit>);
+
 impl Lane {
-    pub(super) fn from_routes(routes: Vec<Route>) -> Vec<Lane> {
-        routes
+    /// Every route in every queue (queue by queue, the kinds in turn within each).
+    pub(super) fn from_routes(
+        routes: Vec<Route>,
+        queues: &[(lease_core::Queue, Option<usize>)],
+    ) -> Vec<Lane> {
+        let kinds: Vec<(Route, Option<Arc<Semaphore>>)> = routes
             .into_iter()
-            .map(|r| Lane {
-                kind: r.kind,
-                handler: r.handler,
-                limit: r.policy.concurrency.map(|n| Arc::new(Semaphore::new(n))),
-                policy: r.policy,
+            .map(|r| {
+                let limit = r.policy.concurrency.map(|n| Arc::new(Semaphore::new(n)));
+                (r, limit)
             })
-            .collect()
+            .collect();
+        let mut lanes = Vec::with_capacity(kinds.len() * queues.len());
+        for (queue, queue_limit) in queues {
+            let queue_limit = queue_limit.map(|n| Arc::new(Semaphore::new(n)));
+            for (route, limit) in &kinds {
+                lanes.push(Lane {
+                    kind: route.kind.clone(),
+                    queue: queue.clone(),
+                    handler: route.handler.clone(),
+                    limit: limit.clone(),
+                    queue_limit: queue_limit.clone(),
+                    policy: route.policy,
+                });
+            }
+        }
+        lanes
     }
 
-    /// A slot of this kind's own limit: `Some(None)` when it has none, `None` when it is full.
-    pub(super) fn try_slot(&self) -> Option<Option<OwnedSemaphorePermit>> {
-        match &self.limit {
+    /// A slot of this lane's kind's and queue's own limits (`None` for either without one),
+    /// or `None` when either is full.
+    pub(super) fn try_slot(&self) -> Option<LaneSlots> {
+        let take = |limit: &Option<Arc<Semaphore>>| match limit {
             None => Some(None),
             Some(limit) => limit.clone().try_acquire_owned().ok().map(Some),
-        }
+        };
+        let kind = take(&self.limit)?;
+        let queue = take(&self.queue_limit)?;
+        Some((kind, queue))
     }
 }
 
-/// A job's hold on its slots: the worker's, and its kind's when the kind has a limit. Dropped
-/// when the job is over; a kind's slot coming free wakes a claim loop that found every kind
-/// full.
+/// A job's hold on its slots: the worker's, and its kind's and queue's where they have limits.
+/// Dropped when the job is over; a kind's or queue's slot coming free wakes a claim loop that
+/// found every lane full.
 pub(super) struct Slot {
     pub(super) _worker: OwnedSemaphorePermit,
-    pub(super) kind: Option<OwnedSemaphorePermit>,
+    pub(super) lane: LaneSlots,
     pub(super) freed: Arc<Notify>,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        if self.kind.take().is_some() {
+        let (kind, queue) = (self.lane.0.take(), self.lane.1.take());
+        if kind.is_some() || queue.is_some() {
+            drop((kind, queue));
             self.freed.notify_one();
         }
     }

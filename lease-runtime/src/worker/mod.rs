@@ -279,9 +279,12 @@ impl Worker {
             }
         }
         let span = tracing::info_span!("worker", worker = %self.id, store = %self.store);
-        self.run_in_span(Lane::from_routes(kinds.routes), shutdown)
-            .instrument(span)
-            .await
+        self.run_in_span(
+            Lane::from_routes(kinds.routes, &self.config.queues()),
+            shutdown,
+        )
+        .instrument(span)
+        .await
     }
 
     async fn run_in_span(
@@ -360,7 +363,7 @@ impl Worker {
             let lane = &lanes[lane];
             let mut permits = vec![Slot {
                 _worker: first,
-                kind: first_kind,
+                lane: first_kind,
                 freed: freed.clone(),
             }];
             // Handlers that end at once free their slots a few at a time, as the runtime gets
@@ -378,12 +381,12 @@ impl Worker {
                 let Ok(worker) = slots.clone().try_acquire_owned() else {
                     break;
                 };
-                let Some(kind) = lane.try_slot() else {
+                let Some(slots) = lane.try_slot() else {
                     break;
                 };
                 permits.push(Slot {
                     _worker: worker,
-                    kind,
+                    lane: slots,
                     freed: freed.clone(),
                 });
             }
@@ -396,14 +399,15 @@ impl Worker {
             }
             let sent = Instant::now();
             let claim = {
-                let (store, id, ttl, max, kind) = (
+                let (store, id, ttl, max, kind, queue) = (
                     self.store.clone(),
                     self.id.clone(),
                     self.config.ttl,
                     permits.len(),
                     lane.kind.clone(),
+                    lane.queue.clone(),
                 );
-                tokio::spawn(async move { store.claim_next_kind(&kind, &id, ttl, max).await })
+                tokio::spawn(async move { store.claim_next_in(&queue, &kind, &id, ttl, max).await })
             };
             let mut claim = claim;
             let claimed = tokio::select! {
