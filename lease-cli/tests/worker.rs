@@ -324,6 +324,114 @@ fn lease_worker_runs_a_command_per_run_and_serves_its_metrics() {
     assert!(!alive(&pid), "the slow command {pid} still runs");
 }
 
+/// `lease queue pause Q` holds back every `lease worker --queue Q` (its run is not claimed
+/// for 3 s while the worker's other queue is served; a run of a queue it was not given is not
+/// its to take), and once `lease queue resume Q` runs,
+/// the worker claims the run and completes it; `lease queue list` shows each state.
+#[test]
+fn lease_worker_serves_its_queue_and_passes_it_while_paused() {
+    let Some((_server, url)) = postgres() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let base = ["--store", url.as_str(), "--namespace", "cli_worker_queues"];
+    let run = |args: &[&str]| output(&[&base[..], args].concat());
+    let paused = run(&["queue", "pause", "mail"]);
+    assert_exit(&paused, 0);
+    let text = String::from_utf8_lossy(&paused.stdout).to_string();
+    assert!(text.starts_with("mail paused since "), "{text}");
+    assert_exit(&run(&["create", "ok-q1", "--queue", "mail"]), 0);
+    assert_exit(&run(&["create", "ok-d1"]), 0);
+    assert_exit(&run(&["create", "ok-b1", "--queue", "bulk"]), 0);
+    let inspected = run(&["inspect", "ok-q1"]);
+    assert!(
+        String::from_utf8_lossy(&inspected.stdout).contains("\nqueue: mail\n"),
+        "{}",
+        String::from_utf8_lossy(&inspected.stdout)
+    );
+
+    let script = script(dir.path());
+    let mut worker = Running::start(
+        &[
+            &base[..],
+            &[
+                "worker",
+                "--concurrency",
+                "2",
+                "--queue",
+                "mail=2",
+                "--queue",
+                "bulk",
+                "--no-retention",
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ],
+        ]
+        .concat(),
+    );
+    // Listening once its claims have begun.
+    worker.line("serving metrics on http://");
+    let (rt, store) = {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let config = distribution::Config::default()
+            .with_store(&url)
+            .with_namespace("cli_worker_queues");
+        let store = rt.block_on(distribution::connect(&config)).unwrap();
+        (rt, store)
+    };
+    // The worker claims: its other queue's run is done. Then three seconds in the paused
+    // queue: never claimed.
+    wait_for(&rt, &store, "ok-b1", |r| r.state == RunState::Completed);
+    std::thread::sleep(Duration::from_secs(3));
+    let record = rt
+        .block_on(store.inspect(&RunId::new("ok-q1").unwrap()))
+        .unwrap();
+    assert_eq!(
+        (record.state, record.attempts, record.fence.get()),
+        (RunState::Runnable, 0, 0),
+        "{record:?}"
+    );
+
+    assert_exit(&run(&["queue", "resume", "mail"]), 0);
+    let record = wait_for(&rt, &store, "ok-q1", |r| r.state == RunState::Completed);
+    assert_eq!(record.fence.get(), 1, "{record:?}");
+    assert!(dir.path().join("ok-q1.env").exists(), "the command ran");
+    // The default queue is not this worker's.
+    let record = rt
+        .block_on(store.inspect(&RunId::new("ok-d1").unwrap()))
+        .unwrap();
+    assert_eq!((record.state, record.attempts), (RunState::Runnable, 0));
+    assert!(worker.stop().success());
+
+    let listed = run(&["queue", "list", "-o", "json"]);
+    assert_exit(&listed, 0);
+    let states: Vec<serde_json::Value> = String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(states.len(), 1, "{states:?}");
+    assert_eq!(
+        (&states[0]["queue"], &states[0]["paused"]),
+        (&serde_json::json!("mail"), &serde_json::json!(false))
+    );
+    // A bad queue name or limit is refused before the store is reached.
+    for args in [
+        &["queue", "pause", ""][..],
+        &["create", "x", "--queue", "a\tb"],
+        &["worker", "--queue", "mail=x", "--", "true"],
+        &["worker", "--queue", "mail=0", "--", "true"],
+    ] {
+        let out = run(args);
+        assert_exit(&out, USAGE);
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(err.contains("queue"), "{args:?}: {err}");
+    }
+}
+
 #[test]
 fn lease_worker_refuses_bad_input_before_connecting() {
     // Nothing listens there: a refusal that reached for the store would exit 5, not 2.
