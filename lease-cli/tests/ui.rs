@@ -60,6 +60,13 @@ async fn populate(store: &Arc<dyn LeaseStore>) -> distribution::Lease {
         .create_with(&NewRun::new(id("delayed-1")).with_delay(Duration::from_secs(3600)))
         .await
         .unwrap();
+    // A paused queue with a run waiting in it.
+    let mailers = distribution::Queue::new("mailers").unwrap();
+    store
+        .create_with(&NewRun::new(id("queued-1")).with_queue(mailers.clone()))
+        .await
+        .unwrap();
+    store.pause_queue(&mailers).await.unwrap();
     let held = store
         .claim(&id("held-1"), &worker("worker-a"), long)
         .await
@@ -336,7 +343,8 @@ fn the_dashboard_shows_every_state_in_a_browser_and_guards_its_actions() {
     let ui = Dashboard::start(&url, &[]);
     let overview = dom(profile.path(), &format!("{}/", ui.base));
     for (state, n) in [
-        ("claimable", 3),
+        // queued-1 among them: counts tell a paused queue's runs as claimable.
+        ("claimable", 4),
         ("held", 2),
         ("delayed", 1),
         ("suspended", 1),
@@ -379,6 +387,20 @@ fn the_dashboard_shows_every_state_in_a_browser_and_guards_its_actions() {
     assert!(
         !overview.contains("<b>insufficient"),
         "markup from a reason reached the page"
+    );
+    let queues = overview
+        .split("id=\"queues\"")
+        .nth(1)
+        .unwrap_or_else(|| panic!("a queues section: {overview}"));
+    assert!(
+        queues.contains("<span class=\"queue\">mailers</span>")
+            && queues.contains("<span class=\"paused\">paused</span>"),
+        "the paused queue: {queues}"
+    );
+    let queued = dom(profile.path(), &format!("{}/runs/queued-1", ui.base));
+    assert!(
+        queued.contains("<th>queue</th><td>mailers</td>"),
+        "{queued}"
     );
     let run = dom(profile.path(), &format!("{}/runs/held-1", ui.base));
     assert!(run.contains("id=\"run\">held-1<"), "{run}");

@@ -253,6 +253,11 @@ async fn overview(State(ui): State<Shared>) -> Response {
             suspended: store
                 .list(&filter(RunState::Suspended, pages::SHOWN))
                 .await?,
+            queues: match store.queues().await {
+                Ok(queues) => Some(queues),
+                Err(Error::InvalidInput(distribution::InvalidInput::Unsupported { .. })) => None,
+                Err(e) => return Err(e),
+            },
         })
     };
     match read.await {

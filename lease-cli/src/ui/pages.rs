@@ -48,6 +48,8 @@ pub(crate) struct Overview {
     pub runnable: Vec<RunRecord>,
     pub failed: Vec<RunRecord>,
     pub suspended: Vec<RunRecord>,
+    /// The queues ever paused or resumed; `None` where the store keeps no queues (etcd).
+    pub queues: Option<Vec<distribution::QueueState>>,
 }
 
 pub(crate) fn overview(o: &Overview) -> String {
@@ -87,6 +89,33 @@ pub(crate) fn overview(o: &Overview) -> String {
         (None, _) => "This store cannot tell how long leases have been held (etcd).".to_owned(),
     };
     let _ = write!(body, "<p id=\"longest-held\">{longest}</p>");
+
+    let _ = write!(body, "<h2 id=\"queues\">Queues</h2>");
+    match &o.queues {
+        None => body.push_str("<p>This store keeps no queues but the default (etcd).</p>"),
+        Some(queues) => {
+            let rows: Vec<Vec<String>> = queues
+                .iter()
+                .map(|q| {
+                    let (state, class) = if q.paused {
+                        ("paused", "paused")
+                    } else {
+                        ("running", "running")
+                    };
+                    vec![
+                        format!("<span class=\"queue\">{}</span>", esc(q.queue.as_str())),
+                        format!("<span class=\"{class}\">{state}</span>"),
+                        q.changed_at.map_or_else(|| "?".to_owned(), instant),
+                    ]
+                })
+                .collect();
+            body.push_str(&table(
+                &["queue", "state", "since (store clock)"],
+                &rows,
+                "No queue has been paused: every queue is served (lease queue pause QUEUE holds one back).",
+            ));
+        }
+    }
 
     let scanned = if o.runnable.len() >= RUNNABLE_SCAN {
         format!(" <small>(among the first {RUNNABLE_SCAN} runnable runs by id)</small>")
@@ -281,6 +310,7 @@ pub(crate) fn run_page(r: &RunRecord, journal: &[JournalEntry], token: Option<&s
     let mut rows = vec![
         ("state", state_cell(r)),
         ("kind", esc(r.kind.as_str())),
+        ("queue", esc(r.queue.as_str())),
         ("priority", r.priority.to_string()),
         (
             "fence",
