@@ -163,4 +163,33 @@ pub async fn queues_are_claimed_apart_and_a_paused_one_by_no_one(factory: &dyn S
         .unwrap()
         .is_empty());
     assert!(store.queues().await.unwrap().iter().all(|q| !q.paused));
+
+    // Every write that puts a run back in its queue's index, or takes it out, finds the
+    // index: a force-release and a resume make it claimable from its queue again, a cancel
+    // leaves nothing to claim.
+    for id in ["m4", "m5", "m6"] {
+        store
+            .create_with(&in_queue(id, "mail").with_priority(4))
+            .await
+            .unwrap();
+    }
+    store.cancel(&run("m4"), "not needed").await.unwrap();
+    let lease = store.claim(&run("m5"), &w, long()).await.unwrap();
+    store.force_release(&run("m5")).await.unwrap();
+    let _ = lease;
+    let lease = store.claim(&run("m6"), &w, long()).await.unwrap();
+    store.suspend(&lease).await.unwrap();
+    store.resume(&run("m6")).await.unwrap();
+    let leases = store
+        .claim_next_in(&mail, &Kind::default(), &w, long(), 10)
+        .await
+        .unwrap();
+    let mut claimed = ids(&leases);
+    claimed.sort_unstable();
+    assert_eq!(claimed, ["m5", "m6"]);
+    assert!(leases
+        .iter()
+        .all(|l| l.queue() == &mail && l.priority() == 4));
+    let record = store.inspect(&run("m6")).await.unwrap();
+    assert_eq!((record.queue, record.priority), (mail, 4));
 }

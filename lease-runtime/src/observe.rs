@@ -440,9 +440,10 @@ impl Forward for Instrumented {
     }
 
     async fn around<T: Reply>(&self, call: Call<'_>, next: Next<'_, T>) -> Result<T> {
-        // One series for both claims of the next runs: by kind or of the default kind.
+        // One series for every claim of the next runs: of a queue and kind, of a kind, or of
+        // the default kind.
         let op = match call.operation {
-            "claim_next_kind" => "claim_next",
+            "claim_next_kind" | "claim_next_in" => "claim_next",
             op => op,
         };
         let mut s = span(self.backend, op);
