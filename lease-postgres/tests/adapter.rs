@@ -691,6 +691,94 @@ async fn without_migrations_nothing_is_created_and_an_unmigrated_schema_is_refus
     assert!(err.to_string().contains("migrate=\"nah\""), "{err}");
 }
 
+/// The schema's format version is its newest migration ([`lease_postgres::FORMAT_VERSION`]): a
+/// schema a later release migrated is refused by name, with and without migrations, and by
+/// `migrate`, before anything is read or written; a schema at an older format (the queues'
+/// migration undone, as a release before them left it) is migrated up, its runs kept, and
+/// they land in the default queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_format_is_refused_and_an_older_one_migrated_up() {
+    let Some(url) = postgres_url().await else {
+        return;
+    };
+    let schema = unique_namespace("lease_format");
+    let store = PostgresLeaseStore::connect(config(&url).with_schema(&schema))
+        .await
+        .unwrap();
+    store.create(&id("before")).await.unwrap();
+    let newer = lease_postgres::FORMAT_VERSION + 1;
+    sqlx::query(&format!(
+        "INSERT INTO {schema}._sqlx_migrations \
+             (version, description, success, checksum, execution_time) \
+         VALUES ($1, 'a later release', true, '\\x00'::bytea, 0)"
+    ))
+    .bind(newer)
+    .execute(store.pool())
+    .await
+    .unwrap();
+    for migrate in [true, false] {
+        let err =
+            PostgresLeaseStore::connect(config(&url).with_schema(&schema).with_migrations(migrate))
+                .await
+                .expect_err("a newer format is refused");
+        let text = err.to_string();
+        assert!(
+            matches!(&err, Error::Misconfigured { .. })
+                && text.contains(&format!("is at format {newer}, newer than this release's"))
+                && text.contains(&schema),
+            "migrate={migrate}: {text}"
+        );
+    }
+    let err = store.migrate().await.expect_err("migrate refuses it too");
+    assert!(
+        err.to_string().contains("newer than this release's"),
+        "{err}"
+    );
+
+    // Back to the format before queues: the migration's row gone, its DDL undone.
+    sqlx::query(&format!(
+        "DELETE FROM {schema}._sqlx_migrations WHERE version >= 20261218000000"
+    ))
+    .execute(store.pool())
+    .await
+    .unwrap();
+    for statement in [
+        format!("DROP TABLE {schema}.queues"),
+        format!("DROP INDEX {schema}.runs_claimable"),
+        format!("ALTER TABLE {schema}.runs DROP COLUMN queue"),
+        format!(
+            "CREATE INDEX runs_claimable ON {schema}.runs \
+             (kind, priority, claimable_at, created_seq) WHERE state = 'runnable'"
+        ),
+    ] {
+        sqlx::query(&statement).execute(store.pool()).await.unwrap();
+    }
+    let err = PostgresLeaseStore::connect(config(&url).with_schema(&schema).with_migrations(false))
+        .await
+        .expect_err("an older format without migrations is refused");
+    assert!(
+        err.to_string().contains("is at migration 20261217000000"),
+        "{err}"
+    );
+    let upgraded = PostgresLeaseStore::connect(config(&url).with_schema(&schema))
+        .await
+        .unwrap();
+    let record = upgraded.inspect(&id("before")).await.unwrap();
+    assert!(record.queue.is_default(), "{record:?}");
+    let leases = upgraded
+        .claim_next_in(
+            &lease_core::Queue::default(),
+            &lease_core::Kind::default(),
+            &worker("w"),
+            ttl(30_000),
+            10,
+        )
+        .await
+        .unwrap();
+    assert_eq!(leases.len(), 1);
+    assert_eq!(leases[0].run().as_str(), "before");
+}
+
 /// `from_pool` keeps the adapter's settings: the durability check runs on the caller's pool
 /// (the test server runs with fsync off, which only `volatile` accepts), and
 /// `with_migrations(false)` holds there too.

@@ -1,7 +1,9 @@
 -- KEYS[1]: the namespace's tombstones as an older release kept them (a hash: purged id -> its
 -- last fence), or this release's marker in their place; KEYS[2]: the fence floor
--- ARGV[1]: the HSCAN cursor to continue from ('0' to start)
--- Returns: {cursor, wrote}: the cursor to call again with, or 'done' once the tombstones are
+-- ARGV[1]: the HSCAN cursor to continue from ('0' to start); ARGV[2]: this release's format
+-- number; ARGV[3]: its marker ('format <number>: what it means')
+-- Returns: {'newer', marker} (nothing written: a later release wrote the namespace, whose
+-- records this release may misread); or {cursor, wrote}: the cursor to call again with, or 'done' once the tombstones are
 -- folded and the marker is set; wrote is 1 if this call folded tombstones (replicas must
 -- confirm it before the store serves: a create reads the floor alone), 0 if not (setting the
 -- marker on a namespace that had none needs no confirmation: lost, it is set again by the
@@ -26,9 +28,19 @@ if kind == 'hash' then
     return { page[1], '1' } -- '0' again when the scan ended with fields written meanwhile
   end
 elseif kind == 'string' then
+  -- The format marker: a later release's is refused, an earlier one's raised to this one's
+  -- (every earlier format reads as this one: a class without a queue is the default queue's).
+  local marker = redis.call('GET', KEYS[1])
+  local format = tonumber(string.match(marker, '^format (%d+):') or '0')
+  if format > tonumber(ARGV[2]) then
+    return { 'newer', marker }
+  end
+  if format < tonumber(ARGV[2]) then
+    redis.call('SET', KEYS[1], ARGV[3])
+  end
   return { 'done', '0' }
 elseif kind ~= 'none' then
   return redis.error_reply('the key ' .. KEYS[1] .. ' is a ' .. kind .. '; this store keeps its format marker there')
 end
-redis.call('SET', KEYS[1], 'format 2: purged runs raise the fence floor (:floor); no tombstones')
+redis.call('SET', KEYS[1], ARGV[3])
 return { 'done', folded }

@@ -156,7 +156,8 @@ impl RedisLeaseStore {
 
     /// Folds the purged runs' fences an older release kept (a hash, one field per purged id)
     /// into the fence floor, a page per call, and leaves the format marker in their place
-    /// (`lua/fold_tombstones.lua`). Runs at connect, before the store serves: a namespace
+    /// (`lua/fold_tombstones.lua`); refuses a namespace whose marker names a later format than
+    /// [`FORMAT`](crate::keys::FORMAT), and raises an earlier one's. Runs at connect, before the store serves: a namespace
     /// written by the older release keeps its guarantee, and its storage shrinks to one key.
     pub(crate) async fn fold_tombstones(&self) -> Result<()> {
         let mut cursor = "0".to_owned();
@@ -164,8 +165,21 @@ impl RedisLeaseStore {
             let mut call = Call::new(&SCRIPTS.fold_tombstones);
             call.key(self.keys.tombstones())
                 .key(self.keys.floor())
-                .arg(&cursor);
+                .arg(&cursor)
+                .arg(crate::keys::FORMAT)
+                .arg(crate::keys::FORMAT_MARKER);
             let (reply, ack) = self.write("fold_tombstones", &call).await?;
+            if reply.str(0)? == "newer" {
+                return Err(crate::error::RedisError::Config(format!(
+                    "namespace {:?} is at {:?}, newer than this release's format {}: a later \
+                     release wrote it; upgrade this program (or use another namespace) before \
+                     it reads or writes the runs there",
+                    self.config().namespace(),
+                    reply.str(1)?,
+                    crate::keys::FORMAT
+                ))
+                .into());
+            }
             if reply.parse::<u8>(1)? == 1 {
                 ack.confirm()?;
             }

@@ -22,7 +22,7 @@
 //! | `{lease:ns}:delayed` | zset | runs given back with a retry delay, `<id>` scored by the delay's end (entries whose delay is over no longer count): for [`count`](lease_core::LeaseStore::count) |
 //! | `{lease:ns}:suspended` | zset | suspended runs, `<id>` scored by when: for `count` |
 //! | `{lease:ns}:floor` | string | the fence floor: the highest fence of any purged run; every run is created at it, so an id purged and created again never reuses a fence, and a purge deletes everything else of the run |
-//! | `{lease:ns}:tomb` | string | the format marker: an older release kept a hash of purged runs' fences here; connecting folds such a hash into the floor and leaves this string, on which that release's create and purge fail (WRONGTYPE) |
+//! | `{lease:ns}:tomb` | string | the format marker, `format <N>: …` ([`FORMAT`]): a later format is refused at connect, an earlier one raised; an older release kept a hash of purged runs' fences here; connecting folds such a hash into the floor and leaves this string, on which that release's create and purge fail (WRONGTYPE) |
 //! | `{lease:ns}:payload` | hash | runs' payloads: `<id>` → the bytes it was created with ([`NewRun::with_payload`](lease_core::NewRun::with_payload)); written by create, read by claims and inspect, removed by purge |
 //! | `{lease:ns}:failed` | hash | failed runs' reasons: `<id>` → the reason its last holder gave ([`End::Fail`](lease_core::End::Fail)) |
 //! | `{lease:ns}:attempts` | hash | the attempt budget's counters: `<id>` → claims since create or resume less voluntary ends ([`RunRecord::attempts`](lease_core::RunRecord::attempts)); no field reads 0 |
@@ -43,6 +43,17 @@
 use lease_core::{Kind, Lease, NewRun, Queue, RunId, MAX_PRIORITY};
 
 use crate::error::RedisError;
+
+/// The format of the namespace's records this release reads and writes, kept in the format
+/// marker ([`Keys::tombstones`]): 2 made purged runs raise the fence floor; 3 put the queue in
+/// a run's class. A namespace at a later format is refused at connect; one at an earlier
+/// format is read as this one (a class without a queue is the default queue's) and its marker
+/// raised.
+pub(crate) const FORMAT: u32 = 3;
+
+/// The marker's text for [`FORMAT`].
+pub(crate) const FORMAT_MARKER: &str =
+    "format 3: purged runs raise the fence floor (:floor); no tombstones; queues in the class";
 
 /// The longest namespace accepted, in bytes.
 pub const MAX_NAMESPACE_BYTES: usize = 64;

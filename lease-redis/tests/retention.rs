@@ -128,6 +128,72 @@ async fn an_older_releases_tombstones_are_folded_into_the_floor() {
     assert_eq!(again, "41");
 }
 
+/// The format marker names the namespace's format: a later release's (format 4 and up) is
+/// refused at connect, naming it, with nothing written; an earlier one's (format 2, before
+/// queues were in the class) is read as this one and raised, its runs claimed from the default
+/// queue.
+#[tokio::test]
+async fn a_newer_format_is_refused_and_an_older_one_raised() {
+    let Some(server) = server() else { return };
+    let ns = unique_namespace("format");
+    let mut conn = raw(&server.url()).await;
+    let tomb = format!("{{lease:{ns}}}:tomb");
+    let store = connect(&server.url(), &ns).await.unwrap();
+    store.create(&RunId::new("before").unwrap()).await.unwrap();
+    let marker = |conn: &mut redis::aio::MultiplexedConnection| {
+        let mut conn = conn.clone();
+        let tomb = tomb.clone();
+        async move {
+            redis::cmd("GET")
+                .arg(&tomb)
+                .query_async::<String>(&mut conn)
+                .await
+                .unwrap()
+        }
+    };
+    assert!(marker(&mut conn).await.starts_with("format 3: "));
+
+    let later = "format 4: a later release's records";
+    let _: () = redis::cmd("SET")
+        .arg(&tomb)
+        .arg(later)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let err = connect(&server.url(), &ns).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, lease_core::Error::Misconfigured { .. })
+            && text.contains("newer than this release's format 3")
+            && text.contains(later)
+            && text.contains(&ns),
+        "{text}"
+    );
+    assert_eq!(marker(&mut conn).await, later, "nothing written");
+
+    let earlier = "format 2: purged runs raise the fence floor (:floor); no tombstones";
+    let _: () = redis::cmd("SET")
+        .arg(&tomb)
+        .arg(earlier)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let store = connect(&server.url(), &ns).await.unwrap();
+    assert!(marker(&mut conn).await.starts_with("format 3: "), "raised");
+    let leases = store
+        .claim_next_in(
+            &lease_core::Queue::default(),
+            &lease_core::Kind::default(),
+            &WorkerId::new("w").unwrap(),
+            Ttl::from_millis(60_000).unwrap(),
+            10,
+        )
+        .await
+        .unwrap();
+    assert_eq!(leases.len(), 1);
+    assert_eq!(leases[0].run().as_str(), "before");
+}
+
 /// A purge of completed runs behind more failed runs than one script call looks at (2,000)
 /// still reaches them, and the next purge of completed runs does not look at the failed ones
 /// again: the store remembers where the entries it passed over end. Counted with Redis's own

@@ -69,6 +69,11 @@ pub(crate) use queries::Queries;
 /// The embedded migrations; they run unqualified with `search_path` set to the store's schema.
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 
+/// The schema's format version this release reads and writes: its newest migration. A schema
+/// at a newer one (migrated by a later release) is refused with a clear error, with or without
+/// migrations; one at an older one is migrated up (or refused with `migrate=false`).
+pub const FORMAT_VERSION: i64 = 20261218000000;
+
 /// The embedded migrations, for a caller who runs them in their own migration step.
 ///
 /// They are written unqualified: run them on a connection whose `search_path` is the store's
@@ -217,24 +222,47 @@ impl PostgresLeaseStore {
         }
     }
 
-    /// Without migrations: refuses a schema that lacks the newest embedded migration, before
-    /// any operation would fail on a missing table or column. Reads the catalog only.
-    async fn check_schema(&self) -> Result<()> {
-        let needed = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+    /// The schema's format version: the newest migration applied to it (`None` when it has
+    /// none). Reads the catalog only.
+    async fn schema_version(&self) -> Result<Option<i64>> {
         let pool = &self.route.own;
         let migrated: bool = sqlx::query_scalar(&self.sql.schema_migrated)
             .bind(&self.schema)
             .fetch_one(pool)
             .await
             .map_err(|e| self.route.fail(e))?;
-        let found: Option<i64> = if migrated {
-            sqlx::query_scalar(&self.sql.schema_version)
-                .fetch_one(pool)
-                .await
-                .map_err(|e| self.route.fail(e))?
-        } else {
-            None
-        };
+        if !migrated {
+            return Ok(None);
+        }
+        Ok(sqlx::query_scalar(&self.sql.schema_version)
+            .fetch_one(pool)
+            .await
+            .map_err(|e| self.route.fail(e))?)
+    }
+
+    /// Refuses a schema whose format is newer than this release's: a later release migrated
+    /// it (its records may hold what this code would misread, such as queues before they
+    /// existed), so this code must not write to it, with or without migrations.
+    async fn refuse_newer_schema(&self) -> Result<Option<i64>> {
+        let found = self.schema_version().await?;
+        match found {
+            Some(version) if version > FORMAT_VERSION => Err(PgError::Config(format!(
+                "schema {:?} is at format {version}, newer than this release's \
+                 ({FORMAT_VERSION}): a later release migrated it; upgrade this program (or use \
+                 another schema) before it reads or writes the runs there",
+                self.schema
+            ))
+            .into()),
+            found => Ok(found),
+        }
+    }
+
+    /// Without migrations: refuses a schema that lacks the newest embedded migration, before
+    /// any operation would fail on a missing table or column, or that a later release
+    /// migrated. Reads the catalog only.
+    async fn check_schema(&self) -> Result<()> {
+        let needed = FORMAT_VERSION;
+        let found = self.refuse_newer_schema().await?;
         match found {
             Some(version) if version >= needed => Ok(()),
             found => {
@@ -309,6 +337,7 @@ impl PostgresLeaseStore {
     /// # Errors
     /// As [`PostgresLeaseStore::connect`].
     pub async fn migrate(&self) -> Result<()> {
+        self.refuse_newer_schema().await?;
         let timeout = self.route.own.options().get_acquire_timeout();
         let prepare: Arc<[String; 3]> = Arc::new([
             self.sql.migrate_lock.clone(),
@@ -853,5 +882,16 @@ impl fmt::Display for PostgresLeaseStore {
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod format_tests {
+    use super::*;
+
+    #[test]
+    fn the_format_version_is_the_newest_migration() {
+        let newest = MIGRATOR.iter().map(|m| m.version).max();
+        assert_eq!(newest, Some(FORMAT_VERSION));
     }
 }
