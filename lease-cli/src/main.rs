@@ -53,7 +53,7 @@ pub(crate) enum QueueAction {
         /// The queue.
         queue: String,
     },
-    /// Resume QUEUE: workers claim its runs again (idle ones at their next poll). Prints its
+    /// Resume QUEUE: workers claim its runs again (idle ones are woken). Prints its
     /// state.
     Resume {
         /// The queue.
@@ -145,6 +145,10 @@ enum Command {
         /// Only runs of this kind (`default`: runs created without one).
         #[arg(long, value_name = "KIND")]
         kind: Option<String>,
+        /// Only runs in this queue (`default`: runs created without one), such as what waits
+        /// in a paused queue.
+        #[arg(long, value_name = "QUEUE")]
+        queue: Option<String>,
         /// Only held runs whose holder claimed them at least AGE ago on the store's clock (a
         /// number and a unit, ms, s, m, h or d): the runs to look at first when something is
         /// stuck. Reads the runnable runs page by page (each store call bounded) and keeps
@@ -368,11 +372,13 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
             expired,
             limit,
             kind,
+            queue,
             held_longer_than,
             waiting_longer_than,
             json,
         } => {
             let kind = kind.map(distribution::Kind::new).transpose()?;
+            let queue = queue.map(distribution::Queue::new).transpose()?;
             let age = match (held_longer_than, waiting_longer_than) {
                 (Some(age), _) => Some(ops::Age::Held(age)),
                 (None, Some(age)) => Some(ops::Age::Waiting(age)),
@@ -392,7 +398,8 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
             let filter = distribution::ListFilter::new()
                 .with_state(state)
                 .with_expired(expired)
-                .with_kind(kind);
+                .with_kind(kind)
+                .with_queue(queue);
             ops::list(&config, filter, limit, age, format(out, &json)).await
         }
         Command::Journal { run, json } => {

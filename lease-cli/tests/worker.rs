@@ -343,6 +343,13 @@ fn lease_worker_serves_its_queue_and_passes_it_while_paused() {
     assert_exit(&run(&["create", "ok-q1", "--queue", "mail"]), 0);
     assert_exit(&run(&["create", "ok-d1"]), 0);
     assert_exit(&run(&["create", "ok-b1", "--queue", "bulk"]), 0);
+    let listed = run(&["list", "--queue", "mail", "-o", "json"]);
+    assert_exit(&listed, 0);
+    let listed = String::from_utf8_lossy(&listed.stdout).to_string();
+    assert!(
+        listed.lines().count() == 1 && listed.contains("\"run\":\"ok-q1\""),
+        "what waits in the paused queue: {listed}"
+    );
     let inspected = run(&["inspect", "ok-q1"]);
     assert!(
         String::from_utf8_lossy(&inspected.stdout).contains("\nqueue: mail\n"),

@@ -301,6 +301,7 @@ macro_rules! conformance_tests {
             worker_reports_no_end_before_its_batch_commits,
             wake_ups_come_when_a_run_becomes_claimable,
             an_idle_worker_is_woken_by_a_new_run_not_by_its_poll,
+            resuming_a_queue_wakes_the_workers_of_its_kinds,
             workers_with_retention_purge_ended_runs_under_one_lease,
             purge_ended_removes_only_the_states_asked,
             purge_ids_removes_the_listed_ended_runs_only,

@@ -63,6 +63,16 @@ pub async fn queues_are_claimed_apart_and_a_paused_one_by_no_one(factory: &dyn S
         );
         // The default queue is the only one, and claim_next_in serves it.
         store.create(&run("d1")).await.unwrap();
+        let listed = store
+            .list(&ListFilter::new().with_queue(mail.clone()))
+            .await
+            .unwrap();
+        assert!(listed.is_empty(), "{listed:?}");
+        let listed = store
+            .list(&ListFilter::new().with_queue(Queue::default()))
+            .await
+            .unwrap();
+        assert_eq!(listed.len(), 1, "{listed:?}");
         let leases = store
             .claim_next_in(&Queue::default(), &Kind::default(), &w, long(), 1)
             .await
@@ -93,6 +103,32 @@ pub async fn queues_are_claimed_apart_and_a_paused_one_by_no_one(factory: &dyn S
         .unwrap();
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!((listed[0].run.as_str(), &listed[0].queue), ("m3", &mail));
+    // A queue filter finds what waits in a queue, of every kind.
+    let shared = &store;
+    let in_mail = |filter: ListFilter| async move {
+        let listed = shared.list(&filter).await.unwrap();
+        listed
+            .iter()
+            .map(|r| r.run.as_str().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        in_mail(ListFilter::new().with_queue(mail.clone())).await,
+        ["m1", "m2", "m3"]
+    );
+    assert_eq!(
+        in_mail(ListFilter::new().with_queue(Queue::default())).await,
+        ["d1"]
+    );
+    assert_eq!(
+        in_mail(
+            ListFilter::new()
+                .with_queue(mail.clone())
+                .with_kind(email.clone())
+        )
+        .await,
+        ["m3"]
+    );
 
     // claim_next serves the default queue alone.
     let leases = store.claim_next(&w, long(), 10).await.unwrap();

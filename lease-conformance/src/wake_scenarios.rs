@@ -225,6 +225,42 @@ pub async fn an_idle_worker_is_woken_by_a_new_run_not_by_its_poll(factory: &dyn 
     );
 }
 
+/// Resuming a queue wakes the idle workers of the kinds that have runs waiting in it, so a
+/// worker asleep until its fallback poll claims them at once; a store without queues or
+/// without wake-ups says so.
+pub async fn resuming_a_queue_wakes_the_workers_of_its_kinds(factory: &dyn StoreFactory) {
+    let store = factory.fresh().await;
+    let (Some(wakes), true) = (store.wakes(), store.capabilities().queues) else {
+        return;
+    };
+    let mail = lease_core::Queue::new("mail").unwrap();
+    let (kind, urgent) = (Kind::new("letters").unwrap(), Kind::new("urgent").unwrap());
+    store.pause_queue(&mail).await.unwrap();
+    for (id, kind, priority) in [("l1", &kind, 0), ("u1", &urgent, 7)] {
+        let new = NewRun::new(run(id))
+            .with_kind(kind.clone())
+            .with_queue(mail.clone())
+            .with_priority(priority);
+        store.create_with(&new).await.unwrap();
+    }
+    let mut rx = wakes.subscribe();
+    let deadline = Instant::now() + ARRIVES_WITHIN;
+    while !rx.is_live() {
+        assert!(
+            Instant::now() < deadline,
+            "{store}'s wake-ups not live within {ARRIVES_WITHIN:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    rx.clear();
+    store.resume_queue(&mail).await.unwrap();
+    woken(&mut rx, &kind, "a resume of its queue").await;
+    rx.clear();
+    store.pause_queue(&mail).await.unwrap();
+    store.resume_queue(&mail).await.unwrap();
+    woken(&mut rx, &urgent, "a resume of its queue").await;
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;

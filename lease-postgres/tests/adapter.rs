@@ -507,6 +507,7 @@ async fn eight_concurrent_connects_migrate_an_empty_schema_once() {
             "cluster_binding",
             "fence_floor",
             "journal",
+            "queues",
             "run_payloads",
             "runs"
         ]

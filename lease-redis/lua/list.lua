@@ -5,7 +5,8 @@
 -- to keep, or ''; ARGV[4]: '1' to keep only expired leases; ARGV[5]: most ids to examine;
 -- ARGV[6]: '' to keep every kind, else '=' followed by the kind to keep ('=' alone: the default);
 -- a run's kind is its class (kinds hash) up to a newline or a vertical tab (a priority or a
--- queue follows it)
+-- queue follows it); ARGV[7]: '' to keep every queue, else '=' followed by the queue to keep
+-- (a class without a vertical tab is the default queue's, '=default')
 -- Returns: flat {now, cursor, id, state, owner, expiry, fence, heartbeats, failure, attempts,
 -- kind, times, id, ...} ordered by
 -- id, where cursor is the last id examined (continue after it) or '' when the end was reached.
@@ -26,7 +27,8 @@ for i, id in ipairs(ids) do
   if r
     and (ARGV[3] == '' or r.s == ARGV[3])
     and (ARGV[4] ~= '1' or (r.o ~= '' and r.e ~= '' and tonumber(r.e) <= now))
-    and (ARGV[6] == '' or '=' .. string.match(kind_of(KEYS[5], id, r.t), '^[^\n\v]*') == ARGV[6]) then
+    and (ARGV[6] == '' or '=' .. string.match(kind_of(KEYS[5], id, r.t), '^[^\n\v]*') == ARGV[6])
+    and (ARGV[7] == '' or '=' .. (string.match(kind_of(KEYS[5], id, r.t), '\v(.*)$') or 'default') == ARGV[7]) then
     out[#out + 1] = id
     for _, field in ipairs(record(r, KEYS[3], KEYS[4], KEYS[5], KEYS[6])) do
       out[#out + 1] = field

@@ -112,6 +112,11 @@ impl RedisLeaseStore {
             .as_ref()
             .map(|kind| format!("={}", keys::kind_arg(kind)))
             .unwrap_or_default();
+        let queue = filter
+            .queue
+            .as_ref()
+            .map(|queue| format!("={queue}"))
+            .unwrap_or_default();
         let mut after = filter
             .after
             .as_ref()
@@ -133,7 +138,8 @@ impl RedisLeaseStore {
                 .arg(filter.state.map_or("", RunState::as_str))
                 .arg(if filter.expired { "1" } else { "0" })
                 .arg(LIST_SCAN)
-                .arg(&kind);
+                .arg(&kind)
+                .arg(&queue);
             let reply = self.read("list", &call).await?;
             let now = reply.time(0)?;
             let stride = 1 + Reply::RECORD_FIELDS; // the id, then the record
@@ -387,6 +393,39 @@ impl RedisLeaseStore {
         ack.confirm()?;
         tracing::info!(%queue, paused, "queue state stored");
         Ok(state)
+    }
+
+    /// Wakes the idle workers of the kinds with runs in `queue`: one message per class of the
+    /// queue (the classes every create records), as the scripts' `wake` sends them. A hint:
+    /// a message lost, or refused by the user's ACL, costs a worker its fallback poll.
+    pub(crate) async fn wake_queue(&self, queue: &lease_core::Queue) -> Result<()> {
+        let mut names = Call::new(&SCRIPTS.kinds);
+        names.key(self.keys.kind_set());
+        let names = self.read("kinds", &names).await?;
+        let mut classes = Vec::new();
+        if queue.is_default() {
+            classes.push(Class::default());
+        }
+        for i in 0..names.len() {
+            let class = names.class(i)?;
+            if class.queue == *queue {
+                classes.push(class);
+            }
+        }
+        let prefix = format!("{}:claimable", self.keys.tag());
+        for class in classes {
+            let key = self.keys.claimable_of(&class);
+            let suffix = key.strip_prefix(&prefix).unwrap_or_default();
+            let mut publish = redis::cmd("PUBLISH");
+            publish
+                .arg(self.keys.wake_channel())
+                .arg(format!("{suffix} 0"));
+            if let Err(e) = self.link.command(&publish).await {
+                tracing::debug!(error = %e, %queue, "a resumed queue's wake-up was not sent");
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// Every queue ever paused or resumed, by name (`lua/queues.lua`).

@@ -248,19 +248,20 @@ async fn a_flagged_record_spares_the_kind_and_payload_look_ups() {
     kinded_cycle().await; // the script loaded, outside the count
     let before = reads(&mut conn).await;
     kinded_cycle().await;
-    // claim_next: the record and the payload, in its script; renew: the record; release: the
-    // record and the history.
+    // claim_next: its queue's pause, the record and the payload, in its script; renew: the
+    // record; release: the record and the history.
     assert_eq!(
         reads_since(&mut conn, before).await,
-        (5, 0),
+        (6, 0),
         "HGETs and HMGETs of a kinded record's cycle"
     );
     strip_flags(&mut conn, &ns, "mail").await;
     let before = reads(&mut conn).await;
     kinded_cycle().await;
+    // One more: the kind, looked up in the kinds hash.
     assert_eq!(
         reads_since(&mut conn, before).await,
-        (6, 0),
+        (7, 0),
         "HGETs and HMGETs of an old kinded record's cycle"
     );
 }
@@ -323,11 +324,12 @@ async fn a_batch_reads_its_payloads_in_its_claiming_script() {
             lease.run()
         );
     }
-    // The 12 records, then in the same script the payloads of the 9 runs that have one and
-    // of the unflagged record without one (which answers none); none of the 2 flagged 'n'.
+    // The queue's pause, the 12 records, then in the same script the payloads of the 9 runs
+    // that have one and of the unflagged record without one (which answers none); none of the
+    // 2 flagged 'n'.
     assert_eq!(
         reads_since(&mut conn, before).await,
-        (22, 0),
+        (23, 0),
         "HGETs and HMGETs of a batch of 12"
     );
 }

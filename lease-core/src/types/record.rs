@@ -355,6 +355,8 @@ pub struct ListFilter {
     pub limit: usize,
     /// Only runs of this kind.
     pub kind: Option<Kind>,
+    /// Only runs in this queue.
+    pub queue: Option<Queue>,
 }
 
 /// How many runs are in each part of their life, as [`count`](crate::LeaseStore::count) read
@@ -462,6 +464,18 @@ impl ListFilter {
         self.kind = kind.into();
         self
     }
+
+    /// Only runs in `queue`, or in every queue (`None`): what waits in a paused queue.
+    pub fn with_queue(mut self, queue: impl Into<Option<Queue>>) -> ListFilter {
+        self.queue = queue.into();
+        self
+    }
+
+    /// Whether a run of `kind` in `queue` passes the kind and queue filters.
+    pub fn keeps(&self, kind: &Kind, queue: &Queue) -> bool {
+        self.kind.as_ref().is_none_or(|k| k == kind)
+            && self.queue.as_ref().is_none_or(|q| q == queue)
+    }
 }
 
 impl Default for ListFilter {
@@ -472,6 +486,7 @@ impl Default for ListFilter {
             after: None,
             limit: 100,
             kind: None,
+            queue: None,
         }
     }
 }

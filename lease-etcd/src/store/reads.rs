@@ -180,7 +180,11 @@ impl EtcdLeaseStore {
             }
             None => prefix,
         };
-        let page_size = if filter.state.is_some() || filter.expired || filter.kind.is_some() {
+        let page_size = if filter.state.is_some()
+            || filter.expired
+            || filter.kind.is_some()
+            || filter.queue.is_some()
+        {
             MAX_BATCH as i64
         } else {
             filter.limit as i64
@@ -228,7 +232,7 @@ impl EtcdLeaseStore {
                 let record = self.record(run, &seen, now)?;
                 if filter.state.is_none_or(|s| s == record.state)
                     && (!filter.expired || record.is_expired())
-                    && filter.kind.as_ref().is_none_or(|k| *k == record.kind)
+                    && filter.keeps(&record.kind, &record.queue)
                     && out.len() < filter.limit
                 {
                     out.push(record);
@@ -278,7 +282,7 @@ impl EtcdLeaseStore {
                 };
                 if record.state == state
                     && (!filter.expired || record.is_expired())
-                    && filter.kind.as_ref().is_none_or(|k| *k == record.kind)
+                    && filter.keeps(&record.kind, &record.queue)
                 {
                     out.push(record);
                 }

@@ -336,7 +336,8 @@ impl LeaseStore for PostgresLeaseStore {
                     .bind(filter.expired)
                     .bind(filter.after.as_ref().map(RunId::as_str))
                     .bind(filter.limit as i64)
-                    .bind(filter.kind.as_ref().map(Kind::as_str)),
+                    .bind(filter.kind.as_ref().map(Kind::as_str))
+                    .bind(filter.queue.as_ref().map(Queue::as_str)),
             )
             .await
         })?;
@@ -461,9 +462,27 @@ impl LeaseStore for PostgresLeaseStore {
     }
 
     async fn resume_queue(&self, queue: &Queue) -> Result<QueueState> {
-        // Idle workers find the queue's runs at their next poll (WorkerConfig's wake poll): a
-        // resume sends no wake-up, as the store's notifications name a kind, not a queue.
-        self.set_paused(queue, false).await
+        let state = self.set_paused(queue, false).await?;
+        // Wakes the idle workers of the kinds with runs waiting in the queue (a hint: one that
+        // is lost costs a worker its fallback poll).
+        if let Some(notifier) = &self.notifier {
+            let rows = call!(self, |conn| {
+                let query = sqlx::query(&self.sql.queue_kinds)
+                    .bind(queue.as_str())
+                    .bind(lease_core::MAX_KINDS_COUNTED as i64);
+                self.read_all_without_jit(conn, query).await
+            });
+            match rows {
+                Ok(rows) => {
+                    let kinds = rows.iter().map(kind).collect::<Result<Vec<_>, _>>()?;
+                    notifier.claimable_all(kinds.iter().map(|k| (k, 0)));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, %queue, "the resumed queue's kinds were not read; its workers find its runs at their next poll")
+                }
+            }
+        }
+        Ok(state)
     }
 
     async fn queues(&self) -> Result<Vec<QueueState>> {

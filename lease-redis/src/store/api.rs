@@ -566,9 +566,12 @@ impl LeaseStore for RedisLeaseStore {
     }
 
     async fn resume_queue(&self, queue: &Queue) -> Result<lease_core::QueueState> {
-        // Idle workers find the queue's runs at their next poll (WorkerConfig's wake poll): a
-        // resume sends no wake-up.
-        self.set_paused(queue, false).await
+        let state = self.set_paused(queue, false).await?;
+        // The resume is stored; its wake-ups are hints, and failing to send them fails nothing.
+        if let Err(e) = self.wake_queue(queue).await {
+            tracing::warn!(error = %e, %queue, "the resumed queue's workers were not woken; they find its runs at their next poll");
+        }
+        Ok(state)
     }
 
     async fn queues(&self) -> Result<Vec<lease_core::QueueState>> {

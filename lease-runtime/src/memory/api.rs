@@ -215,7 +215,7 @@ impl LeaseStore for MemoryLeaseStore {
             .runs
             .iter()
             .filter(|(run, _)| filter.after.as_ref().is_none_or(|after| *run > after))
-            .filter(|(_, slot)| filter.kind.as_ref().is_none_or(|k| slot.run.kind == *k))
+            .filter(|(_, slot)| filter.keeps(&slot.run.kind, &slot.run.queue))
             .map(|(run, slot)| slot.run.record(run, now))
             .filter(|r| filter.state.is_none_or(|s| r.state == s))
             .filter(|r| !filter.expired || r.is_expired())
