@@ -48,6 +48,19 @@ async fn woken(rx: &mut WakeReceiver, kind: &Kind, what: &str) {
         .unwrap_or_else(|_| panic!("no wake-up for {kind} within {ARRIVES_WITHIN:?} after {what}"));
 }
 
+/// Waits until `rx`'s store listener is connected (its first wake-up, for every kind, is
+/// queued by then).
+async fn until_live(rx: &WakeReceiver, store: &dyn LeaseStore) {
+    let deadline = Instant::now() + ARRIVES_WITHIN;
+    while !rx.is_live() {
+        assert!(
+            Instant::now() < deadline,
+            "{store}'s wake-ups not live within {ARRIVES_WITHIN:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Nothing (for `kind`) arrives within `quiet`.
 async fn not_woken(rx: &mut WakeReceiver, kind: &Kind, quiet: Duration, what: &str) {
     let got = timeout(quiet, rx.woken(std::slice::from_ref(kind))).await;
@@ -78,14 +91,7 @@ pub async fn wake_ups_come_when_a_run_becomes_claimable(factory: &dyn StoreFacto
     let other = Kind::new("elsewhere").unwrap();
     let mut rx = wakes.subscribe();
     // The store's listener connects; its first wake-up (for every kind) is queued by then.
-    let deadline = Instant::now() + ARRIVES_WITHIN;
-    while !rx.is_live() {
-        assert!(
-            Instant::now() < deadline,
-            "{store}'s wake-ups not live within {ARRIVES_WITHIN:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_live(&rx, &*store).await;
     rx.clear();
 
     let ttl = t.at_least(60_000);
@@ -189,14 +195,7 @@ pub async fn an_idle_worker_is_woken_by_a_new_run_not_by_its_poll(factory: &dyn 
     let stop = shutdown.clone();
     let handle = tokio::spawn(async move { worker.run_kinds(kinds, stop).await });
     // The listener connects; then the worker's first claims find nothing and it waits.
-    let deadline = Instant::now() + ARRIVES_WITHIN;
-    while !probe.is_live() {
-        assert!(
-            Instant::now() < deadline,
-            "{store}'s wake-ups not live within {ARRIVES_WITHIN:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_live(&probe, &*store).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     for i in 0..3 {
@@ -244,14 +243,7 @@ pub async fn resuming_a_queue_wakes_the_workers_of_its_kinds(factory: &dyn Store
         store.create_with(&new).await.unwrap();
     }
     let mut rx = wakes.subscribe();
-    let deadline = Instant::now() + ARRIVES_WITHIN;
-    while !rx.is_live() {
-        assert!(
-            Instant::now() < deadline,
-            "{store}'s wake-ups not live within {ARRIVES_WITHIN:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_live(&rx, &*store).await;
     rx.clear();
     store.resume_queue(&mail).await.unwrap();
     woken(&mut rx, &kind, "a resume of its queue").await;

@@ -1,8 +1,6 @@
 //! A run's kind: which handler runs it, and which index a claim takes it from.
 
 use crate::limits::MAX_KIND_BYTES;
-use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 
 use crate::error::InvalidInput;
@@ -39,20 +37,18 @@ impl Kind {
     /// [`InvalidInput::ControlCharacter`], naming the offending byte.
     pub fn new(kind: impl AsRef<str>) -> Result<Kind, InvalidInput> {
         let kind = kind.as_ref();
-        if kind.is_empty() {
-            return Err(InvalidInput::EmptyKind {
+        crate::name::check(
+            kind,
+            MAX_KIND_BYTES,
+            "kind",
+            InvalidInput::EmptyKind {
                 max: MAX_KIND_BYTES,
-            });
-        }
-        if kind.len() > MAX_KIND_BYTES {
-            return Err(InvalidInput::KindTooLong {
-                len: kind.len(),
+            },
+            |len| InvalidInput::KindTooLong {
+                len,
                 max: MAX_KIND_BYTES,
-            });
-        }
-        if let Some((at, _)) = kind.char_indices().find(|(_, c)| c.is_control()) {
-            return Err(InvalidInput::ControlCharacter { what: "kind", at });
-        }
+            },
+        )?;
         Ok(Kind(Arc::from(kind)))
     }
 
@@ -74,37 +70,7 @@ impl Default for Kind {
     }
 }
 
-impl fmt::Display for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl fmt::Debug for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.0, f)
-    }
-}
-
-impl FromStr for Kind {
-    type Err = InvalidInput;
-    fn from_str(s: &str) -> Result<Kind, InvalidInput> {
-        Kind::new(s)
-    }
-}
-
-impl TryFrom<&str> for Kind {
-    type Error = InvalidInput;
-    fn try_from(s: &str) -> Result<Kind, InvalidInput> {
-        Kind::new(s)
-    }
-}
-
-impl AsRef<str> for Kind {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
+crate::name::name_traits!(Kind);
 
 /// The runnable runs of one kind (claimable, held or delayed), as
 /// [`count_kinds`](crate::LeaseStore::count_kinds) read them on the store's clock: what waits

@@ -56,6 +56,7 @@ mod id;
 mod kind;
 pub mod limits;
 pub mod machine;
+mod name;
 mod new_run;
 mod policy;
 mod queue;

@@ -1,8 +1,6 @@
 //! A run's queue: which capacity it is claimed from, and whether claims take it at all.
 
 use crate::limits::MAX_QUEUE_BYTES;
-use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 
 use crate::error::InvalidInput;
@@ -41,20 +39,18 @@ impl Queue {
     /// [`InvalidInput::ControlCharacter`], naming the offending byte.
     pub fn new(queue: impl AsRef<str>) -> Result<Queue, InvalidInput> {
         let queue = queue.as_ref();
-        if queue.is_empty() {
-            return Err(InvalidInput::EmptyQueue {
+        crate::name::check(
+            queue,
+            MAX_QUEUE_BYTES,
+            "queue",
+            InvalidInput::EmptyQueue {
                 max: MAX_QUEUE_BYTES,
-            });
-        }
-        if queue.len() > MAX_QUEUE_BYTES {
-            return Err(InvalidInput::QueueTooLong {
-                len: queue.len(),
+            },
+            |len| InvalidInput::QueueTooLong {
+                len,
                 max: MAX_QUEUE_BYTES,
-            });
-        }
-        if let Some((at, _)) = queue.char_indices().find(|(_, c)| c.is_control()) {
-            return Err(InvalidInput::ControlCharacter { what: "queue", at });
-        }
+            },
+        )?;
         Ok(Queue(Arc::from(queue)))
     }
 
@@ -76,37 +72,7 @@ impl Default for Queue {
     }
 }
 
-impl fmt::Display for Queue {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl fmt::Debug for Queue {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.0, f)
-    }
-}
-
-impl FromStr for Queue {
-    type Err = InvalidInput;
-    fn from_str(s: &str) -> Result<Queue, InvalidInput> {
-        Queue::new(s)
-    }
-}
-
-impl TryFrom<&str> for Queue {
-    type Error = InvalidInput;
-    fn try_from(s: &str) -> Result<Queue, InvalidInput> {
-        Queue::new(s)
-    }
-}
-
-impl AsRef<str> for Queue {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
+crate::name::name_traits!(Queue);
 
 /// A queue as [`queues`](crate::LeaseStore::queues) lists it: whether it is paused, and since
 /// when (the store's clock).

@@ -6,18 +6,10 @@
 -- runs_claimable is led by (kind, priority, queue) and runs_held by the kind, so the runnable
 -- figures are counted part by part: the (kind, priority, queue) parts with runnable runs are
 -- found by skipping through runs_claimable (one probe per part: a loose index scan; at most ten
--- priorities per kind and queue), then each part's range (for held runs, each kind's) is counted up to $1, and the sum is
--- capped at $1.
-WITH RECURSIVE parts(kind, priority, queue) AS (
-    (SELECT kind, priority, queue FROM {schema}.runs WHERE state = 'runnable'
-     ORDER BY kind, priority, queue LIMIT 1)
-  UNION ALL
-    SELECT later.kind, later.priority, later.queue
-    FROM parts, LATERAL (
-        SELECT r.kind, r.priority, r.queue FROM {schema}.runs r
-        WHERE r.state = 'runnable' AND (r.kind, r.priority, r.queue) > (parts.kind, parts.priority, parts.queue)
-        ORDER BY r.kind, r.priority, r.queue LIMIT 1) AS later
-), kinds AS (
+-- priorities per kind and queue), then each part's range (for held runs, each kind's) is
+-- counted up to $1, and the sum is capped at $1.
+-- Continues sql/runnable_parts.sql, prepended when the statement is loaded: its `parts`.
+, kinds AS (
     SELECT DISTINCT kind FROM parts
 )
 SELECT

@@ -4,16 +4,8 @@
 -- nothing claimable), each figure counted up to $1 through the partial indexes that hold it,
 -- as count.sql counts them for the whole store: one call's work is bounded by $2 kinds times
 -- $1 runs per figure.
-WITH RECURSIVE parts(kind, priority, queue) AS (
-    (SELECT kind, priority, queue FROM {schema}.runs WHERE state = 'runnable'
-     ORDER BY kind, priority, queue LIMIT 1)
-  UNION ALL
-    SELECT later.kind, later.priority, later.queue
-    FROM parts, LATERAL (
-        SELECT r.kind, r.priority, r.queue FROM {schema}.runs r
-        WHERE r.state = 'runnable' AND (r.kind, r.priority, r.queue) > (parts.kind, parts.priority, parts.queue)
-        ORDER BY r.kind, r.priority, r.queue LIMIT 1) AS later
-), kinds AS (
+-- Continues sql/runnable_parts.sql, prepended when the statement is loaded: its `parts`.
+, kinds AS (
     SELECT DISTINCT kind FROM parts ORDER BY kind LIMIT $2
 )
 SELECT kinds.kind,

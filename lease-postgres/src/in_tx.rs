@@ -180,15 +180,8 @@ impl PostgresLeaseStore {
         new.check()?;
         let run = new.run();
         for _ in 0..crate::store::ATTEMPTS {
-            let query = sqlx::query(&self.sql.create)
-                .bind(run.as_str())
-                .bind(crate::store::millis(new))
-                .bind(new.payload())
-                .bind(new.kind().as_str())
-                .bind(new.run_at_micros())
-                .bind(i16::from(new.priority()))
-                .bind(new.unique_key())
-                .bind(new.queue().as_str());
+            let query =
+                crate::store::bind_create(sqlx::query(&self.sql.create).bind(run.as_str()), new);
             let row = self
                 .in_time(async {
                     query

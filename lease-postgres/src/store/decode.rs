@@ -259,6 +259,21 @@ pub(crate) fn millis(new: &NewRun) -> i64 {
     i64::try_from(new.delay_millis()).unwrap_or(i64::MAX)
 }
 
+/// `sql/create.sql`'s arguments after the run id (`$2` to `$8`), bound to `query`.
+pub(crate) fn bind_create<'q>(
+    query: Query<'q, Postgres, PgArguments>,
+    new: &'q NewRun,
+) -> Query<'q, Postgres, PgArguments> {
+    query
+        .bind(millis(new))
+        .bind(new.payload())
+        .bind(new.kind().as_str())
+        .bind(new.run_at_micros())
+        .bind(i16::from(new.priority()))
+        .bind(new.unique_key())
+        .bind(new.queue().as_str())
+}
+
 /// The columns `sql/create_many.sql` takes for a batch: ids, start delays, payloads, kinds,
 /// run_at times, priorities, unique keys and queues.
 pub(crate) type CreateColumns<'a> = (

@@ -729,14 +729,7 @@ impl PostgresLeaseStore {
         for _ in 0..ATTEMPTS {
             let mut query = sqlx::query(sql).bind(run.as_str());
             if let Some(new) = create {
-                query = query
-                    .bind(millis(new))
-                    .bind(new.payload())
-                    .bind(new.kind().as_str())
-                    .bind(new.run_at_micros())
-                    .bind(i16::from(new.priority()))
-                    .bind(new.unique_key())
-                    .bind(new.queue().as_str());
+                query = bind_create(query, new);
             }
             let row = self.write_opt(conn, query).await?;
             if let Some(row) = row {

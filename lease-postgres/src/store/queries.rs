@@ -81,11 +81,20 @@ impl Queries {
                 include_str!("../../sql/purge_remove.sql")
             )),
             count_purgeable: q(include_str!("../../sql/count_purgeable.sql")),
-            count: q(include_str!("../../sql/count.sql")),
-            count_kinds: q(include_str!("../../sql/count_kinds.sql")),
+            count: q(concat!(
+                include_str!("../../sql/runnable_parts.sql"),
+                include_str!("../../sql/count.sql")
+            )),
+            count_kinds: q(concat!(
+                include_str!("../../sql/runnable_parts.sql"),
+                include_str!("../../sql/count_kinds.sql")
+            )),
             pause_queue: q(include_str!("../../sql/pause_queue.sql")),
             queues: q(include_str!("../../sql/queues.sql")),
-            queue_kinds: q(include_str!("../../sql/queue_kinds.sql")),
+            queue_kinds: q(concat!(
+                include_str!("../../sql/runnable_parts.sql"),
+                include_str!("../../sql/queue_kinds.sql")
+            )),
             no_jit: q(include_str!("../../sql/no_jit.sql")),
             append: q(include_str!("../../sql/append.sql")),
             append_keyed: q(include_str!("../../sql/append_keyed.sql")),
