@@ -59,7 +59,8 @@ pub(crate) enum QueueAction {
         /// The queue.
         queue: String,
     },
-    /// List the queues ever paused or resumed, with their state.
+    /// List the queues that have runnable runs or were ever paused or resumed, with their
+    /// state.
     List,
 }
 

@@ -545,8 +545,9 @@ fn humantime(age: std::time::Duration) -> String {
     format!("{ms}ms")
 }
 
-/// `lease queue pause|resume|list`: each queue on a line (`NAME paused|running since TIME`),
-/// or with `-o json` one object per queue (`queue`, `paused`, `changed_at_us`).
+/// `lease queue pause|resume|list`: each queue on a line (`NAME paused|running since TIME`, or
+/// `NAME running` for a queue never paused), or with `-o json` one object per queue (`queue`,
+/// `paused`, `changed_at_us`: null for a queue never paused).
 pub(crate) async fn queue(
     config: &Config,
     action: crate::QueueAction,

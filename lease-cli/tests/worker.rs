@@ -420,9 +420,22 @@ fn lease_worker_serves_its_queue_and_passes_it_while_paused() {
         .lines()
         .map(|line| serde_json::from_str(line).unwrap())
         .collect();
-    assert_eq!(states.len(), 1, "{states:?}");
+    // mail, resumed; default, never paused, listed for its runnable run ok-d1.
+    assert_eq!(states.len(), 2, "{states:?}");
     assert_eq!(
-        (&states[0]["queue"], &states[0]["paused"]),
+        (
+            &states[0]["queue"],
+            &states[0]["paused"],
+            &states[0]["changed_at_us"]
+        ),
+        (
+            &serde_json::json!("default"),
+            &serde_json::json!(false),
+            &serde_json::Value::Null
+        )
+    );
+    assert_eq!(
+        (&states[1]["queue"], &states[1]["paused"]),
         (&serde_json::json!("mail"), &serde_json::json!(false))
     );
     // A bad queue name or limit is refused before the store is reached.

@@ -75,7 +75,7 @@ impl Default for Queue {
 crate::name::name_traits!(Queue);
 
 /// A queue as [`queues`](crate::LeaseStore::queues) lists it: whether it is paused, and since
-/// when (the store's clock).
+/// when (the store's clock; `None` for a queue never paused or resumed).
 ///
 /// Backends build it with [`QueueState::new`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -85,8 +85,8 @@ pub struct QueueState {
     pub queue: Queue,
     /// Whether claims pass it by.
     pub paused: bool,
-    /// When it was last paused or resumed, on the store's clock (`None` where the store keeps
-    /// no time for it).
+    /// When it was last paused or resumed, on the store's clock (`None` for a queue never
+    /// paused or resumed).
     pub changed_at: Option<StoreTime>,
 }
 

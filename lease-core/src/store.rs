@@ -175,9 +175,11 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
         .into())
     }
 
-    /// The queues that were ever paused or resumed, by name (the first
-    /// [`MAX_QUEUES_LISTED`](crate::MAX_QUEUES_LISTED)), each paused or not. A queue never
-    /// paused is not listed and is not paused.
+    /// The queues that have runnable runs (claimable, held or delayed) or were ever paused or
+    /// resumed, by name (the first [`MAX_QUEUES_LISTED`](crate::MAX_QUEUES_LISTED)), each
+    /// paused or not; [`changed_at`](crate::QueueState::changed_at) is `None` for a queue
+    /// never paused or resumed. A queue whose runs are all suspended or ended, and that was
+    /// never paused, is not listed.
     ///
     /// The default implementation refuses with
     /// [`InvalidInput::Unsupported`](crate::InvalidInput::Unsupported).

@@ -428,7 +428,8 @@ impl RedisLeaseStore {
         Ok(())
     }
 
-    /// Every queue ever paused or resumed, by name (`lua/queues.lua`).
+    /// Every queue ever paused or resumed (`lua/queues.lua`), and every queue with runnable
+    /// runs (never paused: no time), by name.
     pub(crate) async fn queue_states(&self) -> Result<Vec<lease_core::QueueState>> {
         let mut call = Call::new(&SCRIPTS.queues);
         call.key(self.keys.queues());
@@ -448,6 +449,41 @@ impl RedisLeaseStore {
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
+        // The queues with runnable runs: those with a claimable index of one of their classes
+        // (every class a run was created with is in the kinds set), one EXISTS per queue.
+        let mut names = Call::new(&SCRIPTS.kinds);
+        names.key(self.keys.kind_set());
+        let names = self.read("kinds", &names).await?;
+        let mut indexes: std::collections::BTreeMap<lease_core::Queue, Vec<String>> =
+            std::collections::BTreeMap::new();
+        indexes
+            .entry(lease_core::Queue::default())
+            .or_default()
+            .push(self.keys.claimable_of(&Class::default()));
+        for i in 0..names.len() {
+            let class = names.class(i)?;
+            let key = self.keys.claimable_of(&class);
+            indexes.entry(class.queue).or_default().push(key);
+        }
+        for (queue, keys) in indexes {
+            if states.iter().any(|s| s.queue == queue) {
+                continue;
+            }
+            let mut exists = redis::cmd("EXISTS");
+            exists.arg(&keys);
+            match self.link.command(&exists).await? {
+                redis::Value::Int(0) => {}
+                redis::Value::Int(_) => {
+                    states.push(lease_core::QueueState::new(queue, false, None))
+                }
+                other => {
+                    return Err(Error::backend(
+                        crate::error::BACKEND,
+                        format!("EXISTS answered {other:?}"),
+                    ))
+                }
+            }
+        }
         states.sort_by(|a, b| a.queue.cmp(&b.queue));
         states.truncate(lease_core::MAX_QUEUES_LISTED);
         Ok(states)

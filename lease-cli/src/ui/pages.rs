@@ -105,14 +105,15 @@ pub(crate) fn overview(o: &Overview) -> String {
                     vec![
                         format!("<span class=\"queue\">{}</span>", esc(q.queue.as_str())),
                         format!("<span class=\"{class}\">{state}</span>"),
-                        q.changed_at.map_or_else(|| "?".to_owned(), instant),
+                        q.changed_at
+                            .map_or_else(|| "never paused".to_owned(), instant),
                     ]
                 })
                 .collect();
             body.push_str(&table(
                 &["queue", "state", "since (store clock)"],
                 &rows,
-                "No queue has been paused: every queue is served (lease queue pause QUEUE holds one back).",
+                "No queue has runs waiting or has been paused.",
             ));
         }
     }

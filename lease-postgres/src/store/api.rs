@@ -488,7 +488,7 @@ impl LeaseStore for PostgresLeaseStore {
     async fn queues(&self) -> Result<Vec<QueueState>> {
         let rows = call!(self, |conn| {
             let query = sqlx::query(&self.sql.queues).bind(lease_core::MAX_QUEUES_LISTED as i64);
-            self.read_all(conn, query).await
+            self.read_all_without_jit(conn, query).await
         })?;
         rows.iter().map(|row| Ok(queue_state(row)?)).collect()
     }

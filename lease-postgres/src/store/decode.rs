@@ -203,10 +203,11 @@ pub(crate) fn queue(row: &PgRow) -> Result<lease_core::Queue, PgError> {
 
 /// A queue's row, as `sql/pause_queue.sql` and `sql/queues.sql` return it.
 pub(crate) fn queue_state(row: &PgRow) -> Result<lease_core::QueueState, PgError> {
+    let changed: Option<i64> = get(row, "changed_us")?;
     Ok(lease_core::QueueState::new(
         queue(row)?,
         get(row, "paused")?,
-        Some(store_time(get(row, "changed_us")?)?),
+        changed.map(store_time).transpose()?,
     ))
 }
 

@@ -90,7 +90,10 @@ impl Queries {
                 include_str!("../../sql/count_kinds.sql")
             )),
             pause_queue: q(include_str!("../../sql/pause_queue.sql")),
-            queues: q(include_str!("../../sql/queues.sql")),
+            queues: q(concat!(
+                include_str!("../../sql/runnable_parts.sql"),
+                include_str!("../../sql/queues.sql")
+            )),
             queue_kinds: q(concat!(
                 include_str!("../../sql/runnable_parts.sql"),
                 include_str!("../../sql/queue_kinds.sql")

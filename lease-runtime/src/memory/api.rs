@@ -373,11 +373,23 @@ impl LeaseStore for MemoryLeaseStore {
 
     async fn queues(&self) -> Result<Vec<QueueState>> {
         let state = self.lock();
-        Ok(state
+        let mut queues: BTreeMap<Queue, QueueState> = state
             .queues
             .iter()
+            .map(|(queue, (paused, at))| {
+                let listed = QueueState::new(queue.clone(), *paused, Some(*at));
+                (queue.clone(), listed)
+            })
+            .collect();
+        for slot in state.runs.values() {
+            if slot.run.state == RunState::Runnable && !queues.contains_key(&slot.run.queue) {
+                let queue = slot.run.queue.clone();
+                queues.insert(queue.clone(), QueueState::new(queue, false, None));
+            }
+        }
+        Ok(queues
+            .into_values()
             .take(lease_core::MAX_QUEUES_LISTED)
-            .map(|(queue, (paused, at))| QueueState::new(queue.clone(), *paused, Some(*at)))
             .collect())
     }
 
