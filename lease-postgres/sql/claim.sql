@@ -1,7 +1,7 @@
 -- $1 run_id, $2 worker_id, $3 ttl_ms
--- Returns: the new fence, expiry, attempt count, payload, kind, queue and priority, or no row when the claim is refused
--- (explained by a read). Every claim counts against the attempt budget; a voluntary end gives
--- it back.
+-- Returns: the new fence, expiry, attempt count, payload, kind, queue and priority, or no row
+-- when the claim is refused (explained by a read). Every claim counts against the attempt
+-- budget; a voluntary end gives it back.
 UPDATE {schema}.runs
 SET lease_owner = $2,
     lease_expires_at = now() + $3::bigint * interval '1 millisecond',

@@ -6,16 +6,16 @@
 -- claimable longest first.
 --
 -- The pick walks the kind's and queue's parts of the runs_claimable index (kind, priority, queue,
--- claimable_at, created_seq), a priority at a time from the highest down (each of the ten priorities is tried,
--- an empty one at the cost of one index probe; evaluated only as far as the pick reads), and
--- each priority's claimable range is walked in claimable order until $3 runs are picked. Other
--- kinds' runs are neither claimed nor walked past. Renewals do not move claimable_at forward (so
--- they stay HOT updates), so a held run's entry keeps the expiry of its claim and, once that
--- instant passes, lags: it sits at the head of its priority's range while the lease is still
--- held. The pick checks the lease in the scan's own filter, before LIMIT, so lagging entries are
--- walked past and never cost a claimable run its place; and the statement moves up to $4 of the
--- kind's lagging entries (found through runs_held) to claimable_at = lease_expires_at, so they
--- do not pile up.
+-- claimable_at, created_seq), a priority at a time from the highest down (each of the ten
+-- priorities is tried, an empty one at the cost of one index probe; evaluated only as far as the
+-- pick reads), and each priority's claimable range is walked in claimable order until $3 runs are
+-- picked. Other kinds' and queues' runs are neither claimed nor walked past. Renewals do not move
+-- claimable_at forward (so they stay HOT updates), so a held run's entry keeps the expiry of its
+-- claim and, once that instant passes, lags: it sits at the head of its priority's range while the
+-- lease is still held. The pick checks the lease in the scan's own filter, before LIMIT, so lagging
+-- entries are walked past and never cost a claimable run its place; and the statement moves up to
+-- $4 of the kind's lagging entries (found through runs_held) to claimable_at = lease_expires_at, so
+-- they do not pile up.
 --
 -- Order: by priority, then index order, which is for an unowned run the instant it became
 -- claimable and for an expired run the expiry of its claim or, if its entry was moved since,

@@ -17,7 +17,7 @@ SELECT kinds.kind,
      SELECT count(*) AS n FROM (
        SELECT 1 FROM {schema}.runs r
        WHERE r.state = 'runnable' AND r.kind = parts.kind AND r.priority = parts.priority
-               AND r.queue = parts.queue
+         AND r.queue = parts.queue
          AND r.claimable_at <= now()
          AND (r.lease_owner IS NULL OR r.lease_expires_at <= now())
        LIMIT $1) c) k

@@ -21,7 +21,7 @@ pub use config::{PostgresConfig, DEFAULT_SCHEMA};
 pub use effect::{Bind, EffectFuture, PgEffect, MAX_EFFECTS_PER_TRANSACTION};
 #[doc(hidden)]
 pub use store::render_sql;
-pub use store::{migrator, PostgresLeaseStore, FORMAT_VERSION};
+pub use store::{format_version, migrator, PostgresLeaseStore};
 pub use transaction::FencedTransaction;
 
 /// The sqlx this crate is built on, so callers of

@@ -692,7 +692,7 @@ async fn without_migrations_nothing_is_created_and_an_unmigrated_schema_is_refus
     assert!(err.to_string().contains("migrate=\"nah\""), "{err}");
 }
 
-/// The schema's format version is its newest migration ([`lease_postgres::FORMAT_VERSION`]): a
+/// The schema's format version is its newest migration ([`lease_postgres::format_version`]): a
 /// schema a later release migrated is refused by name, with and without migrations, and by
 /// `migrate`, before anything is read or written; a schema at an older format (the queues'
 /// migration undone, as a release before them left it) is migrated up, its runs kept, and
@@ -707,7 +707,12 @@ async fn a_newer_format_is_refused_and_an_older_one_migrated_up() {
         .await
         .unwrap();
     store.create(&id("before")).await.unwrap();
-    let newer = lease_postgres::FORMAT_VERSION + 1;
+    assert_eq!(
+        lease_postgres::format_version(),
+        20261218000000,
+        "the queues' migration"
+    );
+    let newer = lease_postgres::format_version() + 1;
     sqlx::query(&format!(
         "INSERT INTO {schema}._sqlx_migrations \
              (version, description, success, checksum, execution_time) \

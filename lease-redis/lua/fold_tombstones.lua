@@ -3,11 +3,11 @@
 -- ARGV[1]: the HSCAN cursor to continue from ('0' to start); ARGV[2]: this release's format
 -- number; ARGV[3]: its marker ('format <number>: what it means')
 -- Returns: {'newer', marker} (nothing written: a later release wrote the namespace, whose
--- records this release may misread); or {cursor, wrote}: the cursor to call again with, or 'done' once the tombstones are
--- folded and the marker is set; wrote is 1 if this call folded tombstones (replicas must
--- confirm it before the store serves: a create reads the floor alone), 0 if not (setting the
--- marker on a namespace that had none needs no confirmation: lost, it is set again by the
--- next connect).
+-- records this release may misread); or {cursor, wrote}: the cursor to call again with, or
+-- 'done' once the tombstones are folded and the marker is set; wrote is 1 if this call folded
+-- tombstones (replicas must confirm it before the store serves: a create reads the floor
+-- alone), 0 if not (setting or raising the marker needs no confirmation: lost, it is set again
+-- by the next connect).
 -- Moves a page of tombstones into the floor (the floor rises to their highest fence) and
 -- deletes them. Once none is left, KEYS[1] becomes a string: a process of the older release
 -- still running against the namespace then fails its create and purge (WRONGTYPE) instead of

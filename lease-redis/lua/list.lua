@@ -22,13 +22,22 @@ local budget = tonumber(ARGV[5])
 local ids = redis.call('ZRANGEBYLEX', KEYS[1], min, '+', 'LIMIT', 0, budget)
 local out = { num(now), '' }
 local n = 0
+-- Whether the run's class (looked up once, and only when a filter needs it) passes the kind and
+-- queue filters.
+local function class_kept(id, r)
+  if ARGV[6] == '' and ARGV[7] == '' then
+    return true
+  end
+  local class = kind_of(KEYS[5], id, r.t)
+  return (ARGV[6] == '' or '=' .. string.match(class, '^[^\n\v]*') == ARGV[6])
+    and (ARGV[7] == '' or '=' .. (string.match(class, '\v(.*)$') or 'default') == ARGV[7])
+end
 for i, id in ipairs(ids) do
   local r = read_run(KEYS[2], id)
   if r
     and (ARGV[3] == '' or r.s == ARGV[3])
     and (ARGV[4] ~= '1' or (r.o ~= '' and r.e ~= '' and tonumber(r.e) <= now))
-    and (ARGV[6] == '' or '=' .. string.match(kind_of(KEYS[5], id, r.t), '^[^\n\v]*') == ARGV[6])
-    and (ARGV[7] == '' or '=' .. (string.match(kind_of(KEYS[5], id, r.t), '\v(.*)$') or 'default') == ARGV[7]) then
+    and class_kept(id, r) then
     out[#out + 1] = id
     for _, field in ipairs(record(r, KEYS[3], KEYS[4], KEYS[5], KEYS[6])) do
       out[#out + 1] = field

@@ -163,8 +163,9 @@ impl RedisLeaseStore {
     /// Folds the purged runs' fences an older release kept (a hash, one field per purged id)
     /// into the fence floor, a page per call, and leaves the format marker in their place
     /// (`lua/fold_tombstones.lua`); refuses a namespace whose marker names a later format than
-    /// [`FORMAT`](crate::keys::FORMAT), and raises an earlier one's. Runs at connect, before the store serves: a namespace
-    /// written by the older release keeps its guarantee, and its storage shrinks to one key.
+    /// [`FORMAT`](crate::keys::FORMAT), and raises an earlier one's. Runs at connect, before
+    /// the store serves: a namespace written by the older release keeps its guarantee, and its
+    /// storage shrinks to one key.
     pub(crate) async fn fold_tombstones(&self) -> Result<()> {
         let mut cursor = "0".to_owned();
         loop {
@@ -327,9 +328,7 @@ impl RedisLeaseStore {
         // was added in between (else it is read again).
         let mut tries = 0;
         let reply = loop {
-            let mut names = Call::new(&SCRIPTS.kinds);
-            names.key(self.keys.kind_set());
-            let names = self.read("kinds", &names).await?;
+            let classes = self.created_classes().await?;
             let mut call = Call::new(&SCRIPTS.count);
             call.key(self.keys.claimable())
                 .key(self.keys.delayed())
@@ -338,10 +337,10 @@ impl RedisLeaseStore {
                 .key(self.keys.failures())
                 .key(self.keys.cancelled())
                 .key(self.keys.kind_set())
-                .arg(names.len())
+                .arg(classes.len())
                 .arg(lease_core::LONGEST_HELD_SCAN);
-            for i in 0..names.len() {
-                call.key(self.keys.claimable_of(&names.class(i)?));
+            for class in &classes {
+                call.key(self.keys.claimable_of(class));
             }
             call.key(self.keys.runs());
             let reply = self.read("count", &call).await?;
@@ -374,6 +373,17 @@ impl RedisLeaseStore {
         Ok(counts)
     }
 
+    /// Every class but the default (the default kind at priority 0 in the default queue) that a
+    /// run was created with: the kinds set, which never shrinks (`lua/kinds.lua`).
+    async fn created_classes(&self) -> Result<Vec<Class>> {
+        let mut names = Call::new(&SCRIPTS.kinds);
+        names.key(self.keys.kind_set());
+        let names = self.read("kinds", &names).await?;
+        Ok((0..names.len())
+            .map(|i| names.class(i))
+            .collect::<Result<Vec<_>, _>>()?)
+    }
+
     /// Stores `queue` as paused or not (`lua/pause_queue.lua`), confirmed as a create is.
     pub(crate) async fn set_paused(
         &self,
@@ -399,21 +409,9 @@ impl RedisLeaseStore {
     /// queue (the classes every create records), as the scripts' `wake` sends them. A hint:
     /// a message lost, or refused by the user's ACL, costs a worker its fallback poll.
     pub(crate) async fn wake_queue(&self, queue: &lease_core::Queue) -> Result<()> {
-        let mut names = Call::new(&SCRIPTS.kinds);
-        names.key(self.keys.kind_set());
-        let names = self.read("kinds", &names).await?;
-        let mut classes = Vec::new();
-        if queue.is_default() {
-            classes.push(Class::default());
-        }
-        for i in 0..names.len() {
-            let class = names.class(i)?;
-            if class.queue == *queue {
-                classes.push(class);
-            }
-        }
+        let classes = std::iter::once(Class::default()).chain(self.created_classes().await?);
         let prefix = format!("{}:claimable", self.keys.tag());
-        for class in classes {
+        for class in classes.filter(|class| class.queue == *queue) {
             let key = self.keys.claimable_of(&class);
             let suffix = key.strip_prefix(&prefix).unwrap_or_default();
             let mut publish = redis::cmd("PUBLISH");
@@ -451,17 +449,9 @@ impl RedisLeaseStore {
             .collect::<Result<Vec<_>>>()?;
         // The queues with runnable runs: those with a claimable index of one of their classes
         // (every class a run was created with is in the kinds set), one EXISTS per queue.
-        let mut names = Call::new(&SCRIPTS.kinds);
-        names.key(self.keys.kind_set());
-        let names = self.read("kinds", &names).await?;
         let mut indexes: std::collections::BTreeMap<lease_core::Queue, Vec<String>> =
             std::collections::BTreeMap::new();
-        indexes
-            .entry(lease_core::Queue::default())
-            .or_default()
-            .push(self.keys.claimable_of(&Class::default()));
-        for i in 0..names.len() {
-            let class = names.class(i)?;
+        for class in std::iter::once(Class::default()).chain(self.created_classes().await?) {
             let key = self.keys.claimable_of(&class);
             indexes.entry(class.queue).or_default().push(key);
         }
@@ -494,15 +484,10 @@ impl RedisLeaseStore {
         // no class was added in between (else they are read again).
         let mut tries = 0;
         let (classes, reply) = loop {
-            let mut names = Call::new(&SCRIPTS.kinds);
-            names.key(self.keys.kind_set());
-            let names = self.read("kinds", &names).await?;
-            let mut classes = vec![Class::default()];
-            for i in 0..names.len() {
-                classes.push(names.class(i)?);
-            }
+            let created = self.created_classes().await?;
             let mut call = Call::new(&SCRIPTS.count_kinds);
-            call.key(self.keys.kind_set()).arg(names.len());
+            call.key(self.keys.kind_set()).arg(created.len());
+            let classes: Vec<Class> = std::iter::once(Class::default()).chain(created).collect();
             for class in &classes {
                 call.key(self.keys.claimable_of(class));
             }

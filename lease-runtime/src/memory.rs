@@ -175,14 +175,14 @@ impl MemoryLeaseStore {
     }
 
     /// Stores `queue` as paused or not, at the store's now.
-    fn set_paused(&self, queue: &Queue, paused: bool) -> Result<QueueState> {
+    fn set_paused(&self, queue: &Queue, paused: bool) -> QueueState {
         let now = self.now();
         let mut state = self.lock();
         let entry = state.queues.entry(queue.clone()).or_insert((paused, now));
         if entry.0 != paused {
             *entry = (paused, now);
         }
-        Ok(QueueState::new(queue.clone(), entry.0, Some(entry.1)))
+        QueueState::new(queue.clone(), entry.0, Some(entry.1))
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {

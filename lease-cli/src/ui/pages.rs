@@ -48,7 +48,8 @@ pub(crate) struct Overview {
     pub runnable: Vec<RunRecord>,
     pub failed: Vec<RunRecord>,
     pub suspended: Vec<RunRecord>,
-    /// The queues ever paused or resumed; `None` where the store keeps no queues (etcd).
+    /// The queues with runnable runs or ever paused or resumed; `None` where the store keeps
+    /// no queues (etcd).
     pub queues: Option<Vec<distribution::QueueState>>,
 }
 
@@ -97,14 +98,10 @@ pub(crate) fn overview(o: &Overview) -> String {
             let rows: Vec<Vec<String>> = queues
                 .iter()
                 .map(|q| {
-                    let (state, class) = if q.paused {
-                        ("paused", "paused")
-                    } else {
-                        ("running", "running")
-                    };
+                    let state = if q.paused { "paused" } else { "running" };
                     vec![
                         format!("<span class=\"queue\">{}</span>", esc(q.queue.as_str())),
-                        format!("<span class=\"{class}\">{state}</span>"),
+                        format!("<span class=\"{state}\">{state}</span>"),
                         q.changed_at
                             .map_or_else(|| "never paused".to_owned(), instant),
                     ]

@@ -466,17 +466,8 @@ impl LeaseStore for PostgresLeaseStore {
         // Wakes the idle workers of the kinds with runs waiting in the queue (a hint: one that
         // is lost costs a worker its fallback poll).
         if let Some(notifier) = &self.notifier {
-            let rows = call!(self, |conn| {
-                let query = sqlx::query(&self.sql.queue_kinds)
-                    .bind(queue.as_str())
-                    .bind(lease_core::MAX_KINDS_COUNTED as i64);
-                self.read_all_without_jit(conn, query).await
-            });
-            match rows {
-                Ok(rows) => {
-                    let kinds = rows.iter().map(kind).collect::<Result<Vec<_>, _>>()?;
-                    notifier.claimable_all(kinds.iter().map(|k| (k, 0)));
-                }
+            match self.queue_kinds(queue).await {
+                Ok(kinds) => notifier.claimable_all(kinds.iter().map(|k| (k, 0))),
                 Err(e) => {
                     tracing::warn!(error = %e, %queue, "the resumed queue's kinds were not read; its workers find its runs at their next poll")
                 }

@@ -361,11 +361,11 @@ impl LeaseStore for MemoryLeaseStore {
     }
 
     async fn pause_queue(&self, queue: &Queue) -> Result<QueueState> {
-        self.set_paused(queue, true)
+        Ok(self.set_paused(queue, true))
     }
 
     async fn resume_queue(&self, queue: &Queue) -> Result<QueueState> {
-        let state = self.set_paused(queue, false)?;
+        let state = self.set_paused(queue, false);
         // Idle workers of any kind may have runs of the queue waiting.
         self.wakes.wake_all();
         Ok(state)

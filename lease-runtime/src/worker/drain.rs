@@ -15,8 +15,9 @@ impl Worker {
     /// once none of their runs is left to run now: none claimable and none held (by this worker
     /// or any other). A job that a handler inserts, a retry without delay and a lease that
     /// expired are run too. Runs waiting out a delay (a retry's backoff, a start time), and
-    /// runs of queues the worker does not serve or that are paused, are left: give the worker a [`RetryPolicy`](crate::RetryPolicy) without backoff to run
-    /// retries within the drain. The report is the worker's, after its ends committed.
+    /// runs of queues the worker does not serve or that are paused, are left: give the worker
+    /// a [`RetryPolicy`](crate::RetryPolicy) without backoff to run retries within the drain.
+    /// The report is the worker's, after its ends committed.
     ///
     /// For tests of handlers, on any store: no sleep and no shutdown token.
     ///
@@ -96,16 +97,19 @@ impl Worker {
             .map(|(queue, _)| queue)
             .filter(|queue| !paused.contains(queue))
             .collect();
-        for kind in served {
+        for (kind, queue) in served
+            .iter()
+            .flat_map(|kind| queues.iter().map(move |queue| (kind, queue)))
+        {
             let mut filter = ListFilter::new()
                 .with_state(RunState::Runnable)
                 .with_kind(kind.clone())
+                .with_queue(queue.clone())
                 .with_limit(MAX_LIST);
             loop {
                 let page = self.store.list(&filter).await?;
                 let waiting = |r: &lease_core::RunRecord| {
-                    !queues.contains(&r.queue)
-                        || r.owner.is_none() && r.not_before.is_some_and(|at| at > r.observed_at)
+                    r.owner.is_none() && r.not_before.is_some_and(|at| at > r.observed_at)
                 };
                 if page.iter().any(|r| !waiting(r)) {
                     return Ok(true);

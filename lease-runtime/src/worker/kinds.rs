@@ -206,9 +206,9 @@ impl Kinds {
     }
 }
 
-/// A served kind while the worker runs: its handler and the semaphore of its own limit.
-/// One kind in one queue: what a claim asks for. A kind's limit is shared by its lanes in
-/// every queue, a queue's by its lanes of every kind.
+/// A served kind in one served queue while the worker runs: what a claim asks for, with the
+/// kind's handler and the semaphores of the kind's and the queue's own limits. A kind's limit
+/// is shared by its lanes in every queue, a queue's by its lanes of every kind.
 pub(super) struct Lane {
     pub(super) kind: Kind,
     pub(super) queue: lease_core::Queue,
@@ -276,9 +276,10 @@ pub(super) struct Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let (kind, queue) = (self.lane.0.take(), self.lane.1.take());
-        if kind.is_some() || queue.is_some() {
-            drop((kind, queue));
+        // Each permit taken is released at the end of its statement, before the notification.
+        let kind = self.lane.0.take().is_some();
+        let queue = self.lane.1.take().is_some();
+        if kind || queue {
             self.freed.notify_one();
         }
     }

@@ -318,12 +318,13 @@ impl Worker {
         }));
 
         let slots = Arc::new(Semaphore::new(self.config.concurrency));
-        // A kind's slot came free: wakes the loop when every kind was at its own limit.
+        // A kind's or queue's slot came free: wakes the loop when every lane was at its limits.
         let freed = Arc::new(Notify::new());
-        // The kind whose turn is next, and how many claims in a row found nothing.
+        // The lane (a kind in a queue) whose turn is next, and how many claims in a row found
+        // nothing.
         let mut turn = 0;
         let mut empty = 0;
-        // Which kinds were claimed from and found empty since the last claim that took runs.
+        // Which lanes were claimed from and found empty since the last claim that took runs.
         let mut found_empty = vec![false; lanes.len()];
         let mut jobs = JoinSet::new();
         let mut idle = Duration::ZERO;
@@ -346,12 +347,12 @@ impl Worker {
                 _ = shutdown.cancelled() => break,
                 permit = slots.clone().acquire_owned() => permit.expect("semaphore never closed"),
             };
-            // The next kind in turn with room under its own limit.
-            let Some((lane, first_kind)) = (0..lanes.len()).find_map(|i| {
+            // The next lane in turn with room under its kind's and queue's limits.
+            let Some((lane, first_slots)) = (0..lanes.len()).find_map(|i| {
                 let at = (turn + i) % lanes.len();
                 lanes[at].try_slot().map(|slot| (at, slot))
             }) else {
-                // Every kind is at its own limit: wait for one of its jobs to end.
+                // Every lane is at a limit of its own: wait for one of their jobs to end.
                 drop(first);
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
@@ -363,7 +364,7 @@ impl Worker {
             let lane = &lanes[lane];
             let mut permits = vec![Slot {
                 _worker: first,
-                lane: first_kind,
+                lane: first_slots,
                 freed: freed.clone(),
             }];
             // Handlers that end at once free their slots a few at a time, as the runtime gets
@@ -381,12 +382,12 @@ impl Worker {
                 let Ok(worker) = slots.clone().try_acquire_owned() else {
                     break;
                 };
-                let Some(slots) = lane.try_slot() else {
+                let Some(lane_slots) = lane.try_slot() else {
                     break;
                 };
                 permits.push(Slot {
                     _worker: worker,
-                    lane: slots,
+                    lane: lane_slots,
                     freed: freed.clone(),
                 });
             }
@@ -438,13 +439,13 @@ impl Worker {
             if leases.is_empty() {
                 bump(&counters.empty_polls);
                 drop(permits);
-                // Back off once every kind in turn found nothing.
+                // Back off once every lane in turn found nothing.
                 empty += 1;
                 found_empty[lane_at] = true;
                 if empty >= lanes.len() {
                     empty = 0;
-                    // Only a worker whose every kind was claimed from and found empty sleeps
-                    // until woken: a kind skipped at its own limit may have runs waiting, and is
+                    // Only a worker whose every lane was claimed from and found empty sleeps
+                    // until woken: a lane skipped at a limit may have runs waiting, and is
                     // tried again after the backoff.
                     let all_empty = !found_empty.contains(&false);
                     found_empty.fill(false);
