@@ -283,12 +283,35 @@ async fn typed_inserts_commit_with_the_callers_transaction_and_a_resend_is_a_dup
         .unwrap();
     assert!(!by_key.duplicate && by_key_again.duplicate);
     assert_eq!(by_key_again.run_id, by_key.run_id);
+    // A queue, and a batch into another, in the same transaction.
+    let queued = store
+        .insert_tx(
+            &mut tx,
+            &SendReceipt { order: 9 },
+            InsertOpts::new().with_queue("receipts"),
+        )
+        .await
+        .unwrap();
+    let batched = store
+        .insert_many_tx(
+            &mut tx,
+            &[(
+                SendReceipt { order: 10 },
+                InsertOpts::new().with_queue("bulk"),
+            )],
+        )
+        .await
+        .unwrap();
     // The duplicate did not abort the transaction: it still writes and commits.
     sqlx::query(&format!("INSERT INTO {orders} VALUES (8)"))
         .execute(&mut *tx)
         .await
         .unwrap();
     tx.commit().await.unwrap();
+    for (inserted, queue) in [(&queued, "receipts"), (&batched[0], "bulk")] {
+        let record = store.inspect(&inserted.run_id).await.unwrap();
+        assert_eq!(record.queue.as_str(), queue, "{record:?}");
+    }
     // Outside a transaction, through the store-wide extension: a duplicate too.
     let again = store
         .insert(&SendReceipt { order: 7 }, named)
