@@ -38,6 +38,7 @@ mod run_at_scenarios;
 mod safety_scenarios;
 mod scenarios;
 mod scope_scenarios;
+mod signal_scenarios;
 mod storage_scenarios;
 mod time_scenarios;
 mod unique_scenarios;
@@ -64,6 +65,7 @@ pub use run_at_scenarios::*;
 pub use safety_scenarios::*;
 pub use scenarios::*;
 pub use scope_scenarios::*;
+pub use signal_scenarios::*;
 pub use storage_scenarios::{
     a_churned_id_comes_back_above_its_fence, churn_and_purge, churn_in_batches, Churned,
 };
@@ -296,6 +298,10 @@ macro_rules! conformance_tests {
             higher_priorities_are_claimed_first_and_the_oldest_first_within_one,
             a_unique_key_keeps_one_live_run,
             queues_are_claimed_apart_and_a_paused_one_by_no_one,
+            a_signal_answers_its_wait_once_under_a_higher_fence,
+            a_wait_times_out_on_the_store_clock_and_refuses_a_late_signal,
+            a_signal_racing_a_timeout_or_a_cancel_has_exactly_one_winner,
+            a_waiting_run_is_resumed_cancelled_or_purged_and_its_token_goes_stale,
             a_worker_serves_each_kind_with_its_handler_and_starves_none,
             worker_handler_ignoring_its_token_is_still_fenced,
             worker_reports_no_end_before_its_batch_commits,

@@ -73,7 +73,7 @@ impl AttemptOutcome {
         Some(match end {
             End::Complete | End::CompleteWith(_) => (AttemptOutcome::Completed, None),
             End::Release | End::RetryAfter(_) => (AttemptOutcome::Released, None),
-            End::Suspend => (AttemptOutcome::Suspended, None),
+            End::Suspend | End::AwaitSignal { .. } => (AttemptOutcome::Suspended, None),
             End::AttemptFailed { reason, .. } => {
                 (AttemptOutcome::Retried, Some(attempt_error(reason)))
             }

@@ -65,6 +65,11 @@ pub struct Capabilities {
     /// ([`NewRun::with_queue`](crate::NewRun::with_queue)) and queues paused
     /// ([`LeaseStore::pause_queue`](crate::LeaseStore::pause_queue)).
     pub queues: bool,
+    /// Whether a lease can end waiting for a signal
+    /// ([`End::AwaitSignal`](crate::End::AwaitSignal)) and a signal be delivered
+    /// ([`LeaseStore::deliver_signal`](crate::LeaseStore::deliver_signal)). A store without
+    /// refuses both with [`InvalidInput::Unsupported`](crate::InvalidInput::Unsupported).
+    pub signals: bool,
     /// Whether runs can be created, and leases ended, inside the caller's own database
     /// transaction (Postgres: `PostgresLeaseStore::create_in`, `end_in`). Not part of the
     /// trait: a backend's own API, `false` by default.
@@ -84,6 +89,7 @@ impl Default for Capabilities {
             wake_ups: true,
             run_at: true,
             queues: true,
+            signals: true,
             transactional_enqueue: false,
         }
     }
@@ -179,6 +185,14 @@ impl Capabilities {
     #[must_use]
     pub fn without_queues(mut self) -> Self {
         self.queues = false;
+        self
+    }
+
+    /// The store has no signals: it refuses [`End::AwaitSignal`](crate::End::AwaitSignal)
+    /// and [`deliver_signal`](crate::LeaseStore::deliver_signal).
+    #[must_use]
+    pub fn without_signals(mut self) -> Self {
+        self.signals = false;
         self
     }
 

@@ -170,6 +170,17 @@ pub enum Error {
     /// The input was refused before reaching the store; nothing changed.
     #[error(transparent)]
     InvalidInput(#[from] InvalidInput),
+    /// A signal refused: the run no longer waits in the wait its token names, or never did
+    /// (see [`SignalRefusal`](crate::SignalRefusal)). Nothing was stored.
+    #[error("signal for run {run} refused: {reason} (the run is {state})")]
+    StaleSignal {
+        /// The run.
+        run: crate::RunId,
+        /// Its state when the signal came.
+        state: crate::RunState,
+        /// Why.
+        reason: crate::SignalRefusal,
+    },
     /// The store could not be reached or did not answer in time. Retrying may succeed. A write
     /// that failed this way may or may not have been applied.
     #[error("{backend} backend unavailable: {detail}")]
@@ -265,6 +276,7 @@ impl Error {
             Error::Cancelled { .. } => "cancelled",
             Error::Delayed { .. } => "delayed",
             Error::NotSuspended { .. } => "not_suspended",
+            Error::StaleSignal { .. } => "stale_signal",
             Error::StaleFence { .. } => "stale_fence",
             Error::LeaseEnded { .. } => "lease_ended",
             Error::FenceAhead { .. } => "fence_ahead",
@@ -306,6 +318,11 @@ impl Error {
             Error::NotSuspended { run, state } => Error::NotSuspended {
                 run: run.clone(),
                 state: *state,
+            },
+            Error::StaleSignal { run, state, reason } => Error::StaleSignal {
+                run: run.clone(),
+                state: *state,
+                reason: *reason,
             },
             Error::StaleFence {
                 run,
@@ -610,6 +627,54 @@ pub enum InvalidInput {
         kind: String,
         /// What the encoder said.
         why: String,
+    },
+    /// An empty [`SignalName`](crate::SignalName).
+    #[error("signal name is empty; it must be 1 to {max} bytes of UTF-8")]
+    EmptySignalName {
+        /// The limit.
+        max: usize,
+    },
+    /// A [`SignalName`](crate::SignalName) over [`MAX_SIGNAL_BYTES`](crate::MAX_SIGNAL_BYTES).
+    #[error("signal name is {len} bytes long; the limit is {max} bytes of UTF-8")]
+    SignalNameTooLong {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A wait's timeout that is zero, not whole milliseconds, or over
+    /// [`MAX_WAIT`](crate::MAX_WAIT).
+    #[error("wait timeout {timeout:?} is out of range; it must be 1 ms to {max:?}, in whole milliseconds")]
+    WaitTimeout {
+        /// The timeout asked for.
+        timeout: std::time::Duration,
+        /// The limit.
+        max: std::time::Duration,
+    },
+    /// A signal's payload over [`MAX_SIGNAL_PAYLOAD_BYTES`](crate::MAX_SIGNAL_PAYLOAD_BYTES).
+    #[error("signal payload of {len} bytes is over the maximum of {max} bytes")]
+    SignalPayloadTooLarge {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A [`SignalToken`](crate::SignalToken) that is malformed, or whose signature the store's
+    /// key does not accept.
+    #[error("signal token refused: {why}")]
+    SignalToken {
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// A [`SignalKey`](crate::SignalKey) secret too short or too long.
+    #[error("signal key secret is {len} bytes; it must be {min} to {max} bytes")]
+    SignalKey {
+        /// Its length.
+        len: usize,
+        /// The shortest allowed.
+        min: usize,
+        /// The longest allowed.
+        max: usize,
     },
     /// An operation this backend does not offer (a method added to the trait after it was
     /// written, whose default refuses rather than weakens the contract).

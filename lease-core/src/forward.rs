@@ -181,7 +181,15 @@ impl Reply for Lease {
 macro_rules! single {
     ($($t:ty),*) => { $(impl Reply for $t {})* };
 }
-single!((), u64, RunRecord, JournalEntry, RunCounts, QueueState);
+single!(
+    (),
+    u64,
+    RunRecord,
+    JournalEntry,
+    RunCounts,
+    QueueState,
+    crate::Signalled
+);
 
 macro_rules! many {
     ($($t:ty),*) => {
@@ -370,6 +378,24 @@ impl<W: Forward> LeaseStore for W {
 
     async fn complete(&self, lease: &Lease) -> Result<()> {
         forward!(self, Call::lease("complete", lease), complete(lease))
+    }
+
+    async fn deliver_signal(
+        &self,
+        run: &RunId,
+        name: &crate::SignalName,
+        fence: crate::Fence,
+        payload: &[u8],
+    ) -> Result<crate::Signalled> {
+        forward!(
+            self,
+            Call::run("deliver_signal", run),
+            deliver_signal(run, name, fence, payload)
+        )
+    }
+
+    fn signal_key(&self) -> Option<&crate::SignalKey> {
+        self.inner().signal_key()
     }
 
     async fn inspect(&self, run: &RunId) -> Result<RunRecord> {

@@ -61,6 +61,7 @@ mod new_run;
 mod policy;
 mod queue;
 mod redact;
+pub mod signal;
 mod store;
 mod types;
 mod wake;
@@ -75,12 +76,16 @@ pub use limits::{
     LONGEST_HELD_SCAN, MAX_ATTEMPT_ERROR_BYTES, MAX_BATCH, MAX_BATCH_PAYLOAD_BYTES, MAX_COUNT,
     MAX_HISTORY, MAX_ID_BYTES, MAX_KINDS_COUNTED, MAX_KIND_BYTES, MAX_LIST, MAX_PAYLOAD_BYTES,
     MAX_PRIORITY, MAX_PURGE_AGE, MAX_QUEUES_LISTED, MAX_QUEUE_BYTES, MAX_REASON_BYTES,
-    MAX_RETRY_DELAY, MAX_RUN_PAYLOAD_BYTES, MAX_START_DELAY, MAX_WAKE_DELAY, REBIND_FENCE_STEP,
+    MAX_RETRY_DELAY, MAX_RUN_PAYLOAD_BYTES, MAX_SIGNAL_BYTES, MAX_SIGNAL_PAYLOAD_BYTES,
+    MAX_START_DELAY, MAX_WAIT, MAX_WAKE_DELAY, REBIND_FENCE_STEP,
 };
 pub use new_run::{refuse_priorities, refuse_unique_keys, NewRun};
 pub use policy::{EndedStates, Retention, DEFAULT_COMPLETED_RETENTION, DEFAULT_FAILED_RETENTION};
 pub use queue::{refuse_queues, Queue, QueueState, DEFAULT_QUEUE};
 pub use redact::{redact_url, REDACTED, UNPARSEABLE_URL};
+pub use signal::{
+    Signal, SignalExt, SignalKey, SignalName, SignalRefusal, SignalToken, Signalled, Wait, WaitEnd,
+};
 pub use store::{LeaseStore, LeaseStoreExt};
 pub use types::{
     sanitize_reason, End, Ending, Fence, JournalEntry, Lease, ListFilter, RunCounts, RunRecord,

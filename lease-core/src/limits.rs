@@ -43,6 +43,17 @@ pub const MAX_PRIORITY: u8 = 9;
 /// [`MAX_RETRY_DELAY`].
 pub const MAX_START_DELAY: Duration = Duration::from_secs(366 * 86_400);
 
+// --- Signals ---------------------------------------------------------------------------
+
+/// The longest [`SignalName`](crate::SignalName), in bytes of UTF-8.
+pub const MAX_SIGNAL_BYTES: usize = 64;
+/// The largest payload a signal delivers: 64 KiB, as a run's own payload (it is read with
+/// every claim of the resumed run).
+pub const MAX_SIGNAL_PAYLOAD_BYTES: usize = 64 << 10;
+/// The longest a run waits for a signal ([`End::await_signal`](crate::End::await_signal)): 366
+/// days, as a start delay.
+pub const MAX_WAIT: Duration = MAX_START_DELAY;
+
 // --- Ends ------------------------------------------------------------------------------
 
 /// The longest delay an [`End::RetryAfter`](crate::End::RetryAfter) accepts: 30 days.

@@ -42,9 +42,11 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::backend::{claim_refusal, fenced_verdict};
+use crate::signal::signal_verdict;
 use crate::{
     attempt_error, Attempt, AttemptOutcome, End, EndedStates, Error, Fence, InvalidInput, Kind,
-    Lease, Result, RunId, RunRecord, RunState, StoreTime, Ttl, WorkerId,
+    Lease, Result, RunId, RunRecord, RunState, Signal, SignalName, StoreTime, Ttl, Wait, WaitEnd,
+    WorkerId,
 };
 
 /// What the rules read and write of one run: the record every backend keeps, in the store's
@@ -84,6 +86,10 @@ pub struct Run {
     pub renewed_at: Option<StoreTime>,
     /// Its ended attempts, oldest first, at most [`MAX_HISTORY`](crate::MAX_HISTORY).
     pub history: VecDeque<Attempt>,
+    /// While suspended by [`End::AwaitSignal`]: what it waits for.
+    pub wait: Option<Wait>,
+    /// How its last wait ended, until it waits again.
+    pub resumed: Option<WaitEnd>,
 }
 
 /// One operation on a run that exists (create and purge add and remove records; they are the
@@ -126,6 +132,16 @@ pub enum Op<'a> {
     },
     /// A resume of a suspended or failed run.
     Resume,
+    /// A signal for the wait of `fence` (a [`SignalToken`](crate::SignalToken)'s, already
+    /// verified), with `payload` (already checked).
+    Signal {
+        /// The signal's name.
+        name: &'a SignalName,
+        /// The fence of the wait it answers.
+        fence: Fence,
+        /// What it delivers.
+        payload: &'a [u8],
+    },
 }
 
 /// What [`step`] did, when it did not refuse.
@@ -155,6 +171,12 @@ pub enum Applied<'a> {
     AlreadyCancelled,
     /// Resumed.
     Resumed,
+    /// Signalled: the run is claimable, with the signal for its next leases; `duplicate` when
+    /// this delivery had been made before and nothing changed.
+    Signalled {
+        /// Whether it had been delivered before.
+        duplicate: bool,
+    },
 }
 
 impl Run {
@@ -184,7 +206,15 @@ impl Run {
             claimed_at: None,
             renewed_at: None,
             history: VecDeque::new(),
+            wait: None,
+            resumed: None,
         }
+    }
+
+    /// Whether it waits for a signal whose deadline has passed at `now`: the next claim takes
+    /// it, and a signal is refused.
+    pub fn wait_timed_out(&self, now: StoreTime) -> bool {
+        self.state == RunState::Suspended && self.wait.as_ref().is_some_and(|w| w.timed_out(now))
     }
 
     /// Whether it ended: completed, failed or cancelled.
@@ -205,7 +235,9 @@ impl Run {
 
     /// Whether `claim_next` may take it at `now`: due, or held by a lease expired by then.
     pub fn is_claimable(&self, now: StoreTime) -> bool {
-        self.state == RunState::Runnable && self.claimable_at <= now && self.fence < Fence::MAX
+        (self.state == RunState::Runnable || self.wait_timed_out(now))
+            && self.claimable_at <= now
+            && self.fence < Fence::MAX
     }
 
     /// The order `claim_next` takes claimable runs in: the highest priority first, then the
@@ -245,7 +277,8 @@ impl Run {
                 .with_attempt(self.attempts)
                 .with_kind(self.kind.clone())
                 .with_queue(self.queue.clone())
-                .with_priority(self.priority),
+                .with_priority(self.priority)
+                .with_resumed(self.resumed.clone()),
         )
     }
 
@@ -269,6 +302,8 @@ impl Run {
         record.claimable_since =
             (self.state == RunState::Runnable && self.owner.is_none() && self.claimable_at <= now)
                 .then_some(self.claimable_at);
+        record.wait = self.wait.clone();
+        record.resumed = self.resumed.clone();
         record
     }
 
@@ -333,15 +368,32 @@ pub fn step<'a>(id: &RunId, run: &mut Run, op: Op<'a>, now: StoreTime) -> Result
     match op {
         Op::Claim { worker, ttl } => {
             let remaining = run.expires_at.map(|at| at.saturating_since(now));
+            // A wait past its deadline is claimable: the claim resumes it as timed out.
+            let timed_out = run.wait_timed_out(now);
             if let Some(refusal) = claim_refusal(
                 id,
-                run.state,
+                if timed_out {
+                    RunState::Runnable
+                } else {
+                    run.state
+                },
                 run.owner.as_ref(),
                 remaining,
                 run.delay(now),
                 run.fence,
             ) {
                 return Err(refusal);
+            }
+            if timed_out {
+                let wait = run.wait.take().expect("timed out");
+                run.resumed = Some(WaitEnd::TimedOut {
+                    name: wait.name,
+                    fence: wait.fence,
+                    at: wait.deadline.expect("timed out"),
+                });
+                run.state = RunState::Runnable;
+                // A wait's time does not spend the budget: the resumed run starts afresh.
+                run.attempts = 0;
             }
             // Claimable since the expiry of the lease before, or since claimable_at.
             let since = run.expires_at.unwrap_or(run.claimable_at);
@@ -398,6 +450,14 @@ pub fn step<'a>(id: &RunId, run: &mut Run, op: Op<'a>, now: StoreTime) -> Result
             run.owner = None;
             run.expires_at = None;
             run.claimable_at = after(now, Duration::from_millis(end.delay_millis()));
+            if let End::AwaitSignal { name, timeout } = end {
+                let deadline = timeout.map(|t| after(now, t));
+                run.wait = Some(Wait::new(name.clone(), deadline, run.fence));
+                // The last wait's answer is the handler's no more once it waits again.
+                run.resumed = None;
+                // A timed-out wait is claimable from its deadline, in the claim order.
+                run.claimable_at = deadline.unwrap_or(now);
+            }
             Ok(Applied::Ended { journal })
         }
         Op::ForceRelease => {
@@ -414,6 +474,7 @@ pub fn step<'a>(id: &RunId, run: &mut Run, op: Op<'a>, now: StoreTime) -> Result
             RunState::Runnable | RunState::Suspended | RunState::Failed => {
                 run.archive(AttemptOutcome::Cancelled, Some(reason), now);
                 run.state = RunState::Cancelled;
+                run.wait = None;
                 run.failure = Some(reason.to_owned());
                 run.unown(now);
                 Ok(Applied::Cancelled)
@@ -429,10 +490,43 @@ pub fn step<'a>(id: &RunId, run: &mut Run, op: Op<'a>, now: StoreTime) -> Result
             }
             run.state = RunState::Runnable;
             run.failure = None;
+            // An operator's resume ends a wait with no answer.
+            run.wait = None;
             // A fresh budget.
             run.attempts = 0;
             run.claimable_at = now;
             Ok(Applied::Resumed)
+        }
+        Op::Signal {
+            name,
+            fence,
+            payload,
+        } => {
+            let duplicate = signal_verdict(
+                id,
+                run.state,
+                run.fence,
+                run.wait.as_ref(),
+                run.resumed.as_ref(),
+                name,
+                fence,
+                payload,
+                now,
+            )?;
+            if !duplicate {
+                run.wait = None;
+                run.resumed = Some(WaitEnd::Signalled(Signal::new(
+                    name.clone(),
+                    fence,
+                    now,
+                    payload,
+                )));
+                run.state = RunState::Runnable;
+                // A wait's time does not spend the budget: the resumed run starts afresh.
+                run.attempts = 0;
+                run.claimable_at = now;
+            }
+            Ok(Applied::Signalled { duplicate })
         }
     }
 }

@@ -352,6 +352,42 @@ pub trait LeaseStore: fmt::Debug + fmt::Display + Send + Sync + 'static {
     /// [`Error::NotFound`], [`Error::NotSuspended`].
     async fn resume(&self, run: &RunId) -> Result<RunRecord>;
 
+    /// Delivers a signal's `payload` to the wait of `fence` for `name` on `run`: the run
+    /// becomes claimable (a fresh attempt budget, as after a resume) and its next leases carry
+    /// the signal ([`Lease::resumed`]), only if it still waits in that wait, before its
+    /// deadline. The same delivery made again (same wait, name and payload) answers
+    /// [`Signalled::duplicate`](crate::Signalled) and changes nothing, whatever the run did
+    /// since, until it waits again. Atomic, and confirmed as an end is (replica
+    /// acknowledgements, synchronous standbys). Callers use
+    /// [`SignalExt::signal`](crate::SignalExt::signal), which checks the token first.
+    ///
+    /// The default refuses with [`InvalidInput::Unsupported`](crate::InvalidInput::Unsupported):
+    /// a backend without signals, whose [`Capabilities::signals`](crate::Capabilities) is
+    /// false.
+    ///
+    /// # Errors
+    /// [`Error::StaleSignal`] naming the run's state and the
+    /// [`SignalRefusal`](crate::SignalRefusal), with nothing stored; [`Error::NotFound`].
+    async fn deliver_signal(
+        &self,
+        run: &RunId,
+        name: &crate::SignalName,
+        fence: crate::Fence,
+        payload: &[u8],
+    ) -> Result<crate::Signalled> {
+        let _ = (run, name, fence, payload);
+        Err(crate::InvalidInput::Unsupported {
+            operation: "signals",
+        }
+        .into())
+    }
+
+    /// The key this store's [`SignalToken`](crate::SignalToken)s are signed and checked with,
+    /// when one is configured (see [`SignalKey`](crate::SignalKey)). The default is `None`.
+    fn signal_key(&self) -> Option<&crate::SignalKey> {
+        None
+    }
+
     /// Completes the run: terminal, owner and expiry cleared. A fenced write.
     ///
     /// **A retry after an unanswered call** (for example [`Error::Unavailable`]: the call may

@@ -248,6 +248,7 @@ pub struct Lease {
     queue: Queue,
     priority: u8,
     waited: Option<Duration>,
+    resumed: Option<Arc<crate::WaitEnd>>,
 }
 
 impl Lease {
@@ -277,6 +278,7 @@ impl Lease {
             queue: Queue::default(),
             priority: 0,
             waited: None,
+            resumed: None,
         })
     }
 
@@ -322,6 +324,20 @@ impl Lease {
         &self.kind
     }
 
+    /// The same lease, saying how its run's last wait ended, as a backend's claims set it.
+    pub fn with_resumed(mut self, resumed: Option<crate::WaitEnd>) -> Lease {
+        self.resumed = resumed.map(Arc::new);
+        self
+    }
+
+    /// How the run's last wait ([`End::await_signal`](crate::End::await_signal)) ended: the
+    /// signal that answered it, or its timeout. Carried by every lease of the run from the
+    /// claim that resumed it until it waits again; `None` for a run that never waited (or was
+    /// resumed by an operator).
+    pub fn resumed(&self) -> Option<&crate::WaitEnd> {
+        self.resumed.as_deref()
+    }
+
     /// The same lease, of its run's queue ([`NewRun::with_queue`](crate::NewRun::with_queue)),
     /// as a backend sets it on the leases its claims hand out.
     pub fn with_queue(mut self, queue: Queue) -> Lease {
@@ -345,6 +361,7 @@ impl Lease {
         self.queue = from.queue.clone();
         self.priority = from.priority;
         self.waited = from.waited;
+        self.resumed = from.resumed.clone();
         self
     }
 

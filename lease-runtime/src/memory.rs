@@ -44,6 +44,7 @@ pub struct MemoryLeaseStore {
     epoch: Instant,
     state: Mutex<State>,
     wakes: lease_core::Wakes,
+    signal_key: Option<lease_core::SignalKey>,
 }
 
 #[derive(Default)]
@@ -161,14 +162,30 @@ impl MemoryLeaseStore {
             epoch: Instant::now(),
             state: Mutex::new(State::default()),
             wakes: lease_core::Wakes::new(),
+            signal_key: None,
         }
     }
 
-    /// Wakes idle workers of the slot's kind if it is runnable and unowned: now, or when its
-    /// delay ends.
+    /// The same store, signing and checking [`SignalToken`](lease_core::SignalToken)s with
+    /// `key` (see [`SignalKey`](lease_core::SignalKey)).
+    #[must_use]
+    pub fn with_signal_key(mut self, key: lease_core::SignalKey) -> MemoryLeaseStore {
+        self.signal_key = Some(key);
+        self
+    }
+
+    /// The store's key, for [`LeaseStore::signal_key`].
+    pub(crate) fn key(&self) -> Option<&lease_core::SignalKey> {
+        self.signal_key.as_ref()
+    }
+
+    /// Wakes idle workers of the slot's kind if it is runnable and unowned (now, or when its
+    /// delay ends), or waits for a signal until a deadline (when it passes).
     fn announce(&self, slot: &Slot, now: StoreTime) {
         let run = &slot.run;
-        if run.state == RunState::Runnable && run.owner.is_none() {
+        let timed_wait = run.state == RunState::Suspended
+            && run.wait.as_ref().is_some_and(|w| w.deadline.is_some());
+        if (run.state == RunState::Runnable && run.owner.is_none()) || timed_wait {
             self.wakes
                 .wake_after(&run.kind, run.claimable_at.saturating_since(now));
         }

@@ -18,6 +18,15 @@ pub enum End {
     Release,
     /// Suspend the run until [`resume`](crate::LeaseStore::resume).
     Suspend,
+    /// Suspend the run until a signal for `name` answers this wait, or until `timeout` (on
+    /// the store's clock; `None`: no timeout) has passed: see [`End::await_signal`] and
+    /// [`crate::signal`]. Reported as [`Ended::Suspended`](crate::Ended::Suspended).
+    AwaitSignal {
+        /// The signal waited for.
+        name: crate::SignalName,
+        /// How long it is waited for; `None` for no timeout.
+        timeout: Option<Duration>,
+    },
     /// Give the run back, runnable but not claimable before this delay (at most
     /// [`MAX_RETRY_DELAY`](crate::MAX_RETRY_DELAY), whole milliseconds) has passed on the **store's** clock: a retry
     /// with backoff. `claim_next` passes the run by until then; a `claim` of it is refused
@@ -53,6 +62,35 @@ pub enum End {
 }
 
 impl End {
+    /// Suspend the run until a signal for `name` answers the wait, or until `timeout` has
+    /// passed on the store's clock (1 ms to [`MAX_WAIT`](crate::MAX_WAIT), whole
+    /// milliseconds); then the next claim takes it, and its lease says how the wait ended
+    /// ([`Lease::resumed`](crate::Lease::resumed)). The lease is released at once: no
+    /// heartbeat while the run waits. Take the wait's [`SignalToken`](crate::SignalToken)
+    /// before ending the lease.
+    ///
+    /// # Errors
+    /// The [`SignalName`](crate::SignalName) rule's, and [`InvalidInput::WaitTimeout`].
+    pub fn await_signal(name: &str, timeout: Duration) -> Result<End, crate::Error> {
+        crate::signal::check_wait_timeout(Some(timeout))?;
+        Ok(End::AwaitSignal {
+            name: crate::SignalName::new(name)?,
+            timeout: Some(timeout),
+        })
+    }
+
+    /// [`await_signal`](End::await_signal) without a timeout: the run waits until a signal,
+    /// a [`resume`](crate::LeaseStore::resume) or a [`cancel`](crate::LeaseStore::cancel).
+    ///
+    /// # Errors
+    /// The [`SignalName`](crate::SignalName) rule's.
+    pub fn await_signal_unbounded(name: &str) -> Result<End, crate::Error> {
+        Ok(End::AwaitSignal {
+            name: crate::SignalName::new(name)?,
+            timeout: None,
+        })
+    }
+
     /// The state the run is in after this end was applied.
     pub fn state(&self) -> RunState {
         match self.ended() {
@@ -69,13 +107,13 @@ impl End {
         match self {
             End::Complete | End::CompleteWith(_) => crate::Ended::Completed,
             End::Release | End::RetryAfter(_) | End::AttemptFailed { .. } => crate::Ended::Released,
-            End::Suspend => crate::Ended::Suspended,
+            End::Suspend | End::AwaitSignal { .. } => crate::Ended::Suspended,
             End::Fail(_) => crate::Ended::Failed,
             End::Committed(ended) => *ended,
         }
     }
 
-    /// The end's name: `complete`, `complete-with`, `release`, `suspend`, `retry-after`,
+    /// The end's name: `complete`, `complete-with`, `release`, `suspend`, `await-signal`, `retry-after`,
     /// `attempt-failed`, `fail` or `committed`.
     pub fn as_str(&self) -> &'static str {
         match self {
@@ -83,6 +121,7 @@ impl End {
             End::CompleteWith(_) => "complete-with",
             End::Release => "release",
             End::Suspend => "suspend",
+            End::AwaitSignal { .. } => "await-signal",
             End::RetryAfter(_) => "retry-after",
             End::AttemptFailed { .. } => "attempt-failed",
             End::Fail(_) => "fail",
@@ -94,7 +133,10 @@ impl End {
     /// suspend or a snooze ([`RetryAfter`](End::RetryAfter)). Every other end leaves the
     /// attempt counted (and a completion ends the run).
     pub fn refunds_attempt(&self) -> bool {
-        matches!(self, End::Release | End::Suspend | End::RetryAfter(_))
+        matches!(
+            self,
+            End::Release | End::Suspend | End::AwaitSignal { .. } | End::RetryAfter(_)
+        )
     }
 
     /// The delay before the run is claimable again, in whole milliseconds: that of a
@@ -119,6 +161,9 @@ impl fmt::Debug for End {
             End::Complete => f.write_str("Complete"),
             End::Release => f.write_str("Release"),
             End::Suspend => f.write_str("Suspend"),
+            End::AwaitSignal { name, timeout } => {
+                write!(f, "AwaitSignal {{ name: {name:?}, timeout: {timeout:?} }}")
+            }
             End::RetryAfter(delay) => write!(f, "RetryAfter({delay:?})"),
             End::AttemptFailed {
                 retry_after,
@@ -185,6 +230,7 @@ pub fn check_end_batch(ends: &[Ending]) -> Result<(), InvalidInput> {
                 check_reason(reason)?;
             }
             End::Fail(reason) => check_reason(reason)?,
+            End::AwaitSignal { timeout, .. } => crate::signal::check_wait_timeout(*timeout)?,
             End::Complete | End::Release | End::Suspend => {}
         }
         if !seen.insert(ending.lease.run()) {

@@ -93,6 +93,12 @@ pub struct RunRecord {
     /// and where the store cannot tell (etcd, which times no instants of its own; a Redis run
     /// last given back by a release before this field was kept).
     pub claimable_since: Option<StoreTime>,
+    /// For a suspended run waiting for a signal ([`End::await_signal`](crate::End::await_signal)):
+    /// what it waits for, until when, and the wait's fence. `None` otherwise.
+    pub wait: Option<crate::Wait>,
+    /// How its last wait ended (a signal, or a timeout), until it waits again; `None` for a run
+    /// that never waited, or where the call does not read it (`list`).
+    pub resumed: Option<crate::WaitEnd>,
     /// The store's clock when this record was read.
     pub observed_at: StoreTime,
 }
@@ -132,6 +138,8 @@ impl RunRecord {
             ended_at: None,
             history: None,
             claimable_since: None,
+            wait: None,
+            resumed: None,
             observed_at,
         }
     }

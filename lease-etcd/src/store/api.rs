@@ -93,6 +93,9 @@ impl LeaseStore for EtcdLeaseStore {
 
     async fn end_many(&self, ends: &[Ending]) -> Result<Vec<Result<()>>> {
         check_end_batch(ends)?;
+        // No signals here: a wait would need its deadline in the index families and a
+        // compare of the wait in every signal's transaction (the closing note of issue 53).
+        lease_core::signal::refuse_waits(ends)?;
         self.end_each(ends).await
     }
 
@@ -177,7 +180,8 @@ impl LeaseStore for EtcdLeaseStore {
             .with_max_expiry_lag(std::time::Duration::from_secs(2))
             .without_queue_lag()
             .without_kind_counts()
-            .without_queues();
+            .without_queues()
+            .without_signals();
         if self.listening.is_some() {
             caps
         } else {

@@ -180,6 +180,34 @@ impl LeaseStore for MemoryLeaseStore {
         Ok(record)
     }
 
+    async fn deliver_signal(
+        &self,
+        run: &RunId,
+        name: &lease_core::SignalName,
+        fence: Fence,
+        payload: &[u8],
+    ) -> Result<lease_core::Signalled> {
+        lease_core::signal::check_signal_payload(payload)?;
+        let now = self.now();
+        let mut state = self.lock();
+        let slot = found(&mut state, run)?;
+        let op = Op::Signal {
+            name,
+            fence,
+            payload,
+        };
+        match self.step(run, slot, op, now)? {
+            machine::Applied::Signalled { duplicate } => {
+                Ok(lease_core::Signalled::new(run.clone(), duplicate))
+            }
+            applied => unreachable!("a signal answers Signalled, not {applied:?}"),
+        }
+    }
+
+    fn signal_key(&self) -> Option<&lease_core::SignalKey> {
+        self.key()
+    }
+
     async fn complete(&self, lease: &Lease) -> Result<()> {
         self.end(lease, End::Complete)
     }
