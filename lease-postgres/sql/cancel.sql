@@ -6,6 +6,7 @@
 -- transaction ends, and then only if it did not complete the run.
 UPDATE {schema}.runs
 SET state = 'cancelled', lease_owner = NULL, lease_expires_at = NULL, failure = $2,
+    wait_name = NULL, wait_fence = NULL, wait_deadline = NULL,
     claimable_at = now(),
     -- A held lease's attempt ends cancelled, with the reason; one that had already expired
     -- ended at its expiry.

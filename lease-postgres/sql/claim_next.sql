@@ -42,6 +42,25 @@ WITH levels(priority) AS (
     WHERE NOT EXISTS (SELECT 1 FROM {schema}.queues q
                       WHERE q.queue = (SELECT $6::text) AND q.paused)
 ), picked AS (
+    -- Runs waiting for a signal past their wait's deadline first (the claim ends each wait as
+    -- timed out): few, and never starved by a busy kind. Then the claimable runs.
+    SELECT waits.*
+    FROM (
+        SELECT run_id, wait_deadline AS claimable_at, created_seq, priority,
+               wait_deadline AS claimable_since
+        FROM {schema}.runs
+        WHERE state = 'suspended' AND wait_deadline IS NOT NULL
+          AND kind = (SELECT $5::text)
+          AND queue = (SELECT $6::text)
+          AND wait_deadline <= now()
+          AND fence < 9223372036854775807
+          AND NOT EXISTS (SELECT 1 FROM {schema}.queues q
+                          WHERE q.queue = (SELECT $6::text) AND q.paused)
+        ORDER BY kind, queue, wait_deadline
+        LIMIT (SELECT $3::bigint)
+        FOR UPDATE SKIP LOCKED
+    ) AS waits
+    UNION ALL
     SELECT level.*
     FROM levels CROSS JOIN LATERAL (
         SELECT run_id, claimable_at, created_seq, priority,
@@ -63,14 +82,21 @@ WITH levels(priority) AS (
     LIMIT (SELECT $3::bigint)
 ), claimed AS (
     UPDATE {schema}.runs r
-    SET lease_owner = $1,
+    SET state = 'runnable',
+        lease_owner = $1,
         lease_expires_at = now() + $2::bigint * interval '1 millisecond',
         claimable_at = now() + $2::bigint * interval '1 millisecond',
+        -- A timed-out wait ends as such, with a fresh budget (sql/claim.sql).
+        resumed_name = CASE WHEN r.state = 'suspended' THEN r.wait_name ELSE r.resumed_name END,
+        resumed_fence = CASE WHEN r.state = 'suspended' THEN r.wait_fence ELSE r.resumed_fence END,
+        resumed_at = CASE WHEN r.state = 'suspended' THEN r.wait_deadline ELSE r.resumed_at END,
+        resumed_payload = CASE WHEN r.state = 'suspended' THEN NULL ELSE r.resumed_payload END,
+        wait_name = NULL, wait_fence = NULL, wait_deadline = NULL,
         -- A life's first claim starts above the fence floor, as in sql/claim.sql.
         fence = CASE WHEN r.claimed_at IS NULL
                      THEN greatest(r.fence, (SELECT f.fence FROM {schema}.fence_floor f))
                      ELSE r.fence END + 1,
-        attempts = r.attempts + 1,
+        attempts = CASE WHEN r.state = 'suspended' THEN 1 ELSE r.attempts + 1 END,
         claimed_at = now(),
         renewed_at = NULL,
         -- An expired lease taken over: its attempt ended at its expiry.
@@ -80,7 +106,8 @@ WITH levels(priority) AS (
                                                     r.claimed_at, r.lease_expires_at, 'expired',
                                                     NULL) END
     WHERE r.run_id = ANY ((SELECT array_agg(picked.run_id) FROM picked)::text[])
-    RETURNING r.run_id, r.fence, r.lease_expires_at, r.attempts, r.priority
+    RETURNING r.run_id, r.fence, r.lease_expires_at, r.attempts, r.priority, r.resumed_name,
+              r.resumed_fence, r.resumed_at, r.resumed_payload
 ), lagging AS (
     -- Held runs of the kind whose entry lags (claimable_at passed, lease still held), of any
     -- priority.
@@ -104,15 +131,21 @@ WITH levels(priority) AS (
 SELECT part.run_id, max(part.fence) AS fence, max(part.expires_us) AS expires_us,
        max(part.attempts) AS attempts, max(part.priority) AS priority,
        (extract(epoch FROM now() - max(part.claimable_since)) * 1000000)::bigint AS waited_us,
+       max(part.resumed_name) AS resumed_name, max(part.resumed_fence) AS resumed_fence,
+       (extract(epoch FROM max(part.resumed_at)) * 1000000)::bigint AS resumed_at_us,
+       (array_agg(part.resumed_payload) FILTER (WHERE part.fence IS NOT NULL))[1] AS resumed_payload,
        (SELECT p.payload FROM {schema}.run_payloads p WHERE p.run_id = part.run_id) AS payload
 FROM (
     SELECT claimed.run_id, claimed.fence,
            (extract(epoch FROM claimed.lease_expires_at) * 1000000)::bigint AS expires_us,
            claimed.attempts, claimed.priority,
-           NULL::timestamptz AS claimable_since, NULL::bigint AS created_seq
+           NULL::timestamptz AS claimable_since, NULL::bigint AS created_seq,
+           claimed.resumed_name, claimed.resumed_fence, claimed.resumed_at,
+           claimed.resumed_payload
     FROM claimed
     UNION ALL
-    SELECT picked.run_id, NULL, NULL, NULL, NULL, picked.claimable_since, picked.created_seq
+    SELECT picked.run_id, NULL, NULL, NULL, NULL, picked.claimable_since, picked.created_seq,
+           NULL, NULL, NULL, NULL
     FROM picked
 ) AS part
 GROUP BY part.run_id

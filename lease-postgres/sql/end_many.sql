@@ -3,8 +3,10 @@
 -- null), $5 delays (bigint[]: ms before a released run is claimable, else 0), $6 failure reasons
 -- (text[]: a fail's, else null), $7 refunds (bool[]: the end is voluntary, a release, a
 -- suspend or a snooze, and gives the attempt back), $8 outcomes (text[]: the attempt's end as
--- the history names it), $9 errors (text[]: the error the history keeps, or null); run ids are
--- distinct
+-- the history names it), $9 errors (text[]: the error the history keeps, or null), $10 wait
+-- names (text[]: an await-signal's signal, else null), $11 wait timeouts (bigint[]: its ms, null
+-- for none); run ids are distinct. A wait records its name, deadline and the lease's fence, and
+-- forgets how the run's last wait ended.
 -- Returns: one row per input, in input order (ord). Rows locked by another transaction are
 -- skipped, never waited for (locked = false; run_exists says whether the run is there). For the
 -- others, ended = true if the lease was ended (and a payload journaled under its fence, in the
@@ -15,17 +17,18 @@
 -- estimates an unnest of a parameter at 10 rows and would nest-loop such joins: quadratic).
 WITH input AS (
     SELECT i.run_id, i.fence, i.to_state, i.payload, i.delay_ms, i.failure, i.refund,
-           i.outcome, i.error, i.ord
+           i.outcome, i.error, i.wait_name, i.wait_ms, i.ord
     FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bytea[], $5::bigint[], $6::text[],
-                $7::bool[], $8::text[], $9::text[])
+                $7::bool[], $8::text[], $9::text[], $10::text[], $11::bigint[])
          WITH ORDINALITY AS i(run_id, fence, to_state, payload, delay_ms, failure, refund,
-                              outcome, error, ord)
+                              outcome, error, wait_name, wait_ms, ord)
     -- The transaction commits synchronously whatever the session says (end_in runs this
     -- inside the caller's transaction). Volatile, so evaluated per row, never folded away.
     WHERE set_config('synchronous_commit', 'on', true) IS NOT NULL
 ), locked AS (
     SELECT input.ord, input.fence AS presented, input.to_state, input.payload, input.delay_ms,
-           input.failure, input.refund, input.outcome, input.error, r.run_id, r.state,
+           input.failure, input.refund, input.outcome, input.error, input.wait_name,
+           input.wait_ms, r.run_id, r.state,
            r.lease_owner, r.fence
     FROM input
     JOIN {schema}.runs r ON r.run_id = input.run_id COLLATE "C"
@@ -35,8 +38,16 @@ WITH input AS (
     SET state = locked.to_state,
         lease_owner = NULL,
         lease_expires_at = NULL,
-        -- For a completed or failed run, when it ended.
-        claimable_at = now() + locked.delay_ms * interval '1 millisecond',
+        -- For a completed or failed run, when it ended; for a timed wait, its deadline.
+        claimable_at = now() + coalesce(locked.wait_ms, locked.delay_ms) * interval '1 millisecond',
+        wait_name = locked.wait_name,
+        wait_fence = CASE WHEN locked.wait_name IS NULL THEN NULL ELSE r.fence END,
+        wait_deadline = CASE WHEN locked.wait_name IS NULL THEN NULL
+                             ELSE now() + locked.wait_ms * interval '1 millisecond' END,
+        resumed_name = CASE WHEN locked.wait_name IS NULL THEN r.resumed_name END,
+        resumed_fence = CASE WHEN locked.wait_name IS NULL THEN r.resumed_fence END,
+        resumed_at = CASE WHEN locked.wait_name IS NULL THEN r.resumed_at END,
+        resumed_payload = CASE WHEN locked.wait_name IS NULL THEN r.resumed_payload END,
         failure = locked.failure,
         attempts = CASE WHEN locked.refund THEN greatest(r.attempts - 1, 0) ELSE r.attempts END,
         journal_len = r.journal_len + CASE WHEN locked.payload IS NULL THEN 0 ELSE 1 END,

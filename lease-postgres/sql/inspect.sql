@@ -12,6 +12,9 @@ SELECT run_id, state, lease_owner, (extract(epoch FROM lease_expires_at) * 10000
        CASE WHEN state IN ('completed', 'failed', 'cancelled')
             THEN (extract(epoch FROM claimable_at) * 1000000)::bigint END AS ended_us,
        failure, attempts, kind, queue, priority,
+       wait_name, (extract(epoch FROM wait_deadline) * 1000000)::bigint AS wait_deadline_us, wait_fence,
+       resumed_name, resumed_fence, (extract(epoch FROM resumed_at) * 1000000)::bigint AS resumed_at_us,
+       resumed_payload,
        (SELECT p.payload FROM {schema}.run_payloads p WHERE p.run_id = $1) AS payload,
        h_attempt, h_fence, h_worker, h_claimed_us, h_ended_us, h_outcome, h_error
 FROM {schema}.runs r, LATERAL (

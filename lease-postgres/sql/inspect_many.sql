@@ -14,6 +14,9 @@ SELECT i.ord, r.run_id, r.state, r.lease_owner,
        CASE WHEN r.state IN ('completed', 'failed', 'cancelled')
             THEN (extract(epoch FROM r.claimable_at) * 1000000)::bigint END AS ended_us,
        r.failure, r.attempts, r.kind, r.queue, r.priority,
+       r.wait_name, (extract(epoch FROM r.wait_deadline) * 1000000)::bigint AS wait_deadline_us,
+       r.wait_fence, r.resumed_name, r.resumed_fence,
+       (extract(epoch FROM r.resumed_at) * 1000000)::bigint AS resumed_at_us, r.resumed_payload,
        (SELECT p.payload FROM {schema}.run_payloads p WHERE p.run_id = r.run_id) AS payload
 FROM unnest($1::text[]) WITH ORDINALITY AS i(run_id, ord)
 LEFT JOIN {schema}.runs r ON r.run_id = i.run_id COLLATE "C"

@@ -11,7 +11,8 @@ SELECT run_id, state, lease_owner, (extract(epoch FROM lease_expires_at) * 10000
        (extract(epoch FROM renewed_at) * 1000000)::bigint AS renewed_us,
        CASE WHEN state IN ('completed', 'failed', 'cancelled')
             THEN (extract(epoch FROM claimable_at) * 1000000)::bigint END AS ended_us,
-       failure, attempts, kind, queue, priority
+       failure, attempts, kind, queue, priority,
+       wait_name, (extract(epoch FROM wait_deadline) * 1000000)::bigint AS wait_deadline_us, wait_fence
 FROM {schema}.runs
 WHERE ($1::text IS NULL OR state = $1::text)
   AND (NOT $2::bool OR (lease_owner IS NOT NULL AND lease_expires_at <= now()))

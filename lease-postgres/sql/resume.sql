@@ -5,6 +5,8 @@
 -- key up (a suspended run is live already and holds its key).
 UPDATE {schema}.runs AS r
 SET state = 'runnable', claimable_at = now(), failure = NULL, attempts = 0,
+    -- An operator's resume ends a wait unanswered.
+    wait_name = NULL, wait_fence = NULL, wait_deadline = NULL,
     unique_key = CASE WHEN r.unique_key IS NOT NULL AND EXISTS (
                           SELECT 1 FROM {schema}.runs o
                           WHERE o.unique_key = r.unique_key AND o.run_id <> r.run_id

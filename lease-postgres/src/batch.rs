@@ -58,6 +58,17 @@ impl PostgresLeaseStore {
             })
             .collect();
         let refunds: Vec<bool> = ends.iter().map(|e| e.end.refunds_attempt()).collect();
+        let (wait_names, wait_ms): (Vec<Option<&str>>, Vec<Option<i64>>) = ends
+            .iter()
+            .map(|e| match &e.end {
+                // At most MAX_WAIT, checked: fits an i64 of milliseconds.
+                End::AwaitSignal { name, timeout } => (
+                    Some(name.as_str()),
+                    timeout.map(|t| t.as_millis() as i64),
+                ),
+                _ => (None, None),
+            })
+            .unzip();
         // check_end_batch refused End::Committed, the only end without an outcome.
         let (outcomes, errors): (Vec<&str>, Vec<Option<&str>>) = ends
             .iter()
@@ -76,6 +87,8 @@ impl PostgresLeaseStore {
             .bind(refunds)
             .bind(outcomes)
             .bind(errors)
+            .bind(wait_names)
+            .bind(wait_ms)
     }
 
     /// [`LeaseStore::create_many`](lease_core::LeaseStore::create_many): `sql/create_many.sql`,

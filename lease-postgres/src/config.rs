@@ -81,6 +81,7 @@ pub struct PostgresConfig {
     pub(crate) async_standbys: Option<bool>,
     pub(crate) transaction_floor: Duration,
     pub(crate) transaction_cap: Duration,
+    pub(crate) signal_key: Option<lease_core::SignalKey>,
 }
 
 /// What the URL says, checked.
@@ -138,6 +139,7 @@ impl PostgresConfig {
             async_standbys: None,
             transaction_floor: Duration::from_millis(250),
             transaction_cap: Duration::from_secs(60),
+            signal_key: None,
         }
     }
 
@@ -153,6 +155,13 @@ impl PostgresConfig {
     /// cases share a database without seeing each other. 1 to 63 bytes; any characters.
     pub fn with_schema(mut self, schema: impl Into<String>) -> PostgresConfig {
         self.schema = schema.into();
+        self
+    }
+
+    /// Signs and checks [`SignalToken`](lease_core::SignalToken)s with `key` (see
+    /// [`SignalKey`](lease_core::SignalKey)).
+    pub fn with_signal_key(mut self, key: lease_core::SignalKey) -> PostgresConfig {
+        self.signal_key = Some(key);
         self
     }
 
@@ -508,6 +517,7 @@ impl fmt::Debug for PostgresConfig {
             .field("async_standbys", &self.async_standbys)
             .field("transaction_floor", &self.transaction_floor)
             .field("transaction_cap", &self.transaction_cap)
+            .field("signal_key", &self.signal_key)
             .finish()
     }
 }

@@ -62,7 +62,8 @@ impl LeaseStore for PostgresLeaseStore {
                         .with_payload(payload(&row)?)
                         .with_kind(kind(&row)?)
                         .with_queue(queue(&row)?)
-                        .with_priority(priority(&row)?));
+                        .with_priority(priority(&row)?)
+                        .with_resumed(resumed(&row)?));
                 }
                 // The read only explains the refusal; if the row now allows a claim (the
                 // lease expired in between), the claim itself is tried again.
@@ -134,6 +135,7 @@ impl LeaseStore for PostgresLeaseStore {
                     .with_kind(kind.clone())
                     .with_queue(queue.clone())
                     .with_priority(priority(row)?)
+                    .with_resumed(resumed(row)?)
                     .with_waited(waited.map(|us| Duration::from_micros(us.max(0) as u64))))
             })
             .collect()
@@ -287,6 +289,60 @@ impl LeaseStore for PostgresLeaseStore {
         Ok(record)
     }
 
+    async fn deliver_signal(
+        &self,
+        run: &RunId,
+        name: &lease_core::SignalName,
+        signal_fence: Fence,
+        payload: &[u8],
+    ) -> Result<lease_core::Signalled> {
+        lease_core::signal::check_signal_payload(payload)?;
+        let delivered = call!(self, |conn| {
+            for _ in 0..ATTEMPTS {
+                let query = sqlx::query(&self.sql.signal)
+                    .bind(run.as_str())
+                    .bind(name.as_str())
+                    .bind(fence_param(signal_fence))
+                    .bind(payload);
+                if let Some(row) = self.write_opt(conn, query).await? {
+                    return Ok(Some(kind(&row)?));
+                }
+                // Judged on the record, by the one rule: a duplicate of the delivery that
+                // answered the wait, a refusal, or (raced: the run now waits in it) again.
+                let current = self.inspect_on(conn, run).await?;
+                match lease_core::signal::signal_verdict(
+                    run,
+                    current.state,
+                    current.fence,
+                    current.wait.as_ref(),
+                    current.resumed.as_ref(),
+                    name,
+                    signal_fence,
+                    payload,
+                    current.observed_at,
+                ) {
+                    Ok(true) => {
+                        // A retry takes "delivered before" for its own delivery: confirmed
+                        // like a fresh write.
+                        self.route.confirm_seen(conn).await?;
+                        return Ok(None);
+                    }
+                    Ok(false) => continue,
+                    Err(refusal) => return Err(refusal),
+                }
+            }
+            Err(Self::raced(run))
+        })?;
+        if let (Some(kind), Some(notifier)) = (&delivered, &self.notifier) {
+            notifier.claimable(kind, 0);
+        }
+        Ok(lease_core::Signalled::new(run.clone(), delivered.is_none()))
+    }
+
+    fn signal_key(&self) -> Option<&lease_core::SignalKey> {
+        self.signal_key.as_ref()
+    }
+
     async fn complete(&self, lease: &Lease) -> Result<()> {
         call!(self, |conn| self
             .end(conn, lease, RunState::Completed)
@@ -354,14 +410,17 @@ impl LeaseStore for PostgresLeaseStore {
             notifier.claimable_all(
                 ends.iter()
                     .zip(&results)
-                    .filter(|(ending, result)| {
-                        result.is_ok()
-                            && matches!(
-                                ending.end,
-                                End::Release | End::RetryAfter(_) | End::AttemptFailed { .. }
-                            )
-                    })
-                    .map(|(ending, _)| (ending.lease.kind(), ending.end.delay_millis())),
+                    .filter(|(_, result)| result.is_ok())
+                    .filter_map(|(ending, _)| match &ending.end {
+                        End::Release | End::RetryAfter(_) | End::AttemptFailed { .. } => {
+                            Some((ending.lease.kind(), ending.end.delay_millis()))
+                        }
+                        // A timed wait is claimable at its deadline.
+                        End::AwaitSignal {
+                            timeout: Some(t), ..
+                        } => Some((ending.lease.kind(), t.as_millis() as u64)),
+                        _ => None,
+                    }),
             );
         }
         Ok(results)

@@ -119,6 +119,8 @@ pub(crate) fn record(row: &PgRow) -> Result<RunRecord, PgError> {
     if row.try_column("kind").is_ok() {
         record.kind = kind(row)?;
     }
+    record.wait = wait(row)?;
+    record.resumed = resumed(row)?;
     if row.try_column("queue").is_ok() {
         record.queue = queue(row)?;
     }
@@ -300,4 +302,38 @@ pub(crate) fn create_many_columns(runs: &[NewRun]) -> CreateColumns<'_> {
         runs.iter().map(NewRun::unique_key).collect(),
         runs.iter().map(|n| n.queue().as_str()).collect(),
     )
+}
+
+/// How the run's last wait ended, from a row's `resumed_name`, `resumed_fence`,
+/// `resumed_at_us` and `resumed_payload` (a null payload: it timed out); `None` when the row has
+/// no such columns or the run's last wait is forgotten.
+pub(crate) fn resumed(row: &PgRow) -> Result<Option<lease_core::WaitEnd>, PgError> {
+    if row.try_column("resumed_name").is_err() {
+        return Ok(None);
+    }
+    let Some(name) = get::<Option<String>>(row, "resumed_name")? else {
+        return Ok(None);
+    };
+    let name = lease_core::SignalName::new(name).map_err(corrupt)?;
+    let fence = fence(get::<Option<i64>>(row, "resumed_fence")?.ok_or_else(|| corrupt("a wait end without its fence"))?)?;
+    let at = store_time(get::<Option<i64>>(row, "resumed_at_us")?.ok_or_else(|| corrupt("a wait end without its time"))?)?;
+    Ok(Some(match get::<Option<Vec<u8>>>(row, "resumed_payload")? {
+        Some(payload) => lease_core::WaitEnd::Signalled(lease_core::Signal::new(name, fence, at, payload)),
+        None => lease_core::WaitEnd::TimedOut { name, fence, at },
+    }))
+}
+
+/// The run's wait, from a row's `wait_name`, `wait_deadline_us` and `wait_fence`; `None` when
+/// the row has no such columns or the run does not wait.
+pub(crate) fn wait(row: &PgRow) -> Result<Option<lease_core::Wait>, PgError> {
+    if row.try_column("wait_name").is_err() {
+        return Ok(None);
+    }
+    let Some(name) = get::<Option<String>>(row, "wait_name")? else {
+        return Ok(None);
+    };
+    let name = lease_core::SignalName::new(name).map_err(corrupt)?;
+    let deadline = get::<Option<i64>>(row, "wait_deadline_us")?.map(store_time).transpose()?;
+    let fence = fence(get::<Option<i64>>(row, "wait_fence")?.ok_or_else(|| corrupt("a wait without its fence"))?)?;
+    Ok(Some(lease_core::Wait::new(name, deadline, fence)))
 }

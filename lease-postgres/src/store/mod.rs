@@ -123,6 +123,8 @@ pub struct PostgresLeaseStore {
     /// Sends the notifications of the store's own writes once they commit; `None` when
     /// wake-ups are off.
     notifier: Option<Arc<crate::notify::Notifier>>,
+    /// What signal tokens are signed and checked with.
+    pub(crate) signal_key: Option<lease_core::SignalKey>,
 }
 
 impl PostgresLeaseStore {
@@ -321,6 +323,7 @@ impl PostgresLeaseStore {
             schema: schema.to_owned(),
             sql: Arc::new(Queries::new(schema)),
             shown,
+            signal_key: config.signal_key.clone(),
             listening: wake_ups.then(|| Arc::new(lease_runtime::WakeListener::new())),
             notifier: wake_ups.then(|| {
                 Arc::new(crate::notify::Notifier::new(
