@@ -19,7 +19,8 @@ use lease_runtime::MemoryLeaseStore;
 /// Sources, lowest precedence first: [`Config::default`], a TOML file ([`Config::from_toml`]),
 /// the environment ([`Config::with_env`]: `LEASE_STORE`, `LEASE_TTL_MS`,
 /// `LEASE_HEARTBEAT_MS`, `LEASE_NAMESPACE`, `LEASE_REPLICAS`, `LEASE_REPLICA_TIMEOUT_MS`,
-/// `LEASE_SYNC_REPLICAS`, `LEASE_MAX_CONNECTIONS`, `LEASE_MIGRATE`), then flags (the `with_*` setters).
+/// `LEASE_SYNC_REPLICAS`, `LEASE_MAX_CONNECTIONS`, `LEASE_MIGRATE`, `LEASE_SIGNAL_SECRET`), then
+/// flags (the `with_*` setters).
 ///
 /// ```
 /// use distribution::Config;
@@ -74,6 +75,11 @@ pub struct Config {
     /// `migrate=` parameter, or `true`. With `false` no DDL runs and a schema without this
     /// release's migrations is refused (see `lease_postgres::PostgresConfig::with_migrations`).
     pub migrate: Option<bool>,
+    /// The key signal tokens are signed and checked with (see
+    /// [`SignalKey`](lease_core::SignalKey)): from `LEASE_SIGNAL_SECRET` or the file's
+    /// `signal_secret` (16 to 1024 bytes), `None` for unsigned tokens. Every process that
+    /// makes or presents the namespace's tokens needs the same. Never shown by `Debug`.
+    pub signal_key: Option<lease_core::SignalKey>,
 }
 
 impl Default for Config {
@@ -88,6 +94,7 @@ impl Default for Config {
             sync_replicas: None,
             max_connections: None,
             migrate: None,
+            signal_key: None,
         }
     }
 }
@@ -104,6 +111,7 @@ impl fmt::Debug for Config {
             .field("sync_replicas", &self.sync_replicas)
             .field("max_connections", &self.max_connections)
             .field("migrate", &self.migrate)
+            .field("signal_key", &self.signal_key)
             .finish()
     }
 }
@@ -198,6 +206,7 @@ struct FileConfig {
     sync_replicas: Option<u32>,
     max_connections: Option<u64>,
     migrate: Option<bool>,
+    signal_secret: Option<String>,
 }
 
 impl<'de> serde::Deserialize<'de> for Config {
@@ -208,6 +217,15 @@ impl<'de> serde::Deserialize<'de> for Config {
             .apply(file)
             .map_err(serde::de::Error::custom)
     }
+}
+
+/// A signal secret setting read from `key`: a [`SignalKey`](lease_core::SignalKey), or why not
+/// (its length, never its text).
+fn signal_setting(key: &str, secret: &str) -> Result<lease_core::SignalKey, ConfigError> {
+    lease_core::SignalKey::new(secret.as_bytes()).map_err(|e| ConfigError::BadSetting {
+        key: key.to_string(),
+        reason: e.to_string(),
+    })
 }
 
 /// The longest namespace: a Postgres identifier's limit.
@@ -359,6 +377,9 @@ impl Config {
         if let Some(migrate) = file.migrate {
             self.migrate = Some(migrate);
         }
+        if let Some(secret) = file.signal_secret {
+            self.signal_key = Some(signal_setting("signal_secret", &secret)?);
+        }
         Ok(self)
     }
 
@@ -375,6 +396,7 @@ impl Config {
         "LEASE_SYNC_REPLICAS",
         "LEASE_MAX_CONNECTIONS",
         "LEASE_MIGRATE",
+        "LEASE_SIGNAL_SECRET",
     ];
 
     /// Overlays the process environment: the variables of [`Config::ENV_VARS`].
@@ -450,6 +472,9 @@ impl Config {
         }
         if let Some(ms) = number("LEASE_REPLICA_TIMEOUT_MS")? {
             self.replica_timeout = Some(replica_timeout_setting("LEASE_REPLICA_TIMEOUT_MS", ms)?);
+        }
+        if let Some(secret) = var("LEASE_SIGNAL_SECRET") {
+            self.signal_key = Some(signal_setting("LEASE_SIGNAL_SECRET", &secret)?);
         }
         Ok(self)
     }
@@ -725,6 +750,9 @@ impl Config {
         if let Some(migrate) = self.migrate {
             pg = pg.with_migrations(migrate);
         }
+        if let Some(key) = &self.signal_key {
+            pg = pg.with_signal_key(key.clone());
+        }
         pg
     }
 
@@ -759,7 +787,11 @@ pub async fn connect_store(config: &Config) -> Result<Store, ConfigError> {
                  its runs or its leases, so it excludes no other worker; use postgres://, \
                  redis:// or etcd:// for anything that runs on more than one process"
             );
-            Store::Memory(Arc::new(MemoryLeaseStore::new()))
+            let store = MemoryLeaseStore::new();
+            Store::Memory(Arc::new(match &config.signal_key {
+                Some(key) => store.with_signal_key(key.clone()),
+                None => store,
+            }))
         }
         #[cfg(feature = "postgres")]
         Backend::Postgres => Store::Postgres(Arc::new(

@@ -38,11 +38,13 @@ pub use lease_core::{
     Capabilities, Effect, End, Ended, EndedStates, Ending, Error, Fence, IdempotencyKey,
     InvalidInput, JournalEntry, Kind, KindCounts, Lease, LeaseStore, LeaseStoreExt, ListFilter,
     NewRun, Queue, QueueState, Result, Retention, RunCounts, RunId, RunRecord, RunState, RunTimes,
-    StoreTime, Ttl, WorkerId, DEFAULT_KIND, DEFAULT_QUEUE, LONGEST_HELD_SCAN,
+    Signal, SignalExt, SignalKey, SignalName, SignalRefusal, SignalToken, Signalled, StoreTime,
+    Ttl, Wait, WaitEnd, WorkerId, DEFAULT_KIND, DEFAULT_QUEUE, LONGEST_HELD_SCAN,
     MAX_ATTEMPT_ERROR_BYTES, MAX_BATCH, MAX_BATCH_PAYLOAD_BYTES, MAX_COUNT, MAX_HISTORY,
     MAX_ID_BYTES, MAX_KINDS_COUNTED, MAX_KIND_BYTES, MAX_LIST, MAX_PAYLOAD_BYTES, MAX_PRIORITY,
     MAX_PURGE_AGE, MAX_QUEUES_LISTED, MAX_QUEUE_BYTES, MAX_REASON_BYTES, MAX_RETRY_DELAY,
-    MAX_RUN_PAYLOAD_BYTES, MAX_START_DELAY, REBIND_FENCE_STEP,
+    MAX_RUN_PAYLOAD_BYTES, MAX_SIGNAL_BYTES, MAX_SIGNAL_PAYLOAD_BYTES, MAX_START_DELAY, MAX_WAIT,
+    REBIND_FENCE_STEP,
 };
 pub use lease_runtime::{
     min_margin, observe, CancelReason, CancellationToken, EndReport, Handler, HandlerFuture,

@@ -180,6 +180,24 @@ enum Command {
         #[command(flatten)]
         json: JsonAlias,
     },
+    /// Deliver a signal to the wait TOKEN names (the token a handler took with
+    /// `RunContext::signal_token`): the run becomes claimable and its next attempt reads the
+    /// payload. Refused, with nothing stored, when the run no longer waits in that wait (an
+    /// earlier wait's token, a timeout, a cancel, another payload already delivered); the same
+    /// delivery sent again changes nothing and says so. With LEASE_SIGNAL_SECRET set, the
+    /// token's signature is checked.
+    Signal {
+        /// The wait's token (`lst1.…`).
+        token: String,
+        /// The payload, as this text (at most 64 KiB).
+        #[arg(long, value_name = "TEXT", conflicts_with = "payload_file")]
+        payload: Option<String>,
+        /// The payload, as the bytes of this file (`-`: standard input); at most 64 KiB.
+        #[arg(long, value_name = "PATH")]
+        payload_file: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        json: JsonAlias,
+    },
     /// End a run for good, in any state but completed: it is never claimed again, and a
     /// holder it has is fenced out (its next write, end or renewal is refused as cancelled;
     /// a `lease run` holding it stops its command and exits non-zero). Cancelling a cancelled
@@ -408,6 +426,16 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         }
         Command::Resume { run, json } => {
             ops::resume(&config, &run_id(&run)?, format(out, &json)).await
+        }
+        Command::Signal {
+            token,
+            payload,
+            payload_file,
+            json,
+        } => {
+            let token: distribution::SignalToken = token.parse()?;
+            let payload = ops::payload_arg(payload, payload_file.as_deref())?.unwrap_or_default();
+            ops::signal(&config, &token, &payload, format(out, &json)).await
         }
         Command::Cancel { run, reason, json } => {
             ops::cancel(&config, &run_id(&run)?, &reason, format(out, &json)).await

@@ -178,6 +178,43 @@ pub(crate) async fn resume(config: &Config, run: &RunId, format: Format) -> Resu
     Ok(())
 }
 
+/// `lease signal TOKEN`: the signalled run, and whether this delivery had been made before.
+pub(crate) async fn signal(
+    config: &Config,
+    token: &distribution::SignalToken,
+    payload: &[u8],
+    format: Format,
+) -> Result<(), Failure> {
+    use distribution::SignalExt as _;
+    let store = connect(config).await?;
+    let signalled = store.signal(token, payload).await?;
+    match format {
+        Format::Json => println!(
+            "{}",
+            serde_json::json!({
+                "run": token.run().as_str(),
+                "signal": token.name().as_str(),
+                "wait_fence": token.fence().get(),
+                "duplicate": signalled.duplicate,
+            })
+        ),
+        Format::Text if signalled.duplicate => println!(
+            "{} had this signal {} already (the wait of fence {}); nothing changed",
+            token.run(),
+            token.name(),
+            token.fence()
+        ),
+        Format::Text => println!(
+            "signalled {} with {} ({} bytes, the wait of fence {}); it is claimable",
+            token.run(),
+            token.name(),
+            payload.len(),
+            token.fence()
+        ),
+    }
+    Ok(())
+}
+
 /// `lease cancel RUN --reason TEXT`: the run's record once cancelled; for text, a sentence
 /// naming the holder that was fenced out, if any.
 pub(crate) async fn cancel(

@@ -61,6 +61,15 @@ pub(crate) struct RecordView {
     /// The run's last attempts, oldest first, the held one included (`inspect`; null when
     /// not read: `list`).
     history: Option<Vec<crate::history::AttemptView>>,
+    /// The signal a suspended run waits for (null: it does not wait).
+    wait_signal: Option<String>,
+    /// Its wait's deadline on the store's clock, microseconds (null: none, or not waiting).
+    wait_deadline_us: Option<u64>,
+    /// The fence of the wait, which a signal's token names.
+    wait_fence: Option<u64>,
+    /// How the run's last wait ended: `signalled` or `timed_out` (null: it never waited, it
+    /// waits, or the command does not read it: `list`).
+    resumed: Option<&'static str>,
     /// The store's clock when read, microseconds.
     observed_at_us: u64,
 }
@@ -102,6 +111,17 @@ impl From<&RunRecord> for RecordView {
             payload: shown_payload(r.payload.as_deref()).0,
             payload_hex: shown_payload(r.payload.as_deref()).1,
             payload_bytes: r.payload.as_ref().map(Vec::len),
+            wait_signal: r.wait.as_ref().map(|w| w.name.to_string()),
+            wait_deadline_us: r
+                .wait
+                .as_ref()
+                .and_then(|w| w.deadline)
+                .map(|t| t.as_micros()),
+            wait_fence: r.wait.as_ref().map(|w| w.fence.get()),
+            resumed: r.resumed.as_ref().map(|e| match e.signal() {
+                Some(_) => "signalled",
+                None => "timed_out",
+            }),
             kind: r.kind.to_string(),
             queue: r.queue.to_string(),
             priority: r.priority,
@@ -193,6 +213,39 @@ fn kind_line(out: &mut impl Write, record: &RunRecord) -> io::Result<()> {
     }
     if record.priority > 0 {
         writeln!(out, "priority: {}", record.priority)?;
+    }
+    if let Some(wait) = &record.wait {
+        let until = match wait.deadline {
+            Some(d) if d <= record.observed_at => {
+                "its deadline has passed: the next claim takes it".to_owned()
+            }
+            Some(d) => format!(
+                "for another {:?}",
+                std::time::Duration::from_millis(
+                    d.saturating_since(record.observed_at).as_millis() as u64
+                )
+            ),
+            None => "without a timeout".to_owned(),
+        };
+        writeln!(
+            out,
+            "waits for signal {} (wait of fence {}), {until}",
+            wait.name, wait.fence
+        )?;
+    }
+    match &record.resumed {
+        Some(distribution::WaitEnd::Signalled(s)) => writeln!(
+            out,
+            "last wait: signal {} arrived ({} bytes) for the wait of fence {}",
+            s.name,
+            s.payload().len(),
+            s.fence
+        )?,
+        Some(distribution::WaitEnd::TimedOut { name, fence, .. }) => writeln!(
+            out,
+            "last wait: for signal {name} (fence {fence}), timed out"
+        )?,
+        _ => {}
     }
     Ok(())
 }

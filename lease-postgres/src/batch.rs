@@ -62,10 +62,9 @@ impl PostgresLeaseStore {
             .iter()
             .map(|e| match &e.end {
                 // At most MAX_WAIT, checked: fits an i64 of milliseconds.
-                End::AwaitSignal { name, timeout } => (
-                    Some(name.as_str()),
-                    timeout.map(|t| t.as_millis() as i64),
-                ),
+                End::AwaitSignal { name, timeout } => {
+                    (Some(name.as_str()), timeout.map(|t| t.as_millis() as i64))
+                }
                 _ => (None, None),
             })
             .unzip();

@@ -269,7 +269,7 @@ fn run_array(leases: &[Lease]) -> String {
 
 /// The parameter types of `sql/end_many.sql`.
 const END_MANY_TYPES: &str =
-    "text[], bigint[], text[], bytea[], bigint[], text[], bool[], text[], text[]";
+    "text[], bigint[], text[], bytea[], bigint[], text[], bool[], text[], text[], text[], bigint[]";
 
 /// `sql/end_many.sql`'s arguments completing each of the `n` runs of `runs` (a [`run_array`])
 /// at fence 1, with `payloads` (a `bytea[]` expression of `n` items) as their journal entries.
@@ -278,7 +278,8 @@ fn end_many_args(runs: &str, n: usize, payloads: &str) -> String {
         "{runs}, array_fill(1::bigint, ARRAY[{n}]), array_fill('completed'::text, ARRAY[{n}]), \
          {payloads}, array_fill(0::bigint, ARRAY[{n}]), array_fill(NULL::text, ARRAY[{n}]), \
          array_fill(false, ARRAY[{n}]), array_fill('completed'::text, ARRAY[{n}]), \
-         array_fill(NULL::text, ARRAY[{n}])"
+         array_fill(NULL::text, ARRAY[{n}]), array_fill(NULL::text, ARRAY[{n}]), \
+         array_fill(NULL::bigint, ARRAY[{n}])"
     )
 }
 

@@ -60,6 +60,15 @@ impl SignalKey {
     }
 }
 
+impl PartialEq for SignalKey {
+    fn eq(&self, other: &SignalKey) -> bool {
+        // Configuration equality, not an authentication check: verify_slice is that.
+        self.0 == other.0
+    }
+}
+
+impl Eq for SignalKey {}
+
 impl fmt::Debug for SignalKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("SignalKey([redacted])")

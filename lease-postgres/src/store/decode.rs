@@ -315,12 +315,22 @@ pub(crate) fn resumed(row: &PgRow) -> Result<Option<lease_core::WaitEnd>, PgErro
         return Ok(None);
     };
     let name = lease_core::SignalName::new(name).map_err(corrupt)?;
-    let fence = fence(get::<Option<i64>>(row, "resumed_fence")?.ok_or_else(|| corrupt("a wait end without its fence"))?)?;
-    let at = store_time(get::<Option<i64>>(row, "resumed_at_us")?.ok_or_else(|| corrupt("a wait end without its time"))?)?;
-    Ok(Some(match get::<Option<Vec<u8>>>(row, "resumed_payload")? {
-        Some(payload) => lease_core::WaitEnd::Signalled(lease_core::Signal::new(name, fence, at, payload)),
-        None => lease_core::WaitEnd::TimedOut { name, fence, at },
-    }))
+    let fence = fence(
+        get::<Option<i64>>(row, "resumed_fence")?
+            .ok_or_else(|| corrupt("a wait end without its fence"))?,
+    )?;
+    let at = store_time(
+        get::<Option<i64>>(row, "resumed_at_us")?
+            .ok_or_else(|| corrupt("a wait end without its time"))?,
+    )?;
+    Ok(Some(
+        match get::<Option<Vec<u8>>>(row, "resumed_payload")? {
+            Some(payload) => {
+                lease_core::WaitEnd::Signalled(lease_core::Signal::new(name, fence, at, payload))
+            }
+            None => lease_core::WaitEnd::TimedOut { name, fence, at },
+        },
+    ))
 }
 
 /// The run's wait, from a row's `wait_name`, `wait_deadline_us` and `wait_fence`; `None` when
@@ -333,7 +343,12 @@ pub(crate) fn wait(row: &PgRow) -> Result<Option<lease_core::Wait>, PgError> {
         return Ok(None);
     };
     let name = lease_core::SignalName::new(name).map_err(corrupt)?;
-    let deadline = get::<Option<i64>>(row, "wait_deadline_us")?.map(store_time).transpose()?;
-    let fence = fence(get::<Option<i64>>(row, "wait_fence")?.ok_or_else(|| corrupt("a wait without its fence"))?)?;
+    let deadline = get::<Option<i64>>(row, "wait_deadline_us")?
+        .map(store_time)
+        .transpose()?;
+    let fence = fence(
+        get::<Option<i64>>(row, "wait_fence")?
+            .ok_or_else(|| corrupt("a wait without its fence"))?,
+    )?;
     Ok(Some(lease_core::Wait::new(name, deadline, fence)))
 }

@@ -135,6 +135,48 @@ impl RunContext {
         Ok(())
     }
 
+    /// The token of the wait this run begins by returning
+    /// [`End::await_signal`]`(name, …)`: hand it to whoever answers (a link in an e-mail, a
+    /// webhook's URL), who presents it to [`signal`](lease_core::SignalExt::signal). It names
+    /// the run, the signal and this lease's fence, so it answers that wait only: not an
+    /// earlier or a later one. Signed when the store has a [`SignalKey`](lease_core::SignalKey).
+    /// Made here, with no call to the store.
+    ///
+    /// # Errors
+    /// The [`SignalName`](lease_core::SignalName) rule's.
+    pub fn signal_token(&self, name: &str) -> Result<lease_core::SignalToken> {
+        Ok(lease_core::SignalToken::for_lease(
+            &self.scope.lease(),
+            name,
+            self.store().signal_key(),
+        )?)
+    }
+
+    /// The signal `name` that answered the run's last wait, with its payload and when it
+    /// arrived: what a handler resumed from [`End::await_signal`] reads. `None` when the run
+    /// did not wait for `name` last, or the wait [timed out](RunContext::wait_timed_out) or was
+    /// ended by an operator's resume. Kept by the attempts after it (a retry reads it again)
+    /// until the run waits again.
+    pub fn signal(&self, name: &str) -> Option<lease_core::Signal> {
+        self.resumed()?
+            .signal()
+            .filter(|s| s.name.as_str() == name)
+            .cloned()
+    }
+
+    /// Whether the run's last wait, for `name`, ended because its timeout passed.
+    pub fn wait_timed_out(&self, name: &str) -> bool {
+        matches!(
+            self.resumed(),
+            Some(lease_core::WaitEnd::TimedOut { name: n, .. }) if n.as_str() == name
+        )
+    }
+
+    /// How the run's last wait ended, if it waited ([`Lease::resumed`]).
+    pub fn resumed(&self) -> Option<lease_core::WaitEnd> {
+        self.scope.lease().resumed().cloned()
+    }
+
     /// The store, for an adapter's own fenced writes (present [`RunContext::lease`]).
     pub fn store(&self) -> &Arc<dyn LeaseStore> {
         self.scope.store()
