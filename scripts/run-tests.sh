@@ -144,6 +144,9 @@ run_examples() {
   "$bin/redis_fenced_script"
   echo "==> metrics"
   "$bin/metrics"
+  echo "==> approval, on the embedded store and on Postgres"
+  LEASE_STORE= "$bin/approval"
+  LEASE_STORE="$DATABASE_URL" LEASE_NAMESPACE="example_approval_$$" "$bin/approval"
   echo "==> postgres_worker, stopped by SIGTERM mid-way"
   local out="$logs/postgres_worker.out"
   "$bin/postgres_worker" >"$out" 2>&1 &

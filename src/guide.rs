@@ -10,6 +10,7 @@
 //!   the heartbeat hub.
 //! - [`retries`]: backoff, the attempt budget, attempt deadlines, failed runs.
 //! - [`jobs`]: payloads, kinds, priorities, scheduled and periodic runs, cancel.
+//! - [`signals`]: runs that wait for a person or a webhook, and the tokens that answer them.
 //! - [`times`]: the times each record carries, and the attempt history.
 //! - [`retention`]: purging ended runs, by hand and by the fleet.
 //! - [`effects`]: exactly-once effects in your own tables, and at group-commit speed.
@@ -36,6 +37,10 @@ pub mod retries {
 
 pub mod jobs {
     #![doc = include_str!("../docs/guide/jobs.md")]
+}
+
+pub mod signals {
+    #![doc = include_str!("../docs/guide/signals.md")]
 }
 
 pub mod times {

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use lease_cli::{run_id, Failure, StoreArgs};
 
+mod approval;
 mod ledger;
 mod pool;
 mod worker;
@@ -40,6 +41,9 @@ enum Command {
     /// The reference worker: claims a run, heartbeats it, and executes steps sent on stdin,
     /// printing one JSON event per line.
     Worker(worker::WorkerArgs),
+    /// A library `Worker` serving kind `approval`: each run waits for an `approval` signal,
+    /// then for a `shipped` one, printing each token and payload as JSON events.
+    Approval(approval::ApprovalArgs),
 }
 
 async fn dispatch(cli: Cli) -> Result<u8, Failure> {
@@ -47,6 +51,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
     match cli.command {
         Command::Ledger { run, json } => ledger::show(&config, &run_id(&run)?, json).await,
         Command::Worker(args) => worker::run(&config, args).await,
+        Command::Approval(args) => approval::run(&config, args).await,
     }
     .map(|()| 0)
 }

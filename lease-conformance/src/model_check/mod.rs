@@ -16,8 +16,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::{
-    End, Ended, Ending, Error, Fence, Lease, LeaseStore, ListFilter, RunId, RunRecord, RunState,
-    StoreTime, Ttl, WorkerId,
+    End, Ended, Ending, Error, Fence, Lease, LeaseStore, LeaseStoreExt, ListFilter, RunId,
+    RunRecord, RunState, SignalExt, SignalName, SignalRefusal, SignalToken, StoreTime, Ttl,
+    WorkerId,
 };
 use proptest::prelude::*;
 use tokio::time::Instant;
@@ -41,6 +42,8 @@ const SHORT_MS: u64 = 25;
 /// The long TTL: never expires within a sequence.
 const LONG_MS: u64 = 60_000;
 
+/// The signal the model's runs wait for.
+const WAITED: &str = "approval";
 /// The reason the sequences cancel with.
 const CANCEL_REASON: &str = "cancelled by the model: {ä}";
 /// Store clocks have µs precision and statement start times: this much either side of a window
@@ -343,13 +346,18 @@ async fn apply(
                 run.journal.push((lease.fence().get(), payload));
             }
         }
-        Step::Release(l, p) | Step::Suspend(l, p) | Step::Complete(l, p) => {
+        Step::Release(l, p) | Step::Suspend(l, p) | Step::Complete(l, p) | Step::Wait(l, p) => {
             let Some(lease) = pick(model, *l, *p) else {
                 return;
             };
             let got = match step {
                 Step::Release(..) => store.release(&lease).await,
                 Step::Suspend(..) => store.suspend(&lease).await,
+                Step::Wait(..) if store.capabilities().signals => {
+                    let end = End::await_signal_unbounded(WAITED).expect("a valid name");
+                    store.end_one(&lease, end).await
+                }
+                Step::Wait(..) => store.suspend(&lease).await,
                 _ => store.complete(&lease).await,
             };
             let want = model.verdict(lease.run(), lease.fence().get());
@@ -360,9 +368,13 @@ async fn apply(
                 run.window = None;
                 run.state = match step {
                     Step::Release(..) => RunState::Runnable,
-                    Step::Suspend(..) => RunState::Suspended,
+                    Step::Suspend(..) | Step::Wait(..) => RunState::Suspended,
                     _ => RunState::Completed,
                 };
+                if matches!(step, Step::Wait(..)) && store.capabilities().signals {
+                    run.wait = Some((lease.fence().get(), WAITED));
+                    run.answer = None;
+                }
             }
         }
         Step::EndMany(picks) => {
@@ -377,6 +389,10 @@ async fn apply(
                             2 => End::Release,
                             3 => End::Suspend,
                             4 => End::RetryAfter(model.timing.ttl(SHORT_MS).as_duration()),
+                            6 if store.capabilities().signals => {
+                                End::await_signal_unbounded(WAITED).expect("a valid name")
+                            }
+                            6 => End::Suspend,
                             _ => End::Fail(format!("gave up: {{\u{e4}}} #{kind}")),
                         };
                         batch.push(Ending::new(lease, end));
@@ -408,6 +424,10 @@ async fn apply(
                             run.delay = Some((sent + *delay, received + *delay));
                         }
                         End::Fail(reason) => run.failure = Some(reason.clone()),
+                        End::AwaitSignal { .. } => {
+                            run.wait = Some((item.lease.fence().get(), WAITED));
+                            run.answer = None;
+                        }
                         _ => {}
                     }
                 }
@@ -435,6 +455,72 @@ async fn apply(
                 }
             }
         }
+        Step::Signal(r, which, yes) => {
+            if !store.capabilities().signals {
+                return;
+            }
+            // A run that waits or was answered, if there is one (else any of the case's), so
+            // most signals meet a wait, its answer, or the run after it.
+            let waiting: Vec<&RunId> = model
+                .runs
+                .iter()
+                .filter(|(_, run)| run.wait.is_some() || run.answer.is_some())
+                .map(|(id, _)| id)
+                .collect();
+            let id = &if waiting.is_empty() {
+                ids[*r].clone()
+            } else {
+                waiting[*r % waiting.len()].clone()
+            };
+            let current = model.runs.get(id).map_or(1, |run| run.fence.max(1));
+            let (fence, name) = match which {
+                // The wait's own fence, or the answered wait's, whichever the run has.
+                0 => match model.runs.get(id) {
+                    Some(Run {
+                        wait: Some((f, _)), ..
+                    }) => (*f, WAITED),
+                    Some(Run {
+                        answer: Some((f, _, _)),
+                        ..
+                    }) => (*f, WAITED),
+                    _ => (current, WAITED),
+                },
+                1 if current > 1 => (current - 1, WAITED),
+                1 => return,
+                2 => (current + 1, WAITED),
+                _ => (current, "other"),
+            };
+            let payload: &[u8] = if *yes { b"y" } else { b"n" };
+            let token = SignalToken::new(
+                id.clone(),
+                SignalName::new(name).expect("a valid name"),
+                Fence::new(fence).expect("small fence"),
+                store.signal_key(),
+            );
+            let got = store.signal(&token, payload).await;
+            let want = match model.runs.get(id) {
+                None => Err(Error::NotFound { run: id.clone() }),
+                Some(run) => run.signal(id, fence, name, payload),
+            };
+            match (&got, &want) {
+                (Ok(s), Ok(duplicate)) => {
+                    assert_eq!(s.duplicate, *duplicate, "{what}: duplicate")
+                }
+                (got, want) => expect_same(
+                    what,
+                    got,
+                    &want.as_ref().map(|_| ()).map_err(Error::duplicate),
+                ),
+            }
+            if let (Ok(s), Some(run)) = (&got, model.runs.get_mut(id)) {
+                if !s.duplicate {
+                    run.state = RunState::Runnable;
+                    run.wait = None;
+                    run.delay = None;
+                    run.answer = Some((fence, name, payload.to_vec()));
+                }
+            }
+        }
         Step::Resume(r) => {
             let id = &ids[*r];
             let got = store.resume(id).await;
@@ -453,6 +539,7 @@ async fn apply(
                 let run = model.runs.get_mut(id).expect("known");
                 run.state = RunState::Runnable;
                 run.failure = None;
+                run.wait = None;
             }
         }
         Step::ForceRelease(r) => {
@@ -487,6 +574,7 @@ async fn apply(
             if let Ok(record) = &got {
                 let run = model.runs.get_mut(id).expect("known");
                 if run.state != RunState::Cancelled {
+                    run.wait = None;
                     run.state = RunState::Cancelled;
                     run.failure = Some(CANCEL_REASON.to_owned());
                     run.owner = None;
@@ -533,6 +621,22 @@ async fn apply(
                         "{what}: expiry"
                     );
                     assert_eq!(got.failure, run.failure, "{what}: failure reason");
+                    assert_eq!(
+                        got.wait
+                            .as_ref()
+                            .map(|w| (w.fence.get(), w.name.as_str(), w.deadline)),
+                        run.wait.map(|(f, n)| (f, n, None)),
+                        "{what}: the wait"
+                    );
+                    assert_eq!(
+                        got.resumed.as_ref().and_then(|r| r.signal()).map(|s| (
+                            s.fence.get(),
+                            s.name.as_str(),
+                            s.payload().to_vec()
+                        )),
+                        run.answer.clone(),
+                        "{what}: the last wait's signal"
+                    );
                     assert_eq!(got.kind, kind(run.other), "{what}: kind");
                     let delayed = run.state == RunState::Runnable
                         && run.owner.is_none()

@@ -24,6 +24,10 @@ pub(super) struct Run {
     /// Not claimed since its creation: its first claim may start above the fence floor
     /// rather than one above the fence it was created at.
     pub(super) unclaimed: bool,
+    /// While it waits for a signal (no timeout in the model): the wait's fence and name.
+    pub(super) wait: Option<(u64, &'static str)>,
+    /// The signal that answered its last wait: the wait's fence, the name, the payload.
+    pub(super) answer: Option<(u64, &'static str, Vec<u8>)>,
 }
 
 impl Run {
@@ -41,6 +45,52 @@ impl Run {
             payload: None,
             other: false,
             unclaimed: true,
+            wait: None,
+            answer: None,
+        }
+    }
+
+    /// The contract's verdict on a signal for the wait of `fence` and `name` with `payload`
+    /// (written here from the contract's text, not from `lease_core::signal`): `Ok(true)` for
+    /// a duplicate of the delivery that answered it, `Ok(false)` to deliver.
+    pub(super) fn signal(
+        &self,
+        id: &RunId,
+        fence: u64,
+        name: &str,
+        payload: &[u8],
+    ) -> Result<bool, Error> {
+        let refused = |reason| {
+            Err(Error::StaleSignal {
+                run: id.clone(),
+                state: self.state,
+                reason,
+            })
+        };
+        if let Some((f, n, p)) = &self.answer {
+            if *f == fence && *n == name {
+                return if p == payload {
+                    Ok(true)
+                } else {
+                    refused(SignalRefusal::AlreadySignalled)
+                };
+            }
+        }
+        if fence > self.fence {
+            return refused(SignalRefusal::UnknownWait);
+        }
+        match self.wait {
+            Some((f, n)) if self.state == RunState::Suspended && f == fence => {
+                if n == name {
+                    Ok(false)
+                } else {
+                    refused(SignalRefusal::OtherSignal)
+                }
+            }
+            Some((f, _)) if self.state == RunState::Suspended && f > fence => {
+                refused(SignalRefusal::EarlierWait)
+            }
+            _ => refused(SignalRefusal::NotWaiting),
         }
     }
 }

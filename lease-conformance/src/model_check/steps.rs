@@ -35,9 +35,16 @@ pub enum Step {
     Suspend(usize, Presented),
     /// `complete(lease)`.
     Complete(usize, Presented),
+    /// The lease ends waiting for the `approval` signal, without a timeout (a suspend on a
+    /// store without signals).
+    Wait(usize, Presented),
     /// `end_many` of leases, each with its end (0 complete, 1 complete with an effect,
-    /// 2 release, 3 suspend, 4 retry after the short TTL's length, 5 fail).
+    /// 2 release, 3 suspend, 4 retry after the short TTL's length, 5 fail, 6 wait for the
+    /// `approval` signal without a timeout, where the store has signals, else suspend).
     EndMany(Vec<(usize, Presented, u8)>),
+    /// A signal for run i: of its current fence (0), one below (1), one above (2), or for
+    /// another name (3), with payload `y` or `n`.
+    Signal(usize, u8, bool),
     /// `create_many(runs)`, repeats included.
     CreateMany(Vec<usize>),
     /// `resume(run)`.
@@ -81,7 +88,9 @@ pub(super) fn step() -> impl Strategy<Value = Step> {
         1 => (any::<usize>(), presented()).prop_map(|(l, p)| Step::Release(l, p)),
         1 => (any::<usize>(), presented()).prop_map(|(l, p)| Step::Suspend(l, p)),
         1 => (any::<usize>(), presented()).prop_map(|(l, p)| Step::Complete(l, p)),
-        2 => prop::collection::vec((any::<usize>(), presented(), 0..6u8), 1..4).prop_map(Step::EndMany),
+        3 => (any::<usize>(), presented()).prop_map(|(l, p)| Step::Wait(l, p)),
+        2 => prop::collection::vec((any::<usize>(), presented(), prop_oneof![6 => 0..6u8, 2 => Just(6u8)]), 1..4).prop_map(Step::EndMany),
+        3 => (run.clone(), prop_oneof![3 => Just(0u8), 1 => 1..4u8], any::<bool>()).prop_map(|(r, w, y)| Step::Signal(r, w, y)),
         1 => prop::collection::vec(run.clone(), 1..4).prop_map(Step::CreateMany),
         1 => run.clone().prop_map(Step::Resume),
         1 => run.clone().prop_map(Step::ForceRelease),
