@@ -3,15 +3,18 @@
 -- KEYS[6]: ended runs (zset); KEYS[7]: cancelled runs (set, for count); KEYS[8]: attempts hash;
 -- KEYS[9]: kinds hash (id -> kind, for kinds other than the default); KEYS[10]: history hash
 -- (a held lease's attempt ends cancelled with the reason; one that had expired ended at its
--- expiry). KEYS[2] is the index of the kind ARGV[3].
+-- expiry); KEYS[11]: the wait hash; KEYS[12]: the deadlines zset. KEYS[2] is the index of the
+-- kind ARGV[3].
 -- ARGV[1]: encoded run id; ARGV[2]: the reason; ARGV[3]: the kind the client presumes ('' for
 -- the default)
 -- Returns: {'none'}; {'refused', state} when completed; {'kind', actual} (nothing written: send
 -- again with the index of the run's kind); or {'ok', state, owner, expiry, fence,
 -- heartbeats, reason, attempts, kind, times, now}, for a run cancelled now or before (then unchanged, its
 -- first reason kept). The fence stays and the state is no longer runnable, so a holder's
--- fenced writes, ends and renewals fail as cancelled; the run leaves every live index and
--- enters the ended one, for retention.
+-- fenced writes, ends and renewals fail as cancelled; the run leaves every live index (a
+-- wait for a signal ends: the run is no longer claimable at its deadline) and enters the
+-- ended one, for retention. How its last wait ended stays (a signal delivered before the
+-- cancel answers its resend as a duplicate).
 local r = read_run(KEYS[1], ARGV[1])
 if not r then
   return { 'none' }
@@ -39,6 +42,8 @@ if r.s ~= 'cancelled' then
   redis.call('ZREM', KEYS[2], r.m)
   redis.call('ZREM', KEYS[4], r.id)
   redis.call('ZREM', KEYS[5], r.id)
+  redis.call('HDEL', KEYS[11], r.id)
+  redis.call('ZREM', KEYS[12], r.id)
   redis.call('HSET', KEYS[3], r.id, ARGV[2])
   redis.call('ZADD', KEYS[6], num(now), r.id)
   redis.call('SADD', KEYS[7], r.id)

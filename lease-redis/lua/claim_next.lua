@@ -3,13 +3,16 @@
 -- encoded run id); KEYS[3]: attempts hash; KEYS[4]: history hash (a claim that takes over an
 -- expired lease writes that attempt, ended at its expiry); KEYS[4+p]: the kind's claimable
 -- index at priority p, for p from 1 to MAX_PRIORITY; KEYS[14]: payloads hash; KEYS[15]: the restore
--- marker (src/epoch.rs); KEYS[16]: the queues hash (src/keys.rs)
+-- marker (src/epoch.rs); KEYS[16]: the queues hash (src/keys.rs); KEYS[17]: the wait hash;
+-- KEYS[18]: the deadlines zset; KEYS[19]: the resumed hash; KEYS[20]: suspended runs (zset)
+-- (record.lua describes the three for waits)
 -- ARGV[1]: worker id; ARGV[2]: TTL in milliseconds; ARGV[3]: most runs to claim; ARGV[4]:
 -- most index entries to examine that turn out not to be claimable; ARGV[5]: the queue the
 -- indexes belong to (nothing is claimed while it is paused)
 -- Returns: {'restored', marker} (nothing written: the namespace was restored and is not
 -- rebound yet), or flat {more, encoded id, fence, expiry, attempts, payload, priority, waited
--- (µs the run had been claimable: now less its index score), encoded id, ...}, the highest
+-- (µs the run had been claimable: now less its index score), resumed (as claim.lua returns
+-- it), encoded id, ...}, the highest
 -- priority first, then the longest claimable first (each claim counts against its run's
 -- attempt budget), where more is '1' if the examination budget ran out before `max` runs
 -- were claimed or the due entries ran out (call again), else '0'. The payload is common.lua's
@@ -19,10 +22,13 @@
 -- payload. (Copied through the script, a 1 KiB payload costs the server about 2.3 µs per run
 -- claimed, against about 1 µs read apart, on a claim of about 13 µs: BENCHMARKS.md,
 -- lease-redis/tests/server_cpu.rs.)
--- Claims, renewals and ends keep the index exact, so a due entry is normally claimable. An
--- entry that is not (its run gone or ended, or held: an index written by an older version of
--- this adapter, whose renewals left it behind) is removed or moved to the lease's expiry; at
--- most ARGV[4] of them per call, so one call's work is bounded however many there are.
+-- Claims, renewals and ends keep the index exact, so a due entry is normally claimable: a
+-- runnable run, or one suspended waiting for a signal whose deadline (its score) has passed,
+-- which the claim ends timed out, as claim.lua does. An entry that is not (its run gone or
+-- ended, suspended without a wait due, or held: an index written by an older version of this
+-- adapter, whose renewals left it behind) is removed or moved to the lease's expiry or the
+-- wait's deadline; at most ARGV[4] of them per call, so one call's work is bounded however
+-- many there are.
 local restored = redis.call('GET', KEYS[15])
 if restored then
   return { 'restored', restored }
@@ -68,9 +74,20 @@ for priority = MAX_PRIORITY, 0, -1 do
         return out
       end
       local r = read_run(KEYS[1], string.sub(m, 17))
-      if r and r.m == m and claimable(r, now) then
+      local wf, wd, wn
+      if r and r.m == m and r.s == 'suspended' and r.f ~= FENCE_MAX then
+        wf, wd, wn = wait_due(KEYS[17], r.id, now)
+      end
+      if r and r.m == m and (wf or claimable(r, now)) then
         if r.o ~= '' then
           end_attempt(KEYS[4], KEYS[3], r, tonumber(r.e), 'expired', nil)
+        end
+        local resumed = false
+        if wf then
+          resumed = time_out(KEYS[17], KEYS[18], KEYS[19], KEYS[20], KEYS[3], r.id, wf, wd, wn)
+          r.s = 'runnable'
+        elseif waited(r.t) then
+          resumed = redis.call('HGET', KEYS[19], r.id)
         end
         local fence = take(KEYS[1], zkey, r, ARGV[1], expires, now)
         out[#out + 1] = r.id
@@ -80,13 +97,19 @@ for priority = MAX_PRIORITY, 0, -1 do
         out[#out + 1] = payload_of(KEYS[14], r.id, r.t)
         out[#out + 1] = tostring(priority)
         out[#out + 1] = num(math.max(now - tonumber(members[j + 1]), 0))
+        out[#out + 1] = resumed
         taken = taken + 1
       else
         budget = budget - 1
+        local later = r and r.m == m and r.s == 'suspended' and r.f ~= FENCE_MAX
+          and string.match(redis.call('HGET', KEYS[17], r.id) or '', '^%d+:(%d+):')
         if r and r.m == m and r.s == 'runnable' and r.f ~= FENCE_MAX and r.e ~= '' then
           -- Held and not expired (the index lagged behind a renewal), or delayed: move it to
           -- the expiry or the delay's end.
           redis.call('ZADD', zkey, r.e, m)
+        elseif later then
+          -- Waiting for a signal until a later deadline: claimable from then.
+          redis.call('ZADD', zkey, later, m)
         else
           -- Gone, ended or exhausted: never claimable from the index.
           redis.call('ZREM', zkey, m)

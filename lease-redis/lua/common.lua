@@ -20,8 +20,11 @@
 -- renewed' (when it was created, when its latest claim took it, when that lease was last
 -- renewed; each empty when unknown or none). Then, in records created since they were kept, the
 -- facts fixed at the run's creation that spare a script a look-up: a byte 2 and the run's
--- flags, letters: 'd' (of the default class: no field in the kinds hash) and 'n' (no payload:
--- no field in the payloads hash); then, for a run of another class, a byte 3 and its class (as
+-- flags, letters: 'd' (of the default class: no field in the kinds hash), 'n' (no payload:
+-- no field in the payloads hash) and 'w' (it has waited for a signal: the one flag set after
+-- its creation, by its first wait, which gives a record older than its facts the facts 'w'
+-- alone; a run without it has no field in the resumed hash, which record.lua describes);
+-- then, for a run of another class, a byte 3 and its class (as
 -- the kinds hash keeps it; a kind holds no control character, so the class runs to the
 -- record's end). A record without them (one created before they were kept) says nothing, and
 -- its scripts look the facts up. A run's end time is its score in the ended
@@ -112,6 +115,24 @@ local function flagged(t, letter)
   return flags ~= nil and string.find(flags, letter, 1, true) ~= nil
 end
 
+-- Whether the run of the times suffix `t` may have a field in the resumed hash: flagged 'w'.
+local function waited(t)
+  return flagged(t, 'w')
+end
+
+-- The times suffix `t` flagged 'w'. A record older than its facts gets facts of the flag
+-- alone, which say no more of its class and payload than their absence did: both are looked
+-- up, as before.
+local function with_waited(t)
+  if waited(t) then
+    return t
+  elseif string.find(t, '\2', 1, true) then
+    return (string.gsub(t, '\2', '\2w', 1))
+  end
+  local created, claimed, renewed = times_of(t)
+  return times_suffix(created, claimed, renewed, '\2w')
+end
+
 -- Runnable, unowned or expired, past any retry delay, and not at the last fence.
 local function claimable(r, now)
   return r.s == 'runnable' and (r.e == '' or tonumber(r.e) <= now) and r.f ~= FENCE_MAX
@@ -190,8 +211,10 @@ end
 -- (`attempts` is the attempts hash; absent is 0), class ('' for the default kind at priority
 -- 0; `kinds` is the kinds hash), times ('created,claimed,renewed,ended' in µs, each '' when
 -- unknown or none; the end is the run's score in `ended`, the ended runs zset, for a
--- completed, failed or cancelled run).
-local function record(r, failures, attempts, kinds, ended)
+-- completed, failed or cancelled run), wait (a suspended run's field in `waits`, the wait
+-- hash, as record.lua describes it; '' for none, and always '' when `waits` is nil: a caller
+-- whose run cannot be waiting, as it just left any wait).
+local function record(r, failures, attempts, kinds, ended, waits)
   local reason = ''
   local ended_at = ''
   if r.s == 'failed' or r.s == 'cancelled' then
@@ -203,9 +226,14 @@ local function record(r, failures, attempts, kinds, ended)
       ended_at = num(tonumber(score))
     end
   end
+  local wait = ''
+  if waits and r.s == 'suspended' then
+    wait = redis.call('HGET', waits, r.id) or ''
+  end
   local created, claimed, renewed = times_of(r.t)
   return { r.s, r.o, r.e, r.f, r.h, reason, redis.call('HGET', attempts, r.id) or '0',
-    kind_of(kinds, r.id, r.t), created .. ',' .. claimed .. ',' .. renewed .. ',' .. ended_at }
+    kind_of(kinds, r.id, r.t), created .. ',' .. claimed .. ',' .. renewed .. ',' .. ended_at,
+    wait }
 end
 
 -- A reply of `status`, then the record's fields, then `now`.

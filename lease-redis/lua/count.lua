@@ -1,7 +1,8 @@
 -- KEYS[1]: claimable index (zset); KEYS[2]: delayed runs (zset); KEYS[3]: suspended runs
 -- (zset); KEYS[4]: ended runs (zset); KEYS[5]: failures hash (failed and cancelled runs);
 -- KEYS[6]: cancelled runs (set); KEYS[7]: every kind but the default (set); KEYS[8..]: the
--- claimable index of each of those kinds; then the runs hash
+-- claimable index of each of those kinds; then the runs hash; then the deadlines zset (the
+-- waits for a signal with a deadline, record.lua's)
 -- ARGV[1]: how many kinds' indexes follow KEYS[7]; ARGV[2]: the most records of held or
 -- delayed runs to read for the longest-held lease (lease_core::LONGEST_HELD_SCAN)
 -- Returns: {'kinds'} when the kinds set holds another number of kinds than ARGV[1] (a kind was
@@ -12,8 +13,11 @@
 -- store keeps no index by claim time). The claimable index holds
 -- every runnable run, scored by when it is claimable (now or before: claimable; later: held
 -- until its expiry, or delayed until its delay's end); a delayed run stays in the delayed set
--- after its delay, with a score that no longer counts. lag is how long ago, in microseconds,
--- the longest-waiting claimable run became claimable (the lowest due score), or '' for none.
+-- after its delay, with a score that no longer counts. The index also holds the suspended runs
+-- waiting for a signal until a deadline, scored by it (claim_next takes them then): they are
+-- counted suspended, not claimable nor held, by the deadlines zset. lag is how long ago, in
+-- microseconds, the longest-waiting claimable run became claimable (the lowest due score, a
+-- timed-out wait's deadline included: claimable since), or '' for none.
 if redis.call('SCARD', KEYS[7]) ~= tonumber(ARGV[1]) then
   return { 'kinds' }
 end
@@ -37,6 +41,10 @@ for i = 0, tonumber(ARGV[1]) do
   end
   later = later + redis.call('ZCARD', zkey) - due
 end
+local deadlines = KEYS[9 + tonumber(ARGV[1])]
+local timed_out = redis.call('ZCOUNT', deadlines, '-inf', now)
+claimable = math.max(claimable - timed_out, 0)
+later = later - (redis.call('ZCARD', deadlines) - timed_out)
 local delayed = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')
 local cancelled = redis.call('SCARD', KEYS[6])
 local ended_with_reason = redis.call('HLEN', KEYS[5])
@@ -47,7 +55,7 @@ if held < 0 then held = 0 end
 local completed = redis.call('ZCARD', KEYS[4]) - ended_with_reason
 if completed < 0 then completed = 0 end
 local lag = ''
-if oldest ~= nil then
+if oldest ~= nil and claimable > 0 then
   lag = num(tonumber(now) - oldest)
 end
 -- The longest-held lease: the earliest claim among the held runs, whose index entries are

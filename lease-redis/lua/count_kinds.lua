@@ -6,7 +6,10 @@
 -- it again); else, per index from KEYS[2] on, {runnable, claimable, lag}: its size, how many
 -- are due (claimable now), and how long ago, in microseconds, its lowest due score became
 -- claimable ('' for none). O(log n) per class, whatever the number of runs; the client adds
--- the classes of a kind up.
+-- the classes of a kind up. A run waiting for a signal until a deadline keeps its member in
+-- its class's index, scored by the deadline (claim_next takes it then, timed out): it is
+-- counted here as runnable, and as claimable once its wait timed out, unlike count.lua, which
+-- tells the waits apart by the deadlines zset (this script has no such set per class).
 if redis.call('SCARD', KEYS[1]) ~= tonumber(ARGV[1]) then
   return { 'kinds' }
 end

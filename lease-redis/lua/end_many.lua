@@ -4,17 +4,24 @@
 -- suspended runs (zset: encoded id scored by when it was suspended; for count); KEYS[7]:
 -- attempts hash; KEYS[8]: kinds hash (id -> kind, for kinds other than the default); KEYS[9]:
 -- history hash (each ended attempt, as common.lua's push_attempt writes it, with this call's
--- id after it); KEYS[2i+8]: item i's journal (list; used by 'complete-with' only, declared for
--- every item); KEYS[2i+9]: the claimable index of the kind item i's lease names
+-- id after it); KEYS[10]: the wait hash; KEYS[11]: the deadlines zset; KEYS[12]: the resumed
+-- hash (record.lua describes the three); KEYS[2i+11]: item i's journal (list; used by
+-- 'complete-with' only, declared for every item); KEYS[2i+12]: the claimable index of the kind
+-- item i's lease names
 -- ARGV[1]: this call's id;
 -- ARGV[5i-3]: how item i ends: 'complete', 'complete-with', 'release', 'suspend',
--- 'retry-after', 'attempt-failed' or 'fail'; ARGV[5i-2]: its encoded run id; ARGV[5i-1]: its
--- presented fence; ARGV[5i]: its journal payload ('complete-with'; binary-safe), its delay
--- in ms ('retry-after'), its delay in ms, ':' and its reason ('attempt-failed'), its reason
--- ('fail'), else empty; ARGV[5i+1]: the
--- kind its lease names ('' for the default)
--- A release, a suspend and a retry-after (a snooze) are voluntary: they give the attempt back
--- to the run's budget; 'attempt-failed' is a retry-after that keeps it counted.
+-- 'await-signal', 'retry-after', 'attempt-failed' or 'fail'; ARGV[5i-2]: its encoded run id;
+-- ARGV[5i-1]: its presented fence; ARGV[5i]: its journal payload ('complete-with';
+-- binary-safe), its delay in ms ('retry-after'), its delay in ms, ':' and its reason
+-- ('attempt-failed'), its reason ('fail'), its timeout in ms ('' for none), ':' and the
+-- signal's name ('await-signal'), else empty; ARGV[5i+1]: the kind its lease names ('' for the
+-- default)
+-- A release, a suspend, a wait and a retry-after (a snooze) are voluntary: they give the
+-- attempt back to the run's budget; 'attempt-failed' is a retry-after that keeps it counted.
+-- 'await-signal' suspends the run as 'suspend' does, and begins its wait (record.lua): the
+-- wait of the lease's fence, until now plus the timeout; the run's last wait's end is cleared,
+-- its record flagged 'w', and, with a deadline, its member stays in the claimable index scored
+-- by the deadline (a wake-up for then), so that claim_next takes it when the wait times out.
 -- Returns: one array per item, in order: {'ok'}; {'none'}; or
 -- {'verdict', fence, state, owned ('1' or '0')}. Or, when the lease of an item this call would
 -- end names another kind than its run's: {'kind', item, actual, item, actual, ...}, and
@@ -31,7 +38,7 @@
 for i = 2, #ARGV, 5 do
   local op = ARGV[i]
   if op ~= 'complete' and op ~= 'complete-with' and op ~= 'release' and op ~= 'suspend'
-    and op ~= 'retry-after' and op ~= 'attempt-failed' and op ~= 'fail' then
+    and op ~= 'await-signal' and op ~= 'retry-after' and op ~= 'attempt-failed' and op ~= 'fail' then
     return redis.error_reply('unknown end ' .. op) -- before any write: nothing to undo
   end
 end
@@ -61,7 +68,7 @@ for i = 2, #ARGV, 5 do
   item = item + 1
   local op = ARGV[i]
   local r = runs[item]
-  local zkey = KEYS[2 * item + 9]
+  local zkey = KEYS[2 * item + 12]
   if not r then
     out[#out + 1] = { 'none' }
   elseif r.f ~= ARGV[i + 2] then
@@ -81,7 +88,7 @@ for i = 2, #ARGV, 5 do
     local outcome = 'completed'
     if op == 'release' or op == 'retry-after' then
       outcome = 'released'
-    elseif op == 'suspend' then
+    elseif op == 'suspend' or op == 'await-signal' then
       outcome = 'suspended'
     elseif op == 'attempt-failed' then
       outcome = 'retried'
@@ -111,17 +118,33 @@ for i = 2, #ARGV, 5 do
     else
       if op == 'complete-with' then
         now = now or now_micros()
-        redis.call('RPUSH', KEYS[2 * item + 8], r.f .. ':' .. num(now) .. ':' .. ARGV[i + 3])
+        redis.call('RPUSH', KEYS[2 * item + 11], r.f .. ':' .. num(now) .. ':' .. ARGV[i + 3])
       end
+      local suspends = op == 'suspend' or op == 'await-signal'
       redis.call('ZREM', zkey, r.m)
-      if op ~= 'suspend' then
+      if not suspends then
         now = now or now_micros()
         redis.call('ZADD', KEYS[4], num(now), r.id) -- ended: for retention
       end
-      if op == 'suspend' then
+      if suspends then
         r.s = 'suspended'
         now = now or now_micros()
         redis.call('ZADD', KEYS[6], num(now), r.id)
+        if op == 'await-signal' then
+          local ms, name = string.match(ARGV[i + 3], '^(%d*):(.*)$')
+          local deadline = ''
+          if ms ~= '' then
+            deadline = num(now + tonumber(ms) * 1000)
+            if r.f ~= FENCE_MAX then
+              redis.call('ZADD', zkey, deadline, r.m)
+              redis.call('ZADD', KEYS[11], deadline, r.id)
+              wake(zkey, tonumber(deadline), now)
+            end
+          end
+          redis.call('HSET', KEYS[10], r.id, r.f .. ':' .. deadline .. ':' .. name)
+          redis.call('HDEL', KEYS[12], r.id)
+          r.t = with_waited(r.t)
+        end
       elseif op == 'fail' then
         r.s = 'failed'
         redis.call('HSET', KEYS[3], r.id, ARGV[i + 3])
@@ -129,7 +152,7 @@ for i = 2, #ARGV, 5 do
         r.s = 'completed'
       end
     end
-    if op == 'release' or op == 'suspend' or op == 'retry-after' then
+    if op == 'release' or op == 'suspend' or op == 'await-signal' or op == 'retry-after' then
       refund(KEYS[7], r.id)
     end
     write_run(KEYS[1], r)

@@ -1,6 +1,6 @@
 -- KEYS[1]: all run ids (zset, score 0, member = encoded id, so lexicographic = run id order);
 -- KEYS[2]: runs hash; KEYS[3]: failures hash; KEYS[4]: attempts hash; KEYS[5]: kinds hash;
--- KEYS[6]: ended runs (zset)
+-- KEYS[6]: ended runs (zset); KEYS[7]: the wait hash
 -- ARGV[1]: encoded id to start after, or ''; ARGV[2]: most records to return; ARGV[3]: state
 -- to keep, or ''; ARGV[4]: '1' to keep only expired leases; ARGV[5]: most ids to examine;
 -- ARGV[6]: '' to keep every kind, else '=' followed by the kind to keep ('=' alone: the default);
@@ -8,7 +8,7 @@
 -- queue follows it); ARGV[7]: '' to keep every queue, else '=' followed by the queue to keep
 -- (a class without a vertical tab is the default queue's, '=default')
 -- Returns: flat {now, cursor, id, state, owner, expiry, fence, heartbeats, failure, attempts,
--- kind, times, id, ...} ordered by
+-- kind, times, wait, id, ...} ordered by
 -- id, where cursor is the last id examined (continue after it) or '' when the end was reached.
 -- The work of one call is bounded by ARGV[5], whatever the filter keeps, so a long filtered
 -- listing never blocks the server for long; the caller pages with the cursor.
@@ -39,7 +39,7 @@ for i, id in ipairs(ids) do
     and (ARGV[4] ~= '1' or (r.o ~= '' and r.e ~= '' and tonumber(r.e) <= now))
     and class_kept(id, r) then
     out[#out + 1] = id
-    for _, field in ipairs(record(r, KEYS[3], KEYS[4], KEYS[5], KEYS[6])) do
+    for _, field in ipairs(record(r, KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])) do
       out[#out + 1] = field
     end
     n = n + 1

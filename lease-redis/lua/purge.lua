@@ -2,8 +2,9 @@
 -- fence floor (string: the highest fence of any purged run); KEYS[5]: failures hash; KEYS[6]:
 -- claimable index (zset); KEYS[7]: attempts hash; KEYS[8]: cancelled runs (set); KEYS[9]: payloads
 -- hash; KEYS[10]: kinds hash; KEYS[11]: history hash; KEYS[12]: unique keys (hash: key -> the
--- run that took it last); KEYS[13]: each keyed run's key (hash); KEYS[3i+11], KEYS[3i+12],
--- KEYS[3i+13]: run i's journal, applied appends and idempotency keys
+-- run that took it last); KEYS[13]: each keyed run's key (hash); KEYS[14]: the wait hash;
+-- KEYS[15]: the deadlines zset; KEYS[16]: the resumed hash; KEYS[3i+14], KEYS[3i+15],
+-- KEYS[3i+16]: run i's journal, applied appends and idempotency keys
 -- ARGV[1]: age in ms; ARGV[i+1]: encoded id of run i
 -- Returns: the encoded ids removed. Each run is checked again here (still completed, failed or
 -- cancelled, ended at least ARGV[1] ms ago): one resumed or re-created since purge_due.lua listed it is
@@ -20,7 +21,7 @@ for i = 2, #ARGV do
   if not r then
     redis.call('ZREM', KEYS[2], id) -- nothing left to purge
   elseif at and tonumber(at) <= cutoff and (r.s == 'completed' or r.s == 'failed' or r.s == 'cancelled') then
-    local base = 3 * (i - 1) + 8
+    local base = 3 * (i - 1) + 11
     floor = fence_max(floor, r.f)
     redis.call('HDEL', KEYS[1], id)
     redis.call('ZREM', KEYS[2], id)
@@ -31,6 +32,9 @@ for i = 2, #ARGV do
     redis.call('HDEL', KEYS[9], id)
     redis.call('HDEL', KEYS[10], id)
     redis.call('HDEL', KEYS[11], id)
+    redis.call('HDEL', KEYS[14], id)
+    redis.call('ZREM', KEYS[15], id)
+    redis.call('HDEL', KEYS[16], id)
     redis.call('ZREM', KEYS[6], r.m)
     -- Its unique key, unless a later run took it.
     local key = redis.call('HGET', KEYS[13], id)

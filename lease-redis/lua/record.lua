@@ -43,3 +43,38 @@ local function history_with(old, entry)
   return old .. '\30' .. entry
 end
 
+
+-- Waits for a signal (lease_core::signal). The wait hash keeps a suspended run's wait, field
+-- id: 'fence:deadline:name' (the fence of the lease that began it; the deadline in µs on the
+-- server clock, '' for none; the name, which holds no control character, to the end). The
+-- deadlines zset scores the id of each wait with a deadline by it (for count), and the run's
+-- member in its class's claimable index is scored by it too: claim_next meets the run when its
+-- wait times out. The resumed hash keeps how the run's last wait ended until it waits again,
+-- field id: 'S:fence:at:name' then byte 31 and the signal's payload (binary, to the end), or
+-- 'T:fence:deadline:name' for a timeout. A record flagged 'w' (common.lua's facts) has waited:
+-- only such a run has a resumed field to read.
+local WAIT = '^(%d+):(%d*):(.*)$'
+
+-- The wait of run `id` in the wait hash `waits` if the run waits for a signal and its
+-- deadline has passed at `now`: its fence, deadline and name; else nil.
+local function wait_due(waits, id, now)
+  local wf, wd, wn = string.match(redis.call('HGET', waits, id) or '', WAIT)
+  if wd and wd ~= '' and tonumber(wd) <= now then
+    return wf, wd, wn
+  end
+  return nil
+end
+
+-- A claim of a run whose wait (fence `wf`, deadline `wd`, name `wn`) timed out: the wait ends
+-- timed out (KEYS given: the wait hash, deadlines zset, resumed hash, suspended zset and
+-- attempts hash), with a fresh attempt budget; the caller then claims the run as runnable.
+-- Returns the resumed field, which the claim's lease carries.
+local function time_out(waits, deadlines, resumed, suspended, attempts, id, wf, wd, wn)
+  local ended = 'T:' .. wf .. ':' .. wd .. ':' .. wn
+  redis.call('HSET', resumed, id, ended)
+  redis.call('HDEL', waits, id)
+  redis.call('ZREM', deadlines, id)
+  redis.call('ZREM', suspended, id)
+  redis.call('HSET', attempts, id, '0')
+  return ended
+end

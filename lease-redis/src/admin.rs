@@ -30,6 +30,8 @@ impl RedisLeaseStore {
                     .key(self.keys.kinds())
                     .key(self.keys.unique())
                     .key(self.keys.unique_of())
+                    .key(self.keys.waits())
+                    .key(self.keys.deadlines())
                     .arg(&encoded)
                     .arg(kind.arg());
                 call
@@ -58,13 +60,19 @@ impl RedisLeaseStore {
             .key(self.keys.kinds())
             .key(self.keys.ended())
             .key(self.keys.history())
+            .key(self.keys.waits())
+            .key(self.keys.resumed())
             .arg(keys::encode(run.as_str()));
         let reply = self.read("inspect", &call).await?;
         match reply.status()? {
-            "ok" => Ok(self
-                .record(run, &reply)?
-                .with_payload(reply.payload(2 + Reply::RECORD_FIELDS)?.map(|p| p.to_vec()))
-                .with_history(reply.history(3 + Reply::RECORD_FIELDS)?)),
+            "ok" => {
+                let mut record = self
+                    .record(run, &reply)?
+                    .with_payload(reply.payload(2 + Reply::RECORD_FIELDS)?.map(|p| p.to_vec()))
+                    .with_history(reply.history(3 + Reply::RECORD_FIELDS)?);
+                record.resumed = reply.resumed(4 + Reply::RECORD_FIELDS)?;
+                Ok(record)
+            }
             "none" => Err(Error::NotFound { run: run.clone() }),
             other => Err(reply.bad(format!("unknown status {other:?}")).into()),
         }
@@ -81,7 +89,9 @@ impl RedisLeaseStore {
             .key(self.keys.attempts())
             .key(self.keys.payloads())
             .key(self.keys.kinds())
-            .key(self.keys.ended());
+            .key(self.keys.ended())
+            .key(self.keys.waits())
+            .key(self.keys.resumed());
         for run in runs {
             call.arg(keys::encode(run.as_str()));
         }
@@ -97,9 +107,11 @@ impl RedisLeaseStore {
                 Ok(if one.len() == 0 {
                     Err(Error::NotFound { run: run.clone() })
                 } else {
-                    Ok(one
+                    let mut record = one
                         .record(run.clone(), 0, now)?
-                        .with_payload(one.payload(Reply::RECORD_FIELDS)?.map(|p| p.to_vec())))
+                        .with_payload(one.payload(Reply::RECORD_FIELDS)?.map(|p| p.to_vec()));
+                    record.resumed = one.resumed(Reply::RECORD_FIELDS + 1)?;
+                    Ok(record)
                 })
             })
             .collect()
@@ -133,6 +145,7 @@ impl RedisLeaseStore {
                 .key(self.keys.attempts())
                 .key(self.keys.kinds())
                 .key(self.keys.ended())
+                .key(self.keys.waits())
                 .arg(&after)
                 .arg(filter.limit - out.len())
                 .arg(filter.state.map_or("", RunState::as_str))
@@ -145,7 +158,7 @@ impl RedisLeaseStore {
             let stride = 1 + Reply::RECORD_FIELDS; // the id, then the record
             if reply.len() < 2 || (reply.len() - 2) % stride != 0 {
                 return Err(reply
-                    .bad("expected a cursor and records of an id and eight fields")
+                    .bad("expected a cursor and records of an id and ten fields")
                     .into());
             }
             for i in (2..reply.len()).step_by(stride) {
@@ -291,6 +304,9 @@ impl RedisLeaseStore {
                 .key(self.keys.history())
                 .key(self.keys.unique())
                 .key(self.keys.unique_of())
+                .key(self.keys.waits())
+                .key(self.keys.deadlines())
+                .key(self.keys.resumed())
                 .arg(age_ms);
             for (encoded, run) in chunk {
                 call.key(self.keys.journal(run))
@@ -342,7 +358,7 @@ impl RedisLeaseStore {
             for class in &classes {
                 call.key(self.keys.claimable_of(class));
             }
-            call.key(self.keys.runs());
+            call.key(self.keys.runs()).key(self.keys.deadlines());
             let reply = self.read("count", &call).await?;
             if reply.str(0).ok() != Some("kinds") {
                 break reply;
@@ -591,6 +607,8 @@ impl RedisLeaseStore {
                     .key(self.keys.attempts())
                     .key(self.keys.kinds())
                     .key(self.keys.history())
+                    .key(self.keys.waits())
+                    .key(self.keys.deadlines())
                     .arg(&encoded)
                     .arg(reason)
                     .arg(kind.arg());

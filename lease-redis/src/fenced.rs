@@ -99,7 +99,7 @@ impl RedisLeaseStore {
     /// As [`fenced_script`](RedisLeaseStore::fenced_script), and [`Error::InvalidInput`] for a
     /// payload over the limit or [`End::Committed`], and as
     /// [`InvalidInput::Unsupported`](lease_core::InvalidInput::Unsupported) for
-    /// [`End::RetryAfter`] and [`End::Fail`] (end the lease with
+    /// [`End::RetryAfter`], [`End::Fail`] and [`End::AwaitSignal`] (end the lease with
     /// [`end_many`](lease_core::LeaseStore::end_many) for those: a script that gives up has no effect to
     /// commit with its end).
     pub async fn fenced_script_with_end<T: FromRedisValue, K: AsRef<str>, A: ToRedisArgs>(
@@ -116,10 +116,10 @@ impl RedisLeaseStore {
         )))?;
         if matches!(
             end,
-            End::RetryAfter(_) | End::AttemptFailed { .. } | End::Fail(_)
+            End::RetryAfter(_) | End::AttemptFailed { .. } | End::Fail(_) | End::AwaitSignal { .. }
         ) {
             return Err(lease_core::InvalidInput::Unsupported {
-                operation: "fenced_script_with_end with a retry delay or a failure",
+                operation: "fenced_script_with_end with a retry delay, a failure or a wait",
             }
             .into());
         }

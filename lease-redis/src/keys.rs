@@ -5,7 +5,7 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `{lease:ns}:runs` | hash | every run record, field `<id>`: state, fence, heartbeats, expiry, index member, owner, times, and the facts fixed at creation (flags: default class, no payload; else the class) that spare the hot scripts a look-up (`lua/common.lua` has the format) |
+//! | `{lease:ns}:runs` | hash | every run record, field `<id>`: state, fence, heartbeats, expiry, index member, owner, times, and the facts fixed at creation (flags: default class, no payload, has waited for a signal; else the class) that spare the hot scripts a look-up (`lua/common.lua` has the format) |
 //! | `{lease:ns}:j:<id>` | list | the run's journal, one entry per element |
 //! | `{lease:ns}:claimable` | zset | runnable runs of the default kind scored by the instant (µs) they become claimable |
 //! | `{lease:ns}:claimable:<kind>` | zset | the same for the runs of another [kind](lease_core::Kind), its name hex-encoded |
@@ -21,6 +21,9 @@
 //! | `{lease:ns}:ended` | zset | completed and failed runs, `<id>` scored by when they ended (µs, server clock): what [`purge`](lease_core::LeaseStore::purge) removes, oldest first |
 //! | `{lease:ns}:delayed` | zset | runs given back with a retry delay, `<id>` scored by the delay's end (entries whose delay is over no longer count): for [`count`](lease_core::LeaseStore::count) |
 //! | `{lease:ns}:suspended` | zset | suspended runs, `<id>` scored by when: for `count` |
+//! | `{lease:ns}:wait` | hash | the waits for a signal ([`End::AwaitSignal`](lease_core::End::AwaitSignal)): `<id>` → `fence:deadline:name` of the suspended run's wait (deadline in µs, empty for none); its member in the claimable index is scored by the deadline, so `claim_next` takes the run when the wait times out (`lua/record.lua`) |
+//! | `{lease:ns}:deadlines` | zset | the waits with a deadline, `<id>` scored by it: for `count`, which counts them suspended |
+//! | `{lease:ns}:resumed` | hash | how a run's last wait ended, until it waits again: `<id>` → `S:fence:at:name`, byte 31 and the signal's payload, or `T:fence:deadline:name` for a timeout; read by the claims (for the lease's [`resumed`](lease_core::Lease::resumed)), inspect and signals, removed by purge |
 //! | `{lease:ns}:floor` | string | the fence floor: the highest fence of any purged run; every run is created at it, so an id purged and created again never reuses a fence, and a purge deletes everything else of the run |
 //! | `{lease:ns}:tomb` | string | the format marker, `format <N>: …` ([`FORMAT`]): a later format is refused at connect, an earlier one raised; an older release kept a hash of purged runs' fences here; connecting folds such a hash into the floor and leaves this string, on which that release's create and purge fail (WRONGTYPE) |
 //! | `{lease:ns}:payload` | hash | runs' payloads: `<id>` → the bytes it was created with ([`NewRun::with_payload`](lease_core::NewRun::with_payload)); written by create, read by claims and inspect, removed by purge |
@@ -46,14 +49,17 @@ use crate::error::RedisError;
 
 /// The format of the namespace's records this release reads and writes, kept in the format
 /// marker ([`Keys::tombstones`]): 2 made purged runs raise the fence floor; 3 put the queue in
-/// a run's class. A namespace at a later format is refused at connect; one at an earlier
-/// format is read as this one (a class without a queue is the default queue's) and its marker
-/// raised.
-pub(crate) const FORMAT: u32 = 3;
+/// a run's class; 4 added waits for signals (`:wait`, `:deadlines`, `:resumed`, a waiting run's
+/// member in the claimable index, the record's flag `w`), which an earlier release would
+/// misread (it drops a waiting run's index entry, and never times its wait out). A namespace
+/// at a later format is refused at connect; one at an earlier format is read as this one (a
+/// class without a queue is the default queue's; no run waits) and its marker raised.
+pub(crate) const FORMAT: u32 = 4;
 
 /// The marker's text for [`FORMAT`].
 pub(crate) const FORMAT_MARKER: &str =
-    "format 3: purged runs raise the fence floor (:floor); no tombstones; queues in the class";
+    "format 4: purged runs raise the fence floor (:floor); no tombstones; queues in the class; \
+     waits for signals (:wait, :deadlines, :resumed)";
 
 /// The longest namespace accepted, in bytes.
 pub const MAX_NAMESPACE_BYTES: usize = 64;
@@ -298,6 +304,22 @@ impl Keys {
         format!("{}:suspended", self.tag)
     }
 
+    /// The waits for a signal (hash: encoded id → `fence:deadline:name`, `lua/record.lua`).
+    pub(crate) fn waits(&self) -> String {
+        format!("{}:wait", self.tag)
+    }
+
+    /// The waits with a deadline (zset: encoded id scored by the deadline, in µs).
+    pub(crate) fn deadlines(&self) -> String {
+        format!("{}:deadlines", self.tag)
+    }
+
+    /// How runs' last waits ended (hash: encoded id → the signal or the timeout,
+    /// `lua/record.lua`).
+    pub(crate) fn resumed(&self) -> String {
+        format!("{}:resumed", self.tag)
+    }
+
     /// The fence floor (string: the highest fence of any purged run).
     pub(crate) fn floor(&self) -> String {
         format!("{}:floor", self.tag)
@@ -422,6 +444,9 @@ mod tests {
             keys.failures(),
             keys.cancelled(),
             keys.ended(),
+            keys.waits(),
+            keys.deadlines(),
+            keys.resumed(),
             keys.epoch(),
             keys.restored(),
             keys.user(&run, "out"),

@@ -12,6 +12,7 @@ mod guard;
 mod keys;
 mod link;
 mod reply;
+mod signal;
 mod store;
 mod wake;
 mod wire;

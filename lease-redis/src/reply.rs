@@ -104,8 +104,8 @@ impl Reply {
         Class::parse(self.str(i)?).map_err(|e| self.bad(format!("element {i}: {e}")))
     }
 
-    /// The nine record fields (state, owner, expiry, fence, heartbeats, failure, attempts,
-    /// kind, times) from `i`.
+    /// The ten record fields (state, owner, expiry, fence, heartbeats, failure, attempts,
+    /// kind, times, wait) from `i`.
     /// The expiry field of an unowned runnable run is the instant it is claimable from: its
     /// delay's end ahead of the read, or since when it has been claimable.
     pub(crate) fn record(
@@ -136,13 +136,37 @@ impl Reply {
             .with_queue(self.class(i + 7)?.queue)
             .with_priority(self.class(i + 7)?.priority)
             .with_times(self.times(i + 8)?);
+        record.wait = self.wait(i + 9)?;
         record.expires_at = if owner.is_some() { at } else { None };
         record.owner = owner;
         Ok(record)
     }
 
     /// Fields in one record.
-    pub(crate) const RECORD_FIELDS: usize = 9;
+    pub(crate) const RECORD_FIELDS: usize = 10;
+
+    /// A run's wait for a signal, as the wait hash keeps it (`fence:deadline:name`, deadline
+    /// '' for none; `lua/record.lua`), or '' for none.
+    pub(crate) fn wait(&self, i: usize) -> Result<Option<lease_core::Wait>, RedisError> {
+        let text = self.str(i)?;
+        if text.is_empty() {
+            return Ok(None);
+        }
+        crate::signal::parse_wait(text)
+            .map(Some)
+            .ok_or_else(|| self.bad(format!("element {i}: wait {text:?}")))
+    }
+
+    /// How a run's last wait ended, as the resumed hash keeps it (`lua/record.lua`), or a nil
+    /// reply for none.
+    pub(crate) fn resumed(&self, i: usize) -> Result<Option<lease_core::WaitEnd>, RedisError> {
+        match self.payload(i)? {
+            None => Ok(None),
+            Some(bytes) => crate::signal::parse_resumed(&bytes)
+                .map(Some)
+                .ok_or_else(|| self.bad(format!("element {i}: a malformed wait end"))),
+        }
+    }
 
     /// A record's times, `created,claimed,renewed,ended` in µs on the server clock, each
     /// empty when unknown or none.

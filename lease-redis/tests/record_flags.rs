@@ -480,3 +480,63 @@ async fn an_append_resent_after_its_lease_ended_answers_its_first_result() {
     );
     assert_eq!(store.journal(&id).await.unwrap().len(), 2);
 }
+
+/// A wait flags the record 'w' (the one fact set after creation): only a run that has waited
+/// has its last wait's end read by its claims. A record written before the facts gets the flag
+/// alone, which leaves its class and payload looked up as before, and its claims carry the
+/// signal; a record that never waited reads no more than before.
+#[tokio::test]
+async fn a_wait_flags_the_record_and_only_a_flagged_claim_reads_its_end() {
+    use lease_core::{LeaseStoreExt, SignalExt, SignalToken, WaitEnd};
+    let Some(server) = server() else { return };
+    let ns = unique_namespace("flag-wait");
+    let store = connect(&server.url(), &ns).await;
+    let mut conn = raw(&server.url()).await;
+    let mail = Kind::new("mail").unwrap();
+    store.create(&run("new")).await.unwrap();
+    store
+        .create_with(
+            &NewRun::new(run("old"))
+                .with_kind(mail.clone())
+                .with_payload(b"p".to_vec()),
+        )
+        .await
+        .unwrap();
+    strip_flags(&mut conn, &ns, "old").await;
+    for (id, before, after) in [("new", "dn", "wdn"), ("old", "", "w")] {
+        let lease = store.claim(&run(id), &worker(), ttl()).await.unwrap();
+        assert_eq!(lease.resumed(), None);
+        let rec = record(&mut conn, &ns, id).await;
+        assert_eq!(flags(&rec).unwrap_or(""), before, "{id}: {rec:?}");
+        let token = SignalToken::for_lease(&lease, "approval", store.signal_key()).unwrap();
+        store
+            .end_one(
+                &lease,
+                End::await_signal("approval", Duration::from_secs(60)).unwrap(),
+            )
+            .await
+            .unwrap();
+        let rec = record(&mut conn, &ns, id).await;
+        assert_eq!(flags(&rec), Some(after), "{id} waited: {rec:?}");
+        assert!(!store.signal(&token, b"\0yes\x1f").await.unwrap().duplicate);
+        let lease = store.claim(&run(id), &worker(), ttl()).await.unwrap();
+        assert_eq!(
+            lease
+                .resumed()
+                .and_then(WaitEnd::signal)
+                .map(|s| s.payload()),
+            Some(&b"\0yes\x1f"[..]),
+            "{id}"
+        );
+        if id == "old" {
+            // Its class and payload, looked up as before.
+            assert_eq!(
+                (lease.kind(), lease.payload()),
+                (&mail, Some(&b"p"[..])),
+                "{id}"
+            );
+        }
+        store.end_one(&lease, End::Complete).await.unwrap();
+        assert_eq!(flags(&record(&mut conn, &ns, id).await), Some(after));
+    }
+}

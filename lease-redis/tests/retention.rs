@@ -128,10 +128,10 @@ async fn an_older_releases_tombstones_are_folded_into_the_floor() {
     assert_eq!(again, "41");
 }
 
-/// The format marker names the namespace's format: a later release's (format 4 and up) is
+/// The format marker names the namespace's format: a later release's (format 5 and up) is
 /// refused at connect, naming it, with nothing written; an earlier one's (format 2, before
-/// queues were in the class) is read as this one and raised, its runs claimed from the default
-/// queue.
+/// queues were in the class; format 3, before waits for signals) is read as this one and
+/// raised, its runs claimed from the default queue.
 #[tokio::test]
 async fn a_newer_format_is_refused_and_an_older_one_raised() {
     let Some(server) = server() else { return };
@@ -151,9 +151,9 @@ async fn a_newer_format_is_refused_and_an_older_one_raised() {
                 .unwrap()
         }
     };
-    assert!(marker(&mut conn).await.starts_with("format 3: "));
+    assert!(marker(&mut conn).await.starts_with("format 4: "));
 
-    let later = "format 4: a later release's records";
+    let later = "format 5: a later release's records";
     let _: () = redis::cmd("SET")
         .arg(&tomb)
         .arg(later)
@@ -164,22 +164,31 @@ async fn a_newer_format_is_refused_and_an_older_one_raised() {
     let text = err.to_string();
     assert!(
         matches!(err, lease_core::Error::Misconfigured { .. })
-            && text.contains("newer than this release's format 3")
+            && text.contains("newer than this release's format 4")
             && text.contains(later)
             && text.contains(&ns),
         "{text}"
     );
     assert_eq!(marker(&mut conn).await, later, "nothing written");
 
-    let earlier = "format 2: purged runs raise the fence floor (:floor); no tombstones";
-    let _: () = redis::cmd("SET")
-        .arg(&tomb)
-        .arg(earlier)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let store = connect(&server.url(), &ns).await.unwrap();
-    assert!(marker(&mut conn).await.starts_with("format 3: "), "raised");
+    let mut store = None;
+    for earlier in [
+        "format 2: purged runs raise the fence floor (:floor); no tombstones",
+        "format 3: purged runs raise the fence floor (:floor); no tombstones; queues in the class",
+    ] {
+        let _: () = redis::cmd("SET")
+            .arg(&tomb)
+            .arg(earlier)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        store = Some(connect(&server.url(), &ns).await.unwrap());
+        assert!(
+            marker(&mut conn).await.starts_with("format 4: "),
+            "{earlier:?} raised"
+        );
+    }
+    let store = store.expect("connected");
     let leases = store
         .claim_next_in(
             &lease_core::Queue::default(),

@@ -78,6 +78,10 @@ impl LeaseStore for RedisLeaseStore {
                     .key(self.keys.kinds())
                     .key(self.keys.history())
                     .key(self.keys.restored())
+                    .key(self.keys.waits())
+                    .key(self.keys.deadlines())
+                    .key(self.keys.resumed())
+                    .key(self.keys.suspended())
                     .arg(&encoded)
                     .arg(worker.as_str())
                     .arg(ttl.as_millis())
@@ -90,6 +94,7 @@ impl LeaseStore for RedisLeaseStore {
                 let lease = self
                     .lease(run.clone(), worker, ttl, &reply, 1)?
                     .with_payload(reply.payload(4)?)
+                    .with_resumed(reply.resumed(5)?)
                     .with_kind(kind.kind)
                     .with_queue(kind.queue)
                     .with_priority(kind.priority);
@@ -179,7 +184,11 @@ impl LeaseStore for RedisLeaseStore {
             }
             call.key(self.keys.payloads())
                 .key(self.keys.restored())
-                .key(self.keys.queues());
+                .key(self.keys.queues())
+                .key(self.keys.waits())
+                .key(self.keys.deadlines())
+                .key(self.keys.resumed())
+                .key(self.keys.suspended());
             call.arg(worker.as_str())
                 .arg(ttl.as_millis())
                 .arg(max - leases.len())
@@ -189,17 +198,17 @@ impl LeaseStore for RedisLeaseStore {
             if reply.len() == 2 && reply.status()? == "restored" {
                 return Err(self.restored(&reply));
             }
-            if reply.len() % 7 != 1 {
+            if reply.len() % 8 != 1 {
                 return Err(reply
                     .bad(
                         "expected a flag, then groups of id, fence, expiry, attempts, payload, \
-                         priority, waited",
+                         priority, waited, resumed",
                     )
                     .into());
             }
             let more = reply.str(0)? == "1";
             let claimed = (1..reply.len())
-                .step_by(7)
+                .step_by(8)
                 .map(|i| {
                     let run = keys::decode(reply.str(i)?)?;
                     let priority: u8 = reply.parse(i + 5)?;
@@ -209,7 +218,8 @@ impl LeaseStore for RedisLeaseStore {
                         .with_kind(kind.clone())
                         .with_queue(queue.clone())
                         .with_priority(priority)
-                        .with_waited(Some(waited));
+                        .with_waited(Some(waited))
+                        .with_resumed(reply.resumed(i + 7)?);
                     // Read by the script that claimed the run: the payload of the life it
                     // claimed.
                     Ok(lease.with_payload(reply.payload(i + 4)?))
@@ -365,6 +375,14 @@ impl LeaseStore for RedisLeaseStore {
                     Cow::Owned(format!("{}:{reason}", end.delay_millis()).into_bytes())
                 }
                 End::Fail(reason) => Cow::Borrowed(reason.as_bytes()),
+                // The timeout in ms ('' for none), then the name (end_many.lua).
+                End::AwaitSignal { name, timeout } => Cow::Owned(
+                    format!(
+                        "{}:{name}",
+                        timeout.map_or_else(String::new, |t| t.as_millis().to_string())
+                    )
+                    .into_bytes(),
+                ),
                 // check_end_batch refused Committed above.
                 End::Complete | End::Release | End::Suspend | End::Committed(_) => {
                     Cow::Borrowed(&[])
@@ -393,6 +411,9 @@ impl LeaseStore for RedisLeaseStore {
                 .key(self.keys.attempts())
                 .key(self.keys.kinds())
                 .key(self.keys.history())
+                .key(self.keys.waits())
+                .key(self.keys.deadlines())
+                .key(self.keys.resumed())
                 .arg(&id);
             for ((Ending { lease, end, .. }, payload), kind) in
                 ends.iter().zip(&payloads).zip(&kinds)
@@ -503,6 +524,16 @@ impl LeaseStore for RedisLeaseStore {
 
     async fn resume(&self, run: &RunId) -> Result<RunRecord> {
         self.resume_run(run).await
+    }
+
+    async fn deliver_signal(
+        &self,
+        run: &RunId,
+        name: &lease_core::SignalName,
+        fence: lease_core::Fence,
+        payload: &[u8],
+    ) -> Result<lease_core::Signalled> {
+        self.deliver(run, name, fence, payload).await
     }
 
     async fn inspect(&self, run: &RunId) -> Result<RunRecord> {
