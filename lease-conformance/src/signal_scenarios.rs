@@ -471,3 +471,164 @@ pub async fn a_waiting_run_is_resumed_cancelled_or_purged_and_its_token_goes_sta
     );
     assert_eq!(store.inspect(&id).await.unwrap().state, RunState::Suspended);
 }
+
+/// A signal that comes while the lease of its token still holds the run (the handler handed
+/// the token out and has not ended yet) is kept for that lease's wait: the run stays held, and
+/// when the lease ends waiting for that name the wait is answered at once (claimable, with the
+/// signal). A second, different signal for that lease is refused; the same one again is a
+/// duplicate. A fence the holder does not have is refused as ever.
+pub async fn a_signal_that_comes_before_its_wait_is_stored_answers_it(factory: &dyn StoreFactory) {
+    let store = factory.fresh().await;
+    if !has_signals(&*store).await {
+        return;
+    }
+    let id = created(&*store, "order-4").await;
+    let lease = store.claim(&id, &worker("w1"), long()).await.unwrap();
+    let early = token(&*store, &lease, "approval");
+    assert!(!store.signal(&early, b"yes").await.unwrap().duplicate);
+    assert!(store.signal(&early, b"yes").await.unwrap().duplicate);
+    assert_refused(
+        store.signal(&early, b"no").await,
+        RunState::Runnable,
+        SignalRefusal::AlreadySignalled,
+    );
+    let other = token(&*store, &lease, "payment");
+    assert_refused(
+        store.signal(&other, b"x").await,
+        RunState::Runnable,
+        SignalRefusal::OtherSignal,
+    );
+    let record = store.inspect(&id).await.unwrap();
+    assert_eq!(
+        (record.state, record.owner.is_some()),
+        (RunState::Runnable, true),
+        "still held"
+    );
+    store.renew(&lease).await.expect("the lease is untouched");
+
+    store
+        .end_one(
+            &lease,
+            End::await_signal("approval", Duration::from_secs(60)).unwrap(),
+        )
+        .await
+        .unwrap();
+    let record = store.inspect(&id).await.unwrap();
+    assert_eq!(
+        (record.state, record.wait.as_ref()),
+        (RunState::Runnable, None),
+        "answered as it began"
+    );
+    let leases = store.claim_next(&worker("w2"), long(), 10).await.unwrap();
+    assert_eq!(leases.len(), 1);
+    assert_eq!((leases[0].fence().get(), leases[0].attempt()), (2, 1));
+    assert_eq!(
+        leases[0]
+            .resumed()
+            .and_then(WaitEnd::signal)
+            .map(|s| s.payload()),
+        Some(&b"yes"[..])
+    );
+    assert!(store.signal(&early, b"yes").await.unwrap().duplicate);
+    // Nothing holds fence 1 now: a signal for it finds no wait.
+    assert_refused(
+        store.signal(&other, b"x").await,
+        RunState::Runnable,
+        SignalRefusal::NotWaiting,
+    );
+}
+
+/// Through a `Worker` (a runtime scenario, on paused time): a handler takes its wait's token
+/// and waits, holding no slot meanwhile; a signal wakes the kind's worker, and the resumed
+/// handler reads the payload under a higher fence, on the attempt budget's first attempt. A
+/// second run's wait times out: its handler is resumed within a poll of the deadline and told
+/// it timed out, with no signal.
+pub async fn a_worker_handler_waits_for_a_signal_and_resumes_with_it(factory: &dyn StoreFactory) {
+    use lease_runtime::{CancellationToken, RunContext, Worker, WorkerConfig};
+    use tokio::sync::mpsc;
+
+    let store = factory.fresh().await;
+    if !has_signals(&*store).await {
+        return;
+    }
+    for id in ["approved", "forgotten"] {
+        store.create(&run(id)).await.unwrap();
+    }
+    let (seen, mut events) = mpsc::unbounded_channel();
+    let config = WorkerConfig::new(long()).with_concurrency(1);
+    let w = Worker::new(store.clone(), worker("w"), config).unwrap();
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    let handler = move |ctx: RunContext| {
+        let seen = seen.clone();
+        async move {
+            let id = ctx.run().to_string();
+            let what = if let Some(s) = ctx.signal("approval") {
+                format!(
+                    "signal {} at fence {}",
+                    String::from_utf8_lossy(s.payload()),
+                    ctx.fence()
+                )
+            } else if ctx.wait_timed_out("approval") {
+                format!("timed out at fence {}", ctx.fence())
+            } else {
+                let token = ctx.signal_token("approval")?;
+                let timeout = if id == "forgotten" { 2 } else { 3600 };
+                seen.send((
+                    id,
+                    format!("waits at fence {} attempt {}", ctx.fence(), ctx.attempt()),
+                    Some(token),
+                ))
+                .unwrap();
+                return Ok(End::await_signal("approval", Duration::from_secs(timeout))?);
+            };
+            seen.send((id, format!("{what}, attempt {}", ctx.attempt()), None))
+                .unwrap();
+            Ok(End::Complete)
+        }
+    };
+    let handle = tokio::spawn(async move { w.run(handler, stop).await });
+    let mut tokens = std::collections::HashMap::new();
+    let mut log = Vec::new();
+    while tokens.len() < 2 {
+        let (id, what, token) = tokio::time::timeout(Duration::from_secs(10), events.recv())
+            .await
+            .expect("both runs wait")
+            .unwrap();
+        log.push(format!("{id}: {what}"));
+        tokens.insert(id, token.expect("a waiting event"));
+    }
+    // Concurrency 1: both waited, so a wait holds no slot.
+    assert!(
+        !store
+            .signal(&tokens["approved"], b"yes")
+            .await
+            .unwrap()
+            .duplicate
+    );
+    while log.len() < 4 {
+        let (id, what, _) = tokio::time::timeout(Duration::from_secs(10), events.recv())
+            .await
+            .expect("both runs resume")
+            .unwrap();
+        log.push(format!("{id}: {what}"));
+    }
+    shutdown.cancel();
+    handle.await.unwrap().unwrap();
+    log.sort();
+    assert_eq!(
+        log,
+        [
+            "approved: signal yes at fence 2, attempt 1",
+            "approved: waits at fence 1 attempt 1",
+            "forgotten: timed out at fence 2, attempt 1",
+            "forgotten: waits at fence 1 attempt 1",
+        ]
+    );
+    for id in ["approved", "forgotten"] {
+        assert_eq!(
+            store.inspect(&run(id)).await.unwrap().state,
+            RunState::Completed
+        );
+    }
+}

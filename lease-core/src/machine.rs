@@ -42,7 +42,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::backend::{claim_refusal, fenced_verdict};
-use crate::signal::signal_verdict;
+use crate::signal::{signal_verdict, Delivery, Waiting};
 use crate::{
     attempt_error, Attempt, AttemptOutcome, End, EndedStates, Error, Fence, InvalidInput, Kind,
     Lease, Result, RunId, RunRecord, RunState, Signal, SignalName, StoreTime, Ttl, Wait, WaitEnd,
@@ -451,12 +451,18 @@ pub fn step<'a>(id: &RunId, run: &mut Run, op: Op<'a>, now: StoreTime) -> Result
             run.expires_at = None;
             run.claimable_at = after(now, Duration::from_millis(end.delay_millis()));
             if let End::AwaitSignal { name, timeout } = end {
-                let deadline = timeout.map(|t| after(now, t));
-                run.wait = Some(Wait::new(name.clone(), deadline, run.fence));
-                // The last wait's answer is the handler's no more once it waits again.
-                run.resumed = None;
-                // A timed-out wait is claimable from its deadline, in the claim order.
-                run.claimable_at = deadline.unwrap_or(now);
+                if answered_early(run, name) {
+                    // The signal came while the lease ran: the wait is over as it begins.
+                    run.state = RunState::Runnable;
+                    run.attempts = 0;
+                } else {
+                    let deadline = timeout.map(|t| after(now, t));
+                    run.wait = Some(Wait::new(name.clone(), deadline, run.fence));
+                    // The last wait's answer is the handler's no more once it waits again.
+                    run.resumed = None;
+                    // A timed-out wait is claimable from its deadline, in the claim order.
+                    run.claimable_at = deadline.unwrap_or(now);
+                }
             }
             Ok(Applied::Ended { journal })
         }
@@ -502,31 +508,28 @@ pub fn step<'a>(id: &RunId, run: &mut Run, op: Op<'a>, now: StoreTime) -> Result
             fence,
             payload,
         } => {
-            let duplicate = signal_verdict(
-                id,
-                run.state,
-                run.fence,
-                run.wait.as_ref(),
-                run.resumed.as_ref(),
-                name,
-                fence,
-                payload,
-                now,
-            )?;
-            if !duplicate {
+            let waiting = Waiting {
+                state: run.state,
+                fence: run.fence,
+                owned: run.owner.is_some(),
+                wait: run.wait.as_ref(),
+                resumed: run.resumed.as_ref(),
+            };
+            let delivery = signal_verdict(id, waiting, name, fence, payload, now)?;
+            if delivery != Delivery::Duplicate {
+                let signal = Signal::new(name.clone(), fence, now, payload);
+                run.resumed = Some(WaitEnd::Signalled(signal));
+            }
+            if delivery == Delivery::Deliver {
                 run.wait = None;
-                run.resumed = Some(WaitEnd::Signalled(Signal::new(
-                    name.clone(),
-                    fence,
-                    now,
-                    payload,
-                )));
                 run.state = RunState::Runnable;
                 // A wait's time does not spend the budget: the resumed run starts afresh.
                 run.attempts = 0;
                 run.claimable_at = now;
             }
-            Ok(Applied::Signalled { duplicate })
+            Ok(Applied::Signalled {
+                duplicate: delivery == Delivery::Duplicate,
+            })
         }
     }
 }
@@ -552,6 +555,12 @@ fn refused_in(id: &RunId, state: RunState, operation: &'static str) -> Error {
         RunState::Cancelled => Error::Cancelled { run },
         RunState::Runnable => InvalidInput::Unsupported { operation }.into(),
     }
+}
+
+/// Whether `run`'s holding lease (its fence) was answered early with a signal for `name`
+/// ([`Delivery::Early`](crate::signal::Delivery::Early)).
+fn answered_early(run: &Run, name: &SignalName) -> bool {
+    matches!(&run.resumed, Some(WaitEnd::Signalled(s)) if s.fence == run.fence && &s.name == name)
 }
 
 /// `at` plus `span`, in the store's microseconds.

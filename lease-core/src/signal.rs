@@ -302,23 +302,75 @@ impl fmt::Display for SignalRefusal {
     }
 }
 
-/// The store's verdict on a signal for `run` in `state`, whose wait and last wait's end are
-/// `wait` and `ended`, for the wait of `fence` and `name` with `payload` at `now`: `Ok(true)`
-/// for a duplicate of the delivery that answered it, `Ok(false)` to deliver, or the refusal.
-/// The one rule every backend follows (the memory and etcd stores call it; the SQL and Lua
-/// follow it, and the conformance suite checks them against it).
-#[allow(clippy::too_many_arguments)]
+/// What a signal does, when it is not refused ([`signal_verdict`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Delivery {
+    /// The run waits in the token's wait: deliver, and make it claimable.
+    Deliver,
+    /// The lease of the token's fence still holds the run: its handler took the token and has
+    /// not ended yet (its wait is not stored, or not even begun). The signal is kept as that
+    /// fence's answer, and the run stays as it is; when the lease then ends waiting for this
+    /// name, the wait is answered at once (the run is claimable, with the signal).
+    Early,
+    /// This very delivery answered the wait before: nothing changes.
+    Duplicate,
+}
+
+/// What the record of a run says about signals, for [`signal_verdict`].
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct Waiting<'a> {
+    /// Its state.
+    pub state: RunState,
+    /// Its fence.
+    pub fence: Fence,
+    /// Whether a lease holds it (live or expired, not yet reclaimed).
+    pub owned: bool,
+    /// Its wait.
+    pub wait: Option<&'a Wait>,
+    /// How its last wait ended (or the early answer of the holding lease's wait).
+    pub resumed: Option<&'a WaitEnd>,
+}
+
+impl<'a> Waiting<'a> {
+    /// What `record` says.
+    pub fn of(record: &'a crate::RunRecord) -> Waiting<'a> {
+        Waiting {
+            state: record.state,
+            fence: record.fence,
+            owned: record.owner.is_some(),
+            wait: record.wait.as_ref(),
+            resumed: record.resumed.as_ref(),
+        }
+    }
+}
+
+/// The store's verdict on a signal for `run`, whose record says `at`, for the wait of `fence`
+/// and `name` with `payload` at `now` (the store's clock): what the signal does, or the
+/// refusal. The one rule every backend follows (the memory and etcd stores call it through
+/// the machine, Postgres explains its conditional write with it, Lua follows it; the
+/// conformance suite and the model check them against it).
+///
+/// In order: the token's wait answered before (a duplicate of the same payload; another
+/// payload, or a timeout, refused); a fence the run never had; the wait itself (another
+/// name, or its deadline passed, refused); a later wait; the holding lease of the token's
+/// fence, not yet waiting ([`Delivery::Early`]); anything else is not waiting.
 pub fn signal_verdict(
     run: &RunId,
-    state: RunState,
-    current: Fence,
-    wait: Option<&Wait>,
-    ended: Option<&WaitEnd>,
+    at: Waiting<'_>,
     name: &SignalName,
     fence: Fence,
     payload: &[u8],
     now: StoreTime,
-) -> Result<bool> {
+) -> Result<Delivery> {
+    let Waiting {
+        state,
+        fence: current,
+        owned,
+        wait,
+        resumed: ended,
+    } = at;
     let refuse = |reason| {
         Err(crate::Error::StaleSignal {
             run: run.clone(),
@@ -330,7 +382,7 @@ pub fn signal_verdict(
     // run did since, until it waits again.
     if let Some(end) = ended.filter(|e| e.fence() == fence && e.name() == name) {
         return match end {
-            WaitEnd::Signalled(s) if s.payload() == payload => Ok(true),
+            WaitEnd::Signalled(s) if s.payload() == payload => Ok(Delivery::Duplicate),
             WaitEnd::Signalled(_) => refuse(SignalRefusal::AlreadySignalled),
             WaitEnd::TimedOut { .. } => refuse(SignalRefusal::TimedOut),
         };
@@ -345,11 +397,19 @@ pub fn signal_verdict(
             } else if w.timed_out(now) {
                 refuse(SignalRefusal::TimedOut)
             } else {
-                Ok(false)
+                Ok(Delivery::Deliver)
             }
         }
         Some(w) if state == RunState::Suspended && w.fence > fence => {
             refuse(SignalRefusal::EarlierWait)
+        }
+        // The holder's wait, answered early once: not by another signal too.
+        None if state == RunState::Runnable && owned && current == fence => {
+            if ended.is_some_and(|e| e.fence() == fence) {
+                refuse(SignalRefusal::OtherSignal)
+            } else {
+                Ok(Delivery::Early)
+            }
         }
         _ => refuse(SignalRefusal::NotWaiting),
     }

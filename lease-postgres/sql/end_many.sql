@@ -6,7 +6,9 @@
 -- the history names it), $9 errors (text[]: the error the history keeps, or null), $10 wait
 -- names (text[]: an await-signal's signal, else null), $11 wait timeouts (bigint[]: its ms, null
 -- for none); run ids are distinct. A wait records its name, deadline and the lease's fence, and
--- forgets how the run's last wait ended.
+-- forgets how the run's last wait ended; unless a signal for its name came while the lease held
+-- the run (sql/signal.sql keeps it under the lease's fence): then the wait is answered as it
+-- begins, and the run is runnable, claimable now, with the signal and a fresh budget.
 -- Returns: one row per input, in input order (ord). Rows locked by another transaction are
 -- skipped, never waited for (locked = false; run_exists says whether the run is there). For the
 -- others, ended = true if the lease was ended (and a payload journaled under its fence, in the
@@ -26,9 +28,17 @@ WITH input AS (
     -- inside the caller's transaction). Volatile, so evaluated per row, never folded away.
     WHERE set_config('synchronous_commit', 'on', true) IS NOT NULL
 ), locked AS (
-    SELECT input.ord, input.fence AS presented, input.to_state, input.payload, input.delay_ms,
-           input.failure, input.refund, input.outcome, input.error, input.wait_name,
-           input.wait_ms, r.run_id, r.state,
+    SELECT input.ord, input.fence AS presented,
+           -- A wait answered early is no wait.
+           CASE WHEN input.wait_name IS NOT NULL AND r.resumed_fence = r.fence
+                     AND r.resumed_name = input.wait_name AND r.resumed_payload IS NOT NULL
+                THEN 'runnable' ELSE input.to_state END AS to_state,
+           input.payload, input.delay_ms,
+           input.failure, input.refund, input.outcome, input.error,
+           CASE WHEN input.wait_name IS NOT NULL AND r.resumed_fence = r.fence
+                     AND r.resumed_name = input.wait_name AND r.resumed_payload IS NOT NULL
+                THEN NULL ELSE input.wait_name END AS wait_name,
+           input.wait_ms, input.wait_name IS NOT NULL AS waits, r.run_id, r.state,
            r.lease_owner, r.fence
     FROM input
     JOIN {schema}.runs r ON r.run_id = input.run_id COLLATE "C"
@@ -39,7 +49,8 @@ WITH input AS (
         lease_owner = NULL,
         lease_expires_at = NULL,
         -- For a completed or failed run, when it ended; for a timed wait, its deadline.
-        claimable_at = now() + coalesce(locked.wait_ms, locked.delay_ms) * interval '1 millisecond',
+        claimable_at = now() + CASE WHEN locked.wait_name IS NULL THEN locked.delay_ms
+                                    ELSE coalesce(locked.wait_ms, 0) END * interval '1 millisecond',
         wait_name = locked.wait_name,
         wait_fence = CASE WHEN locked.wait_name IS NULL THEN NULL ELSE r.fence END,
         wait_deadline = CASE WHEN locked.wait_name IS NULL THEN NULL
@@ -49,7 +60,8 @@ WITH input AS (
         resumed_at = CASE WHEN locked.wait_name IS NULL THEN r.resumed_at END,
         resumed_payload = CASE WHEN locked.wait_name IS NULL THEN r.resumed_payload END,
         failure = locked.failure,
-        attempts = CASE WHEN locked.refund THEN greatest(r.attempts - 1, 0) ELSE r.attempts END,
+        attempts = CASE WHEN locked.waits AND locked.wait_name IS NULL THEN 0
+                        WHEN locked.refund THEN greatest(r.attempts - 1, 0) ELSE r.attempts END,
         journal_len = r.journal_len + CASE WHEN locked.payload IS NULL THEN 0 ELSE 1 END,
         -- The attempt's end, numbered before any refund (the SET reads the old row).
         history = {schema}.attempt_pushed(r.history, {max_history},

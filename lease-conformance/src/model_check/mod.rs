@@ -42,6 +42,17 @@ const SHORT_MS: u64 = 25;
 /// The long TTL: never expires within a sequence.
 const LONG_MS: u64 = 60_000;
 
+/// The model's run after its lease of `fence` ended waiting for [`WAITED`] (its state already
+/// suspended): waiting, or at once runnable if a signal came for it while the lease held it.
+fn model_wait(run: &mut Run, fence: u64) {
+    if run.answer.as_ref().is_some_and(|(f, n, _)| *f == fence && *n == WAITED) {
+        run.state = RunState::Runnable;
+    } else {
+        run.wait = Some((fence, WAITED));
+        run.answer = None;
+    }
+}
+
 /// The signal the model's runs wait for.
 const WAITED: &str = "approval";
 /// The reason the sequences cancel with.
@@ -372,8 +383,7 @@ async fn apply(
                     _ => RunState::Completed,
                 };
                 if matches!(step, Step::Wait(..)) && store.capabilities().signals {
-                    run.wait = Some((lease.fence().get(), WAITED));
-                    run.answer = None;
+                    model_wait(run, lease.fence().get());
                 }
             }
         }
@@ -424,10 +434,7 @@ async fn apply(
                             run.delay = Some((sent + *delay, received + *delay));
                         }
                         End::Fail(reason) => run.failure = Some(reason.clone()),
-                        End::AwaitSignal { .. } => {
-                            run.wait = Some((item.lease.fence().get(), WAITED));
-                            run.answer = None;
-                        }
+                        End::AwaitSignal { .. } => model_wait(run, item.lease.fence().get()),
                         _ => {}
                     }
                 }
@@ -514,9 +521,12 @@ async fn apply(
             }
             if let (Ok(s), Some(run)) = (&got, model.runs.get_mut(id)) {
                 if !s.duplicate {
-                    run.state = RunState::Runnable;
-                    run.wait = None;
-                    run.delay = None;
+                    // Delivered to the wait, or kept for the holder's (which stays held).
+                    if run.owner.is_none() {
+                        run.state = RunState::Runnable;
+                        run.wait = None;
+                        run.delay = None;
+                    }
                     run.answer = Some((fence, name, payload.to_vec()));
                 }
             }

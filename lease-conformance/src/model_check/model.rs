@@ -90,6 +90,17 @@ impl Run {
             Some((f, _)) if self.state == RunState::Suspended && f > fence => {
                 refused(SignalRefusal::EarlierWait)
             }
+            // The holder of that fence has not waited yet: kept for its wait, once.
+            None if self.state == RunState::Runnable
+                && self.owner.is_some()
+                && self.fence == fence =>
+            {
+                if self.answer.as_ref().is_some_and(|(f, _, _)| *f == fence) {
+                    refused(SignalRefusal::OtherSignal)
+                } else {
+                    Ok(false)
+                }
+            }
             _ => refused(SignalRefusal::NotWaiting),
         }
     }

@@ -113,6 +113,15 @@ impl End {
         }
     }
 
+    /// Whether a lease found ended as `ended` may have been ended by this end: as
+    /// [`ended`](End::ended) says, or, for an [`AwaitSignal`](End::AwaitSignal), released (a
+    /// signal that came while the lease ran answered the wait as it began, leaving the run
+    /// claimable). How a retry of an unanswered end recognizes its own earlier commit.
+    pub fn ends_as(&self, ended: crate::Ended) -> bool {
+        ended == self.ended()
+            || (matches!(self, End::AwaitSignal { .. }) && ended == crate::Ended::Released)
+    }
+
     /// The end's name: `complete`, `complete-with`, `release`, `suspend`, `await-signal`, `retry-after`,
     /// `attempt-failed`, `fail` or `committed`.
     pub fn as_str(&self) -> &'static str {

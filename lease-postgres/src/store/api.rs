@@ -305,35 +305,33 @@ impl LeaseStore for PostgresLeaseStore {
                     .bind(fence_param(signal_fence))
                     .bind(payload);
                 if let Some(row) = self.write_opt(conn, query).await? {
-                    return Ok(Some(kind(&row)?));
+                    let claimable: bool = get(&row, "claimable")?;
+                    return Ok(Some(claimable.then(|| kind(&row)).transpose()?));
                 }
                 // Judged on the record, by the one rule: a duplicate of the delivery that
                 // answered the wait, a refusal, or (raced: the run now waits in it) again.
                 let current = self.inspect_on(conn, run).await?;
                 match lease_core::signal::signal_verdict(
                     run,
-                    current.state,
-                    current.fence,
-                    current.wait.as_ref(),
-                    current.resumed.as_ref(),
+                    lease_core::signal::Waiting::of(&current),
                     name,
                     signal_fence,
                     payload,
                     current.observed_at,
                 ) {
-                    Ok(true) => {
+                    Ok(lease_core::signal::Delivery::Duplicate) => {
                         // A retry takes "delivered before" for its own delivery: confirmed
                         // like a fresh write.
                         self.route.confirm_seen(conn).await?;
                         return Ok(None);
                     }
-                    Ok(false) => continue,
+                    Ok(_) => continue,
                     Err(refusal) => return Err(refusal),
                 }
             }
             Err(Self::raced(run))
         })?;
-        if let (Some(kind), Some(notifier)) = (&delivered, &self.notifier) {
+        if let (Some(Some(kind)), Some(notifier)) = (&delivered, &self.notifier) {
             notifier.claimable(kind, 0);
         }
         Ok(lease_core::Signalled::new(run.clone(), delivered.is_none()))
@@ -411,16 +409,22 @@ impl LeaseStore for PostgresLeaseStore {
                 ends.iter()
                     .zip(&results)
                     .filter(|(_, result)| result.is_ok())
-                    .filter_map(|(ending, _)| match &ending.end {
-                        End::Release | End::RetryAfter(_) | End::AttemptFailed { .. } => {
-                            Some((ending.lease.kind(), ending.end.delay_millis()))
+                    .flat_map(|(ending, _)| {
+                        let kind = ending.lease.kind();
+                        match &ending.end {
+                            End::Release | End::RetryAfter(_) | End::AttemptFailed { .. } => {
+                                [Some((kind, ending.end.delay_millis())), None]
+                            }
+                            // Claimable now if a signal answered it early, else at its
+                            // deadline (if any).
+                            End::AwaitSignal { timeout, .. } => [
+                                Some((kind, 0)),
+                                timeout.map(|t| (kind, t.as_millis() as u64)),
+                            ],
+                            _ => [None, None],
                         }
-                        // A timed wait is claimable at its deadline.
-                        End::AwaitSignal {
-                            timeout: Some(t), ..
-                        } => Some((ending.lease.kind(), t.as_millis() as u64)),
-                        _ => None,
-                    }),
+                    })
+                    .flatten(),
             );
         }
         Ok(results)

@@ -429,7 +429,7 @@ async fn flush_writes(b: &Shared, mut batch: Vec<Pending>) -> Vec<Pending> {
             Err(Error::LeaseEnded { fence, ended, .. })
                 if p.unanswered > 0
                     && fence == p.ending.lease.fence().get()
-                    && ended == p.ending.end.ended() =>
+                    && p.ending.end.ends_as(ended) =>
             {
                 Ok(())
             }
