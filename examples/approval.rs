@@ -108,7 +108,8 @@ async fn approve() -> Result<(), BoxError> {
         WorkerId::new("shop-1")?,
         WorkerConfig::new(Ttl::from_secs(10)?),
     )?;
-    let running = tokio::spawn(worker.run_kinds(kinds, shutdown.clone()));
+    let stop = shutdown.clone();
+    let running = tokio::spawn(async move { worker.run_kinds(kinds, stop).await });
 
     for (id, amount_cents) in [("order-1", 2500), ("order-2", 990)] {
         let order = Order {
@@ -116,7 +117,10 @@ async fn approve() -> Result<(), BoxError> {
             amount_cents,
         };
         store
-            .insert(&order, InsertOpts::new().with_id(distribution::RunId::new(id)?))
+            .insert(
+                &order,
+                InsertOpts::new().with_id(distribution::RunId::new(id)?),
+            )
             .await?;
     }
 

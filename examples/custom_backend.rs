@@ -387,6 +387,22 @@ impl LeaseStore for AuditedStore {
         self.inner.resume(run).await
     }
 
+    // A signal is checked against the wait its token names, as a fenced write is against its
+    // lease: the inner store judges it.
+    async fn deliver_signal(
+        &self,
+        run: &RunId,
+        name: &lease_core::SignalName,
+        fence: lease_core::Fence,
+        payload: &[u8],
+    ) -> Result<lease_core::Signalled> {
+        self.inner.deliver_signal(run, name, fence, payload).await
+    }
+
+    fn signal_key(&self) -> Option<&lease_core::SignalKey> {
+        self.inner.signal_key()
+    }
+
     async fn force_release(&self, run: &RunId) -> Result<RunRecord> {
         self.inner.force_release(run).await
     }

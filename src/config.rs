@@ -771,6 +771,9 @@ impl Config {
         if let Some(timeout) = self.replica_timeout {
             redis = redis.with_replica_timeout(timeout);
         }
+        if let Some(key) = &self.signal_key {
+            redis = redis.with_signal_key(key.clone());
+        }
         redis
     }
 }

@@ -445,14 +445,21 @@ pub async fn a_waiting_run_is_resumed_cancelled_or_purged_and_its_token_goes_sta
     let old_fence = old.fence().get();
 
     // Retention leaves a waiting run alone; a cancelled one goes, and its token finds nothing.
-    assert!(store.purge_ids(&[id.clone()]).await.unwrap().is_empty());
+    assert!(store
+        .purge_ids(std::slice::from_ref(&id))
+        .await
+        .unwrap()
+        .is_empty());
     store.cancel(&id, "withdrawn").await.unwrap();
     assert_refused(
         store.signal(&old, b"yes").await,
         RunState::Cancelled,
         SignalRefusal::NotWaiting,
     );
-    assert_eq!(store.purge_ids(&[id.clone()]).await.unwrap(), [id.clone()]);
+    assert_eq!(
+        store.purge_ids(std::slice::from_ref(&id)).await.unwrap(),
+        std::slice::from_ref(&id)
+    );
     assert!(matches!(
         store.signal(&old, b"yes").await,
         Err(Error::NotFound { .. })

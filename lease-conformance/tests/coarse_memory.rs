@@ -202,6 +202,20 @@ impl LeaseStore for Coarse {
         self.inner.resume(run).await
     }
 
+    async fn deliver_signal(
+        &self,
+        run: &RunId,
+        name: &lease_core::SignalName,
+        fence: lease_core::Fence,
+        payload: &[u8],
+    ) -> Result<lease_core::Signalled> {
+        self.inner.deliver_signal(run, name, fence, payload).await
+    }
+
+    fn signal_key(&self) -> Option<&lease_core::SignalKey> {
+        self.inner.signal_key()
+    }
+
     async fn force_release(&self, run: &RunId) -> Result<RunRecord> {
         self.inner.force_release(run).await
     }

@@ -22,6 +22,9 @@
 -- wait of the lease's fence, until now plus the timeout; the run's last wait's end is cleared,
 -- its record flagged 'w', and, with a deadline, its member stays in the claimable index scored
 -- by the deadline (a wake-up for then), so that claim_next takes it when the wait times out.
+-- Unless a signal for its name came while the lease held the run (signal.lua kept it in the
+-- resumed field under the lease's fence): then the wait is answered as it begins, and the run
+-- is given back as a release gives it, claimable now, with the signal and a fresh budget.
 -- Returns: one array per item, in order: {'ok'}; {'none'}; or
 -- {'verdict', fence, state, owned ('1' or '0')}. Or, when the lease of an item this call would
 -- end names another kind than its run's: {'kind', item, actual, item, actual, ...}, and
@@ -98,9 +101,19 @@ for i = 2, #ARGV, 5 do
       err = ARGV[i + 3]
     end
     end_attempt(KEYS[9], KEYS[7], r, now, outcome, err, ARGV[1])
+    -- A wait a signal answered while this lease ran.
+    local answered = false
+    if op == 'await-signal' and waited(r.t) then
+      local early = redis.call('HGET', KEYS[12], r.id)
+      local name = string.match(ARGV[i + 3], '^%d*:(.*)$')
+      if early then
+        local ef, en = string.match(early, '^S:(%d+):%d+:([^\31]*)\31')
+        answered = ef == r.f and en == name
+      end
+    end
     r.o = ''
     r.e = ''
-    if op == 'release' then
+    if op == 'release' or answered then
       now = now or now_micros()
       r.e = num(now) -- claimable since now (common.lua's record format)
       index(zkey, r, now)
@@ -152,7 +165,9 @@ for i = 2, #ARGV, 5 do
         r.s = 'completed'
       end
     end
-    if op == 'release' or op == 'suspend' or op == 'await-signal' or op == 'retry-after' then
+    if answered then
+      redis.call('HDEL', KEYS[7], r.id) -- a fresh budget
+    elseif op == 'release' or op == 'suspend' or op == 'await-signal' or op == 'retry-after' then
       refund(KEYS[7], r.id)
     end
     write_run(KEYS[1], r)

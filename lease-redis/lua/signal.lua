@@ -13,7 +13,10 @@
 -- already signalled; a timeout refuses as timed out), whatever the run did since, until it
 -- waits again; then a fence above the run's is a wait it never had; then its wait: of this
 -- fence, for another name, or past its deadline, refused; of a later fence, refused as an
--- earlier wait; none, not waiting. A delivery ends the wait: the run is runnable and
+-- earlier wait; none: while the lease of the token's fence holds the run (its handler took the
+-- token and has not ended yet), the signal is kept as that lease's answer, once, the run left
+-- as it is (end_many.lua answers the wait as it begins); else not waiting. A delivery ends the
+-- wait: the run is runnable and
 -- claimable now, with a fresh attempt budget, and its resumed field holds the signal, which
 -- the leases of its next claims carry until it waits again.
 local r = read_run(KEYS[1], ARGV[1])
@@ -28,6 +31,7 @@ local function above(a, b)
   return a ~= b and fence_max(a, b) == a
 end
 local now = now_micros()
+local answered_fence = nil
 if waited(r.t) then
   local ended = redis.call('HGET', KEYS[5], r.id)
   if ended then
@@ -39,6 +43,7 @@ if waited(r.t) then
     if how == 'S' then
       name, payload = string.match(rest, '^([^\31]*)\31(.*)$')
     end
+    answered_fence = ef
     if ef == ARGV[3] and name == ARGV[2] then
       if how ~= 'S' then
         return refuse('timed_out')
@@ -55,6 +60,16 @@ end
 local wf, wd, wn
 if r.s == 'suspended' then
   wf, wd, wn = string.match(redis.call('HGET', KEYS[3], r.id) or '', WAIT)
+end
+if not wf and r.s == 'runnable' and r.o ~= '' and r.f == ARGV[3] then
+  -- Early: kept for the holder's wait, once.
+  if answered_fence == ARGV[3] then
+    return refuse('other_signal')
+  end
+  redis.call('HSET', KEYS[5], r.id, 'S:' .. r.f .. ':' .. num(now) .. ':' .. ARGV[2] .. '\31' .. ARGV[4])
+  r.t = with_waited(r.t)
+  write_run(KEYS[1], r)
+  return { 'early', num(now) }
 end
 if not wf then
   return refuse('not_waiting')

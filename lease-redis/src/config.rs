@@ -59,6 +59,7 @@ pub struct RedisConfig {
     replica_timeout: Duration,
     response_timeout: Duration,
     connect_timeout: Duration,
+    pub(crate) signal_key: Option<lease_core::SignalKey>,
 }
 
 /// Which servers to talk to, parsed from the URL.
@@ -116,6 +117,7 @@ impl RedisConfig {
             replica_timeout: Self::DEFAULT_REPLICA_TIMEOUT,
             response_timeout: Self::DEFAULT_RESPONSE_TIMEOUT,
             connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
+            signal_key: None,
         };
         config.topology = config.parse(&given);
         config
@@ -330,6 +332,13 @@ impl RedisConfig {
     /// namespace live in one Cluster hash slot: a Cluster spreads namespaces, not runs.
     pub fn with_namespace(mut self, namespace: impl Into<String>) -> RedisConfig {
         self.namespace = namespace.into();
+        self
+    }
+
+    /// Signs and checks [`SignalToken`](lease_core::SignalToken)s with `key` (see
+    /// [`SignalKey`](lease_core::SignalKey)).
+    pub fn with_signal_key(mut self, key: lease_core::SignalKey) -> RedisConfig {
+        self.signal_key = Some(key);
         self
     }
 
@@ -548,6 +557,7 @@ impl fmt::Debug for RedisConfig {
             .field("replica_timeout", &self.replica_timeout)
             .field("response_timeout", &self.response_timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("signal_key", &self.signal_key)
             .finish()
     }
 }

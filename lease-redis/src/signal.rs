@@ -45,7 +45,7 @@ impl RedisLeaseStore {
             })
             .await?;
         match reply.status()? {
-            status @ ("ok" | "duplicate") => {
+            status @ ("ok" | "duplicate" | "early") => {
                 ack.confirm()?;
                 Ok(Signalled::new(run.clone(), status == "duplicate"))
             }

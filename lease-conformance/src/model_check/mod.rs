@@ -45,7 +45,11 @@ const LONG_MS: u64 = 60_000;
 /// The model's run after its lease of `fence` ended waiting for [`WAITED`] (its state already
 /// suspended): waiting, or at once runnable if a signal came for it while the lease held it.
 fn model_wait(run: &mut Run, fence: u64) {
-    if run.answer.as_ref().is_some_and(|(f, n, _)| *f == fence && *n == WAITED) {
+    if run
+        .answer
+        .as_ref()
+        .is_some_and(|(f, n, _)| *f == fence && *n == WAITED)
+    {
         run.state = RunState::Runnable;
     } else {
         run.wait = Some((fence, WAITED));

@@ -536,6 +536,10 @@ impl LeaseStore for RedisLeaseStore {
         self.deliver(run, name, fence, payload).await
     }
 
+    fn signal_key(&self) -> Option<&lease_core::SignalKey> {
+        self.config().signal_key.as_ref()
+    }
+
     async fn inspect(&self, run: &RunId) -> Result<RunRecord> {
         self.inspect_run(run).await
     }
