@@ -61,6 +61,10 @@ async fn approve() -> Result<(), BoxError> {
     if config.store.is_empty() {
         config = config.with_store("memory:");
     }
+    if config.namespace.is_none() {
+        // A namespace of its own each time, so a second start does not meet the first's orders.
+        config = config.with_namespace(format!("example_approval_{}", std::process::id()));
+    }
     if config.signal_key.is_none() {
         // A demo's secret. A service reads its own from LEASE_SIGNAL_SECRET (the workers and
         // whatever serves the links need the same one).

@@ -12,6 +12,7 @@ mod in_tx;
 mod insert_tx;
 mod notify;
 mod route;
+mod signal_tx;
 mod store;
 mod transaction;
 mod wake;

@@ -478,3 +478,131 @@ async fn the_migration_turns_tombstones_into_purged_rows_and_raises_runs_below_t
         .unwrap();
     assert_eq!(lease.fence().get(), 8);
 }
+
+/// A signal in the caller's transaction (`signal_tx`) commits with the caller's row or not at
+/// all: rolled back, the run still waits and the row is not there; committed, both landed, and
+/// the next claim reads the signal. A second delivery in another transaction answers a
+/// duplicate, an earlier wait's token is refused without failing the caller's transaction, and
+/// a token another key signed is refused before any statement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_in_the_callers_transaction_commits_with_its_row() {
+    let Some((store, table)) = store_and_payments().await else {
+        return;
+    };
+    use lease_core::{LeaseStoreExt, SignalKey, SignalRefusal, SignalToken, WaitEnd};
+    let insert = format!("INSERT INTO {table} VALUES ($1, $2)");
+    let run = id("order-9");
+    store.create(&run).await.unwrap();
+    let lease = store.claim(&run, &worker("w"), ttl(60_000)).await.unwrap();
+    let token = SignalToken::for_lease(&lease, "approval", None).unwrap();
+    store
+        .end_one(
+            &lease,
+            End::await_signal("approval", Duration::from_secs(60)).unwrap(),
+        )
+        .await
+        .unwrap();
+
+    let mut tx = store.pool().begin().await.unwrap();
+    sqlx::query(&insert)
+        .bind("approval-1")
+        .bind(1_i64)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    assert!(
+        !store
+            .signal_tx(&mut tx, &token, b"yes")
+            .await
+            .unwrap()
+            .duplicate
+    );
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        store.inspect(&run).await.unwrap().state,
+        RunState::Suspended
+    );
+    assert!(payments(&store, &table).await.is_empty());
+
+    let mut tx = store.pool().begin().await.unwrap();
+    sqlx::query(&insert)
+        .bind("approval-1")
+        .bind(1_i64)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    assert!(
+        !store
+            .signal_tx(&mut tx, &token, b"yes")
+            .await
+            .unwrap()
+            .duplicate
+    );
+    tx.commit().await.unwrap();
+    assert_eq!(
+        payments(&store, &table).await,
+        [("approval-1".to_owned(), 1)]
+    );
+    let mut tx = store.pool().begin().await.unwrap();
+    assert!(
+        store
+            .signal_tx(&mut tx, &token, b"yes")
+            .await
+            .unwrap()
+            .duplicate
+    );
+    tx.commit().await.unwrap();
+
+    let resumed = store.claim(&run, &worker("w"), ttl(60_000)).await.unwrap();
+    assert_eq!(
+        resumed
+            .resumed()
+            .and_then(WaitEnd::signal)
+            .map(|s| s.payload()),
+        Some(&b"yes"[..])
+    );
+    store
+        .end_one(
+            &resumed,
+            End::await_signal("approval", Duration::from_secs(60)).unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut tx = store.pool().begin().await.unwrap();
+    let refused = store.signal_tx(&mut tx, &token, b"yes").await;
+    assert!(
+        matches!(
+            refused,
+            Err(Error::StaleSignal {
+                reason: SignalRefusal::EarlierWait,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    // The refusal wrote nothing and failed no statement: the transaction goes on.
+    sqlx::query(&insert)
+        .bind("approval-2")
+        .bind(2_i64)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let signed = SignalToken::new(
+        run.clone(),
+        lease_core::SignalName::new("approval").unwrap(),
+        resumed.fence(),
+        Some(&SignalKey::new([9u8; 32]).unwrap()),
+    );
+    let mut tx = store.pool().begin().await.unwrap();
+    let refused = store.signal_tx(&mut tx, &signed, b"yes").await;
+    assert!(
+        matches!(refused, Err(Error::InvalidInput(_))),
+        "{refused:?}"
+    );
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        store.inspect(&run).await.unwrap().state,
+        RunState::Suspended
+    );
+}
