@@ -86,7 +86,9 @@ async fn populate(store: &Arc<dyn LeaseStore>) -> distribution::Lease {
         .claim(&id("suspended-1"), &worker("w"), long)
         .await
         .unwrap();
-    store.suspend(&lease).await.unwrap();
+    // Suspended waiting for a signal, a day at most.
+    let wait = distribution::End::await_signal("approval", std::time::Duration::from_secs(86_400));
+    store.end_one(&lease, wait.unwrap()).await.unwrap();
     let lease = store
         .claim(&id("completed-1"), &worker("w"), long)
         .await
@@ -485,6 +487,21 @@ fn the_dashboard_shows_every_state_in_a_browser_and_guards_its_actions() {
     );
     let (status, body) = send(ui.port(), "GET", "localhost", "/runs/held-1", "", &[]);
     assert_eq!(status, 200, "{body}");
+    let waiting = dom(profile.path(), &format!("{}/runs/suspended-1", ui.base));
+    assert!(
+        waiting.contains("waits for")
+            && waiting.contains("<span class=\"signal\">approval</span> (the wait of fence 1)"),
+        "{waiting}"
+    );
+    let size = screenshot(
+        profile.path(),
+        &format!("{}/runs/suspended-1", ui.base),
+        &shots.join("run-waiting.png"),
+    );
+    eprintln!(
+        "screenshot {} ({size} bytes)",
+        shots.join("run-waiting.png").display()
+    );
     let (status, body) = post(ui.port(), "/runs/held-1/cancel", "reason=x", &[]);
     assert_eq!(status, 403, "{body}");
     assert!(body.contains("without --allow-actions"), "{body}");

@@ -354,6 +354,41 @@ pub(crate) fn run_page(r: &RunRecord, journal: &[JournalEntry], token: Option<&s
             format!("{} <small>({})</small>", instant(at), relative(r, at)),
         ));
     }
+    if let Some(wait) = &r.wait {
+        let until = match wait.deadline {
+            Some(at) => format!("until {} <small>({})</small>", instant(at), relative(r, at)),
+            None => "without a timeout".to_owned(),
+        };
+        rows.push((
+            "waits for",
+            format!(
+                "signal <span class=\"signal\">{}</span> (the wait of fence {}), {until}",
+                esc(wait.name.as_str()),
+                wait.fence.get()
+            ),
+        ));
+    }
+    match &r.resumed {
+        Some(distribution::WaitEnd::Signalled(s)) => rows.push((
+            "last wait",
+            format!(
+                "signal <span class=\"signal\">{}</span> arrived {} <small>({})</small>: {}",
+                esc(s.name.as_str()),
+                instant(s.at),
+                relative(r, s.at),
+                shown_bytes(s.payload())
+            ),
+        )),
+        Some(distribution::WaitEnd::TimedOut { name, at, .. }) => rows.push((
+            "last wait",
+            format!(
+                "for signal <span class=\"signal\">{}</span>, timed out at {}",
+                esc(name.as_str()),
+                instant(*at)
+            ),
+        )),
+        _ => {}
+    }
     if let Some(reason) = &r.failure {
         rows.push((
             "reason",
