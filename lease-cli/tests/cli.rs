@@ -212,6 +212,34 @@ fn bad_input_gets_its_exit_code_and_one_sentence() {
             "postgres:// store only",
         ),
         (&["list"], USAGE, "no store configured"),
+        (
+            &["--store", "memory:", "signal", "lst1.!!", "--payload", "x"],
+            USAGE,
+            "signal token refused: its body is not base64url",
+        ),
+        (
+            &[
+                "--store",
+                "memory:",
+                "signal",
+                "https://shop/approve",
+                "--payload",
+                "x",
+            ],
+            USAGE,
+            "does not start with lst1.",
+        ),
+        (
+            // A well-formed token of a run the (empty) store does not have.
+            &[
+                "--store",
+                "memory:",
+                "signal",
+                "lst1.AAAAAAAAAAEIYXBwcm92YWxvcmRlci0x",
+            ],
+            NOT_FOUND,
+            "run order-1 not found",
+        ),
     ];
     for (args, code, says) in cases {
         let out = lease(args);
