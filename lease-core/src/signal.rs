@@ -126,7 +126,7 @@ impl Wait {
     }
 }
 
-/// A delivered signal: what [`RunContext::signal`] hands the resumed handler
+/// A delivered signal: what `RunContext::signal` (`lease-runtime`) hands the resumed handler
 /// (`lease-runtime`), and what a run's record keeps of the last wait it answered.
 #[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
