@@ -28,6 +28,7 @@ use crate::error::RedisError;
 /// | `replica_timeout_ms=T` | how long to wait for those acknowledgements (default 1000) |
 /// | `volatile=true` | accept a server on which an acknowledged claim can be lost; see [`with_volatile`](RedisConfig::with_volatile) |
 /// | `async_replicas=accept` | accept replicas attached to a plain `redis://` master with `replicas=0`, and only that; see [`with_async_replicas_accepted`](RedisConfig::with_async_replicas_accepted) |
+/// | `fsync=asserted` | on a server whose `CONFIG` cannot be read (managed Redis), the operator asserts `appendonly yes`, `appendfsync always` and `maxmemory-policy noeviction`, and only that is taken on trust; see [`with_fsync_asserted`](RedisConfig::with_fsync_asserted) |
 /// | `protocol=resp2` or `resp3` | the wire protocol (default RESP2) |
 /// | `wake_ups=false` | workers poll instead of subscribing to wake-ups; see [`with_wake_ups`](RedisConfig::with_wake_ups) |
 /// | `db=N`, `user=U`, `pass=P` | socket URLs only (`redis+unix:///path`, `unix:///path`), read by redis-rs: the database and credentials |
@@ -55,6 +56,7 @@ pub struct RedisConfig {
     volatile: bool,
     wake_ups: bool,
     async_replicas: bool,
+    fsync_asserted: bool,
     replicas: u32,
     replica_timeout: Duration,
     response_timeout: Duration,
@@ -113,6 +115,7 @@ impl RedisConfig {
             volatile: false,
             wake_ups: true,
             async_replicas: false,
+            fsync_asserted: false,
             replicas: 0,
             replica_timeout: Self::DEFAULT_REPLICA_TIMEOUT,
             response_timeout: Self::DEFAULT_RESPONSE_TIMEOUT,
@@ -192,6 +195,18 @@ impl RedisConfig {
                         }
                     }
                 }
+                "fsync" => {
+                    self.fsync_asserted = match value {
+                        "asserted" => true,
+                        _ => {
+                            return Err(format!(
+                                "fsync={value:?}: expected asserted (the server's CONFIG cannot \
+                                 be read, and its operator asserts appendonly yes, appendfsync \
+                                 always and maxmemory-policy noeviction)"
+                            ))
+                        }
+                    }
+                }
                 "replicas" => {
                     self.replicas = value.parse().map_err(|_| {
                         format!("replicas={value:?}: expected a number of replicas (0 or more)")
@@ -222,7 +237,7 @@ impl RedisConfig {
                     let socket_too = if socket { ", db, user, pass" } else { "" };
                     return Err(format!(
                         "unknown URL parameter {key:?}{hint}: the redis adapter understands \
-                         replicas, replica_timeout_ms, volatile, async_replicas, protocol, wake_ups{socket_too}"
+                         replicas, replica_timeout_ms, volatile, async_replicas, fsync, protocol, wake_ups{socket_too}"
                     ));
                 }
             }
@@ -385,6 +400,26 @@ impl RedisConfig {
     pub fn with_async_replicas_accepted(mut self, accept: bool) -> RedisConfig {
         self.async_replicas = accept;
         self
+    }
+
+    /// For a server whose `CONFIG GET` is not permitted (most managed Redis offerings block
+    /// `CONFIG`): the operator asserts that it runs with `appendonly yes`, `appendfsync always`
+    /// and `maxmemory-policy noeviction` (or its offering's equivalent: every write on disk
+    /// before it is acknowledged, no key ever evicted), and the store takes exactly that on
+    /// trust. Everything it can still see is checked as ever: a replica attached without
+    /// [`replicas`](RedisConfig::with_replicas) (`INFO replication`), a Sentinel or Cluster
+    /// topology without acknowledgements, and, where `CONFIG GET` does answer, every setting it
+    /// reads (the assertion then changes nothing). What was asserted shows in `Display`, in
+    /// [`accepted_risks`](crate::RedisLeaseStore::accepted_risks) and in one warning. URL
+    /// parameter `fsync=asserted`.
+    pub fn with_fsync_asserted(mut self, asserted: bool) -> RedisConfig {
+        self.fsync_asserted = asserted;
+        self
+    }
+
+    /// Whether the operator asserts the durability settings the store cannot read.
+    pub fn asserts_fsync(&self) -> bool {
+        self.fsync_asserted
     }
 
     /// Whether replicas that acknowledge nothing are accepted.
@@ -553,6 +588,7 @@ impl fmt::Debug for RedisConfig {
             .field("volatile", &self.volatile)
             .field("wake_ups", &self.wake_ups)
             .field("async_replicas", &self.async_replicas)
+            .field("fsync_asserted", &self.fsync_asserted)
             .field("replicas", &self.replicas)
             .field("replica_timeout", &self.replica_timeout)
             .field("response_timeout", &self.response_timeout)

@@ -22,6 +22,8 @@ pub(crate) struct Guard {
     volatile: bool,
     /// Replicas of a plain master that acknowledge nothing are accepted (`async_replicas`).
     async_replicas: bool,
+    /// The operator asserts the settings `CONFIG GET` cannot read (`fsync=asserted`).
+    fsync_asserted: bool,
     /// Behind Sentinel: the topology check already refuses `replicas=0` there.
     sentinel: bool,
     replicas: u32,
@@ -40,6 +42,9 @@ struct Risk {
     sentence: String,
     /// Whether `async_replicas=accept` covers it (it covers nothing but attached replicas).
     narrow: bool,
+    /// Whether it is that the settings cannot be read, which `fsync=asserted` covers (and
+    /// nothing else).
+    unreadable: bool,
 }
 
 impl Guard {
@@ -47,6 +52,7 @@ impl Guard {
         Guard {
             volatile: config.is_volatile(),
             async_replicas: config.accepts_async_replicas(),
+            fsync_asserted: config.asserts_fsync(),
             sentinel: matches!(
                 config.topology(),
                 Ok(crate::config::Topology::Sentinel { .. })
@@ -119,6 +125,7 @@ impl Guard {
                         self.server
                     ),
                     narrow: true,
+                    unreadable: false,
                 });
             }
         }
@@ -142,6 +149,7 @@ impl Guard {
                 self.server
             ),
             narrow: false,
+            unreadable: false,
         }])
     }
 
@@ -203,6 +211,7 @@ impl Guard {
                         self.server
                     ),
                     narrow: false,
+                    unreadable: false,
                 });
             }
         }
@@ -233,10 +242,13 @@ impl Guard {
                 sentence: format!(
                     "cannot read the durability settings of redis at {node} (CONFIG GET is not \
                      permitted or renamed), and a server whose settings cannot be checked may \
-                     lose acknowledged claims: allow CONFIG GET for this user (ACL +config|get) \
-                     or accept the risk with ?volatile=true"
+                     lose acknowledged claims: allow CONFIG GET for this user (ACL +config|get); \
+                     or, on a managed server that runs with appendonly yes, appendfsync always \
+                     and maxmemory-policy noeviction, assert exactly that with ?fsync=asserted; \
+                     or accept every risk with ?volatile=true"
                 ),
                 narrow: false,
+                unreadable: true,
             }]);
         };
         let get = |name: &str| settings.get(name).map(String::as_str).unwrap_or("");
@@ -258,6 +270,7 @@ impl Guard {
                      accept the risk with ?volatile=true"
                 ),
                 narrow: false,
+                unreadable: false,
             });
         } else {
             // Replicas do not waive this: a primary that restarts faster than a failover is
@@ -275,6 +288,7 @@ impl Guard {
                          with ?volatile=true"
                     ),
                     narrow: false,
+                    unreadable: false,
                 });
             }
             if get("no-appendfsync-on-rewrite") == "yes" {
@@ -287,6 +301,7 @@ impl Guard {
                          no-appendfsync-on-rewrite no, or accept the risk with ?volatile=true"
                     ),
                     narrow: false,
+                    unreadable: false,
                 });
             }
         }
@@ -301,6 +316,7 @@ impl Guard {
                      expiry on its keys), or accept the risk with ?volatile=true"
                 ),
                 narrow: false,
+                unreadable: false,
             });
         }
         Ok(risks)
@@ -312,9 +328,11 @@ impl Guard {
         if risks.is_empty() {
             return Ok(());
         }
-        let (taken, refused): (Vec<Risk>, Vec<Risk>) = risks
-            .into_iter()
-            .partition(|r| self.volatile || (r.narrow && self.async_replicas));
+        let (taken, refused): (Vec<Risk>, Vec<Risk>) = risks.into_iter().partition(|r| {
+            self.volatile
+                || (r.narrow && self.async_replicas)
+                || (r.unreadable && self.fsync_asserted)
+        });
         if !refused.is_empty() {
             let sentences: Vec<String> = refused.into_iter().map(|r| r.sentence).collect();
             return Err(RedisError::Unsafe(sentences.join("; also, ")));
@@ -324,8 +342,16 @@ impl Guard {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         for risk in taken {
-            if !accepted.contains(&risk.setting) {
-                accepted.push(risk.setting);
+            let setting = if risk.unreadable && self.fsync_asserted && !self.volatile {
+                format!(
+                    "{} (fsync=asserted: appendfsync always and noeviction taken on trust)",
+                    risk.setting
+                )
+            } else {
+                risk.setting
+            };
+            if !accepted.contains(&setting) {
+                accepted.push(setting);
             }
         }
         if !self.warned.swap(true, Ordering::Relaxed) {
@@ -336,6 +362,15 @@ impl Guard {
                     "volatile mode: accepting redis settings under which an acknowledged claim \
                      can be lost, so a fence may be issued twice after a crash, an eviction or \
                      a failover"
+                );
+            } else if accepted.iter().any(|a| a.contains("fsync=asserted")) {
+                tracing::warn!(
+                    server = %self.server,
+                    accepted = %accepted.join(", "),
+                    "fsync=asserted: the server's CONFIG cannot be read, and the operator \
+                     asserts appendonly yes, appendfsync always and maxmemory-policy \
+                     noeviction, which this store takes on trust: if the server does not run \
+                     so, a fence may be issued twice after a crash or an eviction"
                 );
             } else {
                 tracing::warn!(

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lease_conformance::assert_unavailable;
-use lease_conformance::fixtures::{unavailable, unique_namespace, RedisServer};
+use lease_conformance::fixtures::{unavailable, unique_namespace, RedisOptions, RedisServer};
 use lease_core::{
     End, Ended, Ending, Error, Fence, Lease, LeaseStore, ListFilter, RunId, RunState, Ttl, WorkerId,
 };
@@ -1169,6 +1169,107 @@ async fn a_store_on_the_callers_client_keeps_the_guard_and_hides_the_password() 
             && err
                 .to_string()
                 .contains("from_client takes a client of one server"),
+        "{err}"
+    );
+}
+
+/// A managed-style server whose `CONFIG` is gone (`rename-command CONFIG ""`), with AOF always
+/// and noeviction: refused with the plain URL (the sentence names `fsync=asserted`), served
+/// with `?fsync=asserted`, which says so in `Display`, in `accepted_risks` and in one warning;
+/// what the store can still see (a replica attached without `replicas=N`) is refused all the
+/// same, and where `CONFIG` answers the assertion changes nothing.
+#[tokio::test]
+async fn fsync_asserted_takes_only_the_unreadable_settings_on_trust() {
+    let _one_at_a_time = VOLATILE_WARNING.lock().await;
+    let Some(server) = lease_conformance::fixtures::required(
+        "redis",
+        RedisServer::start_options(
+            RedisOptions::default()
+                .with_appendonly(true)
+                .with_maxmemory_policy("noeviction")
+                .with_config_renamed(""),
+        ),
+        "install redis-server (bash scripts/test.sh does it)",
+    ) else {
+        return;
+    };
+    let url = server.url();
+    let err = RedisLeaseStore::from_url(&url).await.unwrap_err();
+    assert!(matches!(err, Error::Misconfigured { .. }), "{err:?}");
+    assert!(err.to_string().contains("?fsync=asserted"), "{err}");
+    let log = captured();
+    let store = RedisLeaseStore::from_url(&format!("{url}?fsync=asserted"))
+        .await
+        .unwrap();
+    store.create(&run("r")).await.unwrap();
+    let lease = store
+        .claim(&run("r"), &worker("w"), ttl(60_000))
+        .await
+        .unwrap();
+    store.complete(&lease).await.unwrap();
+    let accepted = store.accepted_risks();
+    assert_eq!(accepted.len(), 1, "{accepted:?}");
+    assert!(accepted[0].contains("CONFIG unreadable") && accepted[0].contains("fsync=asserted"));
+    let shown = store.to_string();
+    assert!(
+        shown.contains("fsync=asserted") && !shown.contains("volatile"),
+        "{shown}"
+    );
+    let log = log.lock().unwrap().clone();
+    assert_eq!(
+        log.lines()
+            .filter(|l| l.contains("fsync=asserted: the server's CONFIG cannot be read"))
+            .count(),
+        1,
+        "{log}"
+    );
+    // A replica it can see, without replicas=N: refused, assertion or not.
+    let replica = lease_conformance::fixtures::required(
+        "redis",
+        RedisServer::start_options(
+            RedisOptions::default()
+                .with_appendonly(true)
+                .with_replicaof(server.port()),
+        ),
+        "install redis-server",
+    )
+    .expect("a replica");
+    let mut attached = false;
+    for _ in 0..100 {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut raw(&url).await)
+            .await
+            .unwrap();
+        if info.contains("connected_slaves:1") {
+            attached = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(attached, "the replica attached");
+    let err = RedisLeaseStore::from_url(&format!("{url}?fsync=asserted"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("connected_slaves"), "{err}");
+    drop(replica);
+    // Where CONFIG answers, the settings are read and judged: appendfsync everysec refused.
+    let readable = lease_conformance::fixtures::required(
+        "redis",
+        RedisServer::start_options(RedisOptions::default().with_appendfsync("everysec")),
+        "install redis-server",
+    )
+    .expect("a server");
+    let err = RedisLeaseStore::from_url(&format!("{}?fsync=asserted", readable.url()))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("appendfsync"), "{err}");
+    let err = RedisLeaseStore::from_url("redis://127.0.0.1:1?fsync=always")
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("fsync=\"always\": expected asserted"),
         "{err}"
     );
 }
