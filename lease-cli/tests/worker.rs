@@ -285,10 +285,28 @@ fn lease_worker_runs_a_command_per_run_and_serves_its_metrics() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
-    assert!(
-        metrics.contains("lease_worker_ends_total{end=\"complete\",outcome=\"committed\"} 2"),
-        "{metrics}"
-    );
+    // By kind and queue: one completion each of mail and charge, in the default queue.
+    for kind in ["mail", "charge"] {
+        let labels = [
+            "end=\"complete\"".to_owned(),
+            "outcome=\"committed\"".to_owned(),
+            format!("kind=\"{kind}\""),
+            "queue=\"default\"".to_owned(),
+        ];
+        assert!(
+            metrics.lines().any(|line| line.starts_with("lease_worker_ends_total{")
+                && labels.iter().all(|l| line.contains(l.as_str()))
+                && line.ends_with(" 1")),
+            "{kind}: {metrics}"
+        );
+        assert!(
+            metrics.lines().any(|line| line
+                .starts_with("lease_worker_handler_duration_seconds_count{")
+                && line.contains(&format!("kind=\"{kind}\""))
+                && line.contains("outcome=\"ok\"")),
+            "{kind}: {metrics}"
+        );
+    }
     assert!(
         metrics.contains("lease_runs{state=\"completed\"} 2"),
         "{metrics}"

@@ -157,7 +157,7 @@ pub const SERIES: &[(&str, &str, &str, &str, &str)] = &[
         WORKER_ENDS,
         "counter",
         "ends",
-        "end, outcome",
+        "end, outcome, kind, queue",
         "lease ends a Worker decided",
     ),
     (
@@ -171,7 +171,7 @@ pub const SERIES: &[(&str, &str, &str, &str, &str)] = &[
         WORKER_HANDLER_DURATION,
         "histogram",
         "seconds",
-        "outcome",
+        "outcome, kind, queue",
         "how long a Worker's handlers ran",
     ),
     (
@@ -192,7 +192,7 @@ pub const SERIES: &[(&str, &str, &str, &str, &str)] = &[
         WORKER_WAIT,
         "histogram",
         "seconds",
-        "kind",
+        "kind, queue",
         "how long each run a Worker claimed had been claimable when the claim took it, on the store's clock",
     ),
     (
@@ -213,7 +213,7 @@ pub const SERIES: &[(&str, &str, &str, &str, &str)] = &[
         ATTEMPTS_PER_COMPLETION,
         "histogram",
         "attempts",
-        "",
+        "kind, queue",
         "the attempt on which each completed run was completed, after its batch committed",
     ),
     (
@@ -234,7 +234,7 @@ pub const SERIES: &[(&str, &str, &str, &str, &str)] = &[
         WORKER_HANDLER_ERRORS,
         "counter",
         "handlers",
-        "outcome, then",
+        "outcome, then, kind, queue",
         "handlers that failed, and what became of their runs",
     ),
 ];

@@ -463,13 +463,15 @@ fn decided(b: &Shared, p: Pending, result: Result<()>) {
         Err(e) if e.is_verdict() => "refused",
         Err(_) => "failed",
     };
-    metrics::counter!(crate::observe::WORKER_ENDS, "end" => p.ending.end.as_str(), "outcome" => outcome)
+    let lease = &p.ending.lease;
+    let (kind, queue) = (lease.kind().to_string(), lease.queue().to_string());
+    metrics::counter!(crate::observe::WORKER_ENDS, "end" => p.ending.end.as_str(), "outcome" => outcome, "kind" => kind.clone(), "queue" => queue.clone())
         .increment(1);
     match &result {
         Ok(()) => match p.ending.end.state() {
             lease_core::RunState::Completed => {
                 bump(&c.completed);
-                metrics::histogram!(crate::observe::ATTEMPTS_PER_COMPLETION)
+                metrics::histogram!(crate::observe::ATTEMPTS_PER_COMPLETION, "kind" => kind, "queue" => queue)
                     .record(p.ending.lease.attempt() as f64);
             }
             lease_core::RunState::Suspended => bump(&c.suspended),

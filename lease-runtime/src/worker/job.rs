@@ -99,6 +99,8 @@ pub(super) async fn job(job: Job) {
     let run = scope.run().clone();
     let lease = scope.lease();
     let (fence, attempt) = (lease.fence(), lease.attempt());
+    // The metrics' labels: the kinds and queues a worker serves, so bounded by its lanes.
+    let (kind, queue) = (lease.kind().to_string(), lease.queue().to_string());
     // The effect the handler handed in (`RunContext::set_effect`), if it ran.
     let mut effect_slot = None;
     let (end, by_handler) = if let Some(max) = retry.max_attempts().filter(|max| attempt > *max) {
@@ -192,7 +194,7 @@ pub(super) async fn job(job: Job) {
             Outcome::Stopped if stopped == Stopped::AttemptDeadline => "timeout",
             Outcome::Stopped => "abandoned",
         };
-        metrics::histogram!(observe::WORKER_HANDLER_DURATION, "outcome" => label)
+        metrics::histogram!(observe::WORKER_HANDLER_DURATION, "outcome" => label, "kind" => kind.clone(), "queue" => queue.clone())
             .record(started.elapsed().as_secs_f64());
         let failed = |then: &End| {
             let then = match then {
@@ -200,7 +202,7 @@ pub(super) async fn job(job: Job) {
                 End::AttemptFailed { .. } | End::RetryAfter(_) => "retry",
                 _ => "release",
             };
-            metrics::counter!(observe::WORKER_HANDLER_ERRORS, "outcome" => label, "then" => then)
+            metrics::counter!(observe::WORKER_HANDLER_ERRORS, "outcome" => label, "then" => then, "kind" => kind.clone(), "queue" => queue.clone())
                 .increment(1);
         };
         let why_stopped = || match stopped {
@@ -327,7 +329,7 @@ pub(super) async fn job(job: Job) {
         } else {
             "retry"
         };
-        metrics::counter!(observe::WORKER_HANDLER_ERRORS, "outcome" => "effect", "then" => then)
+        metrics::counter!(observe::WORKER_HANDLER_ERRORS, "outcome" => "effect", "then" => then, "kind" => kind.clone(), "queue" => queue.clone())
             .increment(1);
         tracing::warn!(error = %reason, then = ?end, "effect failed and was rolled back");
         let _ = scope

@@ -475,7 +475,7 @@ impl Worker {
             for (lease, permit) in leases.into_iter().zip(permits.drain(..)) {
                 bump(&counters.claimed);
                 if let Some(waited) = lease.waited() {
-                    metrics::histogram!(crate::observe::WORKER_WAIT, "kind" => lease.kind().to_string())
+                    metrics::histogram!(crate::observe::WORKER_WAIT, "kind" => lease.kind().to_string(), "queue" => lease.queue().to_string())
                         .record(waited.as_secs_f64());
                 }
                 let scope = match RunScope::from_lease(
