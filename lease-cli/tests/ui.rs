@@ -504,7 +504,7 @@ fn the_dashboard_shows_every_state_in_a_browser_and_guards_its_actions() {
     );
     let (status, body) = post(ui.port(), "/runs/held-1/cancel", "reason=x", &[]);
     assert_eq!(status, 403, "{body}");
-    assert!(body.contains("without --allow-actions"), "{body}");
+    assert!(body.contains("lease ui --allow-actions"), "{body}");
     let (exit, log) = ui.stop();
     assert!(
         exit.success(),

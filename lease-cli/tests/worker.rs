@@ -294,9 +294,11 @@ fn lease_worker_runs_a_command_per_run_and_serves_its_metrics() {
             "queue=\"default\"".to_owned(),
         ];
         assert!(
-            metrics.lines().any(|line| line.starts_with("lease_worker_ends_total{")
-                && labels.iter().all(|l| line.contains(l.as_str()))
-                && line.ends_with(" 1")),
+            metrics
+                .lines()
+                .any(|line| line.starts_with("lease_worker_ends_total{")
+                    && labels.iter().all(|l| line.contains(l.as_str()))
+                    && line.ends_with(" 1")),
             "{kind}: {metrics}"
         );
         assert!(

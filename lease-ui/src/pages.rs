@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use distribution::{JournalEntry, RunCounts, RunRecord, RunState, MAX_COUNT};
+use lease_core::{JournalEntry, RunCounts, RunRecord, RunState, MAX_COUNT};
 
 use super::html::{clip, esc, instant, relative, run_link, segment, span, table};
 
@@ -50,14 +50,14 @@ pub(crate) struct Overview {
     pub suspended: Vec<RunRecord>,
     /// The queues with runnable runs or ever paused or resumed; `None` where the store keeps
     /// no queues (etcd).
-    pub queues: Option<Vec<distribution::QueueState>>,
+    pub queues: Option<Vec<lease_core::QueueState>>,
 }
 
 pub(crate) fn overview(o: &Overview) -> String {
     let mut body = String::from("<h2>Runs by state</h2>");
     let link = |state: &str| match state {
-        "claimable" | "held" | "delayed" => "/runs?state=runnable".to_owned(),
-        other => format!("/runs?state={other}"),
+        "claimable" | "held" | "delayed" => "runs?state=runnable".to_owned(),
+        other => format!("runs?state={other}"),
     };
     let rows: Vec<Vec<String>> = o
         .counts
@@ -210,15 +210,26 @@ fn ended_table(runs: &[RunRecord], empty: &str) -> String {
                 esc(r.kind.as_str()),
                 r.fence.get().to_string(),
                 r.attempts.to_string(),
-                format!(
-                    "<span class=\"reason\">{}</span>",
-                    esc(&clip(r.failure.as_deref().unwrap_or(""), REASON_CHARS))
-                ),
+                match &r.wait {
+                    // A suspended run waiting for a signal says which, and until when.
+                    Some(w) => format!(
+                        "waits for signal <span class=\"signal\">{}</span>{}",
+                        esc(w.name.as_str()),
+                        w.deadline.map_or_else(
+                            || " (no timeout)".to_owned(),
+                            |at| format!(" until {}", instant(at))
+                        )
+                    ),
+                    None => format!(
+                        "<span class=\"reason\">{}</span>",
+                        esc(&clip(r.failure.as_deref().unwrap_or(""), REASON_CHARS))
+                    ),
+                },
             ]
         })
         .collect();
     let mut out = table(
-        &["run", "kind", "fence", "attempts", "reason"],
+        &["run", "kind", "fence", "attempts", "reason or wait"],
         &rows,
         empty,
     );
@@ -235,7 +246,7 @@ pub(crate) fn list(
     kind: Option<&str>,
     after: Option<&str>,
 ) -> String {
-    let mut body = String::from("<h2>Runs</h2><form method=\"get\" action=\"/runs\">state ");
+    let mut body = String::from("<h2>Runs</h2><form method=\"get\" action=\"runs\">state ");
     body.push_str("<select name=\"state\"><option value=\"\">any</option>");
     for s in [
         RunState::Runnable,
@@ -283,7 +294,7 @@ pub(crate) fn list(
     ));
     if runs.len() >= LIST_PAGE {
         let last = runs.last().expect("a full page").run.as_str();
-        let mut next = format!("/runs?after={}", segment(last));
+        let mut next = format!("runs?after={}", segment(last));
         if let Some(s) = state {
             let _ = write!(next, "&state={}", s.as_str());
         }
@@ -317,7 +328,12 @@ pub(crate) fn run_page(r: &RunRecord, journal: &[JournalEntry], token: Option<&s
         ("attempts", r.attempts.to_string()),
         ("heartbeats", r.heartbeats.to_string()),
     ];
-    for (name, at) in crate::output::times(r) {
+    for (name, at) in [
+        ("created", r.created_at),
+        ("claimed", r.claimed_at),
+        ("renewed", r.renewed_at),
+        ("ended", r.ended_at),
+    ] {
         if let Some(at) = at {
             rows.push((
                 name,
@@ -369,7 +385,7 @@ pub(crate) fn run_page(r: &RunRecord, journal: &[JournalEntry], token: Option<&s
         ));
     }
     match &r.resumed {
-        Some(distribution::WaitEnd::Signalled(s)) => rows.push((
+        Some(lease_core::WaitEnd::Signalled(s)) => rows.push((
             "last wait",
             format!(
                 "signal <span class=\"signal\">{}</span> arrived {} <small>({})</small>: {}",
@@ -379,7 +395,7 @@ pub(crate) fn run_page(r: &RunRecord, journal: &[JournalEntry], token: Option<&s
                 shown_bytes(s.payload())
             ),
         )),
-        Some(distribution::WaitEnd::TimedOut { name, at, .. }) => rows.push((
+        Some(lease_core::WaitEnd::TimedOut { name, at, .. }) => rows.push((
             "last wait",
             format!(
                 "for signal <span class=\"signal\">{}</span>, timed out at {}",
@@ -473,7 +489,7 @@ fn attempts(r: &RunRecord) -> String {
         .collect();
     format!(
         "<h2 id=\"attempts\">Attempts</h2><p><small>The last {} attempts, newest first.</small></p>{}",
-        distribution::MAX_HISTORY,
+        lease_core::MAX_HISTORY,
         table(
             &["attempt", "fence", "worker", "claimed (store clock)", "took", "outcome", "error"],
             &rows,
@@ -487,7 +503,7 @@ fn shown_bytes(bytes: &[u8]) -> String {
     match std::str::from_utf8(bytes) {
         Ok(text) => format!("<pre>{}</pre>", esc(&clip(text, PAYLOAD_CHARS))),
         Err(_) => {
-            let hex = crate::output::hex(&bytes[..bytes.len().min(64)]);
+            let hex = super::html::hex(&bytes[..bytes.len().min(64)]);
             let more = if bytes.len() > 64 { "…" } else { "" };
             format!(
                 "<small>{} bytes, not UTF-8:</small> <code>{hex}{more}</code>",
@@ -501,7 +517,7 @@ fn shown_bytes(bytes: &[u8]) -> String {
 fn actions(r: &RunRecord, token: &str) -> String {
     let action = |name: &str, label: &str, extra: &str| {
         format!(
-            "<form class=\"action\" method=\"post\" action=\"/runs/{}/{name}\">\
+            "<form class=\"action\" method=\"post\" action=\"runs/{}/{name}\">\
              <input type=\"hidden\" name=\"token\" value=\"{}\">{extra}\
              <button id=\"action-{name}\">{label}</button></form>",
             esc(&segment(r.run.as_str())),

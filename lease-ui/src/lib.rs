@@ -1,14 +1,34 @@
-//! `lease ui`: a web dashboard of one store, served by this binary.
+//! The dashboard of a lease store as an [`axum::Router`]: [`router`] gives the pages (an
+//! overview with the counts, the queues and the runs that need a look, a paged list of runs by
+//! state and kind, and each run's record, wait, attempts and journal) and, when
+//! [`Options::with_actions`] allows them, the cancel, resume and force-release forms. Nest it
+//! under any path of your own app, behind your own middleware (authentication, CSRF, rate
+//! limits); `lease ui` serves the same router on its own.
 //!
-//! Server-rendered HTML (no script, no build step) over axum, the HTTP crate of the tokio
-//! project, already in the build through the etcd client's gRPC stack. Pages refresh
-//! themselves with a `<meta http-equiv="refresh">`.
+//! ```no_run
+//! # async fn serve(store: std::sync::Arc<dyn lease_core::LeaseStore>) -> std::io::Result<()> {
+//! use axum::Router;
 //!
-//! Read-only unless started with `--allow-actions`. Then a run's page carries cancel, resume
-//! and force-release forms, each with a token drawn from the OS's random source when the
-//! server started; a POST without that token, or sent from another site (`Origin`,
+//! // Your app, with the dashboard under /admin, read-only (Options::default()).
+//! let app: Router = Router::new()
+//!     .route("/", axum::routing::get(|| async { "my app" }))
+//!     .nest("/admin", lease_ui::router(store, lease_ui::Options::default()));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! axum::serve(listener, app).await
+//! # }
+//! ```
+//!
+//! Server-rendered HTML (no script, no build step); pages refresh themselves with a
+//! `<meta http-equiv="refresh">`, and their links are relative to where the router is nested
+//! (a `<base>` element from the request's original path). Every answer forbids framing,
+//! scripts, caching and referrers.
+//!
+//! Read-only unless [`Options::with_actions`]. Then a run's page carries cancel, resume and
+//! force-release forms, each with a token drawn from the OS's random source when the router
+//! was built; a POST without that token, or sent from another site (`Origin`,
 //! `Sec-Fetch-Site`), is refused with 403 and changes nothing. Every action, accepted or
-//! refused, is logged. The store URL reaches the page only redacted.
+//! refused, is logged (`tracing`, and standard error). The store is named on the pages as its
+//! `Display` shows it: passwords redacted.
 
 mod html;
 mod pages;
@@ -16,47 +36,28 @@ mod pages;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, Form, Path, Query, State};
+use axum::extract::{ConnectInfo, Extension, Form, OriginalUri, Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use distribution::{Backend, Config, Error, Kind, LeaseStore, ListFilter, RunId, RunState};
-use lease_cli::{exit, usage, Failure};
+use lease_core::{Error, Kind, LeaseStore, ListFilter, RunId, RunState};
 use serde::Deserialize;
-
-#[derive(clap::Args)]
-pub(crate) struct UiArgs {
-    /// The address to serve on (port 0: a free port). Loopback unless told otherwise: another
-    /// address serves every run's record to whoever reaches it. The address is printed.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7070")]
-    listen: SocketAddr,
-    /// Serve cancel, resume and force-release buttons on a run's page, and accept them when
-    /// sent with the page's token. Each is logged.
-    #[arg(long)]
-    allow_actions: bool,
-    /// Seconds between a page's own refreshes, 0 to 3600 (0: never).
-    #[arg(long, value_name = "SECONDS", default_value_t = 5,
-          value_parser = clap::value_parser!(u32).range(0..=3600))]
-    refresh: u32,
-    /// A host name the dashboard answers to besides `localhost` and IP addresses (repeat for
-    /// several). A request naming another host is refused, so that a web page whose name
-    /// was pointed at this address (DNS rebinding) cannot read the dashboard.
-    #[arg(long = "allow-host", value_name = "NAME")]
-    allow_hosts: Vec<String>,
-}
 
 /// The secret a page's action forms carry. Never logged: its `Debug` shows nothing of it.
 struct Token(String);
 
 impl Token {
-    fn new() -> Result<Token, Failure> {
+    /// A token from the OS's random source; `None` when the OS gives none (actions stay off).
+    fn new() -> Option<Token> {
         let mut bytes = [0u8; 32];
-        getrandom::fill(&mut bytes).map_err(|e| Failure {
-            code: exit::FAILURE,
-            message: format!("cannot draw the page token from the OS: {e}"),
-        })?;
-        Ok(Token(bytes.iter().map(|b| format!("{b:02x}")).collect()))
+        match getrandom::fill(&mut bytes) {
+            Ok(()) => Some(Token(bytes.iter().map(|b| format!("{b:02x}")).collect())),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot draw the dashboard's action token from the OS: actions are off");
+                None
+            }
+        }
     }
 
     /// Whether `offered` is the token, compared in time independent of where they differ.
@@ -79,102 +80,154 @@ struct Ui {
     /// The action token, when actions are on.
     actions: Option<Token>,
     refresh: u32,
-    /// The host names answered besides `localhost` and IP literals, in lower case.
-    hosts: Vec<String>,
+    /// The host names answered besides `localhost` and IP literals, in lower case; `None`:
+    /// every host (the embedding app decides).
+    hosts: Option<Vec<String>>,
 }
 
 type Shared = Arc<Ui>;
 
-pub(crate) async fn ui(config: &Config, args: UiArgs) -> Result<(), Failure> {
-    if config.backend()? == Backend::Memory {
-        return Err(usage(
-            "lease ui shows a store other processes share; memory: lives inside this one \
-             process: name one with --store or LEASE_STORE (postgres://, redis:// or etcd://)",
-        ));
+/// What [`router`] serves. [`Options::default`] is read-only, refreshes pages every 5 seconds,
+/// answers every `Host` (your app's own middleware decides who reaches it) and names the store
+/// by its `Display`.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Options {
+    actions: bool,
+    refresh: u32,
+    hosts: Option<Vec<String>>,
+    name: Option<String>,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            actions: false,
+            refresh: 5,
+            hosts: None,
+            name: None,
+        }
     }
-    let store = crate::ops::read_only(config).await?;
-    let name = match &config.namespace {
-        Some(ns) => format!("{} namespace {ns}", distribution::redact_url(&config.store)),
-        None => distribution::redact_url(&config.store),
-    };
-    let actions = if args.allow_actions {
-        Some(Token::new()?)
-    } else {
-        None
-    };
+}
+
+impl Options {
+    /// Serves the cancel, resume and force-release forms on a run's page, and accepts them
+    /// when sent with the router's token from the same site. Each is logged. Put your own
+    /// authentication in front.
+    #[must_use]
+    pub fn with_actions(mut self, on: bool) -> Options {
+        self.actions = on;
+        self
+    }
+
+    /// Seconds between a page's own refreshes (0: never; at most 3600).
+    #[must_use]
+    pub fn with_refresh(mut self, seconds: u32) -> Options {
+        self.refresh = seconds.min(3600);
+        self
+    }
+
+    /// Answers only requests whose `Host` is `localhost`, an IP address, or one of `names`
+    /// (421 otherwise), so that a web page whose name was pointed at the server's address
+    /// (DNS rebinding) cannot read the dashboard. What `lease ui` does.
+    #[must_use]
+    pub fn with_allowed_hosts(mut self, names: impl IntoIterator<Item = String>) -> Options {
+        self.hosts = Some(
+            names
+                .into_iter()
+                .map(|h| h.trim().to_ascii_lowercase())
+                .collect(),
+        );
+        self
+    }
+
+    /// How the pages name the store (default: its `Display`, passwords redacted). Keep
+    /// secrets out of it.
+    #[must_use]
+    pub fn with_store_name(mut self, name: impl Into<String>) -> Options {
+        self.name = Some(name.into());
+        self
+    }
+}
+
+/// The dashboard of `store` as a router, to nest under any path of an app
+/// (`Router::nest("/admin", lease_ui::router(store, options))`: the overview is then at
+/// `/admin`, the runs at `/admin/runs`; axum routes no `/admin/`) or to serve as it is. With
+/// actions on, serve it with `into_make_service_with_connect_info::<SocketAddr>()` to have the
+/// client's address in the action log (it says `unknown` otherwise).
+pub fn router(store: Arc<dyn LeaseStore>, options: Options) -> Router {
+    let name = options.name.unwrap_or_else(|| store.to_string());
     let state = Arc::new(Ui {
         store,
         name,
-        actions,
-        refresh: args.refresh,
-        hosts: args
-            .allow_hosts
-            .iter()
-            .map(|h| h.trim().to_ascii_lowercase())
-            .collect(),
+        actions: if options.actions { Token::new() } else { None },
+        refresh: options.refresh,
+        hosts: options.hosts,
     });
-    let app = Router::new()
+    Router::new()
         .route("/", get(overview))
         .route("/runs", get(list))
         .route("/runs/{run}", get(run_page))
         .route("/runs/{run}/{action}", post(act))
         .fallback(|| async { refused(StatusCode::NOT_FOUND, "No such page.") })
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            known_host,
-        ))
-        .with_state(state);
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .map_err(|e| usage(format!("cannot listen on {}: {e}", args.listen)))?;
-    let addr = listener.local_addr().map_err(|e| Failure {
-        code: exit::FAILURE,
-        message: format!("cannot read the listening address: {e}"),
-    })?;
-    if !addr.ip().is_loopback() {
-        eprintln!("lease ui: warning: {addr} is not a loopback address: whoever reaches it sees every run");
-    }
-    println!(
-        "lease ui: serving http://{addr}/ ({})",
-        if args.allow_actions {
-            "actions on"
-        } else {
-            "read-only"
-        }
-    );
-    let shutdown = crate::schedule::shutdown_on_signals()?;
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move { shutdown.cancelled().await })
-    .await
-    .map_err(|e| Failure {
-        code: exit::FAILURE,
-        message: format!("the dashboard's server stopped: {e}"),
-    })
+        .layer(axum::middleware::from_fn_with_state(state.clone(), context))
+        .with_state(state)
 }
 
-/// Refuses a request whose `Host` is not `localhost`, an IP address, or a name given with
-/// `--allow-host` (with any port): a browser sends the name it resolved, so a page of another
-/// site rebound to this address names its own and is refused before any store read.
-async fn known_host(
+/// Where the router is nested (`/admin`; empty at the root), from the request's original path:
+/// what the pages' `<base>` and the redirects start with.
+#[derive(Clone, Debug)]
+struct Base(String);
+
+/// Who sent the request, for the action log.
+#[derive(Clone, Debug)]
+struct Peer(String);
+
+/// The base path from the original path and the path this router sees (`/admin/runs` and
+/// `/runs` give `/admin`; `/admin` and `/` too).
+fn base_of(original: &str, seen: &str) -> String {
+    let base = original
+        .strip_suffix(seen)
+        .unwrap_or_else(|| if seen == "/" { original } else { "" });
+    base.trim_end_matches('/').to_owned()
+}
+
+/// Before every handler: refuses a request whose `Host` is not `localhost`, an IP address, or
+/// an allowed name (with any port), when [`Options::with_allowed_hosts`] asked for it (a
+/// browser sends the name it resolved, so a page of another site rebound to this address names
+/// its own and is refused before any store read); then notes the base path and the peer.
+async fn context(
     State(ui): State<Shared>,
-    request: axum::extract::Request,
+    mut request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let host = request
-        .headers()
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if host_allowed(host, &ui.hosts) {
-        return next.run(request).await;
+    if let Some(hosts) = &ui.hosts {
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        if !host_allowed(host, hosts) {
+            return refused(
+                StatusCode::MISDIRECTED_REQUEST,
+                "This dashboard does not answer to that host name: allow it (lease ui --allow-host NAME).",
+            );
+        }
     }
-    refused(
-        StatusCode::MISDIRECTED_REQUEST,
-        "This dashboard does not answer to that host name: start lease ui with --allow-host NAME to use it.",
-    )
+    let seen = request.uri().path().to_owned();
+    let original = request
+        .extensions()
+        .get::<OriginalUri>()
+        .map_or_else(|| seen.clone(), |o| o.0.path().to_owned());
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or_else(|| "unknown".to_owned(), |c| c.0.to_string());
+    request
+        .extensions_mut()
+        .insert(Base(base_of(&original, &seen)));
+    request.extensions_mut().insert(Peer(peer));
+    next.run(request).await
 }
 
 /// Whether `host` (a `Host` header: a name or address, and maybe a port) names this server.
@@ -196,9 +249,12 @@ fn host_allowed(host: &str, allowed: &[String]) -> bool {
 
 /// A page with the headers every answer carries: no caching, no framing, no script, forms
 /// only to this server, no referrer.
-fn page(status: StatusCode, ui: &Ui, title: &str, body: &str) -> Response {
-    let mut response =
-        (status, Html(html::page(title, ui.refresh, &ui.name, body))).into_response();
+fn page(status: StatusCode, ui: &Ui, base: &Base, title: &str, body: &str) -> Response {
+    let mut response = (
+        status,
+        Html(html::page(title, ui.refresh, &ui.name, &base.0, body)),
+    )
+        .into_response();
     harden(response.headers_mut());
     response
 }
@@ -208,7 +264,7 @@ fn harden(headers: &mut HeaderMap) {
         (
             header::CONTENT_SECURITY_POLICY,
             "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; \
-             frame-ancestors 'none'; base-uri 'none'",
+             frame-ancestors 'none'; base-uri 'self'",
         ),
         (header::X_FRAME_OPTIONS, "DENY"),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
@@ -228,7 +284,7 @@ fn refused(status: StatusCode, message: &str) -> Response {
 }
 
 /// A store error as a page: not found 404, bad input 400, a refusal 409, the rest 502.
-fn store_error(ui: &Ui, e: &Error) -> Response {
+fn store_error(ui: &Ui, base: &Base, e: &Error) -> Response {
     let status = match e {
         Error::NotFound { .. } => StatusCode::NOT_FOUND,
         Error::InvalidInput(_) => StatusCode::BAD_REQUEST,
@@ -236,10 +292,10 @@ fn store_error(ui: &Ui, e: &Error) -> Response {
         _ => StatusCode::CONFLICT,
     };
     let body = format!("<p id=\"error\">{}</p>", html::esc(&e.to_string()));
-    page(status, ui, "error", &body)
+    page(status, ui, base, "error", &body)
 }
 
-async fn overview(State(ui): State<Shared>) -> Response {
+async fn overview(State(ui): State<Shared>, Extension(base): Extension<Base>) -> Response {
     let store = &ui.store;
     let filter =
         |state: RunState, limit: usize| ListFilter::new().with_state(state).with_limit(limit);
@@ -255,14 +311,14 @@ async fn overview(State(ui): State<Shared>) -> Response {
                 .await?,
             queues: match store.queues().await {
                 Ok(queues) => Some(queues),
-                Err(Error::InvalidInput(distribution::InvalidInput::Unsupported { .. })) => None,
+                Err(Error::InvalidInput(lease_core::InvalidInput::Unsupported { .. })) => None,
                 Err(e) => return Err(e),
             },
         })
     };
     match read.await {
-        Ok(o) => page(StatusCode::OK, &ui, "overview", &pages::overview(&o)),
-        Err(e) => store_error(&ui, &e),
+        Ok(o) => page(StatusCode::OK, &ui, &base, "overview", &pages::overview(&o)),
+        Err(e) => store_error(&ui, &base, &e),
     }
 }
 
@@ -276,18 +332,22 @@ struct ListQuery {
     after: Option<String>,
 }
 
-async fn list(State(ui): State<Shared>, Query(q): Query<ListQuery>) -> Response {
+async fn list(
+    State(ui): State<Shared>,
+    Extension(base): Extension<Base>,
+    Query(q): Query<ListQuery>,
+) -> Response {
     let nonempty = |s: Option<String>| s.filter(|s| !s.is_empty());
     let (state, kind, after) = (nonempty(q.state), nonempty(q.kind), nonempty(q.after));
     let parsed = (|| {
         let state = state.as_deref().map(str::parse::<RunState>).transpose()?;
         let kind_id = kind.as_deref().map(Kind::new).transpose()?;
         let after_id = after.as_deref().map(RunId::new).transpose()?;
-        Ok::<_, distribution::InvalidInput>((state, kind_id, after_id))
+        Ok::<_, lease_core::InvalidInput>((state, kind_id, after_id))
     })();
     let (state_filter, kind_id, after_id) = match parsed {
         Ok(p) => p,
-        Err(e) => return store_error(&ui, &Error::from(e)),
+        Err(e) => return store_error(&ui, &base, &Error::from(e)),
     };
     let filter = ListFilter::new()
         .with_state(state_filter)
@@ -297,13 +357,17 @@ async fn list(State(ui): State<Shared>, Query(q): Query<ListQuery>) -> Response 
     match ui.store.list(&filter).await {
         Ok(runs) => {
             let body = pages::list(&runs, state_filter, kind.as_deref(), after.as_deref());
-            page(StatusCode::OK, &ui, "runs", &body)
+            page(StatusCode::OK, &ui, &base, "runs", &body)
         }
-        Err(e) => store_error(&ui, &e),
+        Err(e) => store_error(&ui, &base, &e),
     }
 }
 
-async fn run_page(State(ui): State<Shared>, Path(run): Path<String>) -> Response {
+async fn run_page(
+    State(ui): State<Shared>,
+    Extension(base): Extension<Base>,
+    Path(run): Path<String>,
+) -> Response {
     let ui = &*ui;
     let read = async {
         let run = RunId::new(&run)?;
@@ -315,9 +379,9 @@ async fn run_page(State(ui): State<Shared>, Path(run): Path<String>) -> Response
         Ok((record, journal)) => {
             let token = ui.actions.as_ref().map(|t| t.0.as_str());
             let body = pages::run_page(&record, &journal, token);
-            page(StatusCode::OK, ui, record.run.as_str(), &body)
+            page(StatusCode::OK, ui, &base, record.run.as_str(), &body)
         }
-        Err(e) => store_error(ui, &e),
+        Err(e) => store_error(ui, &base, &e),
     }
 }
 
@@ -331,7 +395,7 @@ struct ActionForm {
 
 /// Logs an action, accepted or refused, on stderr (whatever the log filter) and through
 /// tracing: when, from where, which, on what run, and how it ended.
-fn audit(peer: SocketAddr, run: &str, action: &str, outcome: &str) {
+fn audit(peer: &str, run: &str, action: &str, outcome: &str) {
     let now = chrono::DateTime::<chrono::Utc>::from(std::time::SystemTime::now())
         .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
     eprintln!("lease ui: {now} {peer} {action:?} on run {run:?}: {outcome}");
@@ -356,27 +420,28 @@ fn cross_site(headers: &HeaderMap) -> bool {
 
 async fn act(
     State(ui): State<Shared>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Extension(base): Extension<Base>,
+    Extension(Peer(peer)): Extension<Peer>,
     Path((run, action)): Path<(String, String)>,
     headers: HeaderMap,
     Form(form): Form<ActionForm>,
 ) -> Response {
     let Some(token) = &ui.actions else {
-        audit(peer, &run, &action, "refused: actions are off");
+        audit(&peer, &run, &action, "refused: actions are off");
         return refused(
             StatusCode::FORBIDDEN,
-            "Actions are off: this lease ui was started without --allow-actions.",
+            "Actions are off: this dashboard was started without actions (lease ui --allow-actions).",
         );
     };
     if cross_site(&headers) {
-        audit(peer, &run, &action, "refused: sent from another site");
+        audit(&peer, &run, &action, "refused: sent from another site");
         return refused(
             StatusCode::FORBIDDEN,
             "Refused: the request came from another site.",
         );
     }
     if !token.matches(&form.token) {
-        audit(peer, &run, &action, "refused: without the page's token");
+        audit(&peer, &run, &action, "refused: without the page's token");
         return refused(
             StatusCode::FORBIDDEN,
             "Refused: the request did not carry this dashboard's token (reload the run's page).",
@@ -384,7 +449,7 @@ async fn act(
     }
     let id = match RunId::new(&run) {
         Ok(id) => id,
-        Err(e) => return store_error(&ui, &Error::from(e)),
+        Err(e) => return store_error(&ui, &base, &Error::from(e)),
     };
     let done = match action.as_str() {
         "cancel" => ui
@@ -398,12 +463,12 @@ async fn act(
     };
     match done {
         Ok(what) => {
-            audit(peer, &run, &action, what);
-            Redirect::to(&format!("/runs/{}", html::segment(&run))).into_response()
+            audit(&peer, &run, &action, what);
+            Redirect::to(&format!("{}/runs/{}", base.0, html::segment(&run))).into_response()
         }
         Err(e) => {
-            audit(peer, &run, &action, &format!("refused by the store: {e}"));
-            store_error(&ui, &e)
+            audit(&peer, &run, &action, &format!("refused by the store: {e}"));
+            store_error(&ui, &base, &e)
         }
     }
 }
@@ -436,6 +501,16 @@ mod tests {
         ] {
             assert!(!host_allowed(host, &allowed), "{host}");
         }
+    }
+
+    #[test]
+    fn the_base_is_where_the_router_is_nested() {
+        assert_eq!(base_of("/admin/runs/x", "/runs/x"), "/admin");
+        assert_eq!(base_of("/admin", "/"), "/admin");
+        assert_eq!(base_of("/admin/", "/"), "/admin");
+        assert_eq!(base_of("/runs", "/runs"), "");
+        assert_eq!(base_of("/", "/"), "");
+        assert_eq!(base_of("/a/b/", "/"), "/a/b");
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use distribution::{RunRecord, StoreTime};
+use lease_core::{RunRecord, StoreTime};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 /// `text` with the five characters that matter in HTML text and quoted attributes escaped.
@@ -40,7 +40,7 @@ pub(crate) fn segment(id: &str) -> String {
 
 /// The link to a run's page, escaped for an attribute.
 pub(crate) fn href_id(id: &str) -> String {
-    esc(&format!("/runs/{}", segment(id)))
+    esc(&format!("runs/{}", segment(id)))
 }
 
 /// A link to a run's page showing its id.
@@ -58,7 +58,7 @@ pub(crate) fn clip(text: &str, max: usize) -> String {
 
 /// A store time as an RFC 3339 instant in UTC, to the millisecond.
 pub(crate) fn instant(t: StoreTime) -> String {
-    crate::output::rfc3339(t, chrono::SecondsFormat::Millis)
+    rfc3339(t, chrono::SecondsFormat::Millis)
 }
 
 /// A duration for people: `850 ms`, `12.4 s`, `3 min 05 s`, `2 h 07 min`, `3 d 4 h`.
@@ -124,7 +124,9 @@ word-break:break-all;background:#f6f7fa;padding:.5em;margin:0}\
 form.action{display:inline-block;margin-right:1em}";
 
 /// The whole page: head (title, refresh, style), the navigation, then `body`.
-pub(crate) fn page(title: &str, refresh: u32, store: &str, body: &str) -> String {
+/// Links are relative to `<base href="{base}/">`: `base` is where the router is nested
+/// (empty at the root).
+pub(crate) fn page(title: &str, refresh: u32, store: &str, base: &str, body: &str) -> String {
     let refresh = if refresh > 0 {
         format!("<meta http-equiv=\"refresh\" content=\"{refresh}\">")
     } else {
@@ -132,14 +134,33 @@ pub(crate) fn page(title: &str, refresh: u32, store: &str, body: &str) -> String
     };
     format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">{refresh}\
-         <meta name=\"viewport\" content=\"width=device-width\">\
+         <meta name=\"viewport\" content=\"width=device-width\"><base href=\"{base}/\">\
          <title>{title} · lease ui</title><style>{STYLE}</style></head><body>\
-         <header><h1><a href=\"/\">lease ui</a></h1><span>store <code id=\"store\">{store}</code></span>\
-         <a href=\"/runs\">all runs</a><a href=\"/runs?state=failed\">failed</a>\
-         <a href=\"/runs?state=suspended\">suspended</a></header>{body}</body></html>",
+         <header><h1><a href=\"{home}\">lease ui</a></h1><span>store <code id=\"store\">{store}</code></span>\
+         <a href=\"runs\">all runs</a><a href=\"runs?state=failed\">failed</a>\
+         <a href=\"runs?state=suspended\">suspended</a></header>{body}</body></html>",
         title = esc(title),
         store = esc(store),
+        base = esc(base),
+        // The router's own root: `/admin` when nested there (axum routes no `/admin/`).
+        home = esc(if base.is_empty() { "/" } else { base }),
     )
+}
+
+/// A store time as RFC 3339 in UTC, to `precision`; its microseconds when out of range.
+pub(crate) fn rfc3339(t: StoreTime, precision: chrono::SecondsFormat) -> String {
+    i64::try_from(t.as_micros())
+        .ok()
+        .and_then(chrono::DateTime::from_timestamp_micros)
+        .map_or_else(
+            || format!("{} µs", t.as_micros()),
+            |at| at.to_rfc3339_opts(precision, true),
+        )
+}
+
+/// `bytes` in lower-case hexadecimal.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
@@ -154,7 +175,7 @@ mod tests {
         );
         assert_eq!(
             run_link("a/b?c=<d>"),
-            "<a href=\"/runs/a%2Fb%3Fc%3D%3Cd%3E\">a/b?c=&lt;d&gt;</a>"
+            "<a href=\"runs/a%2Fb%3Fc%3D%3Cd%3E\">a/b?c=&lt;d&gt;</a>"
         );
         assert_eq!(segment("order-7_x.y~z"), "order-7_x.y~z");
         assert_eq!(segment("é"), "%C3%A9");
