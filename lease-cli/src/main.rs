@@ -274,7 +274,7 @@ enum Command {
     /// run, start CMD with LEASE_RUN and LEASE_FENCE in its environment (which is lease's own,
     /// less the store's settings: LEASE_STORE, LEASE_NAMESPACE, LEASE_TTL_MS,
     /// LEASE_HEARTBEAT_MS, LEASE_REPLICAS, LEASE_REPLICA_TIMEOUT_MS, LEASE_SYNC_REPLICAS,
-    /// LEASE_MAX_CONNECTIONS, LEASE_MIGRATE), heartbeat while it runs, and stop it (SIGTERM, then SIGKILL after --kill-after-ms) before the lease can
+    /// LEASE_MAX_CONNECTIONS, LEASE_MIGRATE, LEASE_SIGNAL_SECRET), heartbeat while it runs, and stop it (SIGTERM, then SIGKILL after --kill-after-ms) before the lease can
     /// expire on the store's clock if the lease is lost. Exits with the command's code.
     Run(run::RunArgs),
     /// Serve runs as a worker of the fleet, running CMD once per run claimed (with LEASE_RUN,

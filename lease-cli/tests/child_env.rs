@@ -31,6 +31,7 @@ fn lease(url: &str, args: &[&str]) -> Command {
         ("LEASE_SYNC_REPLICAS", "0"),
         ("LEASE_MAX_CONNECTIONS", "4"),
         ("LEASE_MIGRATE", "true"),
+        ("LEASE_SIGNAL_SECRET", "the namespace's signal secret"),
     ] {
         command.env(var, value);
     }

@@ -420,7 +420,8 @@ pub fn signal_verdict(
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
-/// use lease_core::{End, LeaseStore, RunId, RunState, SignalExt, SignalToken, Ttl, WorkerId};
+/// use lease_core::{End, LeaseStore, LeaseStoreExt, RunId, RunState, SignalExt, SignalToken};
+/// use lease_core::{Ttl, WorkerId};
 /// use lease_runtime::MemoryLeaseStore;
 /// use std::time::Duration;
 ///

@@ -245,10 +245,14 @@ impl FromStr for SignalToken {
     /// [`verify`](SignalToken::verify) (which [`signal`](super::SignalExt::signal) calls).
     fn from_str(text: &str) -> Result<SignalToken, InvalidInput> {
         let bad = |why| InvalidInput::SignalToken { why };
-        let mut parts = text.trim().split('.');
-        if parts.next() != Some(PREFIX) {
+        let parts: Vec<&str> = text.trim().split('.').collect();
+        if parts.first() != Some(&PREFIX) {
             return Err(bad("it does not start with lst1."));
         }
+        if parts.len() > 3 {
+            return Err(bad("it has more than three parts"));
+        }
+        let mut parts = parts.into_iter().skip(1);
         let body = parts.next().ok_or_else(|| bad("it has no body"))?;
         let body = URL_SAFE_NO_PAD
             .decode(body)
@@ -266,9 +270,6 @@ impl FromStr for SignalToken {
                 )
             }
         };
-        if parts.next().is_some() {
-            return Err(bad("it has more than three parts"));
-        }
         Ok(SignalToken {
             run,
             name,
