@@ -204,6 +204,6 @@ impl Capabilities {
     }
 }
 
-fn whole_millis(d: Duration) -> bool {
+pub(crate) fn whole_millis(d: Duration) -> bool {
     d.subsec_nanos() % 1_000_000 == 0
 }

@@ -75,7 +75,7 @@ pub(crate) fn check_wait_timeout(timeout: Option<Duration>) -> Result<(), Invali
         Some(t)
             if t < Duration::from_millis(1)
                 || t > MAX_WAIT
-                || t.subsec_nanos() % 1_000_000 != 0 =>
+                || !crate::capabilities::whole_millis(t) =>
         {
             Err(InvalidInput::WaitTimeout {
                 timeout: t,

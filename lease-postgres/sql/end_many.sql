@@ -29,19 +29,21 @@ WITH input AS (
     WHERE set_config('synchronous_commit', 'on', true) IS NOT NULL
 ), locked AS (
     SELECT input.ord, input.fence AS presented,
-           -- A wait answered early is no wait.
-           CASE WHEN input.wait_name IS NOT NULL AND r.resumed_fence = r.fence
-                     AND r.resumed_name = input.wait_name AND r.resumed_payload IS NOT NULL
-                THEN 'runnable' ELSE input.to_state END AS to_state,
+           -- A wait answered early is no wait: the run is given back as a release gives it.
+           CASE WHEN early.answered THEN 'runnable' ELSE input.to_state END AS to_state,
            input.payload, input.delay_ms,
            input.failure, input.refund, input.outcome, input.error,
-           CASE WHEN input.wait_name IS NOT NULL AND r.resumed_fence = r.fence
-                     AND r.resumed_name = input.wait_name AND r.resumed_payload IS NOT NULL
-                THEN NULL ELSE input.wait_name END AS wait_name,
+           CASE WHEN early.answered THEN NULL ELSE input.wait_name END AS wait_name,
            input.wait_ms, input.wait_name IS NOT NULL AS waits, r.run_id, r.state,
            r.lease_owner, r.fence
     FROM input
     JOIN {schema}.runs r ON r.run_id = input.run_id COLLATE "C"
+    -- Whether sql/signal.sql kept a signal for this wait while the lease held the run.
+    CROSS JOIN LATERAL (
+        SELECT coalesce(input.wait_name IS NOT NULL AND r.resumed_fence = r.fence
+                        AND r.resumed_name = input.wait_name
+                        AND r.resumed_payload IS NOT NULL, false) AS answered
+    ) AS early
     FOR UPDATE OF r SKIP LOCKED
 ), ended AS (
     UPDATE {schema}.runs r

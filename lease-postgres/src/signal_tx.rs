@@ -7,6 +7,24 @@ use sqlx::PgConnection;
 use crate::store::{fence_param, record, PostgresLeaseStore, ATTEMPTS};
 
 impl PostgresLeaseStore {
+    /// `sql/signal.sql` for the wait of `fence` for `name` on `run`, bound: what
+    /// `deliver_signal` and `signal_tx` send.
+    pub(crate) fn signal_query<'q>(
+        &'q self,
+        run: &'q lease_core::RunId,
+        name: &'q lease_core::SignalName,
+        fence: lease_core::Fence,
+        payload: &'q [u8],
+    ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+        sqlx::query(&self.sql.signal)
+            .bind(run.as_str())
+            .bind(name.as_str())
+            .bind(fence_param(fence))
+            .bind(payload)
+    }
+}
+
+impl PostgresLeaseStore {
     /// [`signal`](lease_core::SignalExt::signal) **in the caller's transaction** on `conn` (a
     /// `&mut *tx` of a `sqlx::Transaction` on the store's database): the signal is delivered
     /// if and when the caller's transaction commits, with whatever else it wrote (the approval
@@ -52,11 +70,7 @@ impl PostgresLeaseStore {
         check_signal_payload(payload)?;
         let run = token.run();
         for _ in 0..ATTEMPTS {
-            let query = sqlx::query(&self.sql.signal)
-                .bind(run.as_str())
-                .bind(token.name().as_str())
-                .bind(fence_param(token.fence()))
-                .bind(payload);
+            let query = self.signal_query(run, token.name(), token.fence(), payload);
             let fail = |e| Error::from(self.route.fail(e));
             if self
                 .in_time(async { query.fetch_optional(&mut *conn).await.map_err(fail) })

@@ -479,6 +479,30 @@ async fn the_migration_turns_tombstones_into_purged_rows_and_raises_runs_below_t
     assert_eq!(lease.fence().get(), 8);
 }
 
+/// In a new transaction: the caller's row `approval-1`, then `token`'s signal, delivered (not a
+/// duplicate); the transaction, open.
+async fn approve_in_tx(
+    store: &PostgresLeaseStore,
+    insert: &str,
+    token: &lease_core::SignalToken,
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut tx = store.pool().begin().await.unwrap();
+    sqlx::query(insert)
+        .bind("approval-1")
+        .bind(1_i64)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    assert!(
+        !store
+            .signal_tx(&mut tx, token, b"yes")
+            .await
+            .unwrap()
+            .duplicate
+    );
+    tx
+}
+
 /// A signal in the caller's transaction (`signal_tx`) commits with the caller's row or not at
 /// all: rolled back, the run still waits and the row is not there; committed, both landed, and
 /// the next claim reads the signal. A second delivery in another transaction answers a
@@ -503,20 +527,7 @@ async fn a_signal_in_the_callers_transaction_commits_with_its_row() {
         .await
         .unwrap();
 
-    let mut tx = store.pool().begin().await.unwrap();
-    sqlx::query(&insert)
-        .bind("approval-1")
-        .bind(1_i64)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    assert!(
-        !store
-            .signal_tx(&mut tx, &token, b"yes")
-            .await
-            .unwrap()
-            .duplicate
-    );
+    let tx = approve_in_tx(&store, &insert, &token).await;
     tx.rollback().await.unwrap();
     assert_eq!(
         store.inspect(&run).await.unwrap().state,
@@ -524,20 +535,7 @@ async fn a_signal_in_the_callers_transaction_commits_with_its_row() {
     );
     assert!(payments(&store, &table).await.is_empty());
 
-    let mut tx = store.pool().begin().await.unwrap();
-    sqlx::query(&insert)
-        .bind("approval-1")
-        .bind(1_i64)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    assert!(
-        !store
-            .signal_tx(&mut tx, &token, b"yes")
-            .await
-            .unwrap()
-            .duplicate
-    );
+    let tx = approve_in_tx(&store, &insert, &token).await;
     tx.commit().await.unwrap();
     assert_eq!(
         payments(&store, &table).await,

@@ -299,11 +299,7 @@ impl LeaseStore for PostgresLeaseStore {
         lease_core::signal::check_signal_payload(payload)?;
         let delivered = call!(self, |conn| {
             for _ in 0..ATTEMPTS {
-                let query = sqlx::query(&self.sql.signal)
-                    .bind(run.as_str())
-                    .bind(name.as_str())
-                    .bind(fence_param(signal_fence))
-                    .bind(payload);
+                let query = self.signal_query(run, name, signal_fence, payload);
                 if let Some(row) = self.write_opt(conn, query).await? {
                     let claimable: bool = get(&row, "claimable")?;
                     return Ok(Some(claimable.then(|| kind(&row)).transpose()?));
