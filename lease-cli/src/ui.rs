@@ -12,8 +12,10 @@ pub(crate) struct UiArgs {
     /// address serves every run's record to whoever reaches it. The address is printed.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7070")]
     listen: SocketAddr,
-    /// Serve cancel, resume and force-release buttons on a run's page, and accept them when
-    /// sent with the page's token. Each is logged.
+    /// Serve cancel, resume and force-release buttons on a run's page, pause and resume on
+    /// the queues page, and bulk retry, cancel and purge (each confirmed on a page of its own
+    /// first) on the runs page, and accept them when sent with the page's token. Each is
+    /// logged.
     #[arg(long)]
     allow_actions: bool,
     /// Seconds between a page's own refreshes, 0 to 3600 (0: never).

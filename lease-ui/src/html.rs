@@ -88,6 +88,18 @@ pub(crate) fn relative(record: &RunRecord, at: StoreTime) -> String {
     }
 }
 
+/// How long ago the run was created, when the record was read (the instant in its title);
+/// empty where the store keeps no creation time.
+pub(crate) fn age(record: &RunRecord) -> String {
+    record.created_at.map_or_else(String::new, |at| {
+        format!(
+            "<span class=\"age\" title=\"{}\">{} ago</span>",
+            instant(at),
+            span(record.observed_at.saturating_since(at))
+        )
+    })
+}
+
 /// A table with these column headings and pre-rendered (already escaped) rows; `empty` is
 /// shown instead when there are no rows.
 pub(crate) fn table(headings: &[&str], rows: &[Vec<String>], empty: &str) -> String {
@@ -121,7 +133,11 @@ word-break:break-all;background:#f6f7fa;padding:.5em;margin:0}\
 .state-failed,.state-cancelled{color:#a11}.state-held{color:#064}.lag{font-weight:600}\
 .outcome.failed,.outcome.cancelled,.outcome.expired{color:#a11}.outcome.retried{color:#a50}\
 .outcome.completed,.outcome.held{color:#064}\
-form.action{display:inline-block;margin-right:1em}";
+form.action{display:inline-block;margin-right:1em}nav{display:flex;gap:1em}\
+.notice{background:#fff4d6;border:1px solid #e0c060;padding:.4em .6em}\
+.paused,.not-live,.overdue,.timed-out{color:#a11}.running,.live{color:#064}\
+form.filter input,form.filter select{margin-right:.3em}form.bulk{margin:1em 0}\
+#confirm{font-weight:600}";
 
 /// The whole page: head (title, refresh, style), the navigation, then `body`.
 /// Links are relative to `<base href="{base}/">`: `base` is where the router is nested
@@ -137,8 +153,10 @@ pub(crate) fn page(title: &str, refresh: u32, store: &str, base: &str, body: &st
          <meta name=\"viewport\" content=\"width=device-width\"><base href=\"{base}/\">\
          <title>{title} · lease ui</title><style>{STYLE}</style></head><body>\
          <header><h1><a href=\"{home}\">lease ui</a></h1><span>store <code id=\"store\">{store}</code></span>\
-         <a href=\"runs\">all runs</a><a href=\"runs?state=failed\">failed</a>\
-         <a href=\"runs?state=suspended\">suspended</a></header>{body}</body></html>",
+         <nav><a href=\"runs\">runs</a><a href=\"runs?state=failed\">failed</a>\
+         <a href=\"runs?state=suspended\">suspended</a><a href=\"queues\">queues</a>\
+         <a href=\"schedules\">schedules</a><a href=\"workers\">workers</a></nav></header>\
+         {body}</body></html>",
         title = esc(title),
         store = esc(store),
         base = esc(base),

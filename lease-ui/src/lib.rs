@@ -1,9 +1,12 @@
 //! The dashboard of a lease store as an [`axum::Router`]: [`router`] gives the pages (an
-//! overview with the counts, the queues and the runs that need a look, a paged list of runs by
-//! state and kind, and each run's record, wait, attempts and journal) and, when
-//! [`Options::with_actions`] allows them, the cancel, resume and force-release forms. Nest it
-//! under any path of your own app, behind your own middleware (authentication, CSRF, rate
-//! limits); `lease ui` serves the same router on its own.
+//! overview with the counts, the queues and the runs that need a look; the runs, paged, by
+//! state, kind, queue and age; each run's record, signals, attempts and journal; the queues
+//! with their depth and lag; the schedules' last and next ticks; the live workers) and, when
+//! [`Options::with_actions`] allows them, the cancel, resume and force-release forms of a run,
+//! the pause and resume of a queue, and the bulk retry, cancel and purge of a filtered set of
+//! runs behind a confirmation page. Nest it under any path of your own app, behind your own
+//! middleware (authentication, CSRF, rate limits); `lease ui` serves the same router on its
+//! own.
 //!
 //! ```no_run
 //! # async fn serve(store: std::sync::Arc<dyn lease_core::LeaseStore>) -> std::io::Result<()> {
@@ -23,62 +26,45 @@
 //! (a `<base>` element from the request's original path). Every answer forbids framing,
 //! scripts, caching and referrers.
 //!
-//! Read-only unless [`Options::with_actions`]. Then a run's page carries cancel, resume and
-//! force-release forms, each with a token drawn from the OS's random source when the router
-//! was built; a POST without that token, or sent from another site (`Origin`,
-//! `Sec-Fetch-Site`), is refused with 403 and changes nothing. Every action, accepted or
-//! refused, is logged (`tracing`, and standard error). The store is named on the pages as its
-//! `Display` shows it: passwords redacted.
+//! Read-only unless [`Options::with_actions`]. Then the pages carry action forms, each with a
+//! token drawn from the OS's random source when the router was built; a POST without that
+//! token, or sent from another site (`Origin`, `Sec-Fetch-Site`), is refused with 403 and
+//! changes nothing. A bulk action (at most 1,000 runs, the first by id) answers first a page
+//! that says how many runs match and what will happen, and acts only when that page's button
+//! is sent back with the count it showed, then says how many were done and why the others
+//! were refused. Every action, accepted or refused, is logged (`tracing`, and standard
+//! error). The store is named on the pages as its `Display` shows it: passwords redacted.
+//!
+//! "Retry" is the store's `resume`: a failed or suspended run runs again with a fresh attempt
+//! budget. No store operation runs a cancelled or completed run again under its id, so the
+//! dashboard offers none.
 
+mod bulk;
+mod filter;
+mod fleet;
+mod guard;
 mod html;
 mod pages;
+mod queues;
+mod run;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, Extension, Form, OriginalUri, Path, Query, State};
+use axum::extract::{ConnectInfo, Extension, OriginalUri, Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use lease_core::{Error, Kind, LeaseStore, ListFilter, RunId, RunState};
+use lease_core::{Error, LeaseStore, ListFilter, RunId, RunState};
 use serde::Deserialize;
-
-/// The secret a page's action forms carry. Never logged: its `Debug` shows nothing of it.
-struct Token(String);
-
-impl Token {
-    /// A token from the OS's random source; `None` when the OS gives none (actions stay off).
-    fn new() -> Option<Token> {
-        let mut bytes = [0u8; 32];
-        match getrandom::fill(&mut bytes) {
-            Ok(()) => Some(Token(bytes.iter().map(|b| format!("{b:02x}")).collect())),
-            Err(e) => {
-                tracing::error!(error = %e, "cannot draw the dashboard's action token from the OS: actions are off");
-                None
-            }
-        }
-    }
-
-    /// Whether `offered` is the token, compared in time independent of where they differ.
-    fn matches(&self, offered: &str) -> bool {
-        let (a, b) = (self.0.as_bytes(), offered.as_bytes());
-        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-    }
-}
-
-impl std::fmt::Debug for Token {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Token(******)")
-    }
-}
 
 struct Ui {
     store: Arc<dyn LeaseStore>,
     /// The store as the pages name it: the redacted URL and the namespace.
     name: String,
     /// The action token, when actions are on.
-    actions: Option<Token>,
+    actions: Option<guard::Token>,
     refresh: u32,
     /// The host names answered besides `localhost` and IP literals, in lower case; `None`:
     /// every host (the embedding app decides).
@@ -111,9 +97,10 @@ impl Default for Options {
 }
 
 impl Options {
-    /// Serves the cancel, resume and force-release forms on a run's page, and accepts them
-    /// when sent with the router's token from the same site. Each is logged. Put your own
-    /// authentication in front.
+    /// Serves the action forms (a run's cancel, resume and force-release; a queue's pause and
+    /// resume; the bulk retry, cancel and purge of the runs a filter names, each confirmed on
+    /// a page of its own first), and accepts them when sent with the router's token from the
+    /// same site. Each is logged. Put your own authentication in front.
     #[must_use]
     pub fn with_actions(mut self, on: bool) -> Options {
         self.actions = on;
@@ -160,7 +147,11 @@ pub fn router(store: Arc<dyn LeaseStore>, options: Options) -> Router {
     let state = Arc::new(Ui {
         store,
         name,
-        actions: if options.actions { Token::new() } else { None },
+        actions: if options.actions {
+            guard::Token::new()
+        } else {
+            None
+        },
         refresh: options.refresh,
         hosts: options.hosts,
     });
@@ -168,8 +159,19 @@ pub fn router(store: Arc<dyn LeaseStore>, options: Options) -> Router {
         .route("/", get(overview))
         .route("/runs", get(list))
         .route("/runs/{run}", get(run_page))
-        .route("/runs/{run}/{action}", post(act))
+        .route("/runs/{run}/{action}", post(guard::act))
+        .route("/bulk/{action}", post(bulk::bulk))
+        .route("/queues", get(queues::queues_page))
+        .route("/queues/{queue}/{action}", post(guard::queue_act))
+        .route("/schedules", get(fleet::schedules_page))
+        .route("/workers", get(fleet::workers_page))
         .fallback(|| async { refused(StatusCode::NOT_FOUND, "No such page.") })
+        .method_not_allowed_fallback(|| async {
+            refused(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "Not with this method: actions are forms that POST.",
+            )
+        })
         .layer(axum::middleware::from_fn_with_state(state.clone(), context))
         .with_state(state)
 }
@@ -324,10 +326,8 @@ async fn overview(State(ui): State<Shared>, Extension(base): Extension<Base>) ->
 
 #[derive(Deserialize)]
 struct ListQuery {
-    #[serde(default)]
-    state: Option<String>,
-    #[serde(default)]
-    kind: Option<String>,
+    #[serde(flatten)]
+    filter: filter::FilterFields,
     #[serde(default)]
     after: Option<String>,
 }
@@ -337,26 +337,34 @@ async fn list(
     Extension(base): Extension<Base>,
     Query(q): Query<ListQuery>,
 ) -> Response {
-    let nonempty = |s: Option<String>| s.filter(|s| !s.is_empty());
-    let (state, kind, after) = (nonempty(q.state), nonempty(q.kind), nonempty(q.after));
-    let parsed = (|| {
-        let state = state.as_deref().map(str::parse::<RunState>).transpose()?;
-        let kind_id = kind.as_deref().map(Kind::new).transpose()?;
-        let after_id = after.as_deref().map(RunId::new).transpose()?;
-        Ok::<_, lease_core::InvalidInput>((state, kind_id, after_id))
-    })();
-    let (state_filter, kind_id, after_id) = match parsed {
-        Ok(p) => p,
+    let filter = match filter::RunFilter::parse(&q.filter) {
+        Ok(f) => f,
+        Err(why) => {
+            let body = format!("<p id=\"error\">{}</p>", html::esc(&why));
+            return page(StatusCode::BAD_REQUEST, &ui, &base, "error", &body);
+        }
+    };
+    let after = match q
+        .after
+        .filter(|s| !s.is_empty())
+        .map(RunId::new)
+        .transpose()
+    {
+        Ok(after) => after,
         Err(e) => return store_error(&ui, &base, &Error::from(e)),
     };
-    let filter = ListFilter::new()
-        .with_state(state_filter)
-        .with_kind(kind_id)
-        .with_after(after_id)
-        .with_limit(pages::LIST_PAGE);
-    match ui.store.list(&filter).await {
-        Ok(runs) => {
-            let body = pages::list(&runs, state_filter, kind.as_deref(), after.as_deref());
+    let found = filter::find(
+        &*ui.store,
+        &filter,
+        &[filter.state],
+        after.as_ref(),
+        pages::LIST_PAGE,
+    )
+    .await;
+    match found {
+        Ok(found) => {
+            let token = ui.actions.as_ref().map(guard::Token::as_str);
+            let body = pages::list(&found, &filter, after.as_ref(), token);
             page(StatusCode::OK, &ui, &base, "runs", &body)
         }
         Err(e) => store_error(&ui, &base, &e),
@@ -377,99 +385,11 @@ async fn run_page(
     };
     match read.await {
         Ok((record, journal)) => {
-            let token = ui.actions.as_ref().map(|t| t.0.as_str());
-            let body = pages::run_page(&record, &journal, token);
+            let token = ui.actions.as_ref().map(guard::Token::as_str);
+            let body = run::run_page(&record, &journal, token);
             page(StatusCode::OK, ui, &base, record.run.as_str(), &body)
         }
         Err(e) => store_error(ui, &base, &e),
-    }
-}
-
-#[derive(Deserialize)]
-struct ActionForm {
-    #[serde(default)]
-    token: String,
-    #[serde(default)]
-    reason: String,
-}
-
-/// Logs an action, accepted or refused, on stderr (whatever the log filter) and through
-/// tracing: when, from where, which, on what run, and how it ended.
-fn audit(peer: &str, run: &str, action: &str, outcome: &str) {
-    let now = chrono::DateTime::<chrono::Utc>::from(std::time::SystemTime::now())
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-    eprintln!("lease ui: {now} {peer} {action:?} on run {run:?}: {outcome}");
-    tracing::info!(%peer, run, action, outcome, "lease ui action");
-}
-
-/// Whether the request came from another site: an `Origin` that is not this server, or a
-/// browser's `Sec-Fetch-Site` saying so.
-fn cross_site(headers: &HeaderMap) -> bool {
-    let value = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    if let Some(site) = value("sec-fetch-site") {
-        if site != "same-origin" && site != "none" {
-            return true;
-        }
-    }
-    match (value("origin"), value("host")) {
-        (Some(origin), Some(host)) => origin != format!("http://{host}"),
-        (Some(_), None) => true,
-        (None, _) => false,
-    }
-}
-
-async fn act(
-    State(ui): State<Shared>,
-    Extension(base): Extension<Base>,
-    Extension(Peer(peer)): Extension<Peer>,
-    Path((run, action)): Path<(String, String)>,
-    headers: HeaderMap,
-    Form(form): Form<ActionForm>,
-) -> Response {
-    let Some(token) = &ui.actions else {
-        audit(&peer, &run, &action, "refused: actions are off");
-        return refused(
-            StatusCode::FORBIDDEN,
-            "Actions are off: this dashboard was started without actions (lease ui --allow-actions).",
-        );
-    };
-    if cross_site(&headers) {
-        audit(&peer, &run, &action, "refused: sent from another site");
-        return refused(
-            StatusCode::FORBIDDEN,
-            "Refused: the request came from another site.",
-        );
-    }
-    if !token.matches(&form.token) {
-        audit(&peer, &run, &action, "refused: without the page's token");
-        return refused(
-            StatusCode::FORBIDDEN,
-            "Refused: the request did not carry this dashboard's token (reload the run's page).",
-        );
-    }
-    let id = match RunId::new(&run) {
-        Ok(id) => id,
-        Err(e) => return store_error(&ui, &base, &Error::from(e)),
-    };
-    let done = match action.as_str() {
-        "cancel" => ui
-            .store
-            .cancel(&id, &form.reason)
-            .await
-            .map(|_| "cancelled"),
-        "resume" => ui.store.resume(&id).await.map(|_| "resumed"),
-        "release" => ui.store.force_release(&id).await.map(|_| "force-released"),
-        _ => return refused(StatusCode::NOT_FOUND, "No such action."),
-    };
-    match done {
-        Ok(what) => {
-            audit(&peer, &run, &action, what);
-            Redirect::to(&format!("{}/runs/{}", base.0, html::segment(&run))).into_response()
-        }
-        Err(e) => {
-            audit(&peer, &run, &action, &format!("refused by the store: {e}"));
-            store_error(&ui, &base, &e)
-        }
     }
 }
 
@@ -511,39 +431,5 @@ mod tests {
         assert_eq!(base_of("/runs", "/runs"), "");
         assert_eq!(base_of("/", "/"), "");
         assert_eq!(base_of("/a/b/", "/"), "/a/b");
-    }
-
-    #[test]
-    fn the_token_compares_whole_and_never_prints() {
-        let token = Token("ab".repeat(32));
-        assert!(token.matches(&"ab".repeat(32)));
-        assert!(!token.matches(&"ab".repeat(31)));
-        assert!(!token.matches(&format!("{}ac", "ab".repeat(31))));
-        assert!(!token.matches(""));
-        assert_eq!(format!("{token:?}"), "Token(******)");
-    }
-
-    #[test]
-    fn cross_site_requests_are_told_apart() {
-        let headers = |pairs: &[(&'static str, &'static str)]| {
-            let mut h = HeaderMap::new();
-            for (k, v) in pairs {
-                h.insert(*k, HeaderValue::from_static(v));
-            }
-            h
-        };
-        assert!(!cross_site(&headers(&[])));
-        assert!(!cross_site(&headers(&[
-            ("host", "127.0.0.1:9"),
-            ("origin", "http://127.0.0.1:9")
-        ])));
-        assert!(!cross_site(&headers(&[("sec-fetch-site", "same-origin")])));
-        assert!(cross_site(&headers(&[
-            ("host", "127.0.0.1:9"),
-            ("origin", "http://evil.example")
-        ])));
-        assert!(cross_site(&headers(&[("sec-fetch-site", "cross-site")])));
-        assert!(cross_site(&headers(&[("sec-fetch-site", "same-site")])));
-        assert!(cross_site(&headers(&[("origin", "null")])));
     }
 }

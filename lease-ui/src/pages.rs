@@ -1,12 +1,14 @@
-//! The dashboard's pages, rendered from what the store answered: the overview, a list of
-//! runs, and a run's own page. Pure functions of their input, so the tests can read them
-//! without a server.
+//! The dashboard's pages, rendered from what the store answered: the overview and a list of
+//! runs (a run's own page is `run.rs`). Pure functions of their input, so the tests can read
+//! them without a server.
 
 use std::fmt::Write;
 
-use lease_core::{JournalEntry, RunCounts, RunRecord, RunState, MAX_COUNT};
+use lease_core::{RunCounts, RunId, RunRecord, RunState, MAX_COUNT};
 
-use super::html::{clip, esc, instant, relative, run_link, segment, span, table};
+use super::bulk::{Bulk, BULK_MAX};
+use super::filter::{Found, RunFilter, Unit, SCAN_MAX};
+use super::html::{self, clip, esc, instant, relative, run_link, segment, span, table};
 
 /// How many runnable runs the overview reads to find the held ones and the expired leases.
 pub(crate) const RUNNABLE_SCAN: usize = 1_000;
@@ -14,12 +16,8 @@ pub(crate) const RUNNABLE_SCAN: usize = 1_000;
 pub(crate) const SHOWN: usize = 50;
 /// How many runs a list page shows.
 pub(crate) const LIST_PAGE: usize = 100;
-/// How many of a run's last journal entries its page shows.
-pub(crate) const JOURNAL_SHOWN: usize = 200;
 /// How many characters of a reason a table shows (a run's page shows all of it).
 const REASON_CHARS: usize = 300;
-/// How many characters of a payload or journal entry a page shows.
-const PAYLOAD_CHARS: usize = 2_000;
 
 /// A run's part of its life as the dashboard names it, and the CSS class it is shown with:
 /// a runnable run is `held`, `expired lease`, `delayed` or `claimable`.
@@ -35,7 +33,8 @@ pub(crate) fn shown_state(r: &RunRecord) -> (&'static str, &'static str) {
     }
 }
 
-fn state_cell(r: &RunRecord) -> String {
+/// A run's state as a table cell: its name in its class.
+pub(crate) fn state_cell(r: &RunRecord) -> String {
     let (name, class) = shown_state(r);
     format!("<span class=\"{class}\">{name}</span>")
 }
@@ -91,7 +90,10 @@ pub(crate) fn overview(o: &Overview) -> String {
     };
     let _ = write!(body, "<p id=\"longest-held\">{longest}</p>");
 
-    let _ = write!(body, "<h2 id=\"queues\">Queues</h2>");
+    let _ = write!(
+        body,
+        "<h2 id=\"queues\">Queues <small><a href=\"queues\">depth and lag</a></small></h2>"
+    );
     match &o.queues {
         None => body.push_str("<p>This store keeps no queues but the default (etcd).</p>"),
         Some(queues) => {
@@ -239,15 +241,19 @@ fn ended_table(runs: &[RunRecord], empty: &str) -> String {
     out
 }
 
-/// A page of runs, with the filter that chose them and a link to the next page.
+/// A page of runs, with the filter that chose them and a link to the next page; with the
+/// token, the bulk forms for the runs of that filter.
 pub(crate) fn list(
-    runs: &[RunRecord],
-    state: Option<RunState>,
-    kind: Option<&str>,
-    after: Option<&str>,
+    found: &Found,
+    filter: &RunFilter,
+    after: Option<&RunId>,
+    token: Option<&str>,
 ) -> String {
-    let mut body = String::from("<h2>Runs</h2><form method=\"get\" action=\"runs\">state ");
-    body.push_str("<select name=\"state\"><option value=\"\">any</option>");
+    let runs = &found.runs;
+    let mut body = String::from(
+        "<h2>Runs</h2><form class=\"filter\" method=\"get\" action=\"runs\">state \
+         <select name=\"state\"><option value=\"\">any</option>",
+    );
     for s in [
         RunState::Runnable,
         RunState::Suspended,
@@ -255,20 +261,39 @@ pub(crate) fn list(
         RunState::Failed,
         RunState::Cancelled,
     ] {
-        let selected = if state == Some(s) { " selected" } else { "" };
+        let selected = if filter.state == Some(s) {
+            " selected"
+        } else {
+            ""
+        };
         let _ = write!(
             body,
             "<option value=\"{0}\"{selected}>{0}</option>",
             s.as_str()
         );
     }
+    let (age, unit) = filter
+        .age
+        .map_or((String::new(), Unit::Hours), |(n, u)| (n.to_string(), u));
     let _ = write!(
         body,
-        "</select> kind <input name=\"kind\" value=\"{}\" size=\"16\"> <button>show</button></form>",
-        esc(kind.unwrap_or(""))
+        "</select> kind <input name=\"kind\" value=\"{}\" size=\"14\"> \
+         queue <input name=\"queue\" value=\"{}\" size=\"12\"> \
+         created more than <input name=\"age\" value=\"{age}\" size=\"4\" inputmode=\"numeric\"> \
+         <select name=\"unit\">",
+        esc(filter.kind.as_ref().map_or("", |k| k.as_str())),
+        esc(filter.queue.as_ref().map_or("", |q| q.as_str())),
     );
+    for u in Unit::ALL {
+        let selected = if u == unit { " selected" } else { "" };
+        let _ = write!(body, "<option{selected}>{}</option>", u.as_str());
+    }
+    body.push_str("</select> ago <button>show</button></form>");
+    if let Some(token) = token {
+        body.push_str(&bulk_forms(filter, token));
+    }
     if let Some(after) = after {
-        let _ = write!(body, "<p><small>After {}.</small></p>", esc(after));
+        let _ = write!(body, "<p><small>After {}.</small></p>", esc(after.as_str()));
     }
     let rows: Vec<Vec<String>> = runs
         .iter()
@@ -277,266 +302,71 @@ pub(crate) fn list(
                 run_link(r.run.as_str()),
                 state_cell(r),
                 esc(r.kind.as_str()),
+                esc(r.queue.as_str()),
                 r.priority.to_string(),
                 esc(r.owner.as_ref().map_or("", |w| w.as_str())),
                 r.fence.get().to_string(),
                 r.attempts.to_string(),
+                html::age(r),
                 esc(&clip(r.failure.as_deref().unwrap_or(""), REASON_CHARS)),
             ]
         })
         .collect();
     body.push_str(&table(
         &[
-            "run", "state", "kind", "priority", "owner", "fence", "attempts", "reason",
+            "run", "state", "kind", "queue", "priority", "owner", "fence", "attempts", "created",
+            "reason",
         ],
         &rows,
         "No run matches.",
     ));
-    if runs.len() >= LIST_PAGE {
-        let last = runs.last().expect("a full page").run.as_str();
-        let mut next = format!("runs?after={}", segment(last));
-        if let Some(s) = state {
-            let _ = write!(next, "&state={}", s.as_str());
-        }
-        if let Some(k) = kind {
-            let _ = write!(next, "&kind={}", segment(k));
-        }
+    if found.cut {
         let _ = write!(
             body,
-            "<p><a id=\"next\" href=\"{}\">next page</a></p>",
-            esc(&next)
+            "<p id=\"cut\"><small>The search stopped after reading {SCAN_MAX} runs: more may \
+             match beyond them.</small></p>"
         );
+    }
+    if found.more || found.cut {
+        if let Some(last) = runs.last() {
+            let mut next = format!("runs?after={}", segment(last.run.as_str()));
+            let query = filter.query();
+            if !query.is_empty() {
+                let _ = write!(next, "&{query}");
+            }
+            let _ = write!(
+                body,
+                "<p><a id=\"next\" href=\"{}\">next page</a></p>",
+                esc(&next)
+            );
+        }
     }
     body
 }
 
-/// A run's page: its record, its journal's last entries, and (with actions on) its buttons.
-pub(crate) fn run_page(r: &RunRecord, journal: &[JournalEntry], token: Option<&str>) -> String {
-    let mut body = format!(
-        "<h2>Run <code id=\"run\">{}</code></h2>",
-        esc(r.run.as_str())
+/// The bulk forms for the runs of `filter`: each asks for a confirmation first.
+fn bulk_forms(filter: &RunFilter, token: &str) -> String {
+    let mut out = format!(
+        "<h2 id=\"bulk\">Every run of this filter</h2><p><small>The runs matching <q>{}</q>, \
+         at most {BULK_MAX} at a time, the first by id: each button shows how many and what it \
+         will do, and asks you to confirm.</small></p><p>",
+        esc(&filter.describe())
     );
-    let mut rows = vec![
-        ("state", state_cell(r)),
-        ("kind", esc(r.kind.as_str())),
-        ("queue", esc(r.queue.as_str())),
-        ("priority", r.priority.to_string()),
-        (
-            "fence",
-            format!("<span class=\"fence\">{}</span>", r.fence.get()),
-        ),
-        ("attempts", r.attempts.to_string()),
-        ("heartbeats", r.heartbeats.to_string()),
-    ];
-    for (name, at) in [
-        ("created", r.created_at),
-        ("claimed", r.claimed_at),
-        ("renewed", r.renewed_at),
-        ("ended", r.ended_at),
-    ] {
-        if let Some(at) = at {
-            rows.push((
-                name,
-                format!("{} <small>({})</small>", instant(at), relative(r, at)),
-            ));
-        }
-    }
-    if let Some(d) = r.held_for() {
-        rows.push((
-            "held for",
-            format!("<span class=\"held-for\">{}</span>", span(d)),
-        ));
-    }
-    if let Some(owner) = &r.owner {
-        let label = if r.is_expired() {
-            "last holder"
+    for action in Bulk::ALL {
+        let name = action.as_str();
+        let extra = if action == Bulk::Cancel {
+            "<input name=\"reason\" value=\"cancelled from the dashboard\" required maxlength=\"4096\" size=\"26\"> "
         } else {
-            "holder"
+            ""
         };
-        rows.push((
-            label,
-            format!("<span class=\"holder\">{}</span>", esc(owner.as_str())),
-        ));
-    }
-    if let Some(at) = r.expires_at {
-        rows.push((
-            "lease expires",
-            format!("{} <small>({})</small>", instant(at), relative(r, at)),
-        ));
-    }
-    if let Some(at) = r.not_before {
-        rows.push((
-            "claimable from",
-            format!("{} <small>({})</small>", instant(at), relative(r, at)),
-        ));
-    }
-    if let Some(wait) = &r.wait {
-        let until = match wait.deadline {
-            Some(at) => format!("until {} <small>({})</small>", instant(at), relative(r, at)),
-            None => "without a timeout".to_owned(),
-        };
-        rows.push((
-            "waits for",
-            format!(
-                "signal <span class=\"signal\">{}</span> (the wait of fence {}), {until}",
-                esc(wait.name.as_str()),
-                wait.fence.get()
-            ),
-        ));
-    }
-    match &r.resumed {
-        Some(lease_core::WaitEnd::Signalled(s)) => rows.push((
-            "last wait",
-            format!(
-                "signal <span class=\"signal\">{}</span> arrived {} <small>({})</small>: {}",
-                esc(s.name.as_str()),
-                instant(s.at),
-                relative(r, s.at),
-                shown_bytes(s.payload())
-            ),
-        )),
-        Some(lease_core::WaitEnd::TimedOut { name, at, .. }) => rows.push((
-            "last wait",
-            format!(
-                "for signal <span class=\"signal\">{}</span>, timed out at {}",
-                esc(name.as_str()),
-                instant(*at)
-            ),
-        )),
-        _ => {}
-    }
-    if let Some(reason) = &r.failure {
-        rows.push((
-            "reason",
-            format!("<pre class=\"reason\">{}</pre>", esc(reason)),
-        ));
-    }
-    if let Some(payload) = &r.payload {
-        rows.push(("payload", shown_bytes(payload)));
-    }
-    rows.push(("read at (store clock)", instant(r.observed_at)));
-    body.push_str("<table id=\"record\"><tbody>");
-    for (name, value) in rows {
-        let _ = write!(body, "<tr><th>{name}</th><td>{value}</td></tr>");
-    }
-    body.push_str("</tbody></table>");
-
-    if let Some(token) = token {
-        body.push_str(&actions(r, token));
-    }
-
-    body.push_str(&attempts(r));
-
-    let shown = &journal[journal.len().saturating_sub(JOURNAL_SHOWN)..];
-    let _ = write!(body, "<h2 id=\"journal\">Journal</h2>");
-    if shown.len() < journal.len() {
         let _ = write!(
-            body,
-            "<p><small>The last {} of {} entries.</small></p>",
-            shown.len(),
-            journal.len()
-        );
-    }
-    let entries: Vec<Vec<String>> = shown
-        .iter()
-        .map(|e| {
-            vec![
-                e.seq.to_string(),
-                e.fence.get().to_string(),
-                instant(e.written_at),
-                shown_bytes(&e.payload),
-            ]
-        })
-        .collect();
-    body.push_str(&table(
-        &["seq", "fence", "written at (store clock)", "payload"],
-        &entries,
-        "The journal is empty.",
-    ));
-    body
-}
-
-/// The run's last attempts, newest first: who held it under which fence, when, how each
-/// ended and with what error.
-fn attempts(r: &RunRecord) -> String {
-    let Some(history) = &r.history else {
-        return String::from(
-            "<h2 id=\"attempts\">Attempts</h2><p class=\"empty\">This store keeps no attempt history.</p>",
-        );
-    };
-    let rows: Vec<Vec<String>> = history
-        .iter()
-        .rev()
-        .map(|a| {
-            let took = match (a.claimed_at, a.ended_at) {
-                (Some(c), Some(e)) => span(e.saturating_since(c)),
-                (Some(c), None) => format!("{} so far", span(r.observed_at.saturating_since(c))),
-                _ => String::new(),
-            };
-            vec![
-                a.attempt.to_string(),
-                format!("<span class=\"fence\">{}</span>", a.fence.get()),
-                format!("<span class=\"holder\">{}</span>", esc(a.worker.as_str())),
-                a.claimed_at.map(instant).unwrap_or_default(),
-                took,
-                format!("<span class=\"outcome {0}\">{0}</span>", a.outcome.as_str()),
-                a.error
-                    .as_deref()
-                    .map(|e| format!("<pre class=\"reason\">{}</pre>", esc(e)))
-                    .unwrap_or_default(),
-            ]
-        })
-        .collect();
-    format!(
-        "<h2 id=\"attempts\">Attempts</h2><p><small>The last {} attempts, newest first.</small></p>{}",
-        lease_core::MAX_HISTORY,
-        table(
-            &["attempt", "fence", "worker", "claimed (store clock)", "took", "outcome", "error"],
-            &rows,
-            "Never claimed.",
-        )
-    )
-}
-
-/// Bytes as escaped text when they are UTF-8, else their size and first bytes in hex.
-fn shown_bytes(bytes: &[u8]) -> String {
-    match std::str::from_utf8(bytes) {
-        Ok(text) => format!("<pre>{}</pre>", esc(&clip(text, PAYLOAD_CHARS))),
-        Err(_) => {
-            let hex = super::html::hex(&bytes[..bytes.len().min(64)]);
-            let more = if bytes.len() > 64 { "…" } else { "" };
-            format!(
-                "<small>{} bytes, not UTF-8:</small> <code>{hex}{more}</code>",
-                bytes.len()
-            )
-        }
-    }
-}
-
-/// The action buttons a run's state allows, each a form carrying the page's token.
-fn actions(r: &RunRecord, token: &str) -> String {
-    let action = |name: &str, label: &str, extra: &str| {
-        format!(
-            "<form class=\"action\" method=\"post\" action=\"runs/{}/{name}\">\
+            out,
+            "<form class=\"action\" method=\"post\" action=\"bulk/{name}\">{}\
              <input type=\"hidden\" name=\"token\" value=\"{}\">{extra}\
-             <button id=\"action-{name}\">{label}</button></form>",
-            esc(&segment(r.run.as_str())),
+             <button id=\"bulk-{name}\">{name}…</button></form>",
+            filter.hidden(),
             esc(token),
-        )
-    };
-    let mut out = String::from("<h2 id=\"actions\">Actions</h2><p>");
-    if !matches!(r.state, RunState::Completed | RunState::Cancelled) {
-        out.push_str(&action(
-            "cancel",
-            "cancel",
-            "<input name=\"reason\" placeholder=\"reason\" required maxlength=\"4096\"> ",
-        ));
-    }
-    if matches!(r.state, RunState::Suspended | RunState::Failed) {
-        out.push_str(&action("resume", "resume", ""));
-    }
-    if r.state == RunState::Runnable && r.owner.is_some() {
-        out.push_str(&action("release", "force-release", ""));
+        );
     }
     out.push_str("</p>");
     out
