@@ -15,6 +15,8 @@ command -v redis-server >/dev/null || missing+=(redis-server)
 command -v iptables >/dev/null || [ -x /usr/sbin/iptables ] || missing+=(iptables)
 command -v etcd >/dev/null || missing+=(etcd-server)
 command -v etcdctl >/dev/null || missing+=(etcd-client)
+# The Postgres adapter's tests behind a transaction pooler start a private PgBouncer.
+command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
 
 command -v chromium >/dev/null || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then
@@ -27,5 +29,5 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 if command -v service >/dev/null && [ "$(id -u)" -eq 0 ]; then
-  for s in redis-server postgresql etcd; do service "$s" stop >/dev/null 2>&1 || true; done
+  for s in redis-server postgresql etcd pgbouncer; do service "$s" stop >/dev/null 2>&1 || true; done
 fi

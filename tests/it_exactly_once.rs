@@ -31,7 +31,9 @@ use distribution::{
     CancellationToken, End, Ended, LeaseStore, RunContext, RunId, RunState, Ttl, Worker,
     WorkerConfig, WorkerId,
 };
-use lease_conformance::fixtures::{unavailable, unique_namespace, PostgresServer, RedisServer};
+use lease_conformance::fixtures::{
+    unavailable, unique_namespace, PgBouncer, PostgresServer, RedisServer, PGBOUNCER_HINT,
+};
 
 /// Runs each schedule starts with; more are added while fewer than [`MIN_KILLS`] kills ran.
 const RUNS: usize = 200;
@@ -150,7 +152,9 @@ async fn exactly_once_worker_child() {
                 } else if one {
                     let mut tx = store.pool().begin().await?;
                     store.fence_in(&mut tx, &lease).await?;
+                    // Unnamed: the same statement works behind a transaction pooler.
                     sqlx::query(&insert)
+                        .persistent(false)
                         .bind(lease.run().as_str())
                         .bind(lease.fence().get() as i64)
                         .execute(&mut *tx)
@@ -162,6 +166,7 @@ async fn exactly_once_worker_child() {
                 } else {
                     let mut tx = store.fenced_transaction(&lease).await?;
                     sqlx::query(&insert)
+                        .persistent(false)
                         .bind(lease.run().as_str())
                         .bind(lease.fence().get() as i64)
                         .execute(&mut *tx)
@@ -327,13 +332,21 @@ impl Admin {
     }
 }
 
-async fn schedule(backend: Backend, mode: Mode, url: &str, rng: &mut Rng) -> Outcome {
+/// One schedule: worker processes on `url`, the driver's reads and writes on `admin_url` (the
+/// same server; not through a pooler the workers use).
+async fn schedule(
+    backend: Backend,
+    mode: Mode,
+    (url, admin_url): (&str, &str),
+    rng: &mut Rng,
+) -> Outcome {
     let ns = unique_namespace(&format!("eo_{}", mode.name()));
     let mut admin = match backend {
         Backend::Postgres => {
-            let store = PostgresLeaseStore::connect(PostgresConfig::from_url(url).with_schema(&ns))
-                .await
-                .unwrap();
+            let store =
+                PostgresLeaseStore::connect(PostgresConfig::from_url(admin_url).with_schema(&ns))
+                    .await
+                    .unwrap();
             sqlx::query(&format!(
                 "CREATE TABLE \"{ns}\".payments (run_id TEXT NOT NULL, fence BIGINT NOT NULL)"
             ))
@@ -444,8 +457,8 @@ fn exactly_once(outcome: &Outcome, mode: &str) {
 async fn both_modes(backend: Backend, url: &str) {
     let mut rng = Rng::seeded();
     let seed = rng.0;
-    let one = schedule(backend, Mode::One, url, &mut rng).await;
-    let two = schedule(backend, Mode::Two, url, &mut rng).await;
+    let one = schedule(backend, Mode::One, (url, url), &mut rng).await;
+    let two = schedule(backend, Mode::Two, (url, url), &mut rng).await;
     let max_rows = one.effects.values().map(Vec::len).max().unwrap_or(0);
     let doubled = two.effects.values().filter(|e| e.len() >= 2).count();
     let name = match backend {
@@ -466,7 +479,7 @@ async fn both_modes(backend: Backend, url: &str) {
     exactly_once(&one, "one transaction");
     assert_eq!(max_rows, 1);
     if backend == Backend::Postgres {
-        let batch = schedule(backend, Mode::Batch, url, &mut rng).await;
+        let batch = schedule(backend, Mode::Batch, (url, url), &mut rng).await;
         println!(
             "exactly-once: {name} runs={} kills={} group-committed effects: max rows per run {}",
             batch.runs,
@@ -503,6 +516,45 @@ async fn exactly_once_on_postgres_under_200_kills() {
         }
     };
     both_modes(Backend::Postgres, &server.url()).await;
+}
+
+/// The two exactly-once modes with every worker process behind a private PgBouncer in
+/// transaction mode (`pooler=transaction`): a killed worker's transaction, cut at the pooler,
+/// commits nothing, and none of its settings or statements reaches another worker's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_on_postgres_through_pgbouncer_under_200_kills() {
+    let server = match PostgresServer::start() {
+        Ok(server) => server,
+        Err(why) => {
+            return unavailable::<()>(
+                "postgres",
+                why,
+                "install postgresql (bash scripts/test.sh does it)",
+            )
+            .unwrap_or(())
+        }
+    };
+    let bouncer = match PgBouncer::start(&server.url(), 10) {
+        Ok(bouncer) => bouncer,
+        Err(why) => return unavailable::<()>("pgbouncer", why, PGBOUNCER_HINT).unwrap_or(()),
+    };
+    let mut rng = Rng::seeded();
+    let seed = rng.0;
+    let urls = (bouncer.url(), server.url());
+    let urls = (urls.0.as_str(), urls.1.as_str());
+    for mode in [Mode::One, Mode::Batch] {
+        let outcome = schedule(Backend::Postgres, mode, urls, &mut rng).await;
+        println!(
+            "exactly-once: postgres through pgbouncer ({}) runs={} kills={} max rows per run {}",
+            mode.name(),
+            outcome.runs,
+            outcome.kills,
+            outcome.effects.values().map(Vec::len).max().unwrap_or(0)
+        );
+        eprintln!("  (seed {seed}; {:?})", outcome.took);
+        assert!(outcome.kills >= MIN_KILLS);
+        exactly_once(&outcome, mode.name());
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

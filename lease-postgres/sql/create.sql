@@ -14,10 +14,14 @@
 -- The transaction commits synchronously whatever the session says (create_in runs this inside
 -- the caller's transaction).
 WITH inserted AS (
-    INSERT INTO {schema}.runs (run_id, fence, claimable_at, kind, priority, unique_key, queue)
+    -- created_at is written, not left to its default: a default's now() is the transaction's
+    -- start, which behind a pooler is the BEGIN's, not this statement's (pooler.rs).
+    INSERT INTO {schema}.runs (run_id, fence, claimable_at, kind, priority, unique_key, queue,
+                               created_at)
     SELECT $1, (SELECT f.fence FROM {schema}.fence_floor f),
            greatest(now() + $2::bigint * interval '1 millisecond',
-                    'epoch'::timestamptz + $5::bigint * interval '1 microsecond'), $4, $6, $7, $8
+                    'epoch'::timestamptz + $5::bigint * interval '1 microsecond'), $4, $6, $7, $8,
+           now()
     -- No conflict target: the id's primary key and the live runs' unique keys
     -- (migrations/20261217000000_unique_keys.sql) both make it create nothing.
     ON CONFLICT DO NOTHING

@@ -37,9 +37,11 @@ WITH input AS (
           FROM first_ids) AS ranked
     WHERE ranked.unique_key IS NULL OR ranked.key_rank = 1
 ), created AS (
-    INSERT INTO {schema}.runs (run_id, fence, claimable_at, kind, priority, unique_key, queue)
+    -- created_at written, as in create.sql.
+    INSERT INTO {schema}.runs (run_id, fence, claimable_at, kind, priority, unique_key, queue,
+                               created_at)
     SELECT first.run_id, (SELECT f.fence FROM {schema}.fence_floor f), first.claimable_at,
-           first.kind, first.priority, first.unique_key, first.queue
+           first.kind, first.priority, first.unique_key, first.queue, now()
     FROM first
     ORDER BY first.ord
     -- No conflict target: an id that exists and a unique key a live run holds both make the

@@ -76,7 +76,8 @@ impl PostgresLeaseStore {
                 None => (AttemptOutcome::Completed.as_str(), None),
             })
             .unzip();
-        sqlx::query(&self.sql.end_many)
+        self.route
+            .query(&self.sql.end_many)
             .bind(runs)
             .bind(fences)
             .bind(states)
@@ -99,7 +100,9 @@ impl PostgresLeaseStore {
     ) -> Result<Vec<Result<()>>> {
         let (ids, delays, payloads, kinds, run_at, priorities, unique_keys, queues) =
             crate::store::create_many_columns(runs);
-        let query = sqlx::query(&self.sql.create_many)
+        let query = self
+            .route
+            .query(&self.sql.create_many)
             .bind(&ids)
             .bind(&delays)
             .bind(&payloads)

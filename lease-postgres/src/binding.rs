@@ -31,6 +31,7 @@ use sqlx::{PgConnection, Postgres, Row};
 
 use crate::config::PostgresConfig;
 use crate::error::PgError;
+use crate::pooler::Pinned;
 use crate::route::Route;
 use crate::store::PostgresLeaseStore;
 
@@ -77,8 +78,10 @@ struct Seen {
     bound: Option<(i64, i64)>,
 }
 
+// The binding's statements run once per new connection: unnamed, so that they also work behind
+// a transaction pooler (`pooler.rs`) without knowing whether there is one.
 async fn read(conn: &mut PgConnection, sql: &str) -> Result<Seen, sqlx::Error> {
-    let row = sqlx::query(sql).fetch_one(conn).await?;
+    let row = sqlx::query(sql).persistent(false).fetch_one(conn).await?;
     let system: i64 = row.try_get("system_identifier")?;
     let timeline: i64 = row.try_get("timeline")?;
     let bound_system: Option<i64> = row.try_get("bound_system_identifier")?;
@@ -96,6 +99,7 @@ async fn write(
     (system, timeline): (i64, i64),
 ) -> Result<Option<(i64, i64)>, sqlx::Error> {
     let row = sqlx::query(sql)
+        .persistent(false)
         .bind(system)
         .bind(timeline)
         .fetch_optional(conn)
@@ -110,6 +114,7 @@ async fn write(
 async fn record(conn: &mut PgConnection, sql: &str, here: (i64, i64)) -> Result<(), sqlx::Error> {
     let mut tx = sqlx::Connection::begin(&mut *conn).await?;
     sqlx::query(include_str!("../sql/commit_locally.sql"))
+        .persistent(false)
         .execute(&mut *tx)
         .await?;
     write(&mut tx, sql, here).await?;
@@ -268,10 +273,8 @@ impl Route {
     async fn recheck_binding(&self) -> Result<(), PgError> {
         use sqlx::{ConnectOptions, Connection};
         let mut conn = self.current_options().connect().await?;
-        let checked = self
-            .binding
-            .check(&mut conn, &self.at(), self.sync_replicas)
-            .await;
+        let at = self.at();
+        let checked = self.check_binding(&mut conn, &at).await;
         // Best effort: the server ends the session either way.
         let _ = conn.close().await;
         match checked {
@@ -281,12 +284,27 @@ impl Route {
         }
     }
 
+    /// The binding check on `conn`, in a transaction of the store's behind a pooler.
+    async fn check_binding(
+        &self,
+        conn: &mut PgConnection,
+        at: &str,
+    ) -> Result<Option<PgError>, sqlx::Error> {
+        let mut pinned = Pinned::on(conn, self.own_begin()).await?;
+        let checked = self
+            .binding
+            .check(pinned.conn(), at, self.sync_replicas)
+            .await;
+        pinned.finish(checked).await
+    }
+
     /// Arms the binding check for `schema` and checks one connection now: first use binds.
     pub(crate) async fn bind(&self, schema: &str) -> Result<(), PgError> {
         self.binding.arm(schema);
         let mut conn = self.own.acquire().await.map_err(|e| self.fail(e))?;
         let at = self.at();
-        match self.binding.check(&mut conn, &at, self.sync_replicas).await {
+        let checked = self.check_binding(&mut conn, &at).await;
+        match checked {
             Ok(None) => Ok(()),
             Ok(Some(refusal)) => Err(refusal),
             Err(e) => Err(self.fail(e)),
@@ -315,9 +333,14 @@ impl PostgresLeaseStore {
         let sql = Statements::new(store.schema());
         let fail = |e| route.fail(e);
         let mut conn = route.own.acquire().await.map_err(fail)?;
-        let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(fail)?;
+        let mut tx = match route.own_begin() {
+            Some(begin) => sqlx::Connection::begin_with(&mut *conn, begin).await,
+            None => sqlx::Connection::begin(&mut *conn).await,
+        }
+        .map_err(fail)?;
         let seen = read(&mut tx, &sql.read).await.map_err(fail)?;
-        let row = sqlx::query(&sql.rebind_fences)
+        let row = route
+            .query(&sql.rebind_fences)
             .bind(REBIND_FENCE_STEP as i64)
             .fetch_one(&mut *tx)
             .await

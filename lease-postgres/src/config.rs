@@ -15,7 +15,9 @@ use crate::error::PgError;
 pub const DEFAULT_SCHEMA: &str = "lease";
 
 /// The URL parameters this adapter reads itself (see [`PostgresConfig::from_url`]).
-const OWN_PARAMETERS: [&str; 8] = [
+const OWN_PARAMETERS: [&str; 10] = [
+    "pooler",
+    "listen_url",
     "migrate",
     "wake_ups",
     "sync_replicas",
@@ -82,6 +84,8 @@ pub struct PostgresConfig {
     pub(crate) transaction_floor: Duration,
     pub(crate) transaction_cap: Duration,
     pub(crate) signal_key: Option<lease_core::SignalKey>,
+    pub(crate) pooler: Option<bool>,
+    pub(crate) listen_url: Option<String>,
 }
 
 /// What the URL says, checked.
@@ -97,6 +101,11 @@ pub(crate) struct Parsed {
     pub(crate) async_standbys: bool,
     pub(crate) migrate: bool,
     pub(crate) wake_ups: bool,
+    /// Behind a pooler in transaction mode (`pooler=transaction`): see `pooler.rs`.
+    pub(crate) pooler: bool,
+    /// Where to `LISTEN` past the pooler (`listen_url=`), with the main URL's user info,
+    /// database and driver parameters.
+    pub(crate) listen: Option<PgConnectOptions>,
 }
 
 impl PostgresConfig {
@@ -123,6 +132,8 @@ impl PostgresConfig {
     /// | `async_standbys=accept` | as [`with_async_standbys_accepted`](Self::with_async_standbys_accepted) | refused |
     /// | `migrate=false` | as [`with_migrations`](Self::with_migrations) | true |
     /// | `wake_ups=false` | as [`with_wake_ups`](Self::with_wake_ups) | true |
+    /// | `pooler=transaction` | as [`with_transaction_pooler`](Self::with_transaction_pooler) | none |
+    /// | `listen_url=postgres://HOST:PORT` | as [`with_listen_url`](Self::with_listen_url) | none |
     pub fn from_url(url: impl Into<String>) -> PostgresConfig {
         PostgresConfig {
             url: url.into(),
@@ -140,6 +151,8 @@ impl PostgresConfig {
             transaction_floor: Duration::from_millis(250),
             transaction_cap: Duration::from_secs(60),
             signal_key: None,
+            pooler: None,
+            listen_url: None,
         }
     }
 
@@ -290,6 +303,44 @@ impl PostgresConfig {
         self
     }
 
+    /// Works through a connection pooler in transaction mode (`true`; overrides the URL's
+    /// `pooler=transaction`), such as PgBouncer with `pool_mode = transaction`, where
+    /// consecutive transactions of one client connection may run on different server sessions
+    /// and a session setting one client makes outlives its transaction:
+    ///
+    /// - no startup `options` parameter (PgBouncer refuses it): every statement of the store
+    ///   runs in a transaction of its own that begins `READ COMMITTED` with its settings
+    ///   transaction-local (`SET LOCAL lock_timeout`, `synchronous_commit = on`, `jit = off`,
+    ///   `lease.wake_ups = off`), so no setting is lost and none leaks to another client;
+    /// - no named prepared statements: each statement is parsed anew (PgBouncer 1.18 keeps no
+    ///   prepared statements across transactions);
+    /// - migrations run in one transaction under a transaction-level advisory lock;
+    /// - `LISTEN` needs one session: the store's workers listen on the
+    ///   [listen URL](Self::with_listen_url) when one is given, and otherwise poll (one log
+    ///   line says which). The store's writes still notify, for listeners elsewhere.
+    ///
+    /// The durability checks hold: `fsync` is read through the pooler, and every write
+    /// commits synchronously. Not with [`sync_replicas`](Self::with_sync_replicas): the
+    /// standbys' confirmation must be read on the session that committed, which a pooler does
+    /// not keep (connecting refuses the pair; give the store the primary's own address).
+    ///
+    /// What it costs: three round trips more per call (the `BEGIN`, the parse, the `COMMIT`);
+    /// BENCHMARKS.md has the figures.
+    pub fn with_transaction_pooler(mut self, on: bool) -> PostgresConfig {
+        self.pooler = Some(on);
+        self
+    }
+
+    /// A direct address of the server (`postgres://HOST:PORT[/DATABASE]`, not through the
+    /// pooler) where the store's workers `LISTEN` for wake-ups when the store works through a
+    /// [transaction pooler](Self::with_transaction_pooler); overrides the URL's `listen_url=`.
+    /// The user, password, database (unless given) and driver parameters are the main URL's;
+    /// a user or password here is refused, so that the password is written once.
+    pub fn with_listen_url(mut self, url: impl Into<String>) -> PostgresConfig {
+        self.listen_url = Some(url.into());
+        self
+    }
+
     /// The floor and cap of a fenced transaction's bound (defaults 250 ms and 60 s); see
     /// [`PostgresLeaseStore::fenced_transaction`](crate::PostgresLeaseStore::fenced_transaction).
     pub fn with_transaction_bound(mut self, floor: Duration, cap: Duration) -> PostgresConfig {
@@ -356,6 +407,8 @@ impl PostgresConfig {
         let mut async_standbys = false;
         let mut migrate = true;
         let mut wake_ups = true;
+        let mut pooler = false;
+        let mut listen_url = None;
         let mut passed = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -375,6 +428,20 @@ impl PostgresConfig {
                 "sync_timeout_ms" => sync_timeout = Duration::from_millis(number()?),
                 "lock_wait_ms" => lock_wait = Duration::from_millis(number()?),
                 "call_timeout_ms" => call_timeout = Duration::from_millis(number()?),
+                "pooler" => {
+                    pooler = match value {
+                        "transaction" => true,
+                        "none" => false,
+                        _ => {
+                            return Err(PgError::Config(format!(
+                                "pooler={value:?}: expected transaction (a pooler such as \
+                                 PgBouncer with pool_mode = transaction between the store and \
+                                 the server) or none"
+                            )))
+                        }
+                    };
+                }
+                "listen_url" => listen_url = Some(value.to_owned()),
                 "async_standbys" => {
                     async_standbys = match value {
                         "accept" => true,
@@ -459,7 +526,11 @@ impl PostgresConfig {
             async_standbys: self.async_standbys.unwrap_or(async_standbys),
             migrate: self.migrate.unwrap_or(migrate),
             wake_ups: self.wake_ups.unwrap_or(wake_ups),
+            pooler: self.pooler.unwrap_or(pooler),
+            listen: None,
         };
+        let listen_url = self.listen_url.clone().or(listen_url);
+        let parsed = crate::pooler::checked(parsed, listen_url, (userinfo, path, &query))?;
         for (name, value) in [
             ("sync_timeout_ms", parsed.sync_timeout),
             ("lock_wait_ms", parsed.lock_wait),

@@ -23,6 +23,7 @@ use sqlx::postgres::PgConnection;
 use sqlx::Row;
 
 use crate::error::PgError;
+use crate::pooler::Pinned;
 use crate::route::Route;
 
 const SYNC_ACKED: &str = include_str!("../sql/sync_acked.sql");
@@ -101,7 +102,8 @@ impl Route {
             if let Ok(Ok(mut conn)) =
                 tokio::time::timeout(self.sync_timeout, options.connect()).await
             {
-                let _ = sqlx::query(CANCEL_SYNC_WAITS)
+                let _ = self
+                    .query(CANCEL_SYNC_WAITS)
                     .bind(name)
                     .bind(bound)
                     .bind(pid)
@@ -138,7 +140,7 @@ impl Route {
     pub(crate) async fn confirm_seen(&self, conn: &mut PgConnection) -> Result<(), PgError> {
         let since = Instant::now();
         let lsn: String = self
-            .bounded(sqlx::query_scalar(BARRIER).fetch_one(&mut *conn))
+            .bounded(self.query_scalar(BARRIER).fetch_one(&mut *conn))
             .await?;
         if self.sync_replicas == 0 {
             return Ok(());
@@ -174,12 +176,7 @@ impl Route {
             if flushed {
                 return Ok(());
             }
-            {
-                let mut own = self.own.acquire().await.map_err(|e| self.fail(e))?;
-                let _: String = self
-                    .bounded(sqlx::query_scalar(BARRIER).fetch_one(&mut *own))
-                    .await?;
-            }
+            self.barrier().await?;
             // Asked of `conn`'s server, so a barrier that ran on another cannot answer for it.
             return match self.wal_flushed(conn, Some(target)).await? {
                 (_, true) => Ok(()),
@@ -189,33 +186,50 @@ impl Route {
             };
         }
         let since = Instant::now();
-        let target: String = sqlx::query_scalar(WAL_INSERT)
+        let target: String = self
+            .query_scalar(WAL_INSERT)
             .fetch_one(&mut *conn)
             .await
             .map_err(|e| self.fail(e))?;
         let switches = self.switches();
-        {
-            let mut own = self.own.acquire().await.map_err(|e| self.fail(e))?;
-            let _: String = self
-                .bounded(sqlx::query_scalar(BARRIER).fetch_one(&mut *own))
-                .await?;
-        }
+        self.barrier().await?;
         self.same_host(switches)?;
         self.flushed_to(conn, Some(target), since).await
     }
 
+    /// A barrier on one of the store's own sessions.
+    async fn barrier(&self) -> Result<(), PgError> {
+        let mut own = self.own.acquire().await.map_err(|e| self.fail(e))?;
+        let mut pinned = Pinned::on(&mut own, self.own_begin())
+            .await
+            .map_err(|e| self.fail(e))?;
+        let written = self
+            .bounded(
+                self.query_scalar::<String>(BARRIER)
+                    .fetch_one(pinned.conn()),
+            )
+            .await;
+        pinned.finish(written.map(drop)).await
+    }
+
     /// `target` (the WAL insert position of `conn`'s server now, when `None`) and whether
-    /// that server flushed its WAL up to it.
+    /// that server flushed its WAL up to it. Behind a pooler, `conn` (the caller's, after its
+    /// commit) is read in a transaction of the store's.
     async fn wal_flushed(
         &self,
         conn: &mut PgConnection,
         target: Option<String>,
     ) -> Result<(String, bool), PgError> {
-        let row = sqlx::query(WAL_FLUSHED)
-            .bind(target)
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(|e| self.fail(e))?;
+        let read = async {
+            let mut pinned = Pinned::on(conn, self.caller_begin()).await?;
+            let row = self
+                .query(WAL_FLUSHED)
+                .bind(target)
+                .fetch_one(pinned.conn())
+                .await;
+            pinned.finish(row).await
+        };
+        let row = read.await.map_err(|e| self.fail(e))?;
         Ok((
             row.try_get("target").map_err(PgError::from)?,
             row.try_get("flushed").map_err(PgError::from)?,
@@ -244,7 +258,8 @@ impl Route {
     ) -> Result<(), PgError> {
         let deadline = since + self.sync_timeout;
         loop {
-            let row = sqlx::query(SYNC_ACKED)
+            let row = self
+                .query(SYNC_ACKED)
                 .bind(target.as_deref())
                 .fetch_one(&mut *conn)
                 .await

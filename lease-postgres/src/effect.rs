@@ -114,7 +114,10 @@ impl PgEffect {
         PgEffect::new(move |conn| {
             let (sql, binds) = (sql.clone(), binds.clone());
             Box::pin(async move {
-                let mut query = sqlx::query(&sql);
+                // Unnamed behind a transaction pooler, where a named statement would not
+                // survive the transaction (`pooler.rs`).
+                let persistent = !UNNAMED.try_with(|unnamed| *unnamed).unwrap_or(false);
+                let mut query = sqlx::query(&sql).persistent(persistent);
                 for bind in binds.iter() {
                     query = match bind {
                         Bind::Text(v) => query.bind(v.as_str()),
@@ -130,6 +133,12 @@ impl PgEffect {
             })
         })
     }
+}
+
+tokio::task_local! {
+    /// Whether the effects running now must send their statements unnamed (behind a
+    /// transaction pooler).
+    static UNNAMED: bool;
 }
 
 /// A parameter of [`PgEffect::statement`], owned so the effect can run again on a retry.
@@ -254,10 +263,12 @@ impl PostgresLeaseStore {
         let host = self.route.host_index();
         let switches = self.route.switches();
         let fail = |e: sqlx::Error| -> Error { self.route.fail(e).into() };
-        let mut tx = self.pool().begin().await.map_err(fail)?;
+        let mut tx = self.route.begin_caller().await.map_err(fail)?;
         let (floor, cap) = self.transaction_bound;
         let runs: Vec<&str> = ends.iter().map(|e| e.lease.run().as_str()).collect();
-        let rows: Vec<PgRow> = sqlx::query(&self.sql.lock_many)
+        let rows: Vec<PgRow> = self
+            .route
+            .query(&self.sql.lock_many)
             .bind(&runs)
             .bind(floor)
             .bind(cap)
@@ -301,15 +312,18 @@ impl PostgresLeaseStore {
             // One round trip per effect: savepoints are never released (a released one that
             // wrote keeps its subtransaction id all the same), so they nest, and a rollback to
             // the latest of the name undoes exactly this effect.
-            sqlx::query(SAVEPOINT)
+            self.route
+                .query(SAVEPOINT)
                 .execute(&mut *tx)
                 .await
                 .map_err(fail)?;
-            match (effect.run)(&mut tx).await {
+            let unnamed = self.route.pooled.is_some();
+            match UNNAMED.scope(unnamed, (effect.run)(&mut tx)).await {
                 Ok(()) => {}
                 Err(e) => {
                     // If the connection broke, this fails and so does the whole transaction.
-                    sqlx::query(ROLLBACK_TO)
+                    self.route
+                        .query(ROLLBACK_TO)
                         .execute(&mut *tx)
                         .await
                         .map_err(fail)?;

@@ -43,6 +43,14 @@ impl From<sqlx::Error> for PgError {
                 ));
             }
         }
+        if message.contains("unsupported startup parameter") {
+            // PgBouncer's answer to the session settings the store sends at connect.
+            return PgError::Config(format!(
+                "a connection pooler refused the store's session settings ({message}): behind \
+                 PgBouncer or another pooler in transaction mode, add pooler=transaction to the \
+                 URL, which sets them in each transaction instead"
+            ));
+        }
         if let Some(why) = bounded(&e) {
             PgError::Busy(format!("{why} ({message})"))
         } else if is_unreachable(&e) {

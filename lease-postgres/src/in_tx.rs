@@ -56,7 +56,24 @@ impl PostgresLeaseStore {
         lease: &Lease,
     ) -> Result<(Duration, i32)> {
         let (floor, cap) = self.transaction_bound;
-        let query = sqlx::query(&self.sql.lock_run)
+        if let Some(pooled) = &self.route.pooled {
+            // Behind a transaction pooler the session's lock_timeout is whatever the server
+            // session has: bound this transaction's wait for the row as a session of the
+            // store's would be.
+            let set = self
+                .route
+                .query(include_str!("../sql/lock_wait_local.sql"))
+                .bind(&pooled.lock_wait_ms);
+            self.in_time(async {
+                set.execute(&mut *conn)
+                    .await
+                    .map_err(|e| self.route.fail(e).into())
+            })
+            .await?;
+        }
+        let query = self
+            .route
+            .query(&self.sql.lock_run)
             .bind(lease.run().as_str())
             .bind(floor)
             .bind(cap);
@@ -180,8 +197,10 @@ impl PostgresLeaseStore {
         new.check()?;
         let run = new.run();
         for _ in 0..crate::store::ATTEMPTS {
-            let query =
-                crate::store::bind_create(sqlx::query(&self.sql.create).bind(run.as_str()), new);
+            let query = crate::store::bind_create(
+                self.route.query(&self.sql.create).bind(run.as_str()),
+                new,
+            );
             let row = self
                 .in_time(async {
                     query
@@ -253,7 +272,9 @@ impl PostgresLeaseStore {
         }
         let (ids, delays, payloads, kinds, run_at, priorities, unique_keys, queues) =
             crate::store::create_many_columns(runs);
-        let query = sqlx::query(&self.sql.create_many)
+        let query = self
+            .route
+            .query(&self.sql.create_many)
             .bind(&ids)
             .bind(&delays)
             .bind(&payloads)

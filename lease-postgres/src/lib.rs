@@ -11,6 +11,7 @@ mod fuzz_url;
 mod in_tx;
 mod insert_tx;
 mod notify;
+mod pooler;
 mod route;
 mod signal_tx;
 mod store;

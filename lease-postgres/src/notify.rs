@@ -41,6 +41,8 @@ pub(crate) struct Notifier {
 
 struct Shared {
     pool: PgPool,
+    /// Behind a transaction pooler, what each send begins with (`pooler.rs`).
+    begin: Option<std::borrow::Cow<'static, str>>,
     schema: String,
     /// The bound on one send (the store's call timeout).
     limit: Duration,
@@ -53,10 +55,16 @@ struct Shared {
 }
 
 impl Notifier {
-    pub(crate) fn new(pool: PgPool, schema: &str, limit: Duration) -> Notifier {
+    pub(crate) fn new(
+        pool: PgPool,
+        begin: Option<std::borrow::Cow<'static, str>>,
+        schema: &str,
+        limit: Duration,
+    ) -> Notifier {
         Notifier {
             shared: Arc::new(Shared {
                 pool,
+                begin,
                 schema: schema.to_owned(),
                 limit,
                 pending: Mutex::new(HashSet::new()),
@@ -166,13 +174,21 @@ async fn send_loop(shared: Weak<Shared>, signal: Arc<Notify>) {
                 }
             }
         }
-        let send = || {
-            sqlx::query(NOTIFY)
+        let send = || async {
+            let query = sqlx::query(NOTIFY)
+                .persistent(shared.begin.is_none())
                 .bind(&shared.schema)
                 .bind(&kinds)
                 .bind(&ms)
-                .bind(&at)
-                .execute(&shared.pool)
+                .bind(&at);
+            match &shared.begin {
+                None => query.execute(&shared.pool).await.map(drop),
+                Some(begin) => {
+                    let mut tx = shared.pool.begin_with(begin.clone()).await?;
+                    query.execute(&mut *tx).await?;
+                    tx.commit().await
+                }
+            }
         };
         let sent = tokio::time::timeout(shared.limit, async {
             match send().await {

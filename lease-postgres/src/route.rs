@@ -11,6 +11,7 @@ use sqlx::Row;
 
 use crate::config::{Parsed, PostgresConfig};
 use crate::error::PgError;
+use crate::pooler::Pinned;
 
 const CHECK_SERVER: &str = include_str!("../sql/check_server.sql");
 
@@ -57,6 +58,8 @@ pub(crate) struct Route {
     /// The schema's binding to a cluster and timeline, checked on every new connection once
     /// the schema is migrated (`binding.rs`).
     pub(crate) binding: crate::binding::Binding,
+    /// Behind a transaction pooler: what the store's transactions begin with (`pooler.rs`).
+    pub(crate) pooled: Option<crate::pooler::Pooled>,
 }
 
 /// The settings every session of the store's own pool starts with, in its startup packet (no
@@ -92,22 +95,36 @@ fn own_session(options: PgConnectOptions, lock_wait: &str, app_name: &str) -> Pg
     session(options, lock_wait, app_name, true).options([("jit", "off")])
 }
 
+/// A session's options behind a transaction pooler: its name only, since the pooler refuses
+/// startup `options` and would not keep session settings anyway; each transaction sets them
+/// (`pooler.rs`).
+fn pooled_session(options: PgConnectOptions, app_name: &str) -> PgConnectOptions {
+    options.application_name(app_name)
+}
+
 impl Route {
     /// The pools and their checks; connects lazily.
     pub(crate) fn new(config: &PostgresConfig, parsed: Parsed) -> Arc<Route> {
         let app_name = app_name();
         let lock_wait = parsed.lock_wait.as_millis().to_string();
-        let hosts: Vec<PgConnectOptions> = parsed
-            .hosts
-            .iter()
-            .map(|host| own_session(host.clone(), &lock_wait, &app_name))
-            .collect();
         let caller_name = format!("{app_name} caller");
-        let caller_hosts: Vec<PgConnectOptions> = parsed
+        let (hosts, caller_hosts): (Vec<PgConnectOptions>, Vec<PgConnectOptions>) = parsed
             .hosts
             .iter()
-            .map(|host| session(host.clone(), &lock_wait, &caller_name, !parsed.wake_ups))
-            .collect();
+            .map(|host| {
+                if parsed.pooler {
+                    (
+                        pooled_session(host.clone(), &app_name),
+                        pooled_session(host.clone(), &caller_name),
+                    )
+                } else {
+                    (
+                        own_session(host.clone(), &lock_wait, &app_name),
+                        session(host.clone(), &lock_wait, &caller_name, !parsed.wake_ups),
+                    )
+                }
+            })
+            .unzip();
         let sizes = (config.max_connections, config.acquire_timeout);
         Arc::new_cyclic(|me: &Weak<Route>| {
             let pool = checked_pool(me, hosts[0].clone(), sizes);
@@ -125,7 +142,11 @@ impl Route {
         let app_name = app_name();
         let lock_wait = parsed.lock_wait.as_millis().to_string();
         let caller_host = (*caller.connect_options()).clone();
-        let host = own_session(caller_host.clone(), &lock_wait, &app_name);
+        let host = if parsed.pooler {
+            pooled_session(caller_host.clone(), &app_name)
+        } else {
+            own_session(caller_host.clone(), &lock_wait, &app_name)
+        };
         let sizes = (config.max_connections, config.acquire_timeout);
         Arc::new_cyclic(|me: &Weak<Route>| {
             let pool = checked_pool(me, host.clone(), sizes);
@@ -160,6 +181,12 @@ impl Route {
             switches: AtomicU64::new(0),
             call_timeout: parsed.call_timeout,
             binding: crate::binding::Binding::default(),
+            pooled: parsed.pooler.then(|| {
+                crate::pooler::Pooled::new(
+                    &parsed.lock_wait.as_millis().to_string(),
+                    parsed.wake_ups,
+                )
+            }),
         }
     }
 
@@ -274,9 +301,15 @@ impl Route {
                     continue;
                 }
             };
-            let standby = sqlx::query_scalar::<_, bool>("SELECT pg_is_in_recovery()")
-                .fetch_one(&mut conn)
-                .await;
+            let standby = async {
+                let mut pinned = Pinned::on(&mut conn, self.own_begin()).await?;
+                let standby = self
+                    .query_scalar::<bool>("SELECT pg_is_in_recovery()")
+                    .fetch_one(pinned.conn())
+                    .await;
+                pinned.finish(standby).await
+            }
+            .await;
             // Best effort: the server drops the session either way.
             let _ = conn.close().await;
             match standby {
@@ -310,7 +343,14 @@ impl Route {
     /// — without it — one no standby replicates from (unless accepted); and, once the schema
     /// is migrated, the server the schema is bound to, on its timeline.
     async fn check_new(&self, conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-        let row = sqlx::query(CHECK_SERVER).fetch_one(&mut *conn).await?;
+        let mut pinned = Pinned::on(conn, self.own_begin()).await?;
+        let checked = self.check_in(pinned.conn()).await;
+        pinned.finish(checked).await
+    }
+
+    /// [`check_new`](Route::check_new), on `conn` as it is.
+    async fn check_in(&self, conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+        let row = self.query(CHECK_SERVER).fetch_one(&mut *conn).await?;
         let in_recovery: bool = row.try_get("in_recovery")?;
         let names: String = row.try_get("standby_names")?;
         let streaming: i64 = row.try_get("sync_standbys")?;

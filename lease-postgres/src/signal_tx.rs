@@ -16,7 +16,8 @@ impl PostgresLeaseStore {
         fence: lease_core::Fence,
         payload: &'q [u8],
     ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
-        sqlx::query(&self.sql.signal)
+        self.route
+            .query(&self.sql.signal)
             .bind(run.as_str())
             .bind(name.as_str())
             .bind(fence_param(fence))
@@ -79,7 +80,7 @@ impl PostgresLeaseStore {
             {
                 return Ok(Signalled::new(run.clone(), false));
             }
-            let inspect = sqlx::query(&self.sql.inspect).bind(run.as_str());
+            let inspect = self.route.query(&self.sql.inspect).bind(run.as_str());
             let row = self
                 .in_time(async { inspect.fetch_optional(&mut *conn).await.map_err(fail) })
                 .await?

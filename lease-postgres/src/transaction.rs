@@ -43,8 +43,8 @@ impl FencedTransaction {
     async fn lock(store: &PostgresLeaseStore, lease: &Lease) -> Result<Self> {
         let host = store.route.host_index();
         let mut tx = store
-            .pool()
-            .begin()
+            .route
+            .begin_caller()
             .await
             .map_err(|e| store.route.fail(e))?;
         // On a refusal `tx` is dropped, which rolls it back and releases the row.
@@ -93,7 +93,11 @@ impl FencedTransaction {
     /// committed).
     pub async fn commit(mut self) -> Result<()> {
         let limit = self.store.route.call_timeout;
-        let synchronous = sqlx::query(COMMIT_SYNCHRONOUSLY).execute(&mut *self.tx);
+        let synchronous = self
+            .store
+            .route
+            .query(COMMIT_SYNCHRONOUSLY)
+            .execute(&mut *self.tx);
         match tokio::time::timeout(limit, synchronous).await {
             Ok(result) => result.map_err(|e| self.store.route.fail(e))?,
             Err(_) => return Err(self.store.timed_out(limit).into()),

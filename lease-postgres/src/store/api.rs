@@ -48,7 +48,8 @@ impl LeaseStore for PostgresLeaseStore {
                 let row = self
                     .write_opt(
                         conn,
-                        sqlx::query(&self.sql.claim)
+                        self.route
+                            .query(&self.sql.claim)
                             .bind(run.as_str())
                             .bind(worker.as_str())
                             .bind(ttl_param(ttl)),
@@ -113,7 +114,8 @@ impl LeaseStore for PostgresLeaseStore {
         let rows = call!(self, |conn| {
             self.write_all(
                 conn,
-                sqlx::query(&self.sql.claim_next)
+                self.route
+                    .query(&self.sql.claim_next)
                     .bind(worker.as_str())
                     .bind(ttl_param(ttl))
                     .bind(max as i64)
@@ -172,7 +174,8 @@ impl LeaseStore for PostgresLeaseStore {
                 let row = self
                     .write_opt(
                         conn,
-                        sqlx::query(&self.sql.append)
+                        self.route
+                            .query(&self.sql.append)
                             .bind(lease.run().as_str())
                             .bind(fence_param(lease.fence()))
                             .bind(payload),
@@ -205,7 +208,8 @@ impl LeaseStore for PostgresLeaseStore {
                 let written = self
                     .write_opt(
                         conn,
-                        sqlx::query(&self.sql.append_keyed)
+                        self.route
+                            .query(&self.sql.append_keyed)
                             .bind(lease.run().as_str())
                             .bind(fence_param(lease.fence()))
                             .bind(payload)
@@ -236,7 +240,7 @@ impl LeaseStore for PostgresLeaseStore {
 
     async fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>> {
         let rows = call!(self, |conn| {
-            self.read_all(conn, sqlx::query(&self.sql.journal).bind(run.as_str()))
+            self.read_all(conn, self.route.query(&self.sql.journal).bind(run.as_str()))
                 .await
         })?;
         if rows.is_empty() {
@@ -354,7 +358,7 @@ impl LeaseStore for PostgresLeaseStore {
         }
         let ids: Vec<&str> = runs.iter().map(RunId::as_str).collect();
         let rows = call!(self, |conn| {
-            self.read_all(conn, sqlx::query(&self.sql.inspect_many).bind(&ids))
+            self.read_all(conn, self.route.query(&self.sql.inspect_many).bind(&ids))
                 .await
         })?;
         if rows.len() != runs.len() {
@@ -381,7 +385,8 @@ impl LeaseStore for PostgresLeaseStore {
         let rows = call!(self, |conn| {
             self.read_all(
                 conn,
-                sqlx::query(&self.sql.list)
+                self.route
+                    .query(&self.sql.list)
                     .bind(filter.state.map(RunState::as_str))
                     .bind(filter.expired)
                     .bind(filter.after.as_ref().map(RunId::as_str))
@@ -460,7 +465,8 @@ impl LeaseStore for PostgresLeaseStore {
         let rows = call!(self, |conn| {
             self.write_all(
                 conn,
-                sqlx::query(&self.sql.purge)
+                self.route
+                    .query(&self.sql.purge)
                     .bind(older_than.as_millis() as i64) // at most MAX_PURGE_AGE, checked
                     .bind(max as i64)
                     .bind(&states),
@@ -479,7 +485,7 @@ impl LeaseStore for PostgresLeaseStore {
         }
         let ids: Vec<&str> = runs.iter().map(RunId::as_str).collect();
         let rows = call!(self, |conn| {
-            self.write_all(conn, sqlx::query(&self.sql.purge_ids).bind(&ids))
+            self.write_all(conn, self.route.query(&self.sql.purge_ids).bind(&ids))
                 .await
         })?;
         rows.iter()
@@ -489,7 +495,10 @@ impl LeaseStore for PostgresLeaseStore {
 
     async fn count(&self) -> Result<lease_core::RunCounts> {
         let row = call!(self, |conn| {
-            let query = sqlx::query(&self.sql.count).bind(lease_core::MAX_COUNT as i64);
+            let query = self
+                .route
+                .query(&self.sql.count)
+                .bind(lease_core::MAX_COUNT as i64);
             self.read_all_without_jit(conn, query).await
         })?
         .into_iter()
@@ -537,7 +546,10 @@ impl LeaseStore for PostgresLeaseStore {
 
     async fn queues(&self) -> Result<Vec<QueueState>> {
         let rows = call!(self, |conn| {
-            let query = sqlx::query(&self.sql.queues).bind(lease_core::MAX_QUEUES_LISTED as i64);
+            let query = self
+                .route
+                .query(&self.sql.queues)
+                .bind(lease_core::MAX_QUEUES_LISTED as i64);
             self.read_all_without_jit(conn, query).await
         })?;
         rows.iter().map(|row| Ok(queue_state(row)?)).collect()
@@ -545,7 +557,9 @@ impl LeaseStore for PostgresLeaseStore {
 
     async fn count_kinds(&self) -> Result<Vec<lease_core::KindCounts>> {
         let rows = call!(self, |conn| {
-            let query = sqlx::query(&self.sql.count_kinds)
+            let query = self
+                .route
+                .query(&self.sql.count_kinds)
                 .bind(lease_core::MAX_COUNT as i64)
                 .bind(lease_core::MAX_KINDS_COUNTED as i64);
             self.read_all_without_jit(conn, query).await
@@ -568,7 +582,8 @@ impl LeaseStore for PostgresLeaseStore {
 
     fn wakes(&self) -> Option<lease_core::Wakes> {
         let listening = self.listening.as_ref()?;
-        Some(crate::wake::wakes(listening, &self.route.own, &self.schema))
+        let pool = self.listen_pool.as_ref().unwrap_or(&self.route.own);
+        Some(crate::wake::wakes(listening, pool, &self.schema))
     }
 
     fn capabilities(&self) -> lease_core::Capabilities {
@@ -587,7 +602,9 @@ impl LeaseStore for PostgresLeaseStore {
         let row = call!(self, |conn| {
             self.read_opt(
                 conn,
-                sqlx::query(&self.sql.count_purgeable).bind(older_than.as_millis() as i64),
+                self.route
+                    .query(&self.sql.count_purgeable)
+                    .bind(older_than.as_millis() as i64),
             )
             .await
         })?;
@@ -632,7 +649,9 @@ impl LeaseStore for PostgresLeaseStore {
         lease_core::backend::check_reason(reason)?;
         call!(self, |conn| {
             for _ in 0..ATTEMPTS {
-                let query = sqlx::query(&self.sql.cancel)
+                let query = self
+                    .route
+                    .query(&self.sql.cancel)
                     .bind(run.as_str())
                     .bind(reason)
                     .bind(lease_core::attempt_error(reason));

@@ -15,7 +15,7 @@ use lease_core::{
 };
 use lease_runtime::observe::count_stale;
 use sqlx::migrate::Migrator;
-use sqlx::postgres::{PgArguments, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgArguments, PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::query::Query;
 use sqlx::Postgres;
 use sqlx::{PgConnection, Row};
@@ -44,8 +44,29 @@ macro_rules! call {
         };
         let left = limit.saturating_sub(started.elapsed());
         let answer = tokio::time::timeout(left, async {
-            let $conn: &mut sqlx::PgConnection = &mut pooled;
-            $body
+            // Behind a transaction pooler the whole call is one transaction of the store's,
+            // with its settings (`pooler.rs`); otherwise each statement commits by itself.
+            let mut tx = None;
+            let $conn: &mut sqlx::PgConnection = match store.route.own_begin() {
+                Some(begin) => match sqlx::Connection::begin_with(&mut *pooled, begin).await {
+                    Ok(begun) => &mut **tx.insert(begun),
+                    Err(e) => return Err(store.route.fail(e).into()),
+                },
+                None => &mut pooled,
+            };
+            let result = async { $body }.await;
+            match (tx, result) {
+                (Some(tx), Ok(value)) => match tx.commit().await {
+                    Ok(()) => Ok(value),
+                    Err(e) => Err(store.route.fail(e).into()),
+                },
+                (Some(tx), Err(e)) => {
+                    // Best effort: a connection that cannot roll back is closed by the pool.
+                    let _ = tx.rollback().await;
+                    Err(e)
+                }
+                (None, result) => result,
+            }
         })
         .await;
         match answer {
@@ -118,8 +139,12 @@ pub struct PostgresLeaseStore {
     schema: String,
     pub(crate) sql: Arc<Queries>,
     shown: String,
-    /// The store's wake-ups; `None` when they are off (`wake_ups=false`).
+    /// The store's wake-ups; `None` when they are off (`wake_ups=false`), or behind a
+    /// transaction pooler without a listen URL.
     listening: Option<Arc<lease_runtime::WakeListener>>,
+    /// Where the listening sessions come from behind a transaction pooler (`listen_url=`);
+    /// the store's own pool otherwise.
+    listen_pool: Option<PgPool>,
     /// Sends the notifications of the store's own writes once they commit; `None` when
     /// wake-ups are off.
     notifier: Option<Arc<crate::notify::Notifier>>,
@@ -149,12 +174,13 @@ impl PostgresLeaseStore {
         let parsed = config.parse()?;
         let migrate = parsed.migrate;
         let parsed_wake_ups = parsed.wake_ups;
+        let listen = parsed.listen.clone();
         let route = Route::new(&config, parsed);
         // Direct connections first: through the pool, a refused or unreachable server only
         // shows as "pool timed out" after the whole acquire timeout, hiding why. This also
         // picks the primary among several hosts.
         route.find_primary(config.acquire_timeout).await?;
-        let store = PostgresLeaseStore::assemble(route, &config, parsed_wake_ups)?;
+        let store = PostgresLeaseStore::assemble(route, &config, parsed_wake_ups, listen)?;
         // One pooled connection now, so a server that fails the checks (a standby, missing
         // synchronous standbys) is refused at connect rather than on the first operation, and
         // before a migration could wait on a standby that is not there.
@@ -210,6 +236,7 @@ impl PostgresLeaseStore {
             Route::over(pool, &config, &parsed),
             &config,
             parsed.wake_ups,
+            parsed.listen.clone(),
         )?;
         store.route.check_pooled().await?;
         store.prepare_schema(migrate).await?;
@@ -230,19 +257,29 @@ impl PostgresLeaseStore {
     /// The schema's format version: the newest migration applied to it (`None` when it has
     /// none). Reads the catalog only.
     async fn schema_version(&self) -> Result<Option<i64>> {
-        let pool = &self.route.own;
-        let migrated: bool = sqlx::query_scalar(&self.sql.schema_migrated)
-            .bind(&self.schema)
-            .fetch_one(pool)
+        let fail = |e| self.route.fail(e);
+        let mut conn = self.route.own.acquire().await.map_err(fail)?;
+        let mut pinned = crate::pooler::Pinned::on(&mut conn, self.route.own_begin())
             .await
-            .map_err(|e| self.route.fail(e))?;
-        if !migrated {
-            return Ok(None);
+            .map_err(fail)?;
+        let version = async {
+            let conn = pinned.conn();
+            let migrated: bool = self
+                .route
+                .query_scalar(&self.sql.schema_migrated)
+                .bind(&self.schema)
+                .fetch_one(&mut *conn)
+                .await?;
+            if !migrated {
+                return Ok(None);
+            }
+            self.route
+                .query_scalar(&self.sql.schema_version)
+                .fetch_one(&mut *conn)
+                .await
         }
-        Ok(sqlx::query_scalar(&self.sql.schema_version)
-            .fetch_one(pool)
-            .await
-            .map_err(|e| self.route.fail(e))?)
+        .await;
+        Ok(pinned.finish(version).await.map_err(fail)?)
     }
 
     /// Refuses a schema whose format is newer than this release's: a later release migrated
@@ -300,6 +337,7 @@ impl PostgresLeaseStore {
         route: Arc<Route>,
         config: &PostgresConfig,
         wake_ups: bool,
+        listen: Option<PgConnectOptions>,
     ) -> Result<PostgresLeaseStore> {
         let schema = config.schema.as_str();
         if schema.is_empty() || schema.len() > 63 || schema.contains('\0') {
@@ -321,13 +359,21 @@ impl PostgresLeaseStore {
                 config.transaction_cap.as_millis() as i64,
             ),
             schema: schema.to_owned(),
-            sql: Arc::new(Queries::new(schema)),
+            sql: Arc::new(Queries::new(schema, route.pooled.is_some())),
             shown,
             signal_key: config.signal_key.clone(),
-            listening: wake_ups.then(|| Arc::new(lease_runtime::WakeListener::new())),
+            listening: crate::pooler::listens(&route, wake_ups, listen.as_ref())
+                .then(|| Arc::new(lease_runtime::WakeListener::new())),
+            listen_pool: listen.map(|options| {
+                PgPoolOptions::new()
+                    .max_connections(2)
+                    .acquire_timeout(config.acquire_timeout)
+                    .connect_lazy_with(options.application_name(&route.app_name))
+            }),
             notifier: wake_ups.then(|| {
                 Arc::new(crate::notify::Notifier::new(
                     route.own.clone(),
+                    route.own_begin(),
                     schema,
                     route.call_timeout,
                 ))
@@ -345,6 +391,9 @@ impl PostgresLeaseStore {
     /// As [`PostgresLeaseStore::connect`].
     pub async fn migrate(&self) -> Result<()> {
         self.refuse_newer_schema().await?;
+        if self.route.pooled.is_some() {
+            return self.migrate_pooled().await;
+        }
         let timeout = self.route.own.options().get_acquire_timeout();
         let prepare: Arc<[String; 3]> = Arc::new([
             self.sql.migrate_lock.clone(),
@@ -400,7 +449,9 @@ impl PostgresLeaseStore {
     /// again after an outer error, it stores the same thing.
     async fn set_paused(&self, queue: &Queue, paused: bool) -> Result<QueueState> {
         let row = call!(self, |conn| {
-            let query = sqlx::query(&self.sql.pause_queue)
+            let query = self
+                .route
+                .query(&self.sql.pause_queue)
                 .bind(queue.as_str())
                 .bind(paused);
             self.write_opt(conn, query).await
@@ -414,7 +465,9 @@ impl PostgresLeaseStore {
     /// its resume.
     async fn queue_kinds(&self, queue: &Queue) -> Result<Vec<Kind>> {
         let rows = call!(self, |conn| {
-            let query = sqlx::query(&self.sql.queue_kinds)
+            let query = self
+                .route
+                .query(&self.sql.queue_kinds)
                 .bind(queue.as_str())
                 .bind(lease_core::MAX_KINDS_COUNTED as i64);
             self.read_all_without_jit(conn, query).await
@@ -484,7 +537,8 @@ impl PostgresLeaseStore {
     ) -> Result<Vec<PgRow>> {
         let fail = |e| self.route.fail(e);
         let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(fail)?;
-        sqlx::query(&self.sql.no_jit)
+        self.route
+            .query(&self.sql.no_jit)
             .execute(&mut *tx)
             .await
             .map_err(fail)?;
@@ -587,7 +641,7 @@ impl PostgresLeaseStore {
 
     async fn explain(&self, conn: &mut PgConnection, run: &RunId) -> Result<Option<Explained>> {
         let row = self
-            .read_opt(conn, sqlx::query(&self.sql.explain).bind(run.as_str()))
+            .read_opt(conn, self.route.query(&self.sql.explain).bind(run.as_str()))
             .await?;
         Ok(row.map(|row| Explained::from_row(&row)).transpose()?)
     }
@@ -604,7 +658,8 @@ impl PostgresLeaseStore {
             let row = self
                 .write_opt(
                     conn,
-                    sqlx::query(&self.sql.renew)
+                    self.route
+                        .query(&self.sql.renew)
                         .bind(lease.run().as_str())
                         .bind(fence_param(lease.fence()))
                         .bind(ttl_param(lease.ttl())),
@@ -645,7 +700,8 @@ impl PostgresLeaseStore {
             let rows = self
                 .write_all(
                     conn,
-                    sqlx::query(&self.sql.renew_many)
+                    self.route
+                        .query(&self.sql.renew_many)
                         .bind(&runs)
                         .bind(&fences)
                         .bind(ttl),
@@ -673,7 +729,9 @@ impl PostgresLeaseStore {
             let rows = self
                 .read_all(
                     conn,
-                    sqlx::query(&self.sql.renew_many_explain).bind(&refused),
+                    self.route
+                        .query(&self.sql.renew_many_explain)
+                        .bind(&refused),
                 )
                 .await?;
             for row in rows {
@@ -721,7 +779,8 @@ impl PostgresLeaseStore {
             let row = self
                 .write_opt(
                     conn,
-                    sqlx::query(&self.sql.end_lease)
+                    self.route
+                        .query(&self.sql.end_lease)
                         .bind(lease.run().as_str())
                         .bind(fence_param(lease.fence()))
                         .bind(to.as_str()),
@@ -746,7 +805,7 @@ impl PostgresLeaseStore {
         refusal: impl Fn(Option<&RunRecord>) -> Option<Error>,
     ) -> Result<RunRecord> {
         for _ in 0..ATTEMPTS {
-            let mut query = sqlx::query(sql).bind(run.as_str());
+            let mut query = self.route.query(sql).bind(run.as_str());
             if let Some(new) = create {
                 query = bind_create(query, new);
             }
@@ -792,7 +851,8 @@ impl PostgresLeaseStore {
         let row = self
             .read_opt(
                 conn,
-                sqlx::query(&self.sql.unique_holder)
+                self.route
+                    .query(&self.sql.unique_holder)
                     .bind(run.as_str())
                     .bind(key),
             )
@@ -824,7 +884,10 @@ impl PostgresLeaseStore {
         let rows = self
             .read_all(
                 conn,
-                sqlx::query(&self.sql.unique_holders).bind(&ids).bind(&keys),
+                self.route
+                    .query(&self.sql.unique_holders)
+                    .bind(&ids)
+                    .bind(&keys),
             )
             .await?;
         let mut existing = std::collections::HashSet::new();
@@ -859,7 +922,7 @@ impl PostgresLeaseStore {
 
     async fn inspect_on(&self, conn: &mut PgConnection, run: &RunId) -> Result<RunRecord> {
         let row = self
-            .read_opt(conn, sqlx::query(&self.sql.inspect).bind(run.as_str()))
+            .read_opt(conn, self.route.query(&self.sql.inspect).bind(run.as_str()))
             .await?;
         match row {
             Some(row) => Ok(record(&row)?),

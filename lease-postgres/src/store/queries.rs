@@ -57,8 +57,21 @@ pub fn render_sql(sql: &str, schema: &str) -> String {
 }
 
 impl Queries {
-    pub(crate) fn new(schema: &str) -> Queries {
-        let q = |sql: &str| render_sql(sql, schema);
+    /// The statements for `schema`. Behind a transaction pooler (`pooled`) every statement
+    /// runs in an explicit transaction begun a round trip before it (`pooler.rs`), so the
+    /// statements judge on `statement_timestamp()`, the time the statement reached the
+    /// server, where they otherwise read `now()`, the start of their own implicit
+    /// transaction: the same instant, and never the `BEGIN`'s, which a worker paused between
+    /// the two messages would otherwise be judged at.
+    pub(crate) fn new(schema: &str, pooled: bool) -> Queries {
+        let q = |sql: &str| {
+            let sql = render_sql(sql, schema);
+            if pooled {
+                sql.replace("now()", "statement_timestamp()")
+            } else {
+                sql
+            }
+        };
         Queries {
             create: q(include_str!("../../sql/create.sql")),
             inspect: q(include_str!("../../sql/inspect.sql")),
