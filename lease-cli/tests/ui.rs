@@ -2,7 +2,8 @@
 //! served by the `lease` binary, and headless Chromium reading its pages (`--dump-dom`) and
 //! photographing them (`--screenshot`). Actions are checked with plain HTTP requests: absent
 //! and refused without `--allow-actions`, refused without the page's token or from another
-//! site, and done (and logged) with it.
+//! site, and done (and logged) with it; the queues, workers and schedules pages show their
+//! figures, and a bulk cancel answers a confirmation page before it acts.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -502,6 +503,54 @@ fn the_dashboard_shows_every_state_in_a_browser_and_guards_its_actions() {
         "screenshot {} ({size} bytes)",
         shots.join("run-waiting.png").display()
     );
+    // The queues, workers and schedules pages.
+    let queues = dom(profile.path(), &format!("{}/queues", ui.base));
+    let mailers = row(&queues, "queues", "mailers");
+    assert!(
+        mailers.contains("<span class=\"paused\">paused</span>")
+            && mailers.contains("<span class=\"depth\">1</span>")
+            && mailers.contains("<span class=\"lag\">"),
+        "the paused queue's depth and lag: {mailers}"
+    );
+    let workers = dom(profile.path(), &format!("{}/workers", ui.base));
+    let worker_a = row(&workers, "workers", "held-1");
+    assert!(
+        worker_a.contains("worker-a") && worker_a.contains("<span class=\"live\">live</span>"),
+        "{worker_a}"
+    );
+    let gone = row(&workers, "workers", "expired-1");
+    assert!(
+        gone.contains("worker-gone") && gone.contains("not live"),
+        "{gone}"
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let last = now / 86_400 * 86_400;
+    for tick in [last - 86_400, last] {
+        rt.block_on(store.create(&id(&format!("nightly@{tick}"))))
+            .unwrap();
+    }
+    let schedules = dom(profile.path(), &format!("{}/schedules", ui.base));
+    let nightly = row(&schedules, "schedules", &format!("nightly@{last}"));
+    assert!(
+        nightly.contains("every <span class=\"every\">1 d 0 h</span>")
+            && nightly.contains("class=\"next-tick\""),
+        "{nightly}"
+    );
+    for (page, file) in [
+        ("queues", "queues.png"),
+        ("workers", "workers.png"),
+        ("schedules", "schedules.png"),
+    ] {
+        let size = screenshot(
+            profile.path(),
+            &format!("{}/{page}", ui.base),
+            &shots.join(file),
+        );
+        eprintln!("screenshot {} ({size} bytes)", shots.join(file).display());
+    }
     let (status, body) = post(ui.port(), "/runs/held-1/cancel", "reason=x", &[]);
     assert_eq!(status, 403, "{body}");
     assert!(body.contains("lease ui --allow-actions"), "{body}");
@@ -582,12 +631,48 @@ fn the_dashboard_shows_every_state_in_a_browser_and_guards_its_actions() {
         !page.contains("id=\"action-cancel\""),
         "a cancelled run offers no cancel"
     );
+    // A bulk cancel of the failed runs: a confirmation page first, then the action.
+    let failed = dom(profile.path(), &format!("{}/runs?state=failed", ui.base));
+    assert!(failed.contains("id=\"bulk-cancel\""), "{failed}");
+    let size = screenshot(
+        profile.path(),
+        &format!("{}/runs?state=failed", ui.base),
+        &shots.join("runs-bulk.png"),
+    );
+    eprintln!(
+        "screenshot {} ({size} bytes)",
+        shots.join("runs-bulk.png").display()
+    );
+    let form = format!("token={token}&state=failed&reason=bulk+from+the+dashboard");
+    let (status, body) = post(ui.port(), "/bulk/cancel", &form, &[]);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("id=\"matched\">1<"), "{body}");
+    let failed_state =
+        |rt: &tokio::runtime::Runtime| rt.block_on(store.inspect(&id("failed-1"))).unwrap().state;
+    assert_eq!(
+        failed_state(&rt),
+        RunState::Failed,
+        "the confirmation changed nothing"
+    );
+    let confirmed = format!("{form}&confirm=yes&seen=1");
+    let (status, body) = post(ui.port(), "/bulk/cancel", &confirmed, &origin);
+    assert_eq!(status, 403, "from another site: {body}");
+    assert_eq!(failed_state(&rt), RunState::Failed);
+    let (status, body) = post(ui.port(), "/bulk/cancel", &confirmed, &[]);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("id=\"done\">1<"), "{body}");
+    let record = rt.block_on(store.inspect(&id("failed-1"))).unwrap();
+    assert_eq!(record.state, RunState::Cancelled);
+    assert_eq!(record.failure.as_deref(), Some("bulk from the dashboard"));
     let (exit, log) = ui.stop();
     assert!(exit.success(), "{exit:?} {log}");
     for line in [
         "\"cancel\" on run \"held-1\": refused: without the page's token",
         "\"cancel\" on run \"held-1\": refused: sent from another site",
         "\"cancel\" on run \"held-1\": cancelled",
+        "\"bulk cancel\" on runs matching \"state failed\": asked to confirm 1 runs",
+        "\"bulk cancel\" on runs matching \"state failed\": refused: sent from another site",
+        "\"bulk cancel\" on run \"failed-1\": cancelled",
     ] {
         assert!(log.contains(line), "the log lacks {line:?}: {log}");
     }

@@ -124,8 +124,8 @@ pub(crate) fn table(headings: &[&str], rows: &[Vec<String>], empty: &str) -> Str
 
 const STYLE: &str = "body{font:14px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:78em;\
 padding:0 1em;color:#1d2330}h1{font-size:1.3em}h2{font-size:1.1em;margin-top:1.6em}\
-header{display:flex;gap:1.5em;align-items:baseline;border-bottom:1px solid #ccd;\
-padding-bottom:.4em}header a{text-decoration:none}small,.empty{color:#667}\
+header{display:flex;flex-wrap:wrap;gap:.4em 1.5em;align-items:baseline;\
+border-bottom:1px solid #ccd;padding-bottom:.4em}header h1{white-space:nowrap;margin:.3em 0}header a{text-decoration:none}small,.empty{color:#667}\
 table{border-collapse:collapse;margin:.4em 0}th,td{border:1px solid #d6dae3;\
 padding:.25em .6em;text-align:left;vertical-align:top}th{background:#f1f3f8}\
 td.n{text-align:right;font-variant-numeric:tabular-nums}pre{white-space:pre-wrap;\
