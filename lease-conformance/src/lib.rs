@@ -41,6 +41,7 @@ mod scope_scenarios;
 mod signal_scenarios;
 mod storage_scenarios;
 mod time_scenarios;
+mod trace_scenarios;
 mod unique_scenarios;
 mod wake_scenarios;
 mod worker_scenarios;
@@ -57,6 +58,7 @@ pub use lag_scenarios::*;
 pub use life_scenarios::*;
 pub use machine_scenarios::*;
 pub use payload_scenarios::*;
+pub use trace_scenarios::*;
 pub use priority_scenarios::*;
 pub use queue_scenarios::*;
 pub use request_scenarios::*;
@@ -292,6 +294,7 @@ macro_rules! conformance_tests {
             a_run_created_for_a_wall_time_waits_for_it_on_the_store_clock,
             a_payload_round_trips_byte_exact_from_create_to_every_claim,
             a_payload_is_immutable_and_goes_with_its_run,
+            a_runs_trace_parent_goes_from_its_create_to_every_claim,
             a_worker_hands_each_handler_its_runs_payload,
             runs_are_claimed_only_by_a_claim_of_their_kind,
             by_id_calls_and_mislabelled_leases_keep_a_run_in_its_kind,

@@ -666,6 +666,12 @@ pub enum InvalidInput {
         /// What is wrong with it.
         why: &'static str,
     },
+    /// A [`TraceParent`](crate::TraceParent) that is not a W3C `traceparent` of version 00.
+    #[error("trace parent refused: {why}")]
+    TraceParent {
+        /// What is wrong with it.
+        why: &'static str,
+    },
     /// A [`SignalKey`](crate::SignalKey) secret too short or too long.
     #[error("signal key secret is {len} bytes; it must be {min} to {max} bytes")]
     SignalKey {

@@ -63,6 +63,7 @@ mod queue;
 mod redact;
 pub mod signal;
 mod store;
+mod trace;
 mod types;
 mod wake;
 
@@ -87,6 +88,7 @@ pub use signal::{
     Signal, SignalExt, SignalKey, SignalName, SignalRefusal, SignalToken, Signalled, Wait, WaitEnd,
 };
 pub use store::{LeaseStore, LeaseStoreExt};
+pub use trace::{TraceParent, TRACE_PARENT_LEN};
 pub use types::{
     sanitize_reason, End, Ending, Fence, JournalEntry, Lease, ListFilter, RunCounts, RunRecord,
     RunState, RunTimes, StoreTime, Ttl,

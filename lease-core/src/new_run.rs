@@ -47,6 +47,7 @@ pub struct NewRun {
     run_at: Option<SystemTime>,
     priority: u8,
     unique_key: Option<Arc<str>>,
+    trace_parent: Option<crate::TraceParent>,
 }
 
 impl fmt::Debug for NewRun {
@@ -59,6 +60,7 @@ impl fmt::Debug for NewRun {
             .field("delay", &self.delay)
             .field("run_at", &self.run_at)
             .field("unique_key", &self.unique_key)
+            .field("trace_parent", &self.trace_parent)
             .field(
                 "payload",
                 &PayloadSize(self.payload.as_ref().map(|p| p.len())),
@@ -79,7 +81,23 @@ impl NewRun {
             run_at: None,
             priority: 0,
             unique_key: None,
+            trace_parent: None,
         }
+    }
+
+    /// Created under the trace context `parent`: the W3C `traceparent` of the span that
+    /// enqueues it, stored with the run and handed to each attempt
+    /// ([`Lease::trace_parent`](crate::Lease::trace_parent)), so the handler's span continues
+    /// the enqueuer's trace. The runtime's typed insert takes it from the current span when
+    /// the `otel` feature is on.
+    pub fn with_trace_parent(mut self, parent: crate::TraceParent) -> NewRun {
+        self.trace_parent = Some(parent);
+        self
+    }
+
+    /// The trace context the run is created under, if any.
+    pub fn trace_parent(&self) -> Option<&crate::TraceParent> {
+        self.trace_parent.as_ref()
     }
 
     /// With unique key `key` (the rules of a run id: 1 to

@@ -249,6 +249,7 @@ pub struct Lease {
     priority: u8,
     waited: Option<Duration>,
     resumed: Option<Arc<crate::WaitEnd>>,
+    trace_parent: Option<crate::TraceParent>,
 }
 
 impl Lease {
@@ -279,7 +280,23 @@ impl Lease {
             priority: 0,
             waited: None,
             resumed: None,
+            trace_parent: None,
         })
+    }
+
+    /// The same lease, of its run's trace context
+    /// ([`NewRun::with_trace_parent`](crate::NewRun::with_trace_parent)), as a backend's
+    /// claims set it.
+    pub fn with_trace_parent(mut self, parent: Option<crate::TraceParent>) -> Lease {
+        self.trace_parent = parent;
+        self
+    }
+
+    /// The trace context the run was created under: the `Worker`'s span for the attempt
+    /// continues it (its parent, with the `otel` feature). `None` for a run created without
+    /// one. Fixed for the run's life.
+    pub fn trace_parent(&self) -> Option<&crate::TraceParent> {
+        self.trace_parent.as_ref()
     }
 
     /// The same lease, saying how long its run had been claimable when the claim took it (see
@@ -453,6 +470,7 @@ impl fmt::Debug for Lease {
             .field("queue", &self.queue)
             .field("priority", &self.priority)
             .field("waited", &self.waited)
+            .field("trace_parent", &self.trace_parent)
             .field(
                 "payload",
                 &PayloadSize(self.payload.as_ref().map(|p| p.len())),

@@ -99,6 +99,10 @@ pub struct RunRecord {
     /// How its last wait ended (a signal, or a timeout), until it waits again; `None` for a run
     /// that never waited, or where the call does not read it (`list`).
     pub resumed: Option<crate::WaitEnd>,
+    /// The trace context the run was created under
+    /// ([`NewRun::with_trace_parent`](crate::NewRun::with_trace_parent)); `None` for a run
+    /// created without one, and from the calls that return many records (`list`).
+    pub trace_parent: Option<crate::TraceParent>,
     /// The store's clock when this record was read.
     pub observed_at: StoreTime,
 }
@@ -140,8 +144,15 @@ impl RunRecord {
             claimable_since: None,
             wait: None,
             resumed: None,
+            trace_parent: None,
             observed_at,
         }
+    }
+
+    /// Created under the trace context `parent` (see [`RunRecord::trace_parent`]).
+    pub fn with_trace_parent(mut self, parent: Option<crate::TraceParent>) -> RunRecord {
+        self.trace_parent = parent;
+        self
     }
 
     /// Claimable since `at` (see [`RunRecord::claimable_since`]).
@@ -312,6 +323,7 @@ impl fmt::Debug for RunRecord {
             .field("renewed_at", &self.renewed_at)
             .field("ended_at", &self.ended_at)
             .field("history", &self.history)
+            .field("trace_parent", &self.trace_parent)
             .field("observed_at", &self.observed_at)
             .finish()
     }
