@@ -47,7 +47,10 @@ impl TraceParent {
         let [version, trace, span, flags] = parts[..] else {
             return refuse("a traceparent has four fields separated by '-'");
         };
-        let hex = |s: &str| s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        let hex = |s: &str| {
+            s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        };
         if version != "00" {
             return refuse("only version 00 of traceparent is understood");
         }
@@ -125,15 +128,36 @@ mod tests {
         for (header, reason) in [
             ("", "55 characters"),
             (&GOOD[..54], "55 characters"),
-            ("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "version 00"),
-            ("00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01", "lower-case hex"),
-            ("00-4bf92f3577b34da6a3ce929d0e0e4736x00f067aa0ba902b7-01", "four fields"),
-            ("00-4bf92f3577b34da6a3ce929d0e0e473-600f067aa0ba902b7-01", "32 hex digits"),
-            ("00-00000000000000000000000000000000-00f067aa0ba902b7-01", "all-zero"),
-            ("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01", "all-zero"),
+            (
+                "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                "version 00",
+            ),
+            (
+                "00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01",
+                "lower-case hex",
+            ),
+            (
+                "00-4bf92f3577b34da6a3ce929d0e0e4736x00f067aa0ba902b7-01",
+                "four fields",
+            ),
+            (
+                "00-4bf92f3577b34da6a3ce929d0e0e473-600f067aa0ba902b7-01",
+                "32 hex digits",
+            ),
+            (
+                "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+                "all-zero",
+            ),
+            (
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+                "all-zero",
+            ),
         ] {
             let refused = TraceParent::new(header).unwrap_err();
-            assert!(refused.to_string().contains(reason), "{header:?}: {refused}");
+            assert!(
+                refused.to_string().contains(reason),
+                "{header:?}: {refused}"
+            );
         }
     }
 }

@@ -379,6 +379,7 @@ impl Lease {
         self.priority = from.priority;
         self.waited = from.waited;
         self.resumed = from.resumed.clone();
+        self.trace_parent = from.trace_parent.clone();
         self
     }
 

@@ -37,4 +37,5 @@ WHERE run_id = $1
 RETURNING fence, (extract(epoch FROM lease_expires_at) * 1000000)::bigint AS expires_us, attempts, kind, queue, priority,
           resumed_name, resumed_fence, (extract(epoch FROM resumed_at) * 1000000)::bigint AS resumed_at_us,
           resumed_payload,
-          (SELECT p.payload FROM {schema}.run_payloads p WHERE p.run_id = $1) AS payload
+          (SELECT p.payload FROM {schema}.run_payloads p WHERE p.run_id = $1) AS payload,
+          (SELECT p.trace_parent FROM {schema}.run_payloads p WHERE p.run_id = $1) AS trace_parent

@@ -134,7 +134,9 @@ SELECT part.run_id, max(part.fence) AS fence, max(part.expires_us) AS expires_us
        max(part.resumed_name) AS resumed_name, max(part.resumed_fence) AS resumed_fence,
        (extract(epoch FROM max(part.resumed_at)) * 1000000)::bigint AS resumed_at_us,
        (array_agg(part.resumed_payload) FILTER (WHERE part.fence IS NOT NULL))[1] AS resumed_payload,
-       (SELECT p.payload FROM {schema}.run_payloads p WHERE p.run_id = part.run_id) AS payload
+       (SELECT p.payload FROM {schema}.run_payloads p WHERE p.run_id = part.run_id) AS payload,
+       (SELECT p.trace_parent FROM {schema}.run_payloads p WHERE p.run_id = part.run_id)
+           AS trace_parent
 FROM (
     SELECT claimed.run_id, claimed.fence,
            (extract(epoch FROM claimed.lease_expires_at) * 1000000)::bigint AS expires_us,

@@ -1,7 +1,7 @@
 -- $1 run_id, $2 start delay in ms (0: claimable at once), $3 payload (bytea; NULL: none), $4 kind,
 -- $5 run_at in µs since the Unix epoch (NULL: none): claimable from the later of the delay's end
 -- and run_at, both on the database clock; $6 priority (0 to 9); $7 unique key (NULL: none);
--- $8 queue
+-- $8 queue; $9 trace parent (text; NULL: none)
 -- Returns: the new record, or no row if the run exists or another live run holds the unique
 -- key (sql/unique_holder.sql tells which). A delayed run is runnable and unowned
 -- with claimable_at in the future, as after a retry delay: claim and claim_next wait for it,
@@ -27,12 +27,13 @@ WITH inserted AS (
     ON CONFLICT DO NOTHING
     RETURNING *
 ), stored AS (
-    -- The payload, with the row it belongs to: a purged id's old payload was deleted by the
-    -- purge, so the conflict clause only guards against a row left by hand.
-    INSERT INTO {schema}.run_payloads (run_id, payload)
-    SELECT inserted.run_id, $3::bytea FROM inserted
-    WHERE $3::bytea IS NOT NULL
-    ON CONFLICT (run_id) DO UPDATE SET payload = excluded.payload
+    -- The payload and trace parent, with the row they belong to: a purged id's old ones were
+    -- deleted by the purge, so the conflict clause only guards against a row left by hand.
+    INSERT INTO {schema}.run_payloads (run_id, payload, trace_parent)
+    SELECT inserted.run_id, $3::bytea, $9::text FROM inserted
+    WHERE $3::bytea IS NOT NULL OR $9::text IS NOT NULL
+    ON CONFLICT (run_id) DO UPDATE SET payload = excluded.payload,
+                                       trace_parent = excluded.trace_parent
 ), durable AS (
     SELECT set_config('synchronous_commit', 'on', true) AS setting
 )
@@ -46,5 +47,5 @@ SELECT run_id, state, lease_owner, (extract(epoch FROM lease_expires_at) * 10000
        (extract(epoch FROM renewed_at) * 1000000)::bigint AS renewed_us,
        CASE WHEN state IN ('completed', 'failed', 'cancelled')
             THEN (extract(epoch FROM claimable_at) * 1000000)::bigint END AS ended_us,
-       failure, attempts, $3::bytea AS payload, kind, queue, priority
+       failure, attempts, $3::bytea AS payload, $9::text AS trace_parent, kind, queue, priority
 FROM inserted AS r, durable

@@ -2,7 +2,8 @@
 -- $3 payloads (bytea[], one per id; NULL: none), $4 kinds (text[], one per id), $5 run_at
 -- times (bigint[] of µs since the Unix epoch, one per id; NULL: none; the later of it and the
 -- delay's end holds, on the database clock), $6 priorities (smallint[], one per id), $7
--- unique keys (text[], one per id; NULL: none), $8 queues (text[], one per id)
+-- unique keys (text[], one per id; NULL: none), $8 queues (text[], one per id), $9 trace
+-- parents (text[], one per id; NULL: none)
 -- Returns: the ordinal (from 1) of each input that created its run; every other input names a
 -- run that existed, repeats an id earlier in the batch, or has a unique key a live run holds
 -- or an earlier input of the batch took (sql/unique_holders.sql tells which). The new runs take created_seq (the
@@ -16,21 +17,22 @@ WITH input AS (
     SELECT i.run_id COLLATE "C" AS run_id,
            greatest(now() + i.delay_ms * interval '1 millisecond',
                     'epoch'::timestamptz + i.run_at_us * interval '1 microsecond') AS claimable_at,
-           i.payload, i.kind, i.priority, i.unique_key COLLATE "C" AS unique_key, i.queue, i.ord
+           i.payload, i.kind, i.priority, i.unique_key COLLATE "C" AS unique_key, i.queue,
+           i.trace_parent, i.ord
     FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::text[], $5::bigint[], $6::smallint[],
-                $7::text[], $8::text[])
+                $7::text[], $8::text[], $9::text[])
          WITH ORDINALITY AS i(run_id, delay_ms, payload, kind, run_at_us, priority, unique_key, queue,
-                              ord)
+                              trace_parent, ord)
     -- Volatile, so evaluated (per row) and never folded away.
     WHERE set_config('synchronous_commit', 'on', true) IS NOT NULL
 ), first_ids AS (
-    SELECT DISTINCT ON (input.run_id) input.run_id, input.claimable_at, input.payload, input.kind, input.priority, input.unique_key, input.queue, input.ord
+    SELECT DISTINCT ON (input.run_id) input.run_id, input.claimable_at, input.payload, input.kind, input.priority, input.unique_key, input.queue, input.trace_parent, input.ord
     FROM input
     ORDER BY input.run_id, input.ord
 ), first AS (
     -- The first copy of each id, and of those the first to ask for each unique key.
     SELECT ranked.run_id, ranked.claimable_at, ranked.payload, ranked.kind, ranked.priority,
-           ranked.unique_key, ranked.queue, ranked.ord
+           ranked.unique_key, ranked.queue, ranked.trace_parent, ranked.ord
     FROM (SELECT first_ids.*,
                  row_number() OVER (PARTITION BY first_ids.unique_key ORDER BY first_ids.ord)
                      AS key_rank
@@ -49,13 +51,14 @@ WITH input AS (
     ON CONFLICT DO NOTHING
     RETURNING run_id
 ), stored AS (
-    -- Each created run's payload (the first copy's, as for its delay).
-    INSERT INTO {schema}.run_payloads (run_id, payload)
-    SELECT first.run_id, first.payload
+    -- Each created run's payload and trace parent (the first copy's, as for its delay).
+    INSERT INTO {schema}.run_payloads (run_id, payload, trace_parent)
+    SELECT first.run_id, first.payload, first.trace_parent
     FROM first
-    WHERE first.payload IS NOT NULL
+    WHERE (first.payload IS NOT NULL OR first.trace_parent IS NOT NULL)
       AND first.run_id IN (SELECT created.run_id FROM created)
-    ON CONFLICT (run_id) DO UPDATE SET payload = excluded.payload
+    ON CONFLICT (run_id) DO UPDATE SET payload = excluded.payload,
+                                       trace_parent = excluded.trace_parent
 )
 SELECT min(part.ord) AS ord
 FROM (

@@ -16,6 +16,7 @@ SELECT run_id, state, lease_owner, (extract(epoch FROM lease_expires_at) * 10000
        resumed_name, resumed_fence, (extract(epoch FROM resumed_at) * 1000000)::bigint AS resumed_at_us,
        resumed_payload,
        (SELECT p.payload FROM {schema}.run_payloads p WHERE p.run_id = $1) AS payload,
+       (SELECT p.trace_parent FROM {schema}.run_payloads p WHERE p.run_id = $1) AS trace_parent,
        h_attempt, h_fence, h_worker, h_claimed_us, h_ended_us, h_outcome, h_error
 FROM {schema}.runs r, LATERAL (
     SELECT array_agg((a.e->>'n')::bigint ORDER BY a.i) AS h_attempt,

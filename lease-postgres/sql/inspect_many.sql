@@ -17,7 +17,8 @@ SELECT i.ord, r.run_id, r.state, r.lease_owner,
        r.wait_name, (extract(epoch FROM r.wait_deadline) * 1000000)::bigint AS wait_deadline_us,
        r.wait_fence, r.resumed_name, r.resumed_fence,
        (extract(epoch FROM r.resumed_at) * 1000000)::bigint AS resumed_at_us, r.resumed_payload,
-       (SELECT p.payload FROM {schema}.run_payloads p WHERE p.run_id = r.run_id) AS payload
+       (SELECT p.payload FROM {schema}.run_payloads p WHERE p.run_id = r.run_id) AS payload,
+       (SELECT p.trace_parent FROM {schema}.run_payloads p WHERE p.run_id = r.run_id) AS trace_parent
 FROM unnest($1::text[]) WITH ORDINALITY AS i(run_id, ord)
 LEFT JOIN {schema}.runs r ON r.run_id = i.run_id COLLATE "C"
 ORDER BY i.ord

@@ -98,19 +98,9 @@ impl PostgresLeaseStore {
         conn: &mut PgConnection,
         runs: &[NewRun],
     ) -> Result<Vec<Result<()>>> {
-        let (ids, delays, payloads, kinds, run_at, priorities, unique_keys, queues) =
-            crate::store::create_many_columns(runs);
-        let query = self
-            .route
-            .query(&self.sql.create_many)
-            .bind(&ids)
-            .bind(&delays)
-            .bind(&payloads)
-            .bind(&kinds)
-            .bind(&run_at)
-            .bind(&priorities)
-            .bind(&unique_keys)
-            .bind(&queues);
+        let columns = crate::store::create_many_columns(runs);
+        let query =
+            crate::store::bind_create_many(self.route.query(&self.sql.create_many), &columns);
         // One row per created run, none for the others.
         let rows = self
             .write_batch(conn, query, 0, "create_many", |_| Ok(true))

@@ -270,19 +270,9 @@ impl PostgresLeaseStore {
         if runs.is_empty() {
             return Ok(Vec::new());
         }
-        let (ids, delays, payloads, kinds, run_at, priorities, unique_keys, queues) =
-            crate::store::create_many_columns(runs);
-        let query = self
-            .route
-            .query(&self.sql.create_many)
-            .bind(&ids)
-            .bind(&delays)
-            .bind(&payloads)
-            .bind(&kinds)
-            .bind(&run_at)
-            .bind(&priorities)
-            .bind(&unique_keys)
-            .bind(&queues);
+        let columns = crate::store::create_many_columns(runs);
+        let query =
+            crate::store::bind_create_many(self.route.query(&self.sql.create_many), &columns);
         let rows = self
             .in_time(async {
                 query.fetch_all(&mut *conn).await.map_err(|e| {

@@ -100,6 +100,8 @@ struct Slot {
     payload: Option<std::sync::Arc<[u8]>>,
     /// Its unique key, if it was created with one.
     unique_key: Option<std::sync::Arc<str>>,
+    /// The trace context it was created under.
+    trace_parent: Option<lease_core::TraceParent>,
 }
 
 /// The store's part of a [`MemoryLeaseStore::fenced_with`] closure: journal entries to append
@@ -255,6 +257,7 @@ impl MemoryLeaseStore {
             keys: HashMap::new(),
             payload: new.payload_shared(),
             unique_key: key,
+            trace_parent: new.trace_parent().cloned(),
         };
         let record = record_with_payload(run, &slot, now);
         self.announce(&slot, now);
@@ -400,6 +403,7 @@ fn record_with_payload(run: &RunId, slot: &Slot, now: StoreTime) -> RunRecord {
         .record(run, now)
         .with_payload(slot.payload.as_deref().map(<[u8]>::to_vec))
         .with_history(slot.run.history.iter().cloned().collect())
+        .with_trace_parent(slot.trace_parent.clone())
 }
 
 /// The lease the slot's holder has, with the run's payload.
@@ -408,6 +412,7 @@ fn lease_of(run: &RunId, slot: &Slot, ttl: Ttl) -> Lease {
         .lease(run, ttl)
         .expect("a claimed or renewed run has a holder and a fence of at least 1")
         .with_payload(slot.payload.clone())
+        .with_trace_parent(slot.trace_parent.clone())
 }
 
 /// Appends one journal entry, with its key if any.

@@ -61,6 +61,7 @@ impl LeaseStore for PostgresLeaseStore {
                     let attempt = count(get(&row, "attempts")?)?;
                     return Ok(leased(run, worker, fence, ttl, expires_at, attempt)?
                         .with_payload(payload(&row)?)
+                        .with_trace_parent(trace_parent(&row)?)
                         .with_kind(kind(&row)?)
                         .with_queue(queue(&row)?)
                         .with_priority(priority(&row)?)
@@ -134,6 +135,7 @@ impl LeaseStore for PostgresLeaseStore {
                 let waited: Option<i64> = get(row, "waited_us")?;
                 Ok(leased(&run, worker, fence, ttl, expires_at, attempt)?
                     .with_payload(payload(row)?)
+                    .with_trace_parent(trace_parent(row)?)
                     .with_kind(kind.clone())
                     .with_queue(queue.clone())
                     .with_priority(priority(row)?)

@@ -114,6 +114,9 @@ pub(crate) fn record(row: &PgRow) -> Result<RunRecord, PgError> {
     if row.try_column("payload").is_ok() {
         record.payload = get(row, "payload")?;
     }
+    if row.try_column("trace_parent").is_ok() {
+        record.trace_parent = trace_parent(row)?;
+    }
     // Every statement that returns a record returns its kind, but an older statement text (a
     // test's own query) may not.
     if row.try_column("kind").is_ok() {
@@ -251,6 +254,14 @@ pub(crate) fn renewed(lease: &Lease, expires_at: StoreTime) -> Result<Lease> {
     .carrying(lease))
 }
 
+/// A row's `trace_parent` column.
+pub(crate) fn trace_parent(row: &PgRow) -> Result<Option<lease_core::TraceParent>, PgError> {
+    get::<Option<String>>(row, "trace_parent")?
+        .map(lease_core::TraceParent::new)
+        .transpose()
+        .map_err(corrupt)
+}
+
 /// A claim row's payload column, shared.
 pub(crate) fn payload(row: &PgRow) -> Result<Option<std::sync::Arc<[u8]>>, PgError> {
     Ok(get::<Option<Vec<u8>>>(row, "payload")?.map(std::sync::Arc::from))
@@ -275,10 +286,11 @@ pub(crate) fn bind_create<'q>(
         .bind(i16::from(new.priority()))
         .bind(new.unique_key())
         .bind(new.queue().as_str())
+        .bind(new.trace_parent().map(lease_core::TraceParent::as_str))
 }
 
 /// The columns `sql/create_many.sql` takes for a batch: ids, start delays, payloads, kinds,
-/// run_at times, priorities, unique keys and queues.
+/// run_at times, priorities, unique keys, queues and trace parents.
 pub(crate) type CreateColumns<'a> = (
     Vec<&'a str>,
     Vec<i64>,
@@ -288,6 +300,7 @@ pub(crate) type CreateColumns<'a> = (
     Vec<i16>,
     Vec<Option<&'a str>>,
     Vec<&'a str>,
+    Vec<Option<&'a str>>,
 );
 
 /// The columns of `runs` for `sql/create_many.sql`.
@@ -301,7 +314,28 @@ pub(crate) fn create_many_columns(runs: &[NewRun]) -> CreateColumns<'_> {
         runs.iter().map(|n| i16::from(n.priority())).collect(),
         runs.iter().map(NewRun::unique_key).collect(),
         runs.iter().map(|n| n.queue().as_str()).collect(),
+        runs.iter()
+            .map(|n| n.trace_parent().map(lease_core::TraceParent::as_str))
+            .collect(),
     )
+}
+
+/// `sql/create_many.sql`'s arguments, bound to `query`.
+pub(crate) fn bind_create_many<'q>(
+    query: Query<'q, Postgres, PgArguments>,
+    columns: &'q CreateColumns<'q>,
+) -> Query<'q, Postgres, PgArguments> {
+    let (ids, delays, payloads, kinds, run_at, priorities, unique_keys, queues, traces) = columns;
+    query
+        .bind(ids)
+        .bind(delays)
+        .bind(payloads)
+        .bind(kinds)
+        .bind(run_at)
+        .bind(priorities)
+        .bind(unique_keys)
+        .bind(queues)
+        .bind(traces)
 }
 
 /// How the run's last wait ended, from a row's `resumed_name`, `resumed_fence`,
