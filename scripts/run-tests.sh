@@ -23,7 +23,7 @@ mkdir -p "$logs"
 # Features of the whole suite: the facade with every backend, typed arguments and cron. The
 # examples are built in the same pass (same features, so nothing is compiled twice), and the
 # custom_backend example's conformance tests with the tests.
-features="distribution/etcd distribution/serde distribution/cron"
+features="distribution/etcd distribution/serde distribution/cron distribution/otel"
 log "cargo test --workspace --features \"$features\" --no-run (and the examples)"
 # shellcheck disable=SC2086
 cargo test --workspace --features "$features" --no-run --lib --bins --tests \
@@ -144,6 +144,8 @@ run_examples() {
   "$bin/redis_fenced_script"
   echo "==> metrics"
   "$bin/metrics"
+  echo "==> traces"
+  "$bin/traces"
   echo "==> approval, on the embedded store and on Postgres"
   LEASE_STORE= "$bin/approval"
   LEASE_STORE="$DATABASE_URL" LEASE_NAMESPACE="example_approval_$$" "$bin/approval"

@@ -39,7 +39,7 @@ pub use lease_core::{
     InvalidInput, JournalEntry, Kind, KindCounts, Lease, LeaseStore, LeaseStoreExt, ListFilter,
     NewRun, Queue, QueueState, Result, Retention, RunCounts, RunId, RunRecord, RunState, RunTimes,
     Signal, SignalExt, SignalKey, SignalName, SignalRefusal, SignalToken, Signalled, StoreTime,
-    Ttl, Wait, WaitEnd, WorkerId, DEFAULT_KIND, DEFAULT_QUEUE, LONGEST_HELD_SCAN,
+    TraceParent, Ttl, Wait, WaitEnd, WorkerId, DEFAULT_KIND, DEFAULT_QUEUE, LONGEST_HELD_SCAN,
     MAX_ATTEMPT_ERROR_BYTES, MAX_BATCH, MAX_BATCH_PAYLOAD_BYTES, MAX_COUNT, MAX_HISTORY,
     MAX_ID_BYTES, MAX_KINDS_COUNTED, MAX_KIND_BYTES, MAX_LIST, MAX_PAYLOAD_BYTES, MAX_PRIORITY,
     MAX_PURGE_AGE, MAX_QUEUES_LISTED, MAX_QUEUE_BYTES, MAX_REASON_BYTES, MAX_RETRY_DELAY,
@@ -47,7 +47,7 @@ pub use lease_core::{
     REBIND_FENCE_STEP,
 };
 pub use lease_runtime::{
-    min_margin, observe, CancelReason, CancellationToken, EndReport, Handler, HandlerFuture,
+    min_margin, observe, trace, CancelReason, CancellationToken, EndReport, Handler, HandlerFuture,
     HeartbeatStats, Heartbeats, InsertExt, InsertOpts, Inserted, Instrumented, JobArgs, KindPolicy,
     Kinds, MemoryLeaseStore, MemoryTransaction, Purger, PurgerReport, RetryPolicy, RunContext,
     RunScope, Schedule, Scheduler, SchedulerReport, ScopeConfig, TickReport, Worker, WorkerConfig,

@@ -50,6 +50,7 @@ mod refresh;
 mod retention;
 mod schedule;
 mod scope;
+pub mod trace;
 mod wake;
 mod wake_listener;
 mod worker;

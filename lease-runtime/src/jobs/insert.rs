@@ -24,6 +24,7 @@ pub struct InsertOpts {
     priority: Option<u8>,
     start: Option<Start>,
     unique_key: Option<String>,
+    trace_parent: Option<lease_core::TraceParent>,
 }
 
 /// When the run becomes claimable.
@@ -92,6 +93,15 @@ impl InsertOpts {
         self
     }
 
+    /// The trace context the run is created under ([`NewRun::with_trace_parent`]): the
+    /// Worker's span for each attempt continues it. Without it, the insert takes the current
+    /// span's when the `otel` feature is on ([`current_trace_parent`](crate::trace::current_trace_parent)),
+    /// and none otherwise.
+    pub fn with_trace_parent(mut self, parent: lease_core::TraceParent) -> InsertOpts {
+        self.trace_parent = Some(parent);
+        self
+    }
+
     /// The id given with [`with_id`](InsertOpts::with_id), if any.
     pub fn id(&self) -> Option<&RunId> {
         self.id.as_ref()
@@ -105,6 +115,7 @@ impl InsertOpts {
             priority: self.priority.or(defaults.priority),
             start: self.start.or(defaults.start),
             unique_key: self.unique_key.or(defaults.unique_key),
+            trace_parent: self.trace_parent.or(defaults.trace_parent),
         }
     }
 
@@ -135,6 +146,13 @@ impl InsertOpts {
         }
         if let Some(key) = opts.unique_key {
             new = new.with_unique_key(key);
+        }
+        // The caller's, else the current span's (with the `otel` feature).
+        if let Some(parent) = opts
+            .trace_parent
+            .or_else(crate::trace::current_trace_parent)
+        {
+            new = new.with_trace_parent(parent);
         }
         new = match opts.start {
             Some(Start::After(delay)) => new.with_delay(delay),

@@ -82,6 +82,13 @@ impl RunContext {
         self.payload.as_deref()
     }
 
+    /// The trace context the run was enqueued under ([`NewRun::with_trace_parent`](lease_core::NewRun::with_trace_parent)),
+    /// which this attempt's `job` span continues (see [`trace`](crate::trace)); `None` for a
+    /// run created without one.
+    pub fn trace_parent(&self) -> Option<lease_core::TraceParent> {
+        self.scope.lease().trace_parent().cloned()
+    }
+
     /// The run's payload read as JSON into `T`: a payments handler starts with
     /// `let charge: Charge = ctx.args()?;`. A run without a payload, or with one that is not
     /// `T`, is an [`ArgsError`], which `?` turns into a failed attempt (retried under the

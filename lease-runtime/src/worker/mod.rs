@@ -494,13 +494,22 @@ impl Worker {
                         continue;
                     }
                 };
+                // OpenTelemetry's messaging attributes for a consumer's `process` span, which
+                // tracing-opentelemetry exports as such; the trace it continues is the one the
+                // run was enqueued in (`trace.rs`).
                 let span = tracing::info_span!(
                     "job",
                     run = %lease.run(),
                     kind = %lease.kind(),
                     fence = lease.fence().get(),
-                    attempt = lease.attempt()
+                    attempt = lease.attempt(),
+                    trace_parent = tracing::field::Empty,
+                    otel.kind = "consumer",
+                    messaging.system = "lease",
+                    messaging.operation.type = "process",
+                    messaging.destination.name = %lease.queue(),
                 );
+                crate::trace::continue_trace(&span, lease.trace_parent());
                 jobs.spawn(
                     job(Job {
                         scope,
