@@ -6,7 +6,7 @@
 //!
 //! | key | value | lifetime |
 //! |---|---|---|
-//! | `r\0{run}` | the run record ([`Rec`]), fence included | never leased; deleted by purge (records an older release left as tombstones are honoured by create) |
+//! | `r\0{run}` | the run record ([`Rec`]), fence included, and the run's trace parent if it has one ([`Rec::trace_parent`]) | never leased; deleted by purge (records an older release left as tombstones are honoured by create) |
 //! | `F\0` | the fence floor: the highest fence of any purged run, in decimal | raised by purge, compared by create: every run starts at it |
 //! | `b\0{run}` | `h` (held) or `d` (delayed) | attached to an etcd lease: gone when it expires |
 //! | `d\0{run}` | empty: the run is delayed (for counts) | on the delay's lease, beside the block |
@@ -18,7 +18,7 @@
 //! | `s\0{state}{run}` | empty: the runs of a state by id (for `list`) | until the state changes |
 //! | `w\0{kind}` | milliseconds until claimable: put by every write that makes a run of the kind claimable, watched by the stores' wake-up listeners | overwritten (one key per kind) |
 
-use lease_core::{AttemptOutcome, Error, RunState};
+use lease_core::{AttemptOutcome, Error, RunState, TraceParent};
 
 use crate::error::BACKEND;
 
@@ -304,6 +304,12 @@ pub(crate) struct Rec {
     pub(crate) renewed: u64,
     /// Its ended attempts, oldest first, at most [`MAX_HISTORY`](lease_core::MAX_HISTORY).
     pub(crate) history: Vec<Tried>,
+    /// The trace context the run was created under
+    /// ([`NewRun::with_trace_parent`](lease_core::NewRun::with_trace_parent)), fixed for its
+    /// life: in the record itself (55 bytes), so that every claim, inspect and purge that
+    /// reads or deletes the record has it, with no key of its own. `None` for a run created
+    /// without one, and for every record written before trace parents were kept.
+    pub(crate) trace_parent: Option<TraceParent>,
 }
 
 /// An ended attempt as stored (see [`lease_core::Attempt`]); times in client microseconds.
@@ -357,6 +363,7 @@ impl Rec {
             claimed: 0,
             renewed: 0,
             history: Vec::new(),
+            trace_parent: None,
         }
     }
 
@@ -394,7 +401,9 @@ impl Rec {
         out.extend_from_slice(&u64::from(self.payload).to_be_bytes());
         // Trailing and optional, so records of the default kind at priority 0 are as before;
         // written whenever the times follow them.
-        let times = self.created | self.claimed | self.renewed != 0 || !self.history.is_empty();
+        let traced = self.trace_parent.is_some();
+        let times =
+            self.created | self.claimed | self.renewed != 0 || !self.history.is_empty() || traced;
         if self.kind.is_some() || self.priority > 0 || times {
             put_text(&mut out, self.kind.as_deref());
         }
@@ -406,8 +415,9 @@ impl Rec {
                 out.extend_from_slice(&n.to_be_bytes());
             }
         }
-        // Trailing and only when there is one: its count (1 to MAX_HISTORY), then each attempt.
-        if !self.history.is_empty() {
+        // Trailing and only when there is one: its count (1 to MAX_HISTORY), then each attempt;
+        // a count of 0 (no attempt) only when a trace parent follows.
+        if !self.history.is_empty() || traced {
             out.push(self.history.len() as u8);
             for t in &self.history {
                 for n in [t.number, t.fence, t.claimed, t.ended] {
@@ -417,6 +427,12 @@ impl Rec {
                 put_text(&mut out, Some(t.outcome.as_str()));
                 put_text(&mut out, t.error.as_deref());
             }
+        }
+        // Trailing and only for a run created with one, so every other record is as before
+        // (and an older release, which knows no count of 0, refuses a record with one rather
+        // than drop it).
+        if let Some(parent) = &self.trace_parent {
+            put_text(&mut out, Some(parent.as_str()));
         }
         out
     }
@@ -479,11 +495,13 @@ impl Rec {
                 *slot = r.u64().ok_or_else(corrupt)?;
             }
         }
-        // Absent when the run has no ended attempt.
+        // Absent when the run has no ended attempt and no trace parent follows (a count of 0:
+        // none, before a trace parent).
         let mut history = Vec::new();
+        let mut trace_parent = None;
         if !r.0.is_empty() {
             let count = usize::from(r.byte().ok_or_else(corrupt)?);
-            if count == 0 || count > lease_core::MAX_HISTORY {
+            if (count == 0 && r.0.is_empty()) || count > lease_core::MAX_HISTORY {
                 return Err(corrupt());
             }
             for _ in 0..count {
@@ -502,6 +520,17 @@ impl Rec {
                     outcome: outcome.parse().map_err(|_| corrupt())?,
                     error: r.text().ok_or_else(corrupt)?,
                 });
+            }
+            // Absent from records of runs created without one, and from those written before
+            // trace parents were kept. One that is not a traceparent is a corrupt record.
+            if !r.0.is_empty() {
+                let text = r.text().ok_or_else(corrupt)?.ok_or_else(corrupt)?;
+                trace_parent = Some(TraceParent::new(&text).map_err(|why| {
+                    Error::backend(
+                        BACKEND,
+                        format!("a run record in etcd has a corrupt trace parent {text:?}: {why}"),
+                    )
+                })?);
             }
         }
         if !r.0.is_empty() {
@@ -527,6 +556,7 @@ impl Rec {
             claimed: times[1],
             renewed: times[2],
             history,
+            trace_parent,
         })
     }
 }
@@ -647,6 +677,55 @@ mod tests {
         for bad in [&b""[..], b"\x02r", b"\x01r\0\0"] {
             assert!(matches!(Rec::decode(bad), Err(Error::Backend { .. })));
         }
+    }
+
+    /// A trace parent is a trailing field, written only for a run created with one: every
+    /// other record's bytes are as before (so a record written before trace parents reads as
+    /// none), one with it round-trips with and without attempts, and a stored text that is not
+    /// a traceparent is a corrupt record, a typed error.
+    #[test]
+    fn a_trace_parent_trails_the_record_and_a_corrupt_one_is_a_typed_error() {
+        let parent =
+            TraceParent::new("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").unwrap();
+        let plain = Rec::fresh(7, 42);
+        let mut traced = plain.clone();
+        traced.trace_parent = Some(parent.clone());
+        let (plain_bytes, traced_bytes) = (plain.encode(), traced.encode());
+        assert_eq!(Rec::decode(&plain_bytes).unwrap().trace_parent, None);
+        // The plain record's bytes, a count of no attempts, then the text.
+        assert!(traced_bytes.starts_with(&plain_bytes));
+        assert_eq!(traced_bytes[plain_bytes.len()], 0);
+        assert_eq!(traced_bytes.len(), plain_bytes.len() + 1 + 4 + 55);
+        assert_eq!(Rec::decode(&traced_bytes).unwrap(), traced);
+        // Without times (as a record before them) and with a kind: the times are written.
+        let mut old = traced.clone();
+        old.created = 0;
+        old.kind = Some("email".into());
+        assert_eq!(Rec::decode(&old.encode()).unwrap(), old);
+        // With attempts, and nothing before the history written for it.
+        traced.history = vec![Tried {
+            number: 1,
+            fence: 8,
+            worker: "w".into(),
+            claimed: 50,
+            ended: 60,
+            outcome: AttemptOutcome::Retried,
+            error: None,
+        }];
+        let decoded = Rec::decode(&traced.encode()).unwrap();
+        assert_eq!(decoded, traced);
+        assert_eq!(decoded.trace_parent, Some(parent));
+        // Not a traceparent (the same length, upper case), or none after the count: corrupt.
+        let mut bad = traced_bytes.clone();
+        let at = bad.len() - 55;
+        bad[at..].make_ascii_uppercase();
+        let err = Rec::decode(&bad).unwrap_err();
+        assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+        assert!(err.to_string().contains("trace parent"), "{err}");
+        let mut none = plain_bytes.clone();
+        none.push(0);
+        none.extend_from_slice(&u32::MAX.to_be_bytes());
+        assert!(matches!(Rec::decode(&none), Err(Error::Backend { .. })));
     }
 
     #[test]

@@ -569,9 +569,9 @@ async fn reads_cut_by_a_leader_change_are_sent_again() {
 }
 
 /// Retention deletes: 300 runs with payloads, journals, idempotency keys, kinds, a failure and
-/// a cancel, all purged, leave at most 30 keys under the prefix (the fence floor, the store's
-/// binding, the kinds' wake keys), none of them a run's; the purged id created again is
-/// claimed above its last fence.
+/// a cancel, and one with a trace parent, all purged, leave at most 30 keys under the prefix
+/// (the fence floor, the store's binding, the kinds' wake keys), none of them a run's, and no
+/// trace parent; the purged id created again is claimed above its last fence.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn purged_runs_leave_no_keys_behind() {
     let Some(mut cluster) = required(
@@ -584,6 +584,37 @@ async fn purged_runs_leave_no_keys_behind() {
     let config = EtcdConfig::new(endpoints(&cluster), "retention").unwrap();
     let store = EtcdLeaseStore::connect(config.clone()).await.unwrap();
     let churned = lease_conformance::churn_and_purge(&store, 300).await;
+    // A run with a trace parent: kept in its record, so it goes with the record.
+    let parent =
+        lease_core::TraceParent::new("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+            .unwrap();
+    let traced = lease_core::NewRun::new(id("traced")).with_trace_parent(parent.clone());
+    store.create_with(&traced).await.unwrap();
+    let everything = |cluster: &mut EtcdCluster| {
+        tokio::task::block_in_place(|| cluster.ctl(&["get", "--prefix", config.prefix()])).unwrap()
+    };
+    assert!(
+        everything(&mut cluster).contains(parent.as_str()),
+        "the trace parent is stored"
+    );
+    let lease = store
+        .claim(
+            &id("traced"),
+            &WorkerId::new("w").unwrap(),
+            Ttl::from_secs(30).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(lease.trace_parent(), Some(&parent));
+    store.complete(&lease).await.unwrap();
+    assert_eq!(
+        store.purge_ids(&[id("traced")]).await.unwrap(),
+        [id("traced")]
+    );
+    assert!(
+        !everything(&mut cluster).contains(parent.as_str()),
+        "the trace parent is purged with its run"
+    );
     let keys = tokio::task::block_in_place(|| {
         cluster.ctl(&["get", "--prefix", config.prefix(), "--keys-only"])
     })

@@ -9,9 +9,10 @@
 -- Returns: {'restored', marker} (nothing written: the namespace was restored and is not
 -- rebound yet); {'none'}; {'refused', state, owner, expiry, fence, now}; {'kind', actual} (nothing
 -- written: send again with the index of the run's actual kind); or {'ok', fence, expiry,
--- attempts, payload, resumed} (every claim counts against the attempt budget; a voluntary end
--- gives it back; the payload: its bytes, or nil for none; resumed: how the run's last wait
--- ended, its resumed field as record.lua writes it, or nil for none)
+-- attempts, payload, resumed, trace parent} (every claim counts against the attempt budget; a
+-- voluntary end gives it back; the payload: its bytes, or nil for none; resumed: how the run's
+-- last wait ended, its resumed field as record.lua writes it, or nil for none; the trace
+-- parent: its text, field 't:' and the id in the payloads hash, or nil for none)
 -- A run suspended waiting for a signal whose deadline has passed is claimable: the claim ends
 -- the wait timed out (record.lua's time_out) and takes the run as a runnable one.
 -- A hot script, run without the common.lua prelude (whose helpers every call would build
@@ -41,7 +42,7 @@ if not wf and (s ~= 'runnable' or (e ~= '' and tonumber(e) > now) or f == '92233
   return { 'refused', s, o, e, f, string.format('%d', now) }
 end
 -- The record's facts (common.lua): its class, or the flag 'd', spares the kinds look-up, the
--- flag 'n' the payload's.
+-- flag 'n' the payload's; without the flag 't' the run has no trace parent.
 local created, facts = string.match(times, '^\1(%d*),%d*,%d*(.*)$')
 local flags = facts and string.match(facts, '^\2(%l*)')
 local kind = facts and string.match(facts, '\3(.*)$')
@@ -84,4 +85,10 @@ local payload = false
 if not (flags and string.find(flags, 'n', 1, true)) then
   payload = redis.call('HGET', KEYS[4], ARGV[1])
 end
-return { 'ok', f, expires, tostring(redis.call('HINCRBY', KEYS[3], ARGV[1], 1)), payload, resumed }
+-- The trace parent: its text if the record is flagged 't', else false (a nil reply) for none.
+local trace = false
+if flags and string.find(flags, 't', 1, true) then
+  trace = redis.call('HGET', KEYS[4], 't:' .. ARGV[1])
+end
+return { 'ok', f, expires, tostring(redis.call('HINCRBY', KEYS[3], ARGV[1], 1)), payload, resumed,
+  trace }

@@ -12,8 +12,8 @@
 -- Returns: {'restored', marker} (nothing written: the namespace was restored and is not
 -- rebound yet), or flat {more, encoded id, fence, expiry, attempts, payload, priority, waited
 -- (µs the run had been claimable: now less its index score), resumed (as claim.lua returns
--- it), encoded id, ...}, the highest
--- priority first, then the longest claimable first (each claim counts against its run's
+-- it), trace parent (common.lua's trace_of: its text, or nil for none), encoded id, ...}, the
+-- highest priority first, then the longest claimable first (each claim counts against its run's
 -- attempt budget), where more is '1' if the examination budget ran out before `max` runs
 -- were claimed or the due entries ran out (call again), else '0'. The payload is common.lua's
 -- payload_of: its bytes, or nil for none. It is read here, in the claim's own atomic step, so
@@ -98,6 +98,7 @@ for priority = MAX_PRIORITY, 0, -1 do
         out[#out + 1] = tostring(priority)
         out[#out + 1] = num(math.max(now - tonumber(members[j + 1]), 0))
         out[#out + 1] = resumed
+        out[#out + 1] = trace_of(KEYS[14], r.id, r.t)
         taken = taken + 1
       else
         budget = budget - 1

@@ -21,7 +21,9 @@
 -- renewed; each empty when unknown or none). Then, in records created since they were kept, the
 -- facts fixed at the run's creation that spare a script a look-up: a byte 2 and the run's
 -- flags, letters: 'd' (of the default class: no field in the kinds hash), 'n' (no payload:
--- no field in the payloads hash) and 'w' (it has waited for a signal: the one flag set after
+-- no field in the payloads hash), 't' (it has a trace parent: a field 't:<id>' in the payloads
+-- hash, the traceparent's 55 bytes; a run without it, as every run created before trace
+-- parents were kept, has none, and none is looked up) and 'w' (it has waited for a signal: the one flag set after
 -- its creation, by its first wait, which gives a record older than its facts the facts 'w'
 -- alone; a run without it has no field in the resumed hash, which record.lua describes);
 -- then, for a run of another class, a byte 3 and its class (as
@@ -100,9 +102,10 @@ local function times_suffix(created, claimed, renewed, facts)
 end
 
 -- The facts of a run created of class `class` ('' for the default) with the payload `marked`
--- ('' for none, else '=' and its bytes).
-local function creation_facts(class, marked)
+-- ('' for none, else '=' and its bytes) and the trace parent `trace` ('' for none).
+local function creation_facts(class, marked, trace)
   local flags = '\2' .. (class == '' and 'd' or '') .. (marked == '' and 'n' or '')
+    .. (trace ~= '' and 't' or '')
   if class ~= '' then
     return flags .. '\3' .. class
   end
@@ -268,6 +271,16 @@ local function payload_of(payloads, id, t)
   return redis.call('HGET', payloads, id)
 end
 
+-- A run's trace parent as a reply element: its text, or false (a nil reply) for none; looked
+-- up only when its record's times suffix `t` has the flag 't' (a record written before trace
+-- parents were kept has none).
+local function trace_of(payloads, id, t)
+  if not flagged(t, 't') then
+    return false
+  end
+  return redis.call('HGET', payloads, 't:' .. id)
+end
+
 -- When a run created at `now` (µs) becomes claimable: after `delay_ms`, and not before
 -- `run_at` (µs since the Unix epoch as a decimal string, '' for none).
 local function not_before(now, delay_ms, run_at)
@@ -283,6 +296,14 @@ end
 local function store_payload(payloads, id, marked)
   if #marked > 0 then
     redis.call('HSET', payloads, id, string.sub(marked, 2))
+  end
+end
+
+-- Stores a created run's trace parent (its text; '' for none) in the payloads hash, field
+-- 't:' and the id (an id is hex: no payload's field starts with 't').
+local function store_trace(payloads, id, trace)
+  if trace ~= '' then
+    redis.call('HSET', payloads, 't:' .. id, trace)
   end
 end
 

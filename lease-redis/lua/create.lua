@@ -9,7 +9,9 @@
 -- payload, '' for none or '=' followed by its bytes; ARGV[4]: run_at, µs since the Unix epoch
 -- ('' for none): claimable from the later of it and the delay's end, on this server's clock;
 -- ARGV[5]: the run's class ('' for the default kind at priority 0), kept in the kinds hash
--- and, with the run's other facts, in its record; ARGV[6]: its unique key ('' for none)
+-- and, with the run's other facts, in its record; ARGV[6]: its unique key ('' for none);
+-- ARGV[7]: its trace parent ('' for none), kept in the payloads hash (field 't:' and the id)
+-- and flagged 't' in its record
 -- Returns: {'exists'} if the run exists; {'held', id} if the live run id holds the unique key;
 -- else {'ok', now, fence, not_before} (fence: the
 -- floor, above every fence a purged run carried, so an id purged and created again never
@@ -40,11 +42,12 @@ if at > now then
 end
 -- The record's expiry field: the instant it is claimable from (common.lua's record format).
 write_run(KEYS[1], { id = ARGV[1], s = 'runnable', f = fence, h = '0', e = num(at), m = member, o = '',
-  t = times_suffix(num(now), '', '', creation_facts(ARGV[5], ARGV[3])) })
+  t = times_suffix(num(now), '', '', creation_facts(ARGV[5], ARGV[3], ARGV[7])) })
 index(KEYS[2], { f = fence, m = member }, at)
 wake(KEYS[2], at, now)
 redis.call('ZADD', KEYS[3], 0, ARGV[1])
 store_payload(KEYS[8], ARGV[1], ARGV[3])
+store_trace(KEYS[8], ARGV[1], ARGV[7])
 if ARGV[5] ~= '' then
   redis.call('HSET', KEYS[9], ARGV[1], ARGV[5])
   redis.call('SADD', KEYS[10], ARGV[5])

@@ -5,10 +5,11 @@
 -- KEYS[9]: kinds hash (id -> kind, for kinds other than the default); KEYS[10]: every kind but
 -- the default (set, for count); KEYS[11]: unique keys (hash: key -> the run that took it last);
 -- KEYS[12]: each keyed run's key (hash); KEYS[12+i]: the claimable index of run i's kind
--- ARGV[6i-5]: encoded id of run i; ARGV[6i-4]: its start delay in ms (0: claimable at once);
--- ARGV[6i-3]: its payload, '' for none or '=' followed by its bytes; ARGV[6i-2]: its run_at in
--- µs since the Unix epoch ('' for none; the later of it and the delay's end holds); ARGV[6i-1]:
--- its kind, '' for the default; ARGV[6i]: its unique key, '' for none
+-- ARGV[7i-6]: encoded id of run i; ARGV[7i-5]: its start delay in ms (0: claimable at once);
+-- ARGV[7i-4]: its payload, '' for none or '=' followed by its bytes; ARGV[7i-3]: its run_at in
+-- µs since the Unix epoch ('' for none; the later of it and the delay's end holds); ARGV[7i-2]:
+-- its kind, '' for the default; ARGV[7i-1]: its unique key, '' for none; ARGV[7i]: its trace
+-- parent, '' for none (kept in the payloads hash, field 't:' and the id; flagged 't')
 -- Returns: one string per run, in order: '1' if created, '0' if it existed (also for the
 -- second copy of an id repeated in the batch), '=' and an encoded id if that live run holds
 -- its unique key (also a run created earlier in the batch)
@@ -23,9 +24,9 @@ local payloads = {}
 local times = {}
 local items = {}
 local taken = {}
-for i = 1, #ARGV / 6 do
-  local id = ARGV[6 * i - 5]
-  local key = ARGV[6 * i]
+for i = 1, #ARGV / 7 do
+  local id = ARGV[7 * i - 6]
+  local key = ARGV[7 * i - 1]
   local holder = nil
   if key ~= '' then
     holder = taken[key] or unique_holder(KEYS[1], KEYS[11], key)
@@ -40,9 +41,9 @@ for i = 1, #ARGV / 6 do
       taken[key] = id
     end
     new[#new + 1] = id
-    delays[#new] = tonumber(ARGV[6 * i - 4])
-    payloads[#new] = ARGV[6 * i - 3]
-    times[#new] = ARGV[6 * i - 2]
+    delays[#new] = tonumber(ARGV[7 * i - 5])
+    payloads[#new] = ARGV[7 * i - 4]
+    times[#new] = ARGV[7 * i - 3]
     items[#new] = i
     out[i] = '1'
   end
@@ -65,17 +66,19 @@ for n, id in ipairs(new) do
   local fence = floor
   -- The record's expiry field: the instant it is claimable from (common.lua's record format).
   write_run(KEYS[1], { id = id, s = 'runnable', f = fence, h = '0', e = num(at), m = member, o = '',
-    t = times_suffix(num(now), '', '', creation_facts(ARGV[6 * items[n] - 1], payloads[n])) })
+    t = times_suffix(num(now), '', '', creation_facts(ARGV[7 * items[n] - 2], payloads[n],
+      ARGV[7 * items[n]])) })
   index(KEYS[12 + items[n]], { f = fence, m = member }, at)
   wake(KEYS[12 + items[n]], at, now)
   redis.call('ZADD', KEYS[3], 0, id)
   store_payload(KEYS[8], id, payloads[n])
-  local key = ARGV[6 * items[n]]
+  store_trace(KEYS[8], id, ARGV[7 * items[n]])
+  local key = ARGV[7 * items[n] - 1]
   if key ~= '' then
     redis.call('HSET', KEYS[11], key, id)
     redis.call('HSET', KEYS[12], id, key)
   end
-  local kind = ARGV[6 * items[n] - 1]
+  local kind = ARGV[7 * items[n] - 2]
   if kind ~= '' then
     redis.call('HSET', KEYS[9], id, kind)
     redis.call('SADD', KEYS[10], kind)

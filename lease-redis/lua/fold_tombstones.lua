@@ -29,7 +29,8 @@ if kind == 'hash' then
   end
 elseif kind == 'string' then
   -- The format marker: a later release's is refused, an earlier one's raised to this one's
-  -- (every earlier format reads as this one: a class without a queue is the default queue's).
+  -- (every earlier format reads as this one: a class without a queue is the default queue's; a
+-- record without the flag 't' has no trace parent).
   local marker = redis.call('GET', KEYS[1])
   local format = tonumber(string.match(marker, '^format (%d+):') or '0')
   if format > tonumber(ARGV[2]) then

@@ -1,7 +1,7 @@
 -- KEYS[1]: runs hash; KEYS[2]: ended runs (zset); KEYS[3]: all run ids (zset); KEYS[4]: the
 -- fence floor (string: the highest fence of any purged run); KEYS[5]: failures hash; KEYS[6]:
 -- claimable index (zset); KEYS[7]: attempts hash; KEYS[8]: cancelled runs (set); KEYS[9]: payloads
--- hash; KEYS[10]: kinds hash; KEYS[11]: history hash; KEYS[12]: unique keys (hash: key -> the
+-- hash (the run's payload, field id, and trace parent, field 't:' and the id); KEYS[10]: kinds hash; KEYS[11]: history hash; KEYS[12]: unique keys (hash: key -> the
 -- run that took it last); KEYS[13]: each keyed run's key (hash); KEYS[14]: the wait hash;
 -- KEYS[15]: the deadlines zset; KEYS[16]: the resumed hash; KEYS[3i+14], KEYS[3i+15],
 -- KEYS[3i+16]: run i's journal, applied appends and idempotency keys
@@ -29,7 +29,7 @@ for i = 2, #ARGV do
     redis.call('HDEL', KEYS[5], id)
     redis.call('HDEL', KEYS[7], id)
     redis.call('SREM', KEYS[8], id)
-    redis.call('HDEL', KEYS[9], id)
+    redis.call('HDEL', KEYS[9], id, 't:' .. id)
     redis.call('HDEL', KEYS[10], id)
     redis.call('HDEL', KEYS[11], id)
     redis.call('HDEL', KEYS[14], id)

@@ -69,7 +69,8 @@ impl RedisLeaseStore {
                 let mut record = self
                     .record(run, &reply)?
                     .with_payload(reply.payload(2 + Reply::RECORD_FIELDS)?.map(|p| p.to_vec()))
-                    .with_history(reply.history(3 + Reply::RECORD_FIELDS)?);
+                    .with_history(reply.history(3 + Reply::RECORD_FIELDS)?)
+                    .with_trace_parent(reply.trace_parent(5 + Reply::RECORD_FIELDS)?);
                 record.resumed = reply.resumed(4 + Reply::RECORD_FIELDS)?;
                 Ok(record)
             }
@@ -109,7 +110,8 @@ impl RedisLeaseStore {
                 } else {
                     let mut record = one
                         .record(run.clone(), 0, now)?
-                        .with_payload(one.payload(Reply::RECORD_FIELDS)?.map(|p| p.to_vec()));
+                        .with_payload(one.payload(Reply::RECORD_FIELDS)?.map(|p| p.to_vec()))
+                        .with_trace_parent(one.trace_parent(Reply::RECORD_FIELDS + 2)?);
                     record.resumed = one.resumed(Reply::RECORD_FIELDS + 1)?;
                     Ok(record)
                 })

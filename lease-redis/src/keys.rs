@@ -5,7 +5,7 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `{lease:ns}:runs` | hash | every run record, field `<id>`: state, fence, heartbeats, expiry, index member, owner, times, and the facts fixed at creation (flags: default class, no payload, has waited for a signal; else the class) that spare the hot scripts a look-up (`lua/common.lua` has the format) |
+//! | `{lease:ns}:runs` | hash | every run record, field `<id>`: state, fence, heartbeats, expiry, index member, owner, times, and the facts fixed at creation (flags: default class, no payload, has a trace parent, has waited for a signal; else the class) that spare the hot scripts a look-up (`lua/common.lua` has the format) |
 //! | `{lease:ns}:j:<id>` | list | the run's journal, one entry per element |
 //! | `{lease:ns}:claimable` | zset | runnable runs of the default kind scored by the instant (µs) they become claimable |
 //! | `{lease:ns}:claimable:<kind>` | zset | the same for the runs of another [kind](lease_core::Kind), its name hex-encoded |
@@ -26,7 +26,7 @@
 //! | `{lease:ns}:resumed` | hash | how a run's last wait ended, until it waits again: `<id>` → `S:fence:at:name`, byte 31 and the signal's payload, or `T:fence:deadline:name` for a timeout; read by the claims (for the lease's [`resumed`](lease_core::Lease::resumed)), inspect and signals, removed by purge |
 //! | `{lease:ns}:floor` | string | the fence floor: the highest fence of any purged run; every run is created at it, so an id purged and created again never reuses a fence, and a purge deletes everything else of the run |
 //! | `{lease:ns}:tomb` | string | the format marker, `format <N>: …` ([`FORMAT`]): a later format is refused at connect, an earlier one raised; an older release kept a hash of purged runs' fences here; connecting folds such a hash into the floor and leaves this string, on which that release's create and purge fail (WRONGTYPE) |
-//! | `{lease:ns}:payload` | hash | runs' payloads: `<id>` → the bytes it was created with ([`NewRun::with_payload`](lease_core::NewRun::with_payload)); written by create, read by claims and inspect, removed by purge |
+//! | `{lease:ns}:payload` | hash | runs' payloads: `<id>` → the bytes it was created with ([`NewRun::with_payload`](lease_core::NewRun::with_payload)); and their trace parents: `t:<id>` → the `traceparent` it was created under ([`NewRun::with_trace_parent`](lease_core::NewRun::with_trace_parent)), only for a run whose record has the flag `t`; written by create, read by claims and inspect, removed by purge |
 //! | `{lease:ns}:failed` | hash | failed runs' reasons: `<id>` → the reason its last holder gave ([`End::Fail`](lease_core::End::Fail)) |
 //! | `{lease:ns}:attempts` | hash | the attempt budget's counters: `<id>` → claims since create or resume less voluntary ends ([`RunRecord::attempts`](lease_core::RunRecord::attempts)); no field reads 0 |
 //! | `{lease:ns}:hist` | hash | the runs' attempt histories ([`RunRecord::history`](lease_core::RunRecord::history)): `<id>` → its last ended attempts; written by ends, force-release, cancel and the claim that takes over an expired lease (a fenced end, single or in `end_many`, adds its call id as an eighth field, to answer its resend), removed by purge |
@@ -51,15 +51,18 @@ use crate::error::RedisError;
 /// marker ([`Keys::tombstones`]): 2 made purged runs raise the fence floor; 3 put the queue in
 /// a run's class; 4 added waits for signals (`:wait`, `:deadlines`, `:resumed`, a waiting run's
 /// member in the claimable index, the record's flag `w`), which an earlier release would
-/// misread (it drops a waiting run's index entry, and never times its wait out). A namespace
-/// at a later format is refused at connect; one at an earlier format is read as this one (a
-/// class without a queue is the default queue's; no run waits) and its marker raised.
-pub(crate) const FORMAT: u32 = 4;
+/// misread (it drops a waiting run's index entry, and never times its wait out); 5 added
+/// runs' trace parents (`t:<id>` in `:payload`, the record's flag `t`), which an earlier
+/// release would drop (its leases and records carry none) and leave behind at purge. A
+/// namespace at a later format is refused at connect; one at an earlier format is read as this
+/// one (a class without a queue is the default queue's; no run waits; no run has a trace
+/// parent, its record having no flag `t`) and its marker raised.
+pub(crate) const FORMAT: u32 = 5;
 
 /// The marker's text for [`FORMAT`].
 pub(crate) const FORMAT_MARKER: &str =
-    "format 4: purged runs raise the fence floor (:floor); no tombstones; queues in the class; \
-     waits for signals (:wait, :deadlines, :resumed)";
+    "format 5: purged runs raise the fence floor (:floor); no tombstones; queues in the class; \
+     waits for signals (:wait, :deadlines, :resumed); trace parents (t:<id> in :payload)";
 
 /// The longest namespace accepted, in bytes.
 pub const MAX_NAMESPACE_BYTES: usize = 64;
@@ -336,7 +339,8 @@ impl Keys {
     }
 
     /// Runs' payloads (hash: encoded id → the bytes it was created with; no field for a run
-    /// created without one).
+    /// created without one), and their trace parents (`t:` and the encoded id → the
+    /// `traceparent`; no field for a run created without one).
     pub(crate) fn payloads(&self) -> String {
         format!("{}:payload", self.tag)
     }

@@ -3,7 +3,9 @@
 use std::str::FromStr;
 use std::sync::Arc;
 
-use lease_core::{Attempt, Fence, RunId, RunRecord, RunState, RunTimes, StoreTime, WorkerId};
+use lease_core::{
+    Attempt, Fence, RunId, RunRecord, RunState, RunTimes, StoreTime, TraceParent, WorkerId,
+};
 use redis::Value;
 
 use crate::error::RedisError;
@@ -82,6 +84,24 @@ impl Reply {
             Some(Value::BulkString(bytes)) => Ok(Some(Arc::from(bytes.as_slice()))),
             other => Err(self.bad(format!("element {i}: expected a payload, got {other:?}"))),
         }
+    }
+
+    /// A trace parent element as common.lua's `trace_of` writes it: a version-00
+    /// `traceparent`, or nil for none. A stored text that is not one is a corrupt record.
+    pub(crate) fn trace_parent(&self, i: usize) -> Result<Option<TraceParent>, RedisError> {
+        let Some(bytes) = self.payload(i)? else {
+            return Ok(None);
+        };
+        std::str::from_utf8(&bytes)
+            .ok()
+            .and_then(|text| TraceParent::new(text).ok())
+            .map(Some)
+            .ok_or_else(|| {
+                self.bad(format!(
+                    "element {i}: not a trace parent: {:?}",
+                    String::from_utf8_lossy(&bytes)
+                ))
+            })
     }
 
     pub(crate) fn state(&self, i: usize) -> Result<RunState, RedisError> {

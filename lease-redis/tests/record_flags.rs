@@ -540,3 +540,128 @@ async fn a_wait_flags_the_record_and_only_a_flagged_claim_reads_its_end() {
         assert_eq!(flags(&record(&mut conn, &ns, id).await), Some(after));
     }
 }
+
+/// A run's trace parent is kept in the payloads hash, field `t:<id>`, and flagged `t` in its
+/// record: a run created without one has neither, and nothing is looked up for it; a record
+/// without the flag (as every record created before trace parents were kept) reads as none
+/// even beside a stray field; a stored text that is not a traceparent is reported as an
+/// unexpected reply (a corrupt record), not a panic; and purge removes the field with the run.
+#[tokio::test]
+async fn a_trace_parent_is_kept_flagged_beside_the_payload_and_purged_with_its_run() {
+    let Some(server) = server() else { return };
+    let ns = unique_namespace("trace");
+    let store = connect(&server.url(), &ns).await;
+    let mut conn = raw(&server.url()).await;
+    let payloads = format!("{{lease:{ns}}}:payload");
+    let parent =
+        lease_core::TraceParent::new("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+            .unwrap();
+    store
+        .create_with(&NewRun::new(run("traced")).with_trace_parent(parent.clone()))
+        .await
+        .unwrap();
+    for created in store
+        .create_many_with(&[
+            NewRun::new(run("both"))
+                .with_payload(b"p".to_vec())
+                .with_trace_parent(parent.clone()),
+            NewRun::new(run("plain")),
+        ])
+        .await
+        .unwrap()
+    {
+        created.unwrap();
+    }
+    let field = |id: &str| format!("t:{}", hex(id));
+    let stored = |conn: &mut MultiplexedConnection, id: &str| {
+        let (mut conn, payloads, field) = (conn.clone(), payloads.clone(), field(id));
+        async move {
+            redis::cmd("HGET")
+                .arg(&payloads)
+                .arg(&field)
+                .query_async::<Option<String>>(&mut conn)
+                .await
+                .unwrap()
+        }
+    };
+    for (id, want_flags, want) in [
+        ("traced", "dnt", Some(parent.as_str())),
+        ("both", "dt", Some(parent.as_str())),
+        ("plain", "dn", None),
+    ] {
+        assert_eq!(
+            flags(&record(&mut conn, &ns, id).await),
+            Some(want_flags),
+            "{id}"
+        );
+        assert_eq!(stored(&mut conn, id).await.as_deref(), want, "{id}");
+    }
+
+    // An older record: no flag 't', whatever the hash holds.
+    let _: () = redis::cmd("HSET")
+        .arg(&payloads)
+        .arg(field("plain"))
+        .arg(parent.as_str())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.inspect(&run("plain")).await.unwrap().trace_parent,
+        None
+    );
+    let _: () = redis::cmd("HDEL")
+        .arg(&payloads)
+        .arg(field("plain"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+
+    // A corrupt stored value: refused as a reply this adapter does not understand.
+    let _: () = redis::cmd("HSET")
+        .arg(&payloads)
+        .arg(field("traced"))
+        .arg("00-not-a-trace-parent")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let err = store.inspect(&run("traced")).await.unwrap_err();
+    assert!(err.to_string().contains("not a trace parent"), "{err:?}");
+    let many = store.inspect_many(&[run("traced")]).await;
+    assert!(
+        many.as_ref()
+            .is_err_and(|err| err.to_string().contains("not a trace parent")),
+        "{many:?}"
+    );
+    let _: () = redis::cmd("HSET")
+        .arg(&payloads)
+        .arg(field("traced"))
+        .arg(parent.as_str())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+
+    // Ended and purged: the trace parents go with the runs.
+    let leases = store.claim_next(&worker(), ttl(), 10).await.unwrap();
+    assert_eq!(leases.len(), 3, "{leases:?}");
+    for lease in &leases {
+        let want = (lease.run().as_str() != "plain").then_some(&parent);
+        assert_eq!(lease.trace_parent(), want, "{}", lease.run());
+        store.complete(lease).await.unwrap();
+    }
+    let mut purged = store.purge(Duration::ZERO, 10).await.unwrap();
+    purged.sort();
+    assert_eq!(purged, [run("both"), run("plain"), run("traced")]);
+    for id in ["traced", "both", "plain"] {
+        assert_eq!(
+            stored(&mut conn, id).await,
+            None,
+            "{id}'s trace parent purged"
+        );
+    }
+    let left: u64 = redis::cmd("HLEN")
+        .arg(&payloads)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "nothing of the runs left in the payloads hash");
+}

@@ -128,10 +128,11 @@ async fn an_older_releases_tombstones_are_folded_into_the_floor() {
     assert_eq!(again, "41");
 }
 
-/// The format marker names the namespace's format: a later release's (format 5 and up) is
+/// The format marker names the namespace's format: a later release's (format 6 and up) is
 /// refused at connect, naming it, with nothing written; an earlier one's (format 2, before
-/// queues were in the class; format 3, before waits for signals) is read as this one and
-/// raised, its runs claimed from the default queue.
+/// queues were in the class; format 3, before waits for signals; format 4, before trace
+/// parents) is read as this one and raised, its runs claimed from the default queue, without
+/// a trace parent.
 #[tokio::test]
 async fn a_newer_format_is_refused_and_an_older_one_raised() {
     let Some(server) = server() else { return };
@@ -151,9 +152,9 @@ async fn a_newer_format_is_refused_and_an_older_one_raised() {
                 .unwrap()
         }
     };
-    assert!(marker(&mut conn).await.starts_with("format 4: "));
+    assert!(marker(&mut conn).await.starts_with("format 5: "));
 
-    let later = "format 5: a later release's records";
+    let later = "format 6: a later release's records";
     let _: () = redis::cmd("SET")
         .arg(&tomb)
         .arg(later)
@@ -164,7 +165,7 @@ async fn a_newer_format_is_refused_and_an_older_one_raised() {
     let text = err.to_string();
     assert!(
         matches!(err, lease_core::Error::Misconfigured { .. })
-            && text.contains("newer than this release's format 4")
+            && text.contains("newer than this release's format 5")
             && text.contains(later)
             && text.contains(&ns),
         "{text}"
@@ -175,6 +176,8 @@ async fn a_newer_format_is_refused_and_an_older_one_raised() {
     for earlier in [
         "format 2: purged runs raise the fence floor (:floor); no tombstones",
         "format 3: purged runs raise the fence floor (:floor); no tombstones; queues in the class",
+        "format 4: purged runs raise the fence floor (:floor); no tombstones; queues in the class; \
+         waits for signals (:wait, :deadlines, :resumed)",
     ] {
         let _: () = redis::cmd("SET")
             .arg(&tomb)
@@ -184,7 +187,7 @@ async fn a_newer_format_is_refused_and_an_older_one_raised() {
             .unwrap();
         store = Some(connect(&server.url(), &ns).await.unwrap());
         assert!(
-            marker(&mut conn).await.starts_with("format 4: "),
+            marker(&mut conn).await.starts_with("format 5: "),
             "{earlier:?} raised"
         );
     }
@@ -201,6 +204,7 @@ async fn a_newer_format_is_refused_and_an_older_one_raised() {
         .unwrap();
     assert_eq!(leases.len(), 1);
     assert_eq!(leases[0].run().as_str(), "before");
+    assert_eq!(leases[0].trace_parent(), None);
 }
 
 /// A purge of completed runs behind more failed runs than one script call looks at (2,000)

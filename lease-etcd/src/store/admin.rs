@@ -124,6 +124,8 @@ impl EtcdLeaseStore {
                     rec.kind = Some(unique[i].kind().as_str().to_owned());
                 }
                 rec.priority = unique[i].priority();
+                // In the record itself, written by this create's transaction.
+                rec.trace_parent = unique[i].trace_parent().cloned();
                 let payload = unique[i].payload();
                 if let Some(bytes) = payload {
                     rec.payload = true;

@@ -76,6 +76,9 @@ impl EtcdLeaseStore {
         )?
         .with_attempt(new.attempts)
         .with_payload(payload)
+        // Read with the record this claim compares unchanged: the trace parent of the life it
+        // claims.
+        .with_trace_parent(rec.trace_parent.clone())
         .with_kind(match &rec.kind {
             Some(kind) => Kind::new(kind)?,
             None => Kind::default(),
@@ -137,7 +140,8 @@ impl EtcdLeaseStore {
                 StoreTime::from_micros(new.expires_at),
             )?
             .with_attempt(lease.attempt())
-            .carrying(lease);
+            .carrying(lease)
+            .with_trace_parent(lease.trace_parent().cloned());
             Ok(self.plan(
                 run.as_str(),
                 seen,

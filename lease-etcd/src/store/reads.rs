@@ -84,7 +84,8 @@ impl EtcdLeaseStore {
         )
         .with_heartbeats(rec.heartbeats)
         .with_failure(rec.failure.clone())
-        .with_attempts(rec.attempts);
+        .with_attempts(rec.attempts)
+        .with_trace_parent(rec.trace_parent.clone());
         if let Some(kind) = &rec.kind {
             record = record.with_kind(Kind::new(kind)?);
         }

@@ -29,7 +29,8 @@ impl LeaseStore for RedisLeaseStore {
             .arg(marked(new))
             .arg(run_at_arg(new))
             .arg(Class::of_new(new).arg())
-            .arg(new.unique_key().unwrap_or(""));
+            .arg(new.unique_key().unwrap_or(""))
+            .arg(trace_arg(new));
         let (reply, ack) = self.write("create", &call).await?;
         match reply.status()? {
             "ok" => {
@@ -41,6 +42,7 @@ impl LeaseStore for RedisLeaseStore {
                         .with_not_before(delay_end)
                         .with_claimable_since(delay_end.is_none().then_some(now))
                         .with_payload(new.payload().map(<[u8]>::to_vec))
+                        .with_trace_parent(new.trace_parent().cloned())
                         .with_kind(new.kind().clone())
                         .with_queue(new.queue().clone())
                         .with_priority(new.priority())
@@ -95,6 +97,7 @@ impl LeaseStore for RedisLeaseStore {
                     .lease(run.clone(), worker, ttl, &reply, 1)?
                     .with_payload(reply.payload(4)?)
                     .with_resumed(reply.resumed(5)?)
+                    .with_trace_parent(reply.trace_parent(6)?)
                     .with_kind(kind.kind)
                     .with_queue(kind.queue)
                     .with_priority(kind.priority);
@@ -198,17 +201,17 @@ impl LeaseStore for RedisLeaseStore {
             if reply.len() == 2 && reply.status()? == "restored" {
                 return Err(self.restored(&reply));
             }
-            if reply.len() % 8 != 1 {
+            if reply.len() % 9 != 1 {
                 return Err(reply
                     .bad(
                         "expected a flag, then groups of id, fence, expiry, attempts, payload, \
-                         priority, waited, resumed",
+                         priority, waited, resumed, trace parent",
                     )
                     .into());
             }
             let more = reply.str(0)? == "1";
             let claimed = (1..reply.len())
-                .step_by(8)
+                .step_by(9)
                 .map(|i| {
                     let run = keys::decode(reply.str(i)?)?;
                     let priority: u8 = reply.parse(i + 5)?;
@@ -220,9 +223,11 @@ impl LeaseStore for RedisLeaseStore {
                         .with_priority(priority)
                         .with_waited(Some(waited))
                         .with_resumed(reply.resumed(i + 7)?);
-                    // Read by the script that claimed the run: the payload of the life it
-                    // claimed.
-                    Ok(lease.with_payload(reply.payload(i + 4)?))
+                    // Read by the script that claimed the run: the payload and trace parent of
+                    // the life it claimed.
+                    Ok(lease
+                        .with_payload(reply.payload(i + 4)?)
+                        .with_trace_parent(reply.trace_parent(i + 8)?))
                 })
                 .collect::<Result<Vec<Lease>>>()?;
             if !claimed.is_empty() {
@@ -279,7 +284,12 @@ impl LeaseStore for RedisLeaseStore {
                     lease.ttl(),
                     one.time(1)?,
                 )
-                .map(|renewed| renewed.with_attempt(lease.attempt()).carrying(lease))
+                .map(|renewed| {
+                    renewed
+                        .with_attempt(lease.attempt())
+                        .carrying(lease)
+                        .with_trace_parent(lease.trace_parent().cloned())
+                })
                 .map_err(Error::from)
             })
             .collect();
@@ -492,7 +502,8 @@ impl LeaseStore for RedisLeaseStore {
                 .arg(marked(new))
                 .arg(run_at_arg(new))
                 .arg(Class::of_new(new).arg())
-                .arg(new.unique_key().unwrap_or(""));
+                .arg(new.unique_key().unwrap_or(""))
+                .arg(trace_arg(new));
         }
         let (reply, ack) = self.write("create_many", &call).await?;
         if reply.len() != runs.len() {
@@ -665,6 +676,12 @@ fn journal_entry(reply: &Reply, i: usize, seq: u64) -> Result<JournalEntry> {
 fn run_at_arg(new: &NewRun) -> String {
     new.run_at_micros()
         .map_or_else(String::new, |us| us.to_string())
+}
+
+/// A create's trace parent argument: its text, or '' for none.
+fn trace_arg(new: &NewRun) -> &str {
+    new.trace_parent()
+        .map_or("", lease_core::TraceParent::as_str)
 }
 
 fn marked(new: &NewRun) -> Vec<u8> {
