@@ -453,6 +453,36 @@ fn describe(v: &Value) -> String {
     }
 }
 
+/// Where the raw path connects for a store URL: the same server, and behind a transaction
+/// pooler (`pooler=transaction`) its direct address (`listen_url=`, required then): the raw
+/// statements are the baseline on the server itself, and keep their prepared statements, which
+/// the pooler would not.
+fn raw_postgres_url(url: &str) -> Result<String, BenchError> {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let param = |name: &str| {
+        query
+            .split('&')
+            .find_map(|p| p.strip_prefix(name).and_then(|v| v.strip_prefix('=')))
+    };
+    if param("pooler") != Some("transaction") {
+        return Ok(url.to_owned());
+    }
+    let direct = param("listen_url").ok_or_else(|| {
+        BenchError::setup(
+            "behind pooler=transaction the bench needs listen_url=postgres://HOST:PORT, the \
+             server's direct address, for its raw path",
+        )
+    })?;
+    let rest = base.split_once("://").map_or(base, |(_, r)| r);
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let userinfo = authority.rfind('@').map_or("", |at| &authority[..=at]);
+    let target = direct.split_once("://").map_or(direct, |(_, r)| r);
+    let (host, own_path) = target.split_at(target.find('/').unwrap_or(target.len()));
+    let path = if own_path.is_empty() { path } else { own_path };
+    eprintln!("bench: the raw path connects to {host} directly, not through the pooler");
+    Ok(format!("postgres://{userinfo}{host}{path}"))
+}
+
 /// The servers to run against: the configured store, or private fixture servers.
 async fn targets(
     config: &Config,
@@ -469,7 +499,7 @@ async fn targets(
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         out.push(Target {
             kind: Kind::Postgres,
-            raw: RawConn::postgres(&url, pool).await?,
+            raw: RawConn::postgres(&raw_postgres_url(&url)?, pool).await?,
             url,
             pool,
             prefix,

@@ -361,6 +361,9 @@ impl Raw {
                         .bind(vec![false; n])
                         .bind(vec!["completed"; n])
                         .bind(vec![None::<&str>; n])
+                        // No wait (the signals' $10 and $11): a completion.
+                        .bind(vec![None::<&str>; n])
+                        .bind(vec![None::<i64>; n])
                         .fetch_all(pool)
                         .await?;
                     if rows.len() != n {
@@ -462,11 +465,16 @@ impl Raw {
             Raw::Pg { pool, sql, .. } => {
                 let runs: Vec<&str> = leases.iter().map(|l| l.0).collect();
                 let fences: Vec<i64> = leases.iter().map(|l| l.1 as i64).collect();
-                let ttls: Vec<i64> = leases.iter().map(|l| l.2 as i64).collect();
+                // One TTL for the statement, as the adapter sends it (the leases of a batch
+                // share their TTL).
+                let ttl = leases.first().map_or(0, |l| l.2 as i64);
+                if leases.iter().any(|l| l.2 as i64 != ttl) {
+                    return Err(BenchError::setup("renew_many takes leases of one TTL"));
+                }
                 let rows = sqlx::query(&sql.renew_many)
                     .bind(&runs)
                     .bind(&fences)
-                    .bind(&ttls)
+                    .bind(ttl)
                     .fetch_all(pool)
                     .await?;
                 if rows.len() != leases.len() {
