@@ -45,6 +45,17 @@ pub(crate) fn run_page(r: &RunRecord, journal: &[JournalEntry], token: Option<&s
             ));
         }
     }
+    if let Some(parent) = &r.trace_parent {
+        // The trace the run was enqueued in: its id is what a tracing backend searches by.
+        rows.push((
+            "trace",
+            format!(
+                "<code class=\"trace\" title=\"traceparent {}\">{}</code>",
+                esc(parent.as_str()),
+                esc(parent.trace_id())
+            ),
+        ));
+    }
     if let Some(d) = r.held_for() {
         rows.push((
             "held for",

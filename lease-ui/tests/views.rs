@@ -399,3 +399,28 @@ async fn every_view_links_every_other_under_a_nest_prefix() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_runs_page_shows_the_trace_it_was_enqueued_in() {
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+    let parent =
+        lease_core::TraceParent::new("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+            .unwrap();
+    store
+        .create_with(&NewRun::new(id("traced")).with_trace_parent(parent))
+        .await
+        .unwrap();
+    store.create(&id("untraced")).await.unwrap();
+    let app = lease_ui::router(store, lease_ui::Options::default());
+    let port = serve(app).await;
+    let page = get(port, "/runs/traced").await;
+    assert!(
+        row_of(&page, "trace").contains("4bf92f3577b34da6a3ce929d0e0e4736"),
+        "the trace id is shown: {page}"
+    );
+    let page = get(port, "/runs/untraced").await;
+    assert!(
+        !page.contains(">trace<"),
+        "no trace row without one: {page}"
+    );
+}
