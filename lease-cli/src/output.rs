@@ -70,6 +70,8 @@ pub(crate) struct RecordView {
     /// How the run's last wait ended: `signalled` or `timed_out` (null: it never waited, it
     /// waits, or the command does not read it: `list`).
     resumed: Option<&'static str>,
+    /// The W3C traceparent the run was enqueued under (null: none, or not read: `list`).
+    trace_parent: Option<String>,
     /// The store's clock when read, microseconds.
     observed_at_us: u64,
 }
@@ -118,6 +120,7 @@ impl From<&RunRecord> for RecordView {
                 .and_then(|w| w.deadline)
                 .map(|t| t.as_micros()),
             wait_fence: r.wait.as_ref().map(|w| w.fence.get()),
+            trace_parent: r.trace_parent.as_ref().map(|p| p.to_string()),
             resumed: r.resumed.as_ref().map(|e| match e.signal() {
                 Some(_) => "signalled",
                 None => "timed_out",
@@ -213,6 +216,13 @@ fn kind_line(out: &mut impl Write, record: &RunRecord) -> io::Result<()> {
     }
     if record.priority > 0 {
         writeln!(out, "priority: {}", record.priority)?;
+    }
+    if let Some(parent) = &record.trace_parent {
+        writeln!(
+            out,
+            "enqueued in trace {} (traceparent {parent})",
+            parent.trace_id()
+        )?;
     }
     if let Some(wait) = &record.wait {
         let until = match wait.deadline {
@@ -550,6 +560,28 @@ mod tests {
             let v: serde_json::Value = serde_json::from_str(line).unwrap();
             assert!(v["run"].as_str().unwrap().starts_with("run-"), "{line}");
         }
+    }
+
+    #[test]
+    fn a_records_trace_parent_prints_in_json_and_under_its_table() {
+        let parent = distribution::TraceParent::new(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        )
+        .unwrap();
+        let record = records(1, 1)
+            .remove(0)
+            .with_trace_parent(Some(parent.clone()));
+        let json = serde_json::to_value(RecordView::from(&record)).unwrap();
+        assert_eq!(json["trace_parent"], parent.as_str());
+        let mut out = Vec::new();
+        kind_line(&mut out, &record).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains("enqueued in trace 4bf92f3577b34da6a3ce929d0e0e4736"),
+            "{text}"
+        );
+        let untraced = serde_json::to_value(RecordView::from(&records(1, 1)[0])).unwrap();
+        assert_eq!(untraced["trace_parent"], serde_json::Value::Null);
     }
 
     #[test]
