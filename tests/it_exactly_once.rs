@@ -32,8 +32,10 @@ use distribution::{
     WorkerConfig, WorkerId,
 };
 use lease_conformance::fixtures::{
-    unavailable, unique_namespace, PgBouncer, PostgresServer, RedisServer, PGBOUNCER_HINT,
+    required, unavailable, unique_namespace, PgBouncer, PostgresServer, RedisServer, PGBOUNCER_HINT,
 };
+
+const PG_HINT: &str = "install postgresql (bash scripts/test.sh does it)";
 
 /// Runs each schedule starts with; more are added while fewer than [`MIN_KILLS`] kills ran.
 const RUNS: usize = 200;
@@ -504,16 +506,8 @@ async fn both_modes(backend: Backend, url: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_once_on_postgres_under_200_kills() {
-    let server = match PostgresServer::start() {
-        Ok(server) => server,
-        Err(why) => {
-            return unavailable::<()>(
-                "postgres",
-                why,
-                "install postgresql (bash scripts/test.sh does it)",
-            )
-            .unwrap_or(())
-        }
+    let Some(server) = required("postgres", PostgresServer::start(), PG_HINT) else {
+        return;
     };
     both_modes(Backend::Postgres, &server.url()).await;
 }
@@ -523,20 +517,15 @@ async fn exactly_once_on_postgres_under_200_kills() {
 /// commits nothing, and none of its settings or statements reaches another worker's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_once_on_postgres_through_pgbouncer_under_200_kills() {
-    let server = match PostgresServer::start() {
-        Ok(server) => server,
-        Err(why) => {
-            return unavailable::<()>(
-                "postgres",
-                why,
-                "install postgresql (bash scripts/test.sh does it)",
-            )
-            .unwrap_or(())
-        }
+    let Some(server) = required("postgres", PostgresServer::start(), PG_HINT) else {
+        return;
     };
-    let bouncer = match PgBouncer::start(&server.url(), 10) {
-        Ok(bouncer) => bouncer,
-        Err(why) => return unavailable::<()>("pgbouncer", why, PGBOUNCER_HINT).unwrap_or(()),
+    let Some(bouncer) = required(
+        "pgbouncer",
+        PgBouncer::start(&server.url(), 10),
+        PGBOUNCER_HINT,
+    ) else {
+        return;
     };
     let mut rng = Rng::seeded();
     let seed = rng.0;

@@ -58,7 +58,6 @@ pub use lag_scenarios::*;
 pub use life_scenarios::*;
 pub use machine_scenarios::*;
 pub use payload_scenarios::*;
-pub use trace_scenarios::*;
 pub use priority_scenarios::*;
 pub use queue_scenarios::*;
 pub use request_scenarios::*;
@@ -72,6 +71,7 @@ pub use storage_scenarios::{
     a_churned_id_comes_back_above_its_fence, churn_and_purge, churn_in_batches, Churned,
 };
 pub use time_scenarios::*;
+pub use trace_scenarios::*;
 pub use unique_scenarios::*;
 pub use wake_scenarios::*;
 pub use worker_scenarios::*;

@@ -50,10 +50,17 @@ pub async fn a_runs_trace_parent_goes_from_its_create_to_every_claim(factory: &d
     for ((id, want), record) in expected.iter().zip(store.inspect_many(&ids).await.unwrap()) {
         assert_eq!(&record.unwrap().trace_parent, want, "inspect_many of {id}");
     }
-    let lease = store.claim(&run("traced"), &worker("w"), ttl).await.unwrap();
+    let lease = store
+        .claim(&run("traced"), &worker("w"), ttl)
+        .await
+        .unwrap();
     assert_eq!(lease.trace_parent(), Some(&parent(1)), "claim");
     let renewed = store.renew(&lease).await.unwrap();
-    assert_eq!(renewed.trace_parent(), Some(&parent(1)), "the renewed lease");
+    assert_eq!(
+        renewed.trace_parent(),
+        Some(&parent(1)),
+        "the renewed lease"
+    );
     let mut claimed = store.claim_next(&worker("w"), ttl, 10).await.unwrap();
     claimed.sort_by(|a, b| a.run().as_str().cmp(b.run().as_str()));
     let got: Vec<(String, Option<TraceParent>)> = claimed

@@ -139,19 +139,27 @@ pub(crate) async fn act(
         "release" => ui.store.force_release(&id).await.map(|_| "force-released"),
         _ => return refused(StatusCode::NOT_FOUND, "No such action."),
     };
+    let back = format!("{}/runs/{}", base.0, html::segment(&run));
+    answer(&ui, &base, (&peer, &target, &action), done, &back)
+}
+
+/// An action's answer: audited either way, then a redirect to `back` when the store did it, or
+/// the store's refusal.
+fn answer(
+    ui: &Shared,
+    base: &Base,
+    (peer, target, action): (&str, &str, &str),
+    done: Result<&str, Error>,
+    back: &str,
+) -> Response {
     match done {
         Ok(what) => {
-            audit(&peer, &target, &action, what);
-            Redirect::to(&format!("{}/runs/{}", base.0, html::segment(&run))).into_response()
+            audit(peer, target, action, what);
+            Redirect::to(back).into_response()
         }
         Err(e) => {
-            audit(
-                &peer,
-                &target,
-                &action,
-                &format!("refused by the store: {e}"),
-            );
-            store_error(&ui, &base, &e)
+            audit(peer, target, action, &format!("refused by the store: {e}"));
+            store_error(ui, base, &e)
         }
     }
 }
@@ -185,21 +193,8 @@ pub(crate) async fn queue_act(
         "resume" => ui.store.resume_queue(&id).await.map(|_| "resumed"),
         _ => return refused(StatusCode::NOT_FOUND, "No such action."),
     };
-    match done {
-        Ok(what) => {
-            audit(&peer, &target, &action, what);
-            Redirect::to(&format!("{}/queues", base.0)).into_response()
-        }
-        Err(e) => {
-            audit(
-                &peer,
-                &target,
-                &action,
-                &format!("refused by the store: {e}"),
-            );
-            store_error(&ui, &base, &e)
-        }
-    }
+    let back = format!("{}/queues", base.0);
+    answer(&ui, &base, (&peer, &target, &action), done, &back)
 }
 
 #[cfg(test)]
