@@ -694,9 +694,9 @@ async fn without_migrations_nothing_is_created_and_an_unmigrated_schema_is_refus
 
 /// The schema's format version is its newest migration ([`lease_postgres::format_version`]): a
 /// schema a later release migrated is refused by name, with and without migrations, and by
-/// `migrate`, before anything is read or written; a schema at an older format (the signals' and
-/// queues' migrations undone, as a release before them left it) is migrated up, its runs kept,
-/// and they land in the default queue.
+/// `migrate`, before anything is read or written; a schema at an older format (the trace
+/// parents', signals' and queues' migrations undone, as a release before them left it) is
+/// migrated up, its runs kept, and they land in the default queue.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_newer_format_is_refused_and_an_older_one_migrated_up() {
     let Some(url) = postgres_url().await else {
@@ -709,8 +709,8 @@ async fn a_newer_format_is_refused_and_an_older_one_migrated_up() {
     store.create(&id("before")).await.unwrap();
     assert_eq!(
         lease_postgres::format_version(),
-        20261219000000,
-        "the signals' migration"
+        20261220000000,
+        "the trace parents' migration"
     );
     let newer = lease_postgres::format_version() + 1;
     sqlx::query(&format!(
@@ -749,6 +749,8 @@ async fn a_newer_format_is_refused_and_an_older_one_migrated_up() {
     .await
     .unwrap();
     for statement in [
+        format!("ALTER TABLE {schema}.run_payloads DROP COLUMN trace_parent"),
+        format!("ALTER TABLE {schema}.run_payloads ALTER COLUMN payload SET NOT NULL"),
         format!("DROP INDEX {schema}.runs_waits"),
         format!(
             "ALTER TABLE {schema}.runs DROP COLUMN wait_name, DROP COLUMN wait_deadline, \
