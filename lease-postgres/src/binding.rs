@@ -123,8 +123,7 @@ async fn record(conn: &mut PgConnection, sql: &str, here: (i64, i64)) -> Result<
 
 impl Statements {
     fn new(schema: &str) -> Statements {
-        let quoted = format!("\"{}\"", schema.replace('"', "\"\""));
-        let q = |sql: &str| sql.replace("{schema}", &quoted);
+        let q = |sql: &str| crate::store::render_sql(sql, schema);
         Statements {
             schema: schema.to_owned(),
             read: q(include_str!("../sql/binding_read.sql")),

@@ -222,12 +222,21 @@ impl<'c> Pinned<'c> {
         self,
         result: Result<T, E>,
     ) -> Result<T, E> {
+        self.finish_or(result, E::from).await
+    }
+
+    /// [`finish`](Pinned::finish), with a failed commit's error made by `fail`.
+    pub(crate) async fn finish_or<T, E>(
+        self,
+        result: Result<T, E>,
+        fail: impl FnOnce(sqlx::Error) -> E,
+    ) -> Result<T, E> {
         let Pinned::Begun(tx) = self else {
             return result;
         };
         match result {
             Ok(value) => {
-                tx.commit().await?;
+                tx.commit().await.map_err(fail)?;
                 Ok(value)
             }
             Err(e) => {
@@ -267,25 +276,22 @@ impl crate::PostgresLeaseStore {
     ) -> Result<(), PgError> {
         use sqlx::Connection;
         let mut tx = conn.begin_with(begin).await?;
-        {
-            let quoted = format!("\"{}\"", self.schema().replace('"', "\"\""));
-            self.route
-                .query(include_str!("../sql/migrate_lock_local.sql"))
-                .bind(self.schema())
-                .execute(&mut *tx)
-                .await?;
-            self.route
-                .query(&self.sql.create_schema)
-                .execute(&mut *tx)
-                .await?;
-            self.route
-                .query(include_str!("../sql/set_search_path_local.sql"))
-                .bind(&quoted)
-                .execute(&mut *tx)
-                .await?;
-            apply_migrations(&mut tx).await?;
-            self.route.query("DEALLOCATE ALL").execute(&mut *tx).await?;
-        }
+        self.route
+            .query(include_str!("../sql/migrate_lock_local.sql"))
+            .bind(self.schema())
+            .execute(&mut *tx)
+            .await?;
+        self.route
+            .query(&self.sql.create_schema)
+            .execute(&mut *tx)
+            .await?;
+        self.route
+            .query(include_str!("../sql/set_search_path_local.sql"))
+            .bind(crate::store::quoted(self.schema()))
+            .execute(&mut *tx)
+            .await?;
+        apply_migrations(&mut tx).await?;
+        self.route.query("DEALLOCATE ALL").execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(())
     }

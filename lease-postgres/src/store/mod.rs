@@ -46,27 +46,18 @@ macro_rules! call {
         let answer = tokio::time::timeout(left, async {
             // Behind a transaction pooler the whole call is one transaction of the store's,
             // with its settings (`pooler.rs`); otherwise each statement commits by itself.
-            let mut tx = None;
-            let $conn: &mut sqlx::PgConnection = match store.route.own_begin() {
-                Some(begin) => match sqlx::Connection::begin_with(&mut *pooled, begin).await {
-                    Ok(begun) => &mut **tx.insert(begun),
-                    Err(e) => return Err(store.route.fail(e).into()),
-                },
-                None => &mut pooled,
-            };
-            let result = async { $body }.await;
-            match (tx, result) {
-                (Some(tx), Ok(value)) => match tx.commit().await {
-                    Ok(()) => Ok(value),
-                    Err(e) => Err(store.route.fail(e).into()),
-                },
-                (Some(tx), Err(e)) => {
-                    // Best effort: a connection that cannot roll back is closed by the pool.
-                    let _ = tx.rollback().await;
-                    Err(e)
-                }
-                (None, result) => result,
+            let fail = |e| store.route.fail(e).into();
+            let mut pinned =
+                match crate::pooler::Pinned::on(&mut pooled, store.route.own_begin()).await {
+                    Ok(pinned) => pinned,
+                    Err(e) => return Err(fail(e)),
+                };
+            let result = async {
+                let $conn: &mut sqlx::PgConnection = pinned.conn();
+                $body
             }
+            .await;
+            pinned.finish_or(result, fail).await
         })
         .await;
         match answer {
@@ -85,7 +76,7 @@ mod queries;
 
 pub(crate) use decode::*;
 pub use queries::render_sql;
-pub(crate) use queries::Queries;
+pub(crate) use queries::{quoted, Queries};
 
 /// The embedded migrations; they run unqualified with `search_path` set to the store's schema.
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations");

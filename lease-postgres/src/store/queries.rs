@@ -43,6 +43,11 @@ pub(crate) struct Queries {
     pub(crate) schema_version: String,
 }
 
+/// `schema` as a double-quoted identifier, its quotes doubled: safe whatever its characters.
+pub(crate) fn quoted(schema: &str) -> String {
+    format!("\"{}\"", schema.replace('"', "\"\""))
+}
+
 /// A statement of `sql/` as a store runs it in `schema`. Identifiers cannot be bound as
 /// parameters, so the schema is spliced in, quoted (any characters are safe inside a
 /// double-quoted identifier once its quotes are doubled), and so are the contract's numbers a
@@ -50,8 +55,7 @@ pub(crate) struct Queries {
 /// priority. For the benchmarks and tests that run the statements themselves.
 #[doc(hidden)]
 pub fn render_sql(sql: &str, schema: &str) -> String {
-    let quoted = format!("\"{}\"", schema.replace('"', "\"\""));
-    sql.replace("{schema}", &quoted)
+    sql.replace("{schema}", &quoted(schema))
         .replace("{max_history}", &lease_core::MAX_HISTORY.to_string())
         .replace("{max_priority}", &lease_core::MAX_PRIORITY.to_string())
 }
