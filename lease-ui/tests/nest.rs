@@ -2,39 +2,18 @@
 //! answers 200 on its pages under `/admin`, its links and redirects stay under `/admin`, the
 //! app's own routes are untouched, and an action needs the page's token.
 
+mod common;
+
 use std::sync::Arc;
 
 use axum::Router;
+use common::{request_to, serve};
 use lease_core::{LeaseStore, RunId, RunState, Ttl, WorkerId};
 use lease_runtime::MemoryLeaseStore;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// One HTTP/1.1 request to `port`; the status and the whole answer.
+/// One HTTP/1.1 request to `port` for the app's own host name; the status and the whole answer.
 async fn request(port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: shop.example\r\nConnection: close\r\n\
-         Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).await.unwrap();
-    let status = answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no status in {answer:?}"));
-    (status, answer)
-}
-
-async fn serve(app: Router) -> u16 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    port
+    request_to(port, "shop.example", method, path, body, &[]).await
 }
 
 async fn store() -> Arc<dyn LeaseStore> {

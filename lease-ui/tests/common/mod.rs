@@ -26,11 +26,24 @@ pub(crate) async fn request(
     body: &str,
     headers: &[(&str, &str)],
 ) -> (u16, String) {
+    let host = format!("127.0.0.1:{port}");
+    request_to(port, &host, method, path, body, headers).await
+}
+
+/// [`request`] naming `host` as its host.
+pub(crate) async fn request_to(
+    port: u16,
+    host: &str,
+    method: &str,
+    path: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String) {
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .unwrap();
     let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\
          Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n",
         body.len()
     );
